@@ -1,0 +1,147 @@
+"""The run configuration: validation against the JSON schema, the model registry, shards."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
+SCHEMA_PATH = SCHEMA_DIR / "config.schema.yaml"
+MODEL_ROLES = {
+    "generators": ("vllm", "transformers"),
+    "judges": ("vllm", "transformers"),
+    "embedding_model": ("sentence_transformers",),
+    "nli_model": ("transformers",),
+}
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the offending key."""
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    if error.validator == "additionalProperties":
+        # The offending key is not in the path; jsonschema only names it in the message.
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        parts.extend(extra[:1])
+    elif error.validator == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        parts.extend(missing[:1])
+    return ".".join(parts) or "<top level>"
+
+
+def check_schema(instance: Any, schema_path: Path, what: str) -> None:
+    """Raise ConfigError naming the key of the shallowest schema violation in `instance`."""
+    schema = yaml.safe_load(schema_path.read_text())
+    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(instance))
+    if errors:
+        error = min(errors, key=lambda e: (len(list(e.absolute_path)), list(map(str, e.absolute_path))))
+        raise ConfigError(f"{what} key '{_key_path(error)}': {error.message}")
+
+
+def validate_config(config: dict[str, Any]) -> None:
+    """Raise ConfigError naming the first bad key; check names that refer to the registry."""
+    check_schema(config, SCHEMA_PATH, "config")
+    models = config["models"]
+    for role, backends in MODEL_ROLES.items():
+        names = config["prompt_stage"][role]
+        for name in [names] if isinstance(names, str) else names:
+            if name not in models:
+                raise ConfigError(
+                    f"config key 'prompt_stage.{role}': model '{name}' is not in the registry "
+                    f"(models: {', '.join(sorted(models))})"
+                )
+            if models[name]["backend"] not in backends:
+                raise ConfigError(
+                    f"config key 'models.{name}.backend': '{models[name]['backend']}' cannot "
+                    f"serve as {role} (expected one of {', '.join(backends)})"
+                )
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    config = yaml.safe_load(Path(path).read_text())
+    validate_config(config)
+    return config
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One registry entry. `path` is where the weights are read from (hub id or local dir)."""
+
+    name: str
+    backend: str
+    gpus: int
+    dtype: str
+    path: str
+    revision: str | None = None
+    built: bool = False
+    trust_remote_code: bool = False
+    max_model_len: int | None = None
+    tokenizer_mode: str | None = None
+    generation: dict[str, Any] = field(default_factory=dict)
+    build: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_id(self) -> str:
+        """What provenance records: the hub id, or the registry name for a built model."""
+        return f"built:{self.name}" if self.built else self.path
+
+
+def model_spec(config: dict[str, Any], name: str) -> ModelSpec:
+    try:
+        entry = config["models"][name]
+    except KeyError:
+        raise ConfigError(f"model '{name}' is not in the registry") from None
+    built = "build" in entry
+    path = built_model_dir(config, name) if built else entry["id"]
+    return ModelSpec(
+        name=name,
+        backend=entry["backend"],
+        gpus=entry["gpus"],
+        dtype=entry["dtype"],
+        path=str(path),
+        revision=entry.get("revision"),
+        built=built,
+        trust_remote_code=entry.get("trust_remote_code", False),
+        max_model_len=entry.get("max_model_len"),
+        tokenizer_mode=entry.get("tokenizer_mode"),
+        generation=entry.get("generation", {}),
+        build=entry.get("build", {}),
+    )
+
+
+def built_model_dir(config: dict[str, Any], name: str) -> Path:
+    return Path(config["resources_dir"]) / "models" / name
+
+
+def n_shards(n_rows: int, shard_size: int) -> int:
+    return max(1, math.ceil(n_rows / shard_size))
+
+
+def shard_names(n_rows: int, shard_size: int) -> list[str]:
+    return [f"{i:05d}" for i in range(n_shards(n_rows, shard_size))]
+
+
+def shard_slice(shard: str, shard_size: int) -> slice:
+    start = int(shard) * shard_size
+    return slice(start, start + shard_size)
+
+
+def resolved_recipe(config: dict[str, Any], name: str) -> dict[str, Any]:
+    """A model's build recipe with `tokenizer_from` (a registry name) turned into its directory."""
+    recipe = dict(config["models"][name]["build"])
+    if "tokenizer_from" in recipe:
+        recipe["tokenizer_from"] = str(model_spec(config, recipe["tokenizer_from"]).path)
+    return recipe
+
+
+def build_inputs(config: dict[str, Any], name: str) -> list[str]:
+    """Files and built models that a model's recipe reads: the inputs of its build job."""
+    recipe = resolved_recipe(config, name)
+    return [recipe[key] for key in ("archive", "tokenizer_from") if key in recipe]

@@ -1,0 +1,94 @@
+"""Atomic writes, tables with schemas, counters with provenance."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+PROVENANCE_PACKAGES = ("blindspot", "torch", "transformers", "sentence-transformers", "vllm", "xgrammar")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds.
+
+    A job killed mid-write leaves a hidden temp file, never a partial output that Snakemake
+    could take as done.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_table(path: str | Path, frame: pd.DataFrame, schema: pa.Schema) -> None:
+    """Write `frame` as parquet with exactly the columns and types of `schema`."""
+    missing = [name for name in schema.names if name not in frame.columns]
+    extra = [name for name in frame.columns if name not in schema.names]
+    if missing or extra:
+        raise ValueError(f"table for {path} does not match its schema: missing {missing}, unexpected {extra}")
+    table = pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def read_table(path: str | Path, schema: pa.Schema) -> pd.DataFrame:
+    table = pq.read_table(path)
+    if not table.schema.equals(schema, check_metadata=False):
+        raise ValueError(f"{path} does not match its schema:\n{table.schema}\nexpected:\n{schema}")
+    return table.to_pandas()
+
+
+def stable_id(*parts: Any) -> str:
+    """A short id that is a hash of its inputs, so the same inputs always give the same id."""
+    payload = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=Path(__file__).parent
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
+def provenance(**extra: Any) -> dict[str, Any]:
+    """Versions and environment a shard ran with, stored beside its counters."""
+    versions = {}
+    for package in PROVENANCE_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return {"packages": versions, "python": platform.python_version(), "git_commit": _git_commit(), **extra}

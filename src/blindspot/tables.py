@@ -1,0 +1,88 @@
+"""Schemas of every table the prompt stage writes (parquet, pyarrow types)."""
+
+import pyarrow as pa
+
+from blindspot.taxonomy import SEED_COLUMNS
+
+_s = pa.string()
+_f = pa.float64()
+
+SEEDS = pa.schema([(name, pa.int64() if name == "sample_seed" else _s) for name in SEED_COLUMNS])
+
+# What every model-written row records about how it was made.
+_GENERATION_PROVENANCE = [
+    ("model", _s),  # registry name
+    ("model_id", _s),  # hub id or built:<name>
+    ("model_revision", _s),
+    ("template_version", _s),
+    ("sampling", _s),  # JSON of the sampling settings and seed
+    ("raw_output", _s),
+    ("status", _s),  # ok, or the failure kind
+    ("reason", _s),  # human-readable detail for a failure; empty when ok
+]
+
+RAW_TRIPLETS = pa.schema(
+    [
+        ("triplet_id", _s),
+        ("seed_id", _s),
+        ("domain", _s),
+        ("generator", _s),
+        ("neutral_prompt", _s),
+        ("correct_description", _s),
+        ("adversarial_description", _s),
+        *_GENERATION_PROVENANCE,
+    ]
+)
+
+JUDGMENTS = pa.schema(
+    [
+        ("triplet_id", _s),
+        ("domain", _s),
+        ("generator", _s),
+        ("judge", _s),
+        ("accept", pa.bool_()),
+        ("verdict_reason", _s),  # the judge's reason code (ok, malformed, wrong_domain, ...)
+        ("explanation", _s),
+        *_GENERATION_PROVENANCE,
+    ]
+)
+
+TRIPLETS = pa.schema(
+    [
+        ("triplet_id", _s),
+        ("seed_id", _s),
+        ("domain", _s),
+        ("generator", _s),
+        ("subcategory", _s),
+        ("label", _s),
+        ("qualifier", _s),
+        ("correct_instance", _s),
+        ("adversarial_instance", _s),
+        ("aux_element", _s),
+        ("knob", _s),
+        ("correct_value", _s),
+        ("adversarial_value", _s),
+        ("neutral_prompt", _s),
+        ("correct_description", _s),
+        ("adversarial_description", _s),
+        ("generator_model_id", _s),
+        ("generate_template_version", _s),
+        ("judges", _s),  # comma-separated registry names of the judges that all accepted
+    ]
+)
+
+PROMPT_QUALITY = pa.schema(
+    [
+        ("triplet_id", _s),
+        ("domain", _s),
+        ("sim_t_dc", _f),
+        ("sim_t_da", _f),
+        ("sim_dc_da", _f),
+        ("nli_t_dc", _s),  # predicted label, premise T, hypothesis D_c
+        ("nli_t_da", _s),
+        ("contradiction_dc_da", _f),  # P(contradiction) averaged over both directions
+        ("nli_dc_da", _s),  # argmax of the label distribution averaged over both directions
+        ("embedding_model_id", _s),
+        ("nli_model_id", _s),
+    ]
+)

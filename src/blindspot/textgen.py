@@ -1,0 +1,155 @@
+"""One text-generation interface, schema-constrained JSON output, two backends.
+
+vLLM serves the paper's models on GPUs; transformers runs the same calls on tiny models on a CPU.
+Both decode under the same JSON schema through xgrammar (vLLM's default structured-output
+backend), so the two paths differ in engine, not in what they can emit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from tqdm import tqdm
+
+from blindspot.config import ModelSpec
+
+log = logging.getLogger(__name__)
+Conversation = list[dict[str, str]]
+
+
+class TextGenerator(Protocol):
+    spec: ModelSpec
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling settings and seed, as recorded in every row."""
+
+    def generate_json(self, conversations: Sequence[Conversation], json_schema: dict[str, Any]) -> list[str]:
+        """One completion per conversation, constrained to `json_schema`."""
+
+
+def _sampling(spec: ModelSpec, seed: int) -> dict[str, Any]:
+    generation = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 256} | spec.generation
+    return generation | {"seed": seed}
+
+
+class TransformersTextGenerator:
+    def __init__(self, spec: ModelSpec, seed: int, batch_size: int = 8):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.spec = spec
+        self.seed = seed
+        self.batch_size = batch_size
+        self.device = "cuda" if spec.gpus > 0 and torch.cuda.is_available() else "cpu"
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code, padding_side="left"
+        )
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(
+            spec.path,
+            revision=spec.revision,
+            trust_remote_code=spec.trust_remote_code,
+            dtype=getattr(torch, spec.dtype),
+        ).to(self.device)
+        self.model.eval()
+        self._compiled: dict[str, Any] = {}
+
+    def sampling(self) -> dict[str, Any]:
+        return _sampling(self.spec, self.seed)
+
+    def _grammar(self, json_schema: dict[str, Any]) -> Any:
+        import xgrammar as xgr
+
+        key = json.dumps(json_schema, sort_keys=True)
+        if key not in self._compiled:
+            info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.model.config.vocab_size)
+            self._compiled[key] = xgr.GrammarCompiler(info).compile_json_schema(key)
+        return self._compiled[key]
+
+    def generate_json(self, conversations: Sequence[Conversation], json_schema: dict[str, Any]) -> list[str]:
+        import torch
+        import xgrammar as xgr
+        from transformers import set_seed
+
+        grammar = self._grammar(json_schema)
+        settings = self.sampling()
+        sample = settings["temperature"] > 0
+        texts: list[str] = []
+        batches = range(0, len(conversations), self.batch_size)
+        for batch_index, start in enumerate(tqdm(batches, desc=f"generate {self.spec.name}", unit="batch")):
+            batch = conversations[start : start + self.batch_size]
+            inputs = self.tokenizer.apply_chat_template(
+                list(batch), add_generation_prompt=True, return_tensors="pt", return_dict=True, padding=True
+            ).to(self.device)
+            # Seeded per batch, so a batch's output does not depend on the batches before it.
+            set_seed(self.seed + batch_index)
+            with torch.inference_mode():
+                output = self.model.generate(
+                    **inputs,
+                    max_new_tokens=settings["max_tokens"],
+                    do_sample=sample,
+                    temperature=settings["temperature"] if sample else None,
+                    top_p=settings["top_p"] if sample else None,
+                    top_k=None,
+                    logits_processor=[xgr.contrib.hf.LogitsProcessor(grammar)],
+                    pad_token_id=self.tokenizer.pad_token_id,
+                )
+            new_tokens = output[:, inputs["input_ids"].shape[1] :]
+            texts.extend(self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+        return texts
+
+
+class VLLMTextGenerator:
+    def __init__(self, spec: ModelSpec, seed: int, batch_size: int = 0):
+        from vllm import LLM
+
+        del batch_size  # vLLM schedules its own batches
+        self.spec = spec
+        self.seed = seed
+        engine_args: dict[str, Any] = {
+            "model": spec.path,
+            "revision": spec.revision,
+            "tensor_parallel_size": max(1, spec.gpus),
+            "dtype": spec.dtype,
+            "seed": seed,
+            "trust_remote_code": spec.trust_remote_code,
+        }
+        if spec.max_model_len:
+            engine_args["max_model_len"] = spec.max_model_len
+        if spec.tokenizer_mode:
+            engine_args["tokenizer_mode"] = spec.tokenizer_mode
+        self.llm = LLM(**engine_args)
+
+    def sampling(self) -> dict[str, Any]:
+        return _sampling(self.spec, self.seed)
+
+    def generate_json(self, conversations: Sequence[Conversation], json_schema: dict[str, Any]) -> list[str]:
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        settings = self.sampling()
+        params = SamplingParams(
+            temperature=settings["temperature"],
+            top_p=settings["top_p"],
+            max_tokens=settings["max_tokens"],
+            seed=settings["seed"],
+            structured_outputs=StructuredOutputsParams(json=json_schema),
+        )
+        outputs = self.llm.chat(list(conversations), params, use_tqdm=True)
+        return [output.outputs[0].text for output in outputs]
+
+
+BACKENDS: dict[str, Callable[..., TextGenerator]] = {
+    "transformers": TransformersTextGenerator,
+    "vllm": VLLMTextGenerator,
+}
+
+
+def load_text_generator(spec: ModelSpec, seed: int, batch_size: int) -> TextGenerator:
+    """Build the engine once per job; the registry entry's backend picks the implementation."""
+    log.info("loading %s (%s) from %s with the %s backend", spec.name, spec.model_id, spec.path, spec.backend)
+    return BACKENDS[spec.backend](spec, seed=seed, batch_size=batch_size)
