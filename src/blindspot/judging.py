@@ -10,19 +10,33 @@ from typing import Any
 import pandas as pd
 
 from blindspot.prompts import PromptTemplate
+from blindspot.tables import TRIPLETS
 from blindspot.textgen import TextGenerator
 from blindspot.triplets import count_statuses, generation_provenance
 
 JUDGE_REASONS = ("ok", "malformed", "wrong_domain", "wrong_instance", "more_than_one_change", "no_change", "other")
+_EXPLANATION = {"type": "string", "maxLength": 160}
+# The schema itself ties the decision to the reason, so no backend can emit an accept with a
+# rejection reason; parse_verdict still checks it for outputs made without the schema.
 JUDGE_JSON_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "decision": {"enum": ["accept", "reject"]},
-        "reason": {"enum": list(JUDGE_REASONS)},
-        "explanation": {"type": "string"},
-    },
-    "required": ["decision", "reason", "explanation"],
-    "additionalProperties": False,
+    "anyOf": [
+        {
+            "type": "object",
+            "properties": {"decision": {"const": "accept"}, "reason": {"const": "ok"}, "explanation": _EXPLANATION},
+            "required": ["decision", "reason", "explanation"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "properties": {
+                "decision": {"const": "reject"},
+                "reason": {"enum": [r for r in JUDGE_REASONS if r != "ok"]},
+                "explanation": _EXPLANATION,
+            },
+            "required": ["decision", "reason", "explanation"],
+            "additionalProperties": False,
+        },
+    ]
 }
 
 
@@ -94,7 +108,7 @@ def accept_unanimous(
         generator_model_id=kept["model_id"],
         generate_template_version=kept["template_version"],
         judges=",".join(judges),
-    ).sort_values("triplet_id", ignore_index=True)
+    )[TRIPLETS.names].sort_values("triplet_id", ignore_index=True)
     rejections = judgments[~judgments["accept"]]
     counters = {
         "generated": len(raw),

@@ -58,6 +58,7 @@ TRIPLETS = pa.schema(
         ("qualifier", _s),
         ("correct_instance", _s),
         ("adversarial_instance", _s),
+        ("scene", _s),
         ("aux_element", _s),
         ("knob", _s),
         ("correct_value", _s),

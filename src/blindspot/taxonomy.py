@@ -16,7 +16,8 @@ from blindspot.io import stable_id
 
 SEED_COLUMNS = [
     "seed_id", "domain", "subcategory", "label", "qualifier", "correct_instance", "adversarial_instance",
-    "scene", "aux_element", "knob", "correct_value", "adversarial_value", "taxonomy_sha256", "sample_seed",
+    "scene", "aux_element", "knob", "correct_value", "adversarial_value",
+    "draft_neutral", "draft_correct", "draft_adversarial", "taxonomy_sha256", "sample_seed",
 ]  # fmt: skip
 
 
@@ -42,21 +43,30 @@ def _instance_pairs(taxonomy: dict[str, Any]) -> list[tuple[str, str, str, str]]
     return pairs
 
 
+def draft(scene: str, phrase: str, subject: str, aux: str, value: str) -> str:
+    """A scene template filled in: the plain sentence the generator LLM is asked to polish."""
+    element = phrase.format(value=value, aux=aux, subject=subject)
+    return scene.format(subject=subject, aux=element)
+
+
 def enumerate_seeds(taxonomy: dict[str, Any]) -> list[dict[str, str]]:
     """Every taxonomy entry x scene template x auxiliary element x ordered knob-value pair."""
+    knobs = taxonomy["knobs"]
     knob_changes = [
         (knob, correct, adversarial)
-        for knob in sorted(taxonomy["knobs"])
-        for correct, adversarial in itertools.permutations(taxonomy["knobs"][knob], 2)
+        for knob in sorted(knobs)
+        for correct, adversarial in itertools.permutations(knobs[knob]["values"], 2)
     ]
     seeds = []
     for (subcategory, qualifier, correct, adversarial), scene, aux, (knob, cv, av) in itertools.product(
         _instance_pairs(taxonomy), taxonomy["scenes"], taxonomy["auxiliary_elements"], knob_changes
     ):
+        label = taxonomy["subcategories"][subcategory]["label"]
+        phrase = knobs[knob]["phrase"]
         seeds.append(
             {
                 "subcategory": subcategory,
-                "label": taxonomy["subcategories"][subcategory]["label"],
+                "label": label,
                 "qualifier": qualifier,
                 "correct_instance": correct,
                 "adversarial_instance": adversarial,
@@ -65,6 +75,9 @@ def enumerate_seeds(taxonomy: dict[str, Any]) -> list[dict[str, str]]:
                 "knob": knob,
                 "correct_value": cv,
                 "adversarial_value": av,
+                "draft_neutral": draft(scene, phrase, f"{qualifier} {label}".strip(), aux, cv),
+                "draft_correct": draft(scene, phrase, f"{qualifier} {correct}".strip(), aux, cv),
+                "draft_adversarial": draft(scene, phrase, f"{qualifier} {adversarial}".strip(), aux, av),
             }
         )
     return seeds

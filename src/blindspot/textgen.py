@@ -2,7 +2,8 @@
 
 vLLM serves the paper's models on GPUs; transformers runs the same calls on tiny models on a CPU.
 Both decode under the same JSON schema through xgrammar (vLLM's default structured-output
-backend), so the two paths differ in engine, not in what they can emit.
+backend), without free whitespace between tokens (a weak model otherwise pads JSON with
+whitespace until it runs out of tokens), so the two paths differ in engine, not in what they emit.
 """
 
 from __future__ import annotations
@@ -64,10 +65,11 @@ class TransformersTextGenerator:
     def _grammar(self, json_schema: dict[str, Any]) -> Any:
         import xgrammar as xgr
 
-        key = json.dumps(json_schema, sort_keys=True)
+        # Property order is kept: the grammar makes the model write fields in schema order.
+        key = json.dumps(json_schema)
         if key not in self._compiled:
             info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.model.config.vocab_size)
-            self._compiled[key] = xgr.GrammarCompiler(info).compile_json_schema(key)
+            self._compiled[key] = xgr.GrammarCompiler(info).compile_json_schema(key, any_whitespace=False)
         return self._compiled[key]
 
     def generate_json(self, conversations: Sequence[Conversation], json_schema: dict[str, Any]) -> list[str]:
@@ -137,7 +139,7 @@ class VLLMTextGenerator:
             top_p=settings["top_p"],
             max_tokens=settings["max_tokens"],
             seed=settings["seed"],
-            structured_outputs=StructuredOutputsParams(json=json_schema),
+            structured_outputs=StructuredOutputsParams(json=json_schema, disable_any_whitespace=True),
         )
         outputs = self.llm.chat(list(conversations), params, use_tqdm=True)
         return [output.outputs[0].text for output in outputs]

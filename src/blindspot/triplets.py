@@ -110,7 +110,7 @@ def count_statuses(frame: pd.DataFrame, seconds: float) -> dict[str, Any]:
 
 def raise_if_all_failed(frame: pd.DataFrame, counters: dict[str, Any], what: str) -> None:
     if len(frame) and counters["ok"] == 0:
-        examples = frame[["status", "reason"]].drop_duplicates().head(3).to_dict("records")
+        examples = frame[["status", "reason", "raw_output"]].drop_duplicates("status").head(3).to_dict("records")
         raise ShardFailedError(
             f"{what}: all {len(frame)} rows failed ({counters['failed']}); first reasons: {examples}. "
             "Check the model, its chat template and the prompt template."

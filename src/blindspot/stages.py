@@ -1,0 +1,165 @@
+"""One function per workflow step: read inputs, call the logic, write outputs atomically.
+
+The Snakemake scripts are adapters to these; `python -m blindspot.stages STEP --help` runs one
+step outside Snakemake for debugging.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from blindspot import tables
+from blindspot.config import load_config, model_spec, shard_slice
+from blindspot.io import provenance, read_table, write_json, write_table
+from blindspot.prompts import PromptTemplate
+
+log = logging.getLogger("blindspot")
+
+
+def setup_logging(log_path: str | None = None) -> None:
+    """Send everything (stderr, warnings, progress bars) to the job's log file."""
+    if log_path:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        sys.stderr = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the job
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+    logging.captureWarnings(True)
+
+
+def make_seeds(taxonomy: str, domain: str, n_seeds: int, seed: int, out: str) -> None:
+    from blindspot.taxonomy import sample_seeds
+
+    seeds = sample_seeds(taxonomy, domain, n_seeds, seed)
+    write_table(out, seeds, tables.SEEDS)
+    log.info("%s: %d seeds from %s", domain, len(seeds), taxonomy)
+
+
+def _write_shard(frame: pd.DataFrame, counters: dict[str, Any], schema: Any, out: str, counters_out: str, what: str) -> None:
+    from blindspot.triplets import raise_if_all_failed
+
+    log.info("%s: %s", what, json.dumps(counters))
+    raise_if_all_failed(frame, counters, what)
+    write_json(counters_out, counters | {"provenance": provenance()})
+    write_table(out, frame, schema)
+
+
+def generate_triplets(
+    config: dict[str, Any], domain: str, generator: str, shard: str, seeds: str, out: str, counters_out: str
+) -> None:
+    from blindspot.textgen import load_text_generator
+    from blindspot.triplets import generate_triplets as generate
+
+    stage = config["prompt_stage"]
+    rows = read_table(seeds, tables.SEEDS).iloc[shard_slice(shard, config["shard_size"])]
+    engine = load_text_generator(model_spec(config, generator), seed=config["seed"] + int(shard), batch_size=stage["batch_size"])
+    frame, counters = generate(rows, engine, PromptTemplate.load(stage["generate_template"]))
+    _write_shard(frame, counters, tables.RAW_TRIPLETS, out, counters_out, f"{domain}/{generator}/{shard}")
+
+
+def judge_triplets(
+    config: dict[str, Any], domain: str, judge: str, generator: str, shard: str, triplets: str, seeds: str, out: str,
+    counters_out: str,
+) -> None:  # fmt: skip
+    from blindspot.judging import judge_triplets as judge_all
+    from blindspot.textgen import load_text_generator
+
+    stage = config["prompt_stage"]
+    engine = load_text_generator(model_spec(config, judge), seed=config["seed"] + int(shard), batch_size=stage["batch_size"])
+    frame, counters = judge_all(
+        read_table(triplets, tables.RAW_TRIPLETS),
+        read_table(seeds, tables.SEEDS),
+        engine,
+        PromptTemplate.load(stage["judge_template"]),
+    )
+    _write_shard(frame, counters, tables.JUDGMENTS, out, counters_out, f"{domain}/{judge}/{generator}/{shard}")
+
+
+def accept_triplets(
+    seeds: str, raw: Sequence[str], judgments: Sequence[str], judges: Sequence[str], out: str, counters_out: str
+) -> None:
+    from blindspot.judging import accept_unanimous
+
+    kept, counters = accept_unanimous(
+        pd.concat([read_table(p, tables.RAW_TRIPLETS) for p in raw], ignore_index=True),
+        pd.concat([read_table(p, tables.JUDGMENTS) for p in judgments], ignore_index=True),
+        read_table(seeds, tables.SEEDS),
+        list(judges),
+    )
+    log.info("accepted %d of %d generated triplets: %s", len(kept), counters["generated"], json.dumps(counters))
+    write_json(counters_out, counters | {"provenance": provenance(judges=list(judges))})
+    write_table(out, kept, tables.TRIPLETS)
+
+
+def check_prompt_quality(config: dict[str, Any], triplets: str, out: str) -> None:
+    from blindspot.quality import score_prompt_quality
+
+    stage = config["prompt_stage"]
+    frame = score_prompt_quality(
+        read_table(triplets, tables.TRIPLETS),
+        model_spec(config, stage["embedding_model"]),
+        model_spec(config, stage["nli_model"]),
+        stage["batch_size"],
+    )
+    write_table(out, frame, tables.PROMPT_QUALITY)
+
+
+def make_table1(quality: Sequence[str], csv: str, markdown: str, latex: str) -> None:
+    from blindspot.quality import table1
+    from blindspot.reporting import write_report_table
+
+    frames = {}
+    for path in quality:
+        frame = read_table(path, tables.PROMPT_QUALITY)
+        domain = Path(path).parent.name
+        frames[domain] = frame
+    write_report_table(
+        table1(frames),
+        csv,
+        markdown,
+        latex,
+        caption="Table 1: automatic prompt-quality validation of the accepted ProtoBias triplets.",
+    )
+
+
+def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
+    from blindspot.tiny_models import build_model as build
+
+    build(out, recipe, seed)
+
+
+STEPS = {f.__name__: f for f in (make_seeds, generate_triplets, judge_triplets, accept_triplets,
+                                 check_prompt_quality, make_table1, build_model)}  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m blindspot.stages", description=__doc__)
+    commands = parser.add_subparsers(dest="step", required=True)
+    readers = {"config": load_config, "recipe": yaml.safe_load}
+    for name, step in STEPS.items():
+        sub = commands.add_parser(name, help=(step.__doc__ or name).splitlines()[0])
+        for param in inspect.signature(step).parameters.values():
+            annotation = str(param.annotation)
+            sub.add_argument(
+                f"--{param.name.replace('_', '-')}",
+                required=True,
+                type=readers.get(param.name, int if annotation == "int" else str),
+                nargs="+" if annotation.startswith("Sequence") else None,
+            )
+    args = vars(parser.parse_args(argv))
+    setup_logging()
+    STEPS[args.pop("step")](**args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Every output path of the workflow, and the lists of targets the rules ask for.
+
+The rules take their paths from here, so a path is spelled once; the functions are plain Python
+and unit-tested, which keeps `common.smk` short.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blindspot.config import shard_names
+
+PATHS = {
+    "model": "{resources}/models/{model}",
+    "seeds": "{results}/{domain}/seeds.parquet",
+    "raw_triplets": "{results}/{domain}/triplets/raw/{generator}/{shard}.parquet",
+    "raw_counters": "{results}/{domain}/triplets/raw/{generator}/{shard}.counters.json",
+    "judgments": "{results}/{domain}/triplets/judged/{judge}/{generator}/{shard}.parquet",
+    "judgment_counters": "{results}/{domain}/triplets/judged/{judge}/{generator}/{shard}.counters.json",
+    "triplets": "{results}/{domain}/triplets.parquet",
+    "triplet_counters": "{results}/{domain}/triplets.counters.json",
+    "prompt_quality": "{results}/{domain}/prompt_quality.parquet",
+    "table1": "{results}/tables/table1_prompt_quality.{ext}",
+    "log": "{results}/logs/{rule}/{job}.log",
+    "benchmark": "{results}/benchmarks/{rule}/{job}.tsv",
+}
+TABLE_FORMATS = ("csv", "md", "tex")
+
+
+class _Keep(dict):
+    """Leaves unknown fields as `{name}`, so a path can be filled in part and stay a pattern."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def path(config: dict[str, Any], kind: str, **fields: str) -> str:
+    """The path of `kind`; fields not given stay as Snakemake wildcards."""
+    base = {"results": config["results_dir"], "resources": config["resources_dir"]}
+    return PATHS[kind].format_map(_Keep(base | fields))
+
+
+def domain_shards(config: dict[str, Any], domain: str) -> list[str]:
+    return shard_names(config["domains"][domain]["n_seeds"], config["shard_size"])
+
+
+def raw_triplet_targets(config: dict[str, Any], domain: str, kind: str = "raw_triplets") -> list[str]:
+    stage = config["prompt_stage"]
+    return [
+        path(config, kind, domain=domain, generator=generator, shard=shard)
+        for generator in stage["generators"]
+        for shard in domain_shards(config, domain)
+    ]
+
+
+def judgment_targets(config: dict[str, Any], domain: str, kind: str = "judgments") -> list[str]:
+    stage = config["prompt_stage"]
+    return [
+        path(config, kind, domain=domain, judge=judge, generator=generator, shard=shard)
+        for judge in stage["judges"]
+        for generator in stage["generators"]
+        for shard in domain_shards(config, domain)
+    ]
+
+
+def table1_targets(config: dict[str, Any]) -> list[str]:
+    return [path(config, "table1", ext=ext) for ext in TABLE_FORMATS]
+
+
+def final_targets(config: dict[str, Any]) -> list[str]:
+    """What `rule all` builds: each domain's accepted triplets and Table 1."""
+    triplets = [path(config, "triplets", domain=domain) for domain in config["domains"]]
+    return triplets + table1_targets(config)

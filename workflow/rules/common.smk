@@ -1,0 +1,65 @@
+# Parse-time work only: validate the config, constrain wildcards, define input functions.
+import os
+import sys
+import re
+from pathlib import Path
+
+# Jobs import the package from this checkout, in whatever env they run.
+_SRC = str(Path(workflow.basedir).parent / "src")
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p)
+sys.path.insert(0, _SRC)
+
+from blindspot.config import build_inputs, model_spec, resolved_recipe, validate_config
+from blindspot import targets
+
+validate_config(config)
+
+STAGE = config["prompt_stage"]
+BUILT_MODELS = [name for name, entry in config["models"].items() if "build" in entry]
+
+
+def _one_of(names):
+    return "|".join(re.escape(name) for name in names) or "^$"
+
+
+wildcard_constraints:
+    domain=_one_of(config["domains"]),
+    generator=_one_of(STAGE["generators"]),
+    judge=_one_of(STAGE["judges"]),
+    model=_one_of(BUILT_MODELS),
+    shard=r"\d{5}",
+
+
+def P(kind, **fields):
+    return targets.path(config, kind, **fields)
+
+
+def LOG(rule, job):
+    return P("log", rule=rule, job=job)
+
+
+def BENCH(rule, job):
+    return P("benchmark", rule=rule, job=job)
+
+
+def get_final_output():
+    return targets.final_targets(config)
+
+
+def get_model_input(name):
+    """The built model directory a job reads, or nothing for a hub model."""
+    return [P("model", model=name)] if name in BUILT_MODELS else []
+
+
+def get_role_model_input(role):
+    return lambda wildcards: get_model_input(getattr(wildcards, role))
+
+
+def get_gpus(role):
+    """A job's GPU request: what its model needs (also vLLM's tensor parallelism)."""
+    return lambda wildcards: model_spec(config, getattr(wildcards, role)).gpus
+
+
+def get_model_params(role):
+    # The registry entry is a param, so editing a model's settings re-runs its jobs.
+    return lambda wildcards: config["models"][getattr(wildcards, role)]

@@ -1,0 +1,19 @@
+rule build_model:
+    """Build a model from its recipe: a tiny real architecture or weights shipped in a package."""
+    input:
+        lambda wildcards: build_inputs(config, wildcards.model),
+    output:
+        model=directory(P("model")),
+    params:
+        recipe=lambda wildcards: resolved_recipe(config, wildcards.model),
+        seed=config["seed"],
+    log:
+        LOG("build_model", "{model}"),
+    benchmark:
+        BENCH("build_model", "{model}")
+    resources:
+        gpu=0,
+    conda:
+        "../envs/build.yaml"
+    script:
+        "../scripts/build_model.py"

@@ -1,0 +1,131 @@
+# The prompt stage: taxonomy -> seeds -> LLM triplets -> LLM judges -> unanimous accept -> Table 1.
+
+
+rule make_seeds:
+    input:
+        taxonomy=lambda wildcards: config["domains"][wildcards.domain]["taxonomy"],
+    output:
+        seeds=P("seeds"),
+    params:
+        n_seeds=lambda wildcards: config["domains"][wildcards.domain]["n_seeds"],
+        seed=config["seed"],
+    log:
+        LOG("make_seeds", "{domain}"),
+    benchmark:
+        BENCH("make_seeds", "{domain}")
+    resources:
+        gpu=0,
+    conda:
+        "../envs/base.yaml"
+    script:
+        "../scripts/make_seeds.py"
+
+
+rule generate_triplets:
+    input:
+        seeds=P("seeds"),
+        template=STAGE["generate_template"],
+        model=get_role_model_input("generator"),
+    output:
+        triplets=P("raw_triplets"),
+        counters=P("raw_counters"),
+    params:
+        model=get_model_params("generator"),
+        shard_size=config["shard_size"],
+        batch_size=STAGE["batch_size"],
+        seed=config["seed"],
+    log:
+        LOG("generate_triplets", "{domain}/{generator}/{shard}"),
+    benchmark:
+        BENCH("generate_triplets", "{domain}/{generator}/{shard}")
+    resources:
+        gpu=get_gpus("generator"),
+    conda:
+        "../envs/llm.yaml"
+    script:
+        "../scripts/generate_triplets.py"
+
+
+rule judge_triplets:
+    input:
+        triplets=P("raw_triplets"),
+        seeds=P("seeds"),
+        template=STAGE["judge_template"],
+        model=get_role_model_input("judge"),
+    output:
+        judgments=P("judgments"),
+        counters=P("judgment_counters"),
+    params:
+        model=get_model_params("judge"),
+        batch_size=STAGE["batch_size"],
+        seed=config["seed"],
+    log:
+        LOG("judge_triplets", "{domain}/{judge}/{generator}/{shard}"),
+    benchmark:
+        BENCH("judge_triplets", "{domain}/{judge}/{generator}/{shard}")
+    resources:
+        gpu=get_gpus("judge"),
+    conda:
+        "../envs/llm.yaml"
+    script:
+        "../scripts/judge_triplets.py"
+
+
+rule accept_triplets:
+    input:
+        seeds=P("seeds"),
+        raw=lambda wildcards: targets.raw_triplet_targets(config, wildcards.domain),
+        judgments=lambda wildcards: targets.judgment_targets(config, wildcards.domain),
+    output:
+        triplets=P("triplets"),
+        counters=P("triplet_counters"),
+    params:
+        judges=STAGE["judges"],
+    log:
+        LOG("accept_triplets", "{domain}"),
+    resources:
+        gpu=0,
+    conda:
+        "../envs/base.yaml"
+    script:
+        "../scripts/accept_triplets.py"
+
+
+rule check_prompt_quality:
+    input:
+        triplets=P("triplets"),
+        embedding_model=get_model_input(STAGE["embedding_model"]),
+        nli_model=get_model_input(STAGE["nli_model"]),
+    output:
+        quality=P("prompt_quality"),
+    params:
+        embedding_model=config["models"][STAGE["embedding_model"]],
+        nli_model=config["models"][STAGE["nli_model"]],
+        batch_size=STAGE["batch_size"],
+    log:
+        LOG("check_prompt_quality", "{domain}"),
+    benchmark:
+        BENCH("check_prompt_quality", "{domain}")
+    resources:
+        gpu=max(model_spec(config, STAGE[role]).gpus for role in ("embedding_model", "nli_model")),
+    conda:
+        "../envs/nlp.yaml"
+    script:
+        "../scripts/check_prompt_quality.py"
+
+
+rule make_table1:
+    input:
+        quality=expand(P("prompt_quality"), domain=config["domains"]),
+    output:
+        csv=report(P("table1", ext="csv"), caption="../report/table1.rst", category="Prompt quality"),
+        markdown=P("table1", ext="md"),
+        latex=P("table1", ext="tex"),
+    log:
+        LOG("make_table1", "all"),
+    resources:
+        gpu=0,
+    conda:
+        "../envs/base.yaml"
+    script:
+        "../scripts/make_table1.py"
