@@ -117,7 +117,9 @@ def accept_unanimous(
         "accepted": len(kept),
         "accepted_per_generator": {k: int(v) for k, v in kept["generator"].value_counts().sort_index().items()},
         "rejections_per_judge": _nested_counts(
-            rejections.assign(why=rejections["verdict_reason"].where(rejections["status"] == "ok", rejections["status"])),
+            rejections.assign(
+                why=rejections["verdict_reason"].where(rejections["status"] == "ok", rejections["status"])
+            ),
             "judge",
             "why",
         ),

@@ -69,15 +69,15 @@ def nli_probabilities(pairs: Sequence[tuple[str, str]], spec: ModelSpec, batch_s
     return np.concatenate(out).astype(np.float64) if out else np.zeros((0, len(NLI_LABELS)))
 
 
-def score_prompt_quality(
-    triplets: pd.DataFrame, embedder: ModelSpec, nli: ModelSpec, batch_size: int
-) -> pd.DataFrame:
+def score_prompt_quality(triplets: pd.DataFrame, embedder: ModelSpec, nli: ModelSpec, batch_size: int) -> pd.DataFrame:
     """Per triplet: pairwise cosine similarities of T, D_c, D_a and NLI labels between them."""
     t, dc, da = (triplets[c].tolist() for c in ("neutral_prompt", "correct_description", "adversarial_description"))
     n = len(triplets)
     vectors = embed(t + dc + da, embedder, batch_size)
     vt, vc, va = vectors[:n], vectors[n : 2 * n], vectors[2 * n :]
-    probs = nli_probabilities(list(zip(t, dc)) + list(zip(t, da)) + list(zip(dc, da)) + list(zip(da, dc)), nli, batch_size)
+    probs = nli_probabilities(
+        [pair for a, b in ((t, dc), (t, da), (dc, da), (da, dc)) for pair in zip(a, b, strict=True)], nli, batch_size
+    )
     p_t_dc, p_t_da, p_dc_da, p_da_dc = (probs[i * n : (i + 1) * n] for i in range(4))
     both_ways = (p_dc_da + p_da_dc) / 2
     labels = np.array(NLI_LABELS)

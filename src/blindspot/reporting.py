@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from blindspot.io import write_text
 
-_LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\~{}", "^": r"\^{}", "<->": r"$\leftrightarrow$", "->": r"$\rightarrow$"}  # fmt: skip
+_LATEX_SPECIAL = {
+    "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\~{}", "^": r"\^{}",
+    "<->": r"$\leftrightarrow$", "->": r"$\rightarrow$",
+}  # fmt: skip
 
 
 def _cell(value: object, decimals: int) -> str:
@@ -20,10 +24,12 @@ def _cell(value: object, decimals: int) -> str:
     return str(value)
 
 
+_LATEX_PATTERN = re.compile("|".join(re.escape(k) for k in sorted(_LATEX_SPECIAL, key=len, reverse=True)))
+
+
 def latex_escape(text: str) -> str:
-    for raw, escaped in sorted(_LATEX_SPECIAL.items(), key=lambda kv: -len(kv[0])):
-        text = text.replace(raw, escaped)
-    return text
+    """Escape LaTeX specials in one pass (so escapes are never escaped again); arrows become math."""
+    return _LATEX_PATTERN.sub(lambda match: _LATEX_SPECIAL[match.group(0)], text)
 
 
 def to_markdown(table: pd.DataFrame, decimals: int = 3) -> str:
@@ -51,7 +57,9 @@ def to_latex(table: pd.DataFrame, caption: str, decimals: int = 3) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report_table(table: pd.DataFrame, csv: str | Path, markdown: str | Path, latex: str | Path, caption: str) -> None:
+def write_report_table(
+    table: pd.DataFrame, csv: str | Path, markdown: str | Path, latex: str | Path, caption: str
+) -> None:
     write_text(csv, table.to_csv(index=False))
     write_text(markdown, f"{caption}\n\n{to_markdown(table)}")
     write_text(latex, to_latex(table, caption))

@@ -45,7 +45,9 @@ def make_seeds(taxonomy: str, domain: str, n_seeds: int, seed: int, out: str) ->
     log.info("%s: %d seeds from %s", domain, len(seeds), taxonomy)
 
 
-def _write_shard(frame: pd.DataFrame, counters: dict[str, Any], schema: Any, out: str, counters_out: str, what: str) -> None:
+def _write_shard(
+    frame: pd.DataFrame, counters: dict[str, Any], schema: Any, out: str, counters_out: str, what: str
+) -> None:
     from blindspot.triplets import raise_if_all_failed
 
     log.info("%s: %s", what, json.dumps(counters))
@@ -62,7 +64,9 @@ def generate_triplets(
 
     stage = config["prompt_stage"]
     rows = read_table(seeds, tables.SEEDS).iloc[shard_slice(shard, config["shard_size"])]
-    engine = load_text_generator(model_spec(config, generator), seed=config["seed"] + int(shard), batch_size=stage["batch_size"])
+    engine = load_text_generator(
+        model_spec(config, generator), seed=config["seed"] + int(shard), batch_size=stage["batch_size"]
+    )
     frame, counters = generate(rows, engine, PromptTemplate.load(stage["generate_template"]))
     _write_shard(frame, counters, tables.RAW_TRIPLETS, out, counters_out, f"{domain}/{generator}/{shard}")
 
@@ -75,7 +79,9 @@ def judge_triplets(
     from blindspot.textgen import load_text_generator
 
     stage = config["prompt_stage"]
-    engine = load_text_generator(model_spec(config, judge), seed=config["seed"] + int(shard), batch_size=stage["batch_size"])
+    engine = load_text_generator(
+        model_spec(config, judge), seed=config["seed"] + int(shard), batch_size=stage["batch_size"]
+    )
     frame, counters = judge_all(
         read_table(triplets, tables.RAW_TRIPLETS),
         read_table(seeds, tables.SEEDS),

@@ -1,13 +1,11 @@
 # Parse-time work only: validate the config, constrain wildcards, define input functions.
-import os
 import sys
 import re
 from pathlib import Path
 
-# Jobs import the package from this checkout, in whatever env they run.
-_SRC = str(Path(workflow.basedir).parent / "src")
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p)
-sys.path.insert(0, _SRC)
+# The workflow imports the package from this checkout; jobs do too, through the link
+# workflow/scripts/blindspot -> src/blindspot (Snakemake puts a script's folder on sys.path).
+sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
 from blindspot.config import build_inputs, model_spec, resolved_recipe, validate_config
 from blindspot import targets
