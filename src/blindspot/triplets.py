@@ -19,7 +19,8 @@ from blindspot.textgen import TextGenerator
 TRIPLET_FIELDS = ("neutral_prompt", "correct_description", "adversarial_description")
 TRIPLET_JSON_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {name: {"type": "string"} for name in TRIPLET_FIELDS},
+    # Image prompts stay short: T2I text encoders (CLIP) read 77 tokens.
+    "properties": {name: {"type": "string", "minLength": 1, "maxLength": 300} for name in TRIPLET_FIELDS},
     "required": list(TRIPLET_FIELDS),
     "additionalProperties": False,
 }

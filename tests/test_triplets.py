@@ -1,0 +1,144 @@
+import copy
+import json
+
+import pandas as pd
+import pytest
+
+from blindspot import tables
+from blindspot.config import model_spec
+from blindspot.io import read_table, write_table
+from blindspot.prompts import PromptTemplate
+from blindspot.stages import generate_triplets as generate_stage
+from blindspot.taxonomy import sample_seeds
+from blindspot.textgen import load_text_generator
+from blindspot.triplets import (
+    FAILURE_REASONS,
+    TRIPLET_FIELDS,
+    ShardFailedError,
+    generate_triplets,
+    mentions,
+    validate_triplet,
+)
+
+from conftest import REPO
+
+SEED = {
+    "label": "bird",
+    "correct_instance": "penguin",
+    "adversarial_instance": "robin",
+    "correct_value": "exactly one",
+    "adversarial_value": "exactly three",
+}
+GOOD = {
+    "neutral_prompt": "A bird on a rock with exactly one branch behind it.",
+    "correct_description": "A penguin on a rock with exactly one branch behind it.",
+    "adversarial_description": "A robin on a rock with exactly three branches behind it.",
+}
+
+
+def output(**changes):
+    return json.dumps(GOOD | changes)
+
+
+def test_a_good_triplet_is_ok_and_normalised():
+    checked = validate_triplet(output(neutral_prompt="A  bird on a rock\nwith exactly one branch."), SEED)
+    assert (checked.status, checked.reason) == ("ok", "")
+    assert checked.fields["neutral_prompt"] == "A bird on a rock with exactly one branch."
+
+
+@pytest.mark.parametrize(
+    ("text", "status"),
+    [
+        ('{"neutral_prompt": "A bird', "invalid_json"),
+        ("[1, 2]", "invalid_json"),
+        (json.dumps({"neutral_prompt": "x", "correct_description": "y"}), "missing_field"),
+        (output(correct_description="   "), "missing_field"),
+        (output(adversarial_description=7), "missing_field"),
+        (output(neutral_prompt="A penguin on a rock with exactly one branch."), "instance_in_neutral_prompt"),
+        (output(neutral_prompt="An animal on a rock with exactly one branch."), "label_missing"),
+        (output(correct_description="A puffin on a rock with exactly one branch."), "wrong_instance"),
+        (output(correct_description="A penguin and a robin with exactly one branch."), "wrong_instance"),
+        (output(adversarial_description="A penguin with exactly three branches."), "wrong_instance"),
+        (output(neutral_prompt="A bird on a rock with two branches."), "knob_not_applied"),
+        (output(correct_description="A penguin on a rock with branches."), "knob_not_applied"),
+        (output(adversarial_description="A robin on a rock with exactly one branch."), "knob_not_applied"),
+    ],
+)
+def test_every_failure_is_kept_with_its_reason(text, status):
+    checked = validate_triplet(text, SEED)
+    assert checked.status == status
+    assert checked.status in FAILURE_REASONS
+    assert checked.reason
+    assert set(checked.fields) == set(TRIPLET_FIELDS)
+
+
+def test_mentions_matches_whole_words_and_plurals():
+    assert mentions("Two Penguins swim", "penguin")
+    assert mentions("a walking  stick insect", "walking stick insect")
+    assert mentions("a wealthy LGBTQ+ person", "LGBTQ+ person")
+    assert not mentions("a caterpillar", "cat")
+    assert not mentions("a bobcat", "cat")
+    assert not mentions("an e-scooter", "scooter")
+
+
+@pytest.fixture(scope="module")
+def objects_seeds():
+    return sample_seeds(REPO / "config" / "taxonomy" / "objects.yaml", "objects", 4, 3)
+
+
+@pytest.mark.slow
+def test_constrained_decoding_gives_schema_valid_json_even_from_random_weights(built_config, objects_seeds):
+    config = copy.deepcopy(built_config)
+    config["models"]["tiny-qwen2"]["generation"]["max_tokens"] = 1200  # room for three full-length fields
+    engine = load_text_generator(model_spec(config, "tiny-qwen2"), seed=1, batch_size=2)
+    template = PromptTemplate.load(REPO / built_config["prompt_stage"]["generate_template"])
+    frame, counters = generate_triplets(objects_seeds, engine, template)
+    assert len(frame) == counters["rows"] == 4
+    for raw in frame["raw_output"]:
+        assert set(json.loads(raw)) == set(TRIPLET_FIELDS)
+    assert "invalid_json" not in counters["failed"]
+    assert frame["template_version"].eq(template.version).all()
+    assert frame["model_id"].eq("built:tiny-qwen2").all()
+    assert json.loads(frame["sampling"][0])["seed"] == 1
+
+
+@pytest.mark.slow
+def test_a_real_small_llm_writes_valid_triplets(built_config, objects_seeds):
+    engine = load_text_generator(model_spec(built_config, "smollm2-135m"), seed=7, batch_size=4)
+    template = PromptTemplate.load(REPO / built_config["prompt_stage"]["generate_template"])
+    frame, counters = generate_triplets(objects_seeds, engine, template)
+    assert counters["ok"] >= 1
+    ok = frame[frame["status"] == "ok"]
+    seeds = objects_seeds.set_index("seed_id")
+    for row in ok.itertuples():
+        assert mentions(row.correct_description, seeds.loc[row.seed_id, "correct_instance"])
+
+
+@pytest.mark.slow
+def test_a_shard_where_everything_failed_is_an_error_and_writes_nothing(built_config, objects_seeds, tmp_path):
+    seeds_path = tmp_path / "seeds.parquet"
+    write_table(seeds_path, objects_seeds, tables.SEEDS)
+    config = built_config | {"shard_size": 2}
+    out, counters = tmp_path / "raw.parquet", tmp_path / "raw.counters.json"
+    # The random-weight model never names the subjects, so every row fails validation.
+    with pytest.raises(ShardFailedError, match="all 2 rows failed"):
+        generate_stage(config, "objects", "tiny-qwen2", "00001", str(seeds_path), str(out), str(counters))
+    assert not out.exists()
+    assert not counters.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seeds.parquet"]
+
+
+@pytest.mark.slow
+def test_generate_stage_writes_the_shard_table_and_counters(built_config, objects_seeds, tmp_path):
+    seeds_path = tmp_path / "seeds.parquet"
+    write_table(seeds_path, objects_seeds, tables.SEEDS)
+    out, counters = tmp_path / "raw.parquet", tmp_path / "raw.counters.json"
+    config = built_config | {"shard_size": 2}
+    generate_stage(config, "objects", "smollm2-135m", "00000", str(seeds_path), str(out), str(counters))
+    frame = read_table(out, tables.RAW_TRIPLETS)
+    assert list(frame["seed_id"]) == list(objects_seeds["seed_id"][:2])
+    written = json.loads(counters.read_text())
+    assert written["rows"] == 2
+    assert written["ok"] + sum(written["failed"].values()) == 2
+    assert "transformers" in written["provenance"]["packages"]
+    assert isinstance(frame, pd.DataFrame)
