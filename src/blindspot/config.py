@@ -85,6 +85,7 @@ class ModelSpec:
     max_model_len: int | None = None
     tokenizer_mode: str | None = None
     generation: dict[str, Any] = field(default_factory=dict)
+    engine_args: dict[str, Any] = field(default_factory=dict)
     build: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -112,6 +113,7 @@ def model_spec(config: dict[str, Any], name: str) -> ModelSpec:
         max_model_len=entry.get("max_model_len"),
         tokenizer_mode=entry.get("tokenizer_mode"),
         generation=entry.get("generation", {}),
+        engine_args=entry.get("engine_args", {}),
         build=entry.get("build", {}),
     )
 

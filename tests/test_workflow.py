@@ -1,0 +1,142 @@
+"""The workflow as users drive it: `snakemake -n` plans, config errors, the tiny preset end to end."""
+
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from blindspot import tables
+from blindspot.config import n_shards
+from blindspot.io import read_table
+from blindspot.targets import final_targets
+
+from conftest import REPO
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def snakemake(*args, cwd=REPO, check=True):
+    result = subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=1200)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    return result.stdout + result.stderr
+
+
+def planned_jobs(output: str) -> Counter:
+    """Job counts per rule from the dry-run's `Job stats` table."""
+    stats = output.split("Job stats:")[1].split("total")[0]
+    return Counter({m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, flags=re.MULTILINE)})
+
+
+def planned_outputs(output: str) -> list[str]:
+    return re.findall(r"^\s+output: (.+)$", output, flags=re.MULTILINE)
+
+
+def test_paper_dry_run_has_one_job_per_domain_model_and_shard(paper_config):
+    out = snakemake("-n", "--configfile", "config/config.yaml", "--quiet", "rules")
+    jobs = planned_jobs(out)
+    stage = paper_config["prompt_stage"]
+    shards = sum(n_shards(d["n_seeds"], paper_config["shard_size"]) for d in paper_config["domains"].values())
+    domains = len(paper_config["domains"])
+    assert jobs["make_seeds"] == domains
+    assert jobs["generate_triplets"] == shards * len(stage["generators"])
+    assert jobs["judge_triplets"] == shards * len(stage["generators"]) * len(stage["judges"])
+    assert jobs["accept_triplets"] == jobs["check_prompt_quality"] == domains
+    assert jobs["make_table1"] == 1
+    assert "build_model" not in jobs  # hub models are not built
+
+
+def planned_job_details(output: str) -> list[tuple[str, dict, dict]]:
+    """(rule, wildcards, resources) of every job in a dry-run's output."""
+    jobs = []
+    for block in re.split(r"^(?:local)?rule ", output, flags=re.MULTILINE)[1:]:
+        fields = {}
+        for key in ("wildcards", "resources"):
+            match = re.search(rf"^\s+{key}: (.+)$", block, flags=re.MULTILINE)
+            fields[key] = dict(kv.split("=", 1) for kv in match[1].split(", ")) if match else {}
+        jobs.append((block.split(":", 1)[0], fields["wildcards"], fields["resources"]))
+    return jobs
+
+
+def test_gpu_requests_come_from_the_registry(paper_config):
+    out = snakemake("-n", "--configfile", "config/config.yaml")
+    requested = {}
+    for rule, wildcards, resources in planned_job_details(out):
+        model = wildcards.get("judge") if rule == "judge_triplets" else wildcards.get("generator")
+        if rule in {"generate_triplets", "judge_triplets"}:
+            requested.setdefault(model, set()).add(int(resources["gpu"]))
+        elif rule != "all":
+            assert int(resources.get("gpu", 0)) == (1 if rule == "check_prompt_quality" else 0), rule
+    assert requested == {name: {entry["gpus"]} for name, entry in paper_config["models"].items() if name in requested}
+    assert requested["qwen2.5-32b-instruct"] == {2}
+    assert len(requested) == 5
+
+
+def test_a_wrong_config_key_stops_the_run_naming_it(tmp_path, paper_config):
+    paper_config["prompt_stage"]["judgez"] = paper_config["prompt_stage"].pop("judges")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(paper_config))
+    out = snakemake("-n", "--configfile", str(bad), check=False)
+    assert "config key 'prompt_stage.judgez'" in out or "config key 'prompt_stage.judges'" in out
+
+
+def test_final_targets_are_each_domain_and_table1(tiny_config):
+    targets = final_targets(tiny_config)
+    assert "results/tiny/animals/triplets.parquet" in targets
+    assert "results/tiny/tables/table1_prompt_quality.tex" in targets
+    assert len(targets) == len(tiny_config["domains"]) + 3
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """The README quick start, in a copy of the checkout: the tiny preset end to end."""
+    work = tmp_path_factory.mktemp("checkout")
+    for part in ("workflow", "config", "profiles", "src"):
+        shutil.copytree(REPO / part, work / part, symlinks=True)
+    (work / "resources").mkdir()
+    (work / "resources" / "downloads").symlink_to(REPO / "resources" / "downloads")
+    log = snakemake("--profile", "profiles/local", "-c2", cwd=work)
+    return work, log
+
+
+@pytest.mark.slow
+def test_tiny_preset_runs_the_prompt_stage_and_writes_table1(tiny_run, tiny_config):
+    work, _ = tiny_run
+    results = work / tiny_config["results_dir"]
+    table = pd.read_csv(results / "tables" / "table1_prompt_quality.csv").set_index("check")
+    assert list(table.columns) == ["group", "Animals", "Demography", "Objects", "Overall"]
+    assert table.loc["sim(T, D_c)"][["Animals", "Demography", "Objects", "Overall"]].between(-1, 1).all()
+    assert (results / "tables" / "table1_prompt_quality.md").read_text().count("|") > 20
+    assert r"\begin{tabular}" in (results / "tables" / "table1_prompt_quality.tex").read_text()
+    for domain in tiny_config["domains"]:
+        triplets = read_table(results / domain / "triplets.parquet", tables.TRIPLETS)
+        seeds = read_table(results / domain / "seeds.parquet", tables.SEEDS)
+        assert len(seeds) == tiny_config["domains"][domain]["n_seeds"]
+        assert triplets["seed_id"].isin(seeds["seed_id"]).all()
+        counters = yaml.safe_load((results / domain / "triplets.counters.json").read_text())
+        assert counters["accepted"] == len(triplets)
+        assert counters["generated"] == len(seeds) * len(tiny_config["prompt_stage"]["generators"])
+        assert table.loc["triplets", domain.capitalize()] == len(triplets)
+    # No temp file of an atomic write is left behind anywhere.
+    assert not [p for p in results.rglob(".*.tmp")]
+
+
+@pytest.mark.slow
+def test_editing_one_taxonomy_reruns_only_that_domain(tiny_run):
+    work, _ = tiny_run
+    assert "Nothing to be done" in snakemake("-n", cwd=work)
+    taxonomy = work / "config" / "taxonomy" / "animals.yaml"
+    taxonomy.write_text(taxonomy.read_text().replace("pine cone", "acorn"))
+    out = snakemake("-n", cwd=work)
+    outputs = planned_outputs(out)
+    per_domain = [o for o in outputs if "/tables/" not in o]
+    assert per_domain, out
+    assert all("/animals/" in o for o in per_domain), per_domain
+    assert planned_jobs(out)["make_table1"] == 1  # Table 1 pools all domains
+    assert planned_jobs(out)["make_seeds"] == 1
