@@ -2,14 +2,13 @@ import json
 
 import pandas as pd
 import pytest
+from conftest import REPO
 
 from blindspot.config import model_spec
 from blindspot.judging import JUDGE_REASONS, accept_unanimous, judge_triplets, parse_verdict
 from blindspot.prompts import PromptTemplate
 from blindspot.taxonomy import sample_seeds
 from blindspot.textgen import load_text_generator
-
-from conftest import REPO
 
 
 @pytest.mark.parametrize(

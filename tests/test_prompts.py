@@ -1,10 +1,9 @@
 import jinja2
 import pytest
+from conftest import REPO
 
 from blindspot.prompts import PromptTemplate
 from blindspot.taxonomy import enumerate_seeds, load_taxonomy
-
-from conftest import REPO
 
 
 def test_generate_template_renders_the_seed_into_chat_messages():

@@ -2,11 +2,10 @@ import copy
 
 import pytest
 import yaml
-
-from blindspot.config import ConfigError, check_schema, SCHEMA_DIR
-from blindspot.taxonomy import draft, enumerate_seeds, load_taxonomy, sample_seeds
-
 from conftest import REPO
+
+from blindspot.config import SCHEMA_DIR, ConfigError, check_schema
+from blindspot.taxonomy import draft, enumerate_seeds, load_taxonomy, sample_seeds
 
 DOMAINS = ("animals", "demography", "objects")
 

@@ -3,6 +3,7 @@ import json
 
 import pandas as pd
 import pytest
+from conftest import REPO
 
 from blindspot import tables
 from blindspot.config import model_spec
@@ -19,8 +20,6 @@ from blindspot.triplets import (
     mentions,
     validate_triplet,
 )
-
-from conftest import REPO
 
 SEED = {
     "label": "bird",

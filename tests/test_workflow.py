@@ -5,18 +5,16 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from conftest import REPO
 
 from blindspot import tables
 from blindspot.config import n_shards
 from blindspot.io import read_table
 from blindspot.targets import final_targets
-
-from conftest import REPO
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
