@@ -30,7 +30,7 @@ def built_config(tmp_path_factory) -> dict:
     config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
     config = copy.deepcopy(config)
     config["resources_dir"] = str(tmp_path_factory.mktemp("resources"))
-    for name, entry in config["models"].items():
+    for entry in config["models"].values():
         if "archive" in entry["build"]:
             entry["build"]["archive"] = str(REPO / entry["build"]["archive"])
     # Build order: models whose tokenizer others borrow come first.

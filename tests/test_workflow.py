@@ -81,7 +81,7 @@ def test_a_wrong_config_key_stops_the_run_naming_it(tmp_path, paper_config):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(paper_config))
     out = snakemake("-n", "--configfile", str(bad), check=False)
-    assert "config key 'prompt_stage.judgez'" in out or "config key 'prompt_stage.judges'" in out
+    assert "config key 'prompt_stage.judgez'" in out
 
 
 def test_final_targets_are_each_domain_and_table1(tiny_config):
@@ -122,7 +122,7 @@ def test_tiny_preset_runs_the_prompt_stage_and_writes_table1(tiny_run, tiny_conf
         assert counters["generated"] == len(seeds) * len(tiny_config["prompt_stage"]["generators"])
         assert table.loc["triplets", domain.capitalize()] == len(triplets)
     # No temp file of an atomic write is left behind anywhere.
-    assert not [p for p in results.rglob(".*.tmp")]
+    assert not list(results.rglob(".*.tmp"))
 
 
 @pytest.mark.slow
