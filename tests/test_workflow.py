@@ -138,3 +138,20 @@ def test_editing_one_taxonomy_reruns_only_that_domain(tiny_run):
     assert all("/animals/" in o for o in per_domain), per_domain
     assert planned_jobs(out)["make_table1"] == 1  # Table 1 pools all domains
     assert planned_jobs(out)["make_seeds"] == 1
+
+
+def test_another_configfile_replaces_the_tiny_default():
+    out = snakemake("-n", "--configfile", "config/config.yaml", "--", "resources/models/smollm2-135m", check=False)
+    assert "No rule to produce resources/models/smollm2-135m" in out
+
+
+def test_a_stage_runs_outside_snakemake(tmp_path):
+    out = tmp_path / "seeds.parquet"
+    subprocess.run(
+        [sys.executable, "-m", "blindspot.stages", "make_seeds", "--taxonomy", "config/taxonomy/objects.yaml",
+         "--domain", "objects", "--n-seeds", "5", "--seed", "1", "--out", str(out)],
+        cwd=REPO, check=True, capture_output=True,
+    )  # fmt: skip
+    seeds = read_table(out, tables.SEEDS)
+    assert len(seeds) == 5
+    assert set(seeds["domain"]) == {"objects"}
