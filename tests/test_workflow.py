@@ -104,7 +104,7 @@ def tiny_run(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_tiny_preset_runs_the_prompt_stage_and_writes_table1(tiny_run, tiny_config):
+def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     work, _ = tiny_run
     results = work / tiny_config["results_dir"]
     table = pd.read_csv(results / "tables" / "table1_prompt_quality.csv").set_index("check")
@@ -121,6 +121,12 @@ def test_tiny_preset_runs_the_prompt_stage_and_writes_table1(tiny_run, tiny_conf
         assert counters["accepted"] == len(triplets)
         assert counters["generated"] == len(seeds) * len(tiny_config["prompt_stage"]["generators"])
         assert table.loc["triplets", domain.capitalize()] == len(triplets)
+        renders = pd.concat(
+            [read_table(p, tables.RENDERS) for p in results.glob(f"{domain}/renders/*/*.parquet")], ignore_index=True
+        )
+        n_t2i = len(tiny_config["image_stage"]["t2i_models"])
+        assert len(renders) == 2 * len(triplets) * n_t2i * tiny_config["image_stage"]["images_per_description"]
+        assert all((work / path).exists() for path in renders["path"])
     # No temp file of an atomic write is left behind anywhere.
     assert not list(results.rglob(".*.tmp"))
 

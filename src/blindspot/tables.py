@@ -87,3 +87,23 @@ PROMPT_QUALITY = pa.schema(
         ("nli_model_id", _s),
     ]
 )
+
+RENDERS = pa.schema(
+    [
+        ("image_id", _s),  # hash of model, revision, description, seed and settings
+        ("triplet_id", _s),
+        ("role", _s),  # corr (rendered from D_c) or adv (from D_a)
+        ("description", _s),
+        ("t2i", _s),
+        ("model_id", _s),
+        ("model_revision", _s),
+        ("seed", pa.int64()),
+        ("steps", pa.int64()),
+        ("guidance", _f),
+        ("height", pa.int64()),
+        ("width", pa.int64()),
+        ("settings", _s),  # JSON of everything that decides the pixels
+        ("path", _s),
+        ("sha256", _s),
+    ]
+)

@@ -21,6 +21,9 @@ PATHS = {
     "triplet_counters": "{results}/{domain}/triplets.counters.json",
     "prompt_quality": "{results}/{domain}/prompt_quality.parquet",
     "table1": "{results}/tables/table1_prompt_quality.{ext}",
+    "images": "{results}/{domain}/images/{t2i}",
+    "renders": "{results}/{domain}/renders/{t2i}/{shard}.parquet",
+    "render_counters": "{results}/{domain}/renders/{t2i}/{shard}.counters.json",
     "log": "{results}/logs/{rule}/{job}.log",
     "benchmark": "{results}/benchmarks/{rule}/{job}.tsv",
 }
@@ -63,11 +66,21 @@ def judgment_targets(config: dict[str, Any], domain: str, kind: str = "judgments
     ]
 
 
+def render_targets(config: dict[str, Any], domain: str, kind: str = "renders") -> list[str]:
+    return [
+        path(config, kind, domain=domain, t2i=t2i, shard=shard)
+        for t2i in config["image_stage"]["t2i_models"]
+        for shard in domain_shards(config, domain)
+    ]
+
+
 def table1_targets(config: dict[str, Any]) -> list[str]:
     return [path(config, "table1", ext=ext) for ext in TABLE_FORMATS]
 
 
 def final_targets(config: dict[str, Any]) -> list[str]:
-    """What `rule all` builds: each domain's accepted triplets and Table 1."""
-    triplets = [path(config, "triplets", domain=domain) for domain in config["domains"]]
-    return triplets + table1_targets(config)
+    """What `rule all` builds: each domain's accepted triplets and renders, and Table 1."""
+    per_domain = []
+    for domain in config["domains"]:
+        per_domain += [path(config, "triplets", domain=domain), *render_targets(config, domain)]
+    return per_domain + table1_targets(config)

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from blindspot.tiny_diffusers import build_random_diffusers_pipeline
+
 log = logging.getLogger(__name__)
 
 
@@ -101,6 +103,7 @@ RECIPES: dict[str, Callable[[Path, Mapping[str, Any], int], None]] = {
     "random_causal_lm": build_random_causal_lm,
     "random_sequence_classifier": build_random_sequence_classifier,
     "packaged_sentence_transformer": build_packaged_sentence_transformer,
+    "random_diffusers_pipeline": build_random_diffusers_pipeline,
 }
 
 

@@ -24,6 +24,7 @@ wildcard_constraints:
     domain=_one_of(config["domains"]),
     generator=_one_of(STAGE["generators"]),
     judge=_one_of(STAGE["judges"]),
+    t2i=_one_of(config["image_stage"]["t2i_models"]),
     model=_one_of(BUILT_MODELS),
     shard=r"\d{5}",
 

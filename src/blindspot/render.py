@@ -1,0 +1,186 @@
+"""Render D_c and D_a of each accepted triplet with a text-to-image model, resumably.
+
+Every image is content-addressed: its id hashes the model, revision, description, seed and
+sampling settings, and it is written (atomically) next to a sidecar holding its sha256. A job
+that was killed or preempted finds every finished image on disk, checks it against its sidecar,
+and renders only what is missing or corrupt. Each image has its own seeded generator, so any
+image can be re-made alone from its row, whatever batch it was first rendered in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm import tqdm
+
+from blindspot.config import ModelSpec
+from blindspot.io import atomic_path, stable_id, write_text
+
+log = logging.getLogger(__name__)
+ROLES = {"corr": "correct_description", "adv": "adversarial_description"}
+
+
+@dataclass(frozen=True)
+class RenderJob:
+    image_id: str
+    triplet_id: str
+    role: str
+    description: str
+    seed: int
+    path: Path
+
+
+def render_settings(spec: ModelSpec) -> dict[str, Any]:
+    """What, besides the description and seed, decides the pixels."""
+    return {"pipeline": spec.pipeline, "dtype": spec.dtype, **spec.render}
+
+
+def image_seed(triplet_id: str, index: int, base_seed: int) -> int:
+    """One seed per triplet and image index, shared by I_corr and I_adv so both start from the
+    same noise and differ by their descriptions, not by luck."""
+    return int(stable_id(triplet_id, index, base_seed)[:8], 16)
+
+
+def plan_renders(
+    triplets: pd.DataFrame, spec: ModelSpec, images_dir: Path, n_per_description: int, base_seed: int
+) -> list[RenderJob]:
+    settings = render_settings(spec)
+    jobs = []
+    for triplet in triplets.itertuples(index=False):
+        for index in range(n_per_description):
+            seed = image_seed(triplet.triplet_id, index, base_seed)
+            for role, column in ROLES.items():
+                description = getattr(triplet, column)
+                image_id = stable_id(spec.model_id, spec.revision, description, seed, settings)
+                jobs.append(
+                    RenderJob(image_id, triplet.triplet_id, role, description, seed, images_dir / f"{image_id}.png")
+                )
+    return jobs
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_suffix(".sha256")
+
+
+def check_image(path: Path) -> str:
+    """'ok' when the image decodes and matches its recorded hash, else 'missing' or 'corrupt'."""
+    from PIL import Image
+
+    if not path.exists():
+        return "missing"
+    sidecar = _sidecar(path)
+    if not sidecar.exists() or sidecar.read_text().strip() != sha256_of(path):
+        return "corrupt"
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except OSError:
+        return "corrupt"
+    return "ok"
+
+
+def save_image(image: Any, path: Path) -> str:
+    """Write the PNG, then its hash; a kill between the two leaves an image that is re-rendered."""
+    with atomic_path(path) as tmp:
+        image.save(tmp, format="PNG")
+    digest = sha256_of(path)
+    write_text(_sidecar(path), digest + "\n")
+    return digest
+
+
+class DiffusersRenderer:
+    """A diffusers pipeline built once per job; renders batches with one generator per image."""
+
+    def __init__(self, spec: ModelSpec):
+        import diffusers
+        import torch
+
+        self.spec = spec
+        self.device = "cuda" if spec.gpus > 0 and torch.cuda.is_available() else "cpu"
+        pipeline_class = getattr(diffusers, spec.pipeline)
+        self.pipeline = pipeline_class.from_pretrained(
+            spec.path, revision=spec.revision, torch_dtype=getattr(torch, spec.dtype)
+        ).to(self.device)
+        self.pipeline.set_progress_bar_config(disable=True)
+
+    def render(self, descriptions: list[str], seeds: list[int]) -> list[Any]:
+        import torch
+
+        settings = self.spec.render
+        extra = {"max_sequence_length": settings["max_sequence_length"]} if "max_sequence_length" in settings else {}
+        with torch.inference_mode():
+            return self.pipeline(
+                prompt=descriptions,
+                num_inference_steps=settings["steps"],
+                guidance_scale=settings["guidance"],
+                height=settings["height"],
+                width=settings["width"],
+                generator=[torch.Generator(self.device).manual_seed(seed) for seed in seeds],
+                **extra,
+            ).images
+
+
+def render_triplets(
+    triplets: pd.DataFrame,
+    spec: ModelSpec,
+    images_dir: str | Path,
+    n_per_description: int,
+    base_seed: int,
+    batch_size: int,
+    renderer: DiffusersRenderer | None = None,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Render what is not on disk yet; return one row per image and the counters."""
+    started = time.monotonic()
+    jobs = plan_renders(triplets, spec, Path(images_dir), n_per_description, base_seed)
+    states = {job.image_id: check_image(job.path) for job in jobs}
+    pending = [job for job in jobs if states[job.image_id] != "ok"]
+    found = Counter(states.values())
+    log.info("%s: %d images, %d to render (on disk: %s)", spec.name, len(jobs), len(pending), dict(found))
+    if pending:
+        renderer = renderer or DiffusersRenderer(spec)
+        for start in tqdm(range(0, len(pending), batch_size), desc=f"render {spec.name}", unit="batch"):
+            batch = pending[start : start + batch_size]
+            images = renderer.render([job.description for job in batch], [job.seed for job in batch])
+            for job, image in zip(batch, images, strict=True):
+                save_image(image, job.path)
+    settings = spec.render
+    rows = [
+        {
+            "image_id": job.image_id,
+            "triplet_id": job.triplet_id,
+            "role": job.role,
+            "description": job.description,
+            "t2i": spec.name,
+            "model_id": spec.model_id,
+            "model_revision": spec.revision or "",
+            "seed": job.seed,
+            "steps": settings["steps"],
+            "guidance": float(settings["guidance"]),
+            "height": settings["height"],
+            "width": settings["width"],
+            "settings": json.dumps(render_settings(spec), sort_keys=True),
+            "path": str(job.path),
+            "sha256": sha256_of(job.path),
+        }
+        for job in jobs
+    ]
+    counters = {
+        "images": len(jobs),
+        "reused": found["ok"],
+        "rendered": len(pending),
+        "corrupt_rerendered": found["corrupt"],
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    return pd.DataFrame(rows), counters

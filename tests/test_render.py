@@ -1,0 +1,138 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO
+from PIL import Image
+
+from blindspot import tables
+from blindspot.config import model_spec
+from blindspot.io import read_table, write_table
+from blindspot.render import DiffusersRenderer, check_image, image_seed, plan_renders, render_triplets
+
+pytestmark = pytest.mark.slow
+
+
+def triplet_rows(n):
+    return pd.DataFrame(
+        {
+            "triplet_id": [f"t{i}" for i in range(n)],
+            "seed_id": [f"s{i}" for i in range(n)],
+            "correct_description": [f"a penguin on a rock with exactly {i + 1} stones" for i in range(n)],
+            "adversarial_description": [f"a robin on a rock with exactly {i + 2} stones" for i in range(n)],
+        }
+    )
+
+
+def test_plan_pairs_corr_and_adv_on_one_seed(tiny_config, tmp_path):
+    spec = model_spec(tiny_config, "tiny-flux")
+    jobs = plan_renders(triplet_rows(2), spec, tmp_path, n_per_description=2, base_seed=7)
+    assert len(jobs) == 2 * 2 * 2
+    assert len({job.image_id for job in jobs}) == len(jobs)
+    first = [job for job in jobs if job.triplet_id == "t0"]
+    assert {job.role for job in first} == {"corr", "adv"}
+    assert [job.seed for job in first if job.role == "corr"] == [job.seed for job in first if job.role == "adv"]
+    assert first[0].seed == image_seed("t0", 0, 7) != image_seed("t0", 1, 7)
+
+
+@pytest.mark.parametrize("t2i", ["tiny-flux", "tiny-sd3", "tiny-sana"])
+def test_every_architecture_renders_and_an_image_is_remade_alone_from_its_row(built_config, t2i, tmp_path):
+    spec = model_spec(built_config, t2i)
+    frame, counters = render_triplets(triplet_rows(2), spec, tmp_path / "a", 1, 7, batch_size=4)
+    assert counters["rendered"] == counters["images"] == 4
+    assert read_back_shapes(frame) == {(spec.render["height"], spec.render["width"], 3)}
+    # One image, alone, from the seed in its row: the same picture as in the batch of four, up to
+    # the float rounding that differs between batch sizes.
+    row = frame.iloc[3]
+    alone = np.asarray(DiffusersRenderer(spec).render([row["description"]], [int(row["seed"])])[0], dtype=int)
+    batched = np.asarray(Image.open(row["path"]).convert("RGB"), dtype=int)
+    assert np.abs(alone - batched).max() <= 2
+    other_seed = np.asarray(Image.open(frame["path"][0]).convert("RGB"), dtype=int)
+    assert np.abs(other_seed - batched).mean() > 5  # another seed is another image
+
+
+def read_back_shapes(frame):
+    return {np.asarray(Image.open(path)).shape for path in frame["path"]}
+
+
+def test_same_config_and_seeds_give_the_same_hashes(built_config, tmp_path):
+    spec = model_spec(built_config, "tiny-sd3")
+    first, _ = render_triplets(triplet_rows(2), spec, tmp_path / "a", 1, 7, batch_size=2)
+    second, _ = render_triplets(triplet_rows(2), spec, tmp_path / "b", 1, 7, batch_size=2)
+    assert list(first["sha256"]) == list(second["sha256"])
+    other_seed, _ = render_triplets(triplet_rows(2), spec, tmp_path / "c", 1, 8, batch_size=2)
+    assert set(other_seed["sha256"]).isdisjoint(first["sha256"])
+
+
+def test_a_corrupt_image_is_detected_rerendered_and_counted(built_config, tmp_path):
+    spec = model_spec(built_config, "tiny-flux")
+    first, _ = render_triplets(triplet_rows(2), spec, tmp_path, 1, 7, batch_size=4)
+    truncated = Path(first["path"][1])
+    original = np.asarray(Image.open(truncated).convert("RGB"), dtype=int)
+    with open(truncated, "r+b") as handle:
+        handle.truncate(100)
+    assert check_image(truncated) == "corrupt"
+    again, counters = render_triplets(triplet_rows(2), spec, tmp_path, 1, 7, batch_size=4)
+    assert counters == counters | {"reused": 3, "rendered": 1, "corrupt_rerendered": 1}
+    assert check_image(truncated) == "ok"
+    assert again.drop(columns="sha256").equals(first.drop(columns="sha256"))
+    assert (again["sha256"] == first["sha256"]).sum() >= 3
+    remade = np.asarray(Image.open(truncated).convert("RGB"), dtype=int)
+    assert np.abs(remade - original).max() <= 2  # rendered alone now, in a batch of four before
+
+
+def test_a_killed_render_resumes_without_redoing_finished_images(built_config, tmp_path):
+    config = dict(built_config) | {"shard_size": 8}
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump(config | {"image_stage": config["image_stage"] | {"render_batch_size": 1}})
+    )
+    triplets = triplet_rows(4).assign(
+        domain="animals", generator="g", subcategory="s", label="bird", qualifier="", correct_instance="penguin",
+        adversarial_instance="robin", scene="x", aux_element="stone", knob="count", correct_value="1",
+        adversarial_value="2", neutral_prompt="a bird", generator_model_id="m", generate_template_version="v",
+        judges="j",
+    )  # fmt: skip
+    write_table(tmp_path / "triplets.parquet", triplets[tables.TRIPLETS.names], tables.TRIPLETS)
+    seeds = pd.DataFrame({name: ["x"] * 4 for name in tables.SEEDS.names}).assign(
+        seed_id=triplets["seed_id"], sample_seed=0
+    )
+    write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
+
+    def command(run):
+        return [
+            sys.executable, "-m", "blindspot.stages", "render_images", "--config", str(tmp_path / "config.yaml"),
+            "--domain", "animals", "--t2i", "tiny-sana", "--shard", "00000",
+            "--triplets", str(tmp_path / "triplets.parquet"), "--seeds", str(tmp_path / "seeds.parquet"),
+            "--images-dir", str(tmp_path / run / "images"), "--out", str(tmp_path / run / "renders.parquet"),
+            "--counters-out", str(tmp_path / run / "counters.json"),
+        ]  # fmt: skip
+
+    subprocess.run(command("whole"), cwd=REPO, check=True, capture_output=True)
+    proc = subprocess.Popen(command("killed"), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    images = tmp_path / "killed" / "images"
+    deadline = time.monotonic() + 300
+    while len(list(images.glob("*.sha256"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = {p.stem: p.stat().st_mtime_ns for p in images.glob("*.png") if p.with_suffix(".sha256").exists()}
+    assert 3 <= len(finished) < 8
+    assert not (tmp_path / "killed" / "renders.parquet").exists()
+
+    subprocess.run(command("killed"), cwd=REPO, check=True, capture_output=True)
+    counters = json.loads((tmp_path / "killed" / "counters.json").read_text())
+    assert counters["reused"] >= len(finished)
+    assert counters["rendered"] == 8 - counters["reused"]
+    for stem, mtime in finished.items():
+        assert (images / f"{stem}.png").stat().st_mtime_ns == mtime  # not rendered again
+    whole = read_table(tmp_path / "whole" / "renders.parquet", tables.RENDERS).drop(columns="path")
+    resumed = read_table(tmp_path / "killed" / "renders.parquet", tables.RENDERS).drop(columns="path")
+    assert resumed.equals(whole)
