@@ -98,12 +98,109 @@ def build_packaged_sentence_transformer(out: Path, recipe: Mapping[str, Any], se
     shutil.copytree(Path(spec.origin).parent / recipe.get("subdir", "."), out)
 
 
+_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}{{ image_placeholder }}{% elif part['type'] == 'text' %}{{ part['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _qwen2_5_vl(tokenizer: Any) -> tuple[Any, Any]:
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        Qwen2VLImageProcessor,
+        Qwen2VLVideoProcessor,
+    )  # fmt: skip
+
+    tokens = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    tokenizer.add_special_tokens({"additional_special_tokens": tokens})
+    ids = dict(zip(("start", "end", "image", "video"), tokenizer.convert_tokens_to_ids(tokens), strict=True))
+    special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+               "pad_token_id": tokenizer.pad_token_id}  # fmt: skip
+    config = Qwen2_5_VLConfig(
+        text_config=dict(
+            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True,
+            rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, **special,
+        ),
+        vision_config={
+            "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
+            "patch_size": 14,
+            "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 56, "fullatt_block_indexes": [1],
+        },
+        image_token_id=ids["image"], video_token_id=ids["video"], vision_start_token_id=ids["start"],
+        vision_end_token_id=ids["end"], **special,
+    )  # fmt: skip
+    processor = Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=112 * 112),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(),
+        chat_template=_CHAT_TEMPLATE.replace("{{ image_placeholder }}", "<|vision_start|><|image_pad|><|vision_end|>"),
+    )
+    return Qwen2_5_VLForConditionalGeneration(config), processor
+
+
+def _internvl(tokenizer: Any) -> tuple[Any, Any]:
+    from transformers import (
+        AutoTokenizer,
+        GotOcr2ImageProcessor,
+        InternVLConfig,
+        InternVLForConditionalGeneration,
+        InternVLProcessor,
+        InternVLVideoProcessor,
+    )  # fmt: skip
+
+    extra = {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+             "video_token": "<video>"}  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer.name_or_path, extra_special_tokens=extra)
+    image_tokens = 4  # (56 / 14)^2 patches, halved twice by the pixel shuffle
+    config = InternVLConfig(
+        vision_config={
+            "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+            "image_size": [56, 56], "patch_size": [14, 14],
+        },
+        text_config={
+            "model_type": "qwen2", "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+            "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        },
+        image_token_id=tokenizer.context_image_token_id, image_seq_length=image_tokens,
+    )  # fmt: skip
+    processor = InternVLProcessor(
+        image_processor=GotOcr2ImageProcessor(size={"height": 56, "width": 56}, crop_to_patches=False),
+        tokenizer=tokenizer,
+        video_processor=InternVLVideoProcessor(),
+        image_seq_length=image_tokens,
+        chat_template=_CHAT_TEMPLATE.replace("{{ image_placeholder }}", "<IMG_CONTEXT>\n"),
+    )
+    return InternVLForConditionalGeneration(config), processor
+
+
+VISION_LANGUAGE_ARCHITECTURES = {"qwen2_5_vl": _qwen2_5_vl, "internvl": _internvl}
+
+
+def build_random_vision_language_model(out: Path, recipe: Mapping[str, Any], seed: int) -> None:
+    """A VLM of a real architecture (Qwen2.5-VL, InternVL3) with random weights, and its processor."""
+    import torch
+
+    torch.manual_seed(seed)
+    model, processor = VISION_LANGUAGE_ARCHITECTURES[recipe["architecture"]](_tokenizer(recipe["tokenizer_from"]))
+    model.eval().save_pretrained(out)
+    processor.save_pretrained(out)
+
+
 RECIPES: dict[str, Callable[[Path, Mapping[str, Any], int], None]] = {
     "gguf_causal_lm": build_gguf_causal_lm,
     "random_causal_lm": build_random_causal_lm,
     "random_sequence_classifier": build_random_sequence_classifier,
     "packaged_sentence_transformer": build_packaged_sentence_transformer,
     "random_diffusers_pipeline": build_random_diffusers_pipeline,
+    "random_vision_language_model": build_random_vision_language_model,
 }
 
 
