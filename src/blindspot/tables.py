@@ -107,3 +107,39 @@ RENDERS = pa.schema(
         ("sha256", _s),
     ]
 )
+
+VLM_SCORES = pa.schema(
+    [
+        ("image_id", _s),
+        ("triplet_id", _s),
+        ("role", _s),
+        ("t2i", _s),
+        ("vlm", _s),
+        ("model_id", _s),
+        ("model_revision", _s),
+        ("template_version", _s),
+        ("expected_score", _f),  # sum of k * P(k) over k = 1..10
+        ("argmax_score", pa.int64()),
+        ("valid_mass", _f),  # probability the model put on any answer 1..10
+        ("probabilities", pa.list_(_f)),  # P(1), ..., P(10), renormalised
+        ("text", _s),  # what the model wrote, greedy
+        ("text_score", pa.int64()),  # the score read from the text; null when there is none
+    ]
+)
+
+PAIRS = pa.schema(
+    [
+        ("pair_id", _s),  # hash of the two image ids
+        ("triplet_id", _s),
+        ("t2i", _s),
+        ("seed", pa.int64()),
+        ("corr_image_id", _s),
+        ("corr_path", _s),
+        ("adv_image_id", _s),
+        ("adv_path", _s),
+        ("vlm_scores", _s),  # JSON: {vlm: {"corr": score, "adv": score}}
+        ("min_corr_score", _f),
+        ("min_adv_score", _f),
+        ("kept", pa.bool_()),
+    ]
+)

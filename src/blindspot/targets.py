@@ -24,6 +24,10 @@ PATHS = {
     "images": "{results}/{domain}/images/{t2i}",
     "renders": "{results}/{domain}/renders/{t2i}/{shard}.parquet",
     "render_counters": "{results}/{domain}/renders/{t2i}/{shard}.counters.json",
+    "vlm_scores": "{results}/{domain}/vlm_scores/{t2i}/{vlm}/{shard}.parquet",
+    "vlm_score_counters": "{results}/{domain}/vlm_scores/{t2i}/{vlm}/{shard}.counters.json",
+    "pairs": "{results}/{domain}/pairs.parquet",
+    "pair_counters": "{results}/{domain}/pairs.counters.json",
     "log": "{results}/logs/{rule}/{job}.log",
     "benchmark": "{results}/benchmarks/{rule}/{job}.tsv",
 }
@@ -74,13 +78,20 @@ def render_targets(config: dict[str, Any], domain: str, kind: str = "renders") -
     ]
 
 
+def vlm_score_targets(config: dict[str, Any], domain: str) -> list[str]:
+    stage = config["image_stage"]
+    return [
+        path(config, "vlm_scores", domain=domain, t2i=t2i, vlm=vlm, shard=shard)
+        for t2i in stage["t2i_models"]
+        for vlm in stage["vlms"]
+        for shard in domain_shards(config, domain)
+    ]
+
+
 def table1_targets(config: dict[str, Any]) -> list[str]:
     return [path(config, "table1", ext=ext) for ext in TABLE_FORMATS]
 
 
 def final_targets(config: dict[str, Any]) -> list[str]:
-    """What `rule all` builds: each domain's accepted triplets and renders, and Table 1."""
-    per_domain = []
-    for domain in config["domains"]:
-        per_domain += [path(config, "triplets", domain=domain), *render_targets(config, domain)]
-    return per_domain + table1_targets(config)
+    """What `rule all` builds: each domain's judged image pairs, and Table 1."""
+    return [path(config, "pairs", domain=domain) for domain in config["domains"]] + table1_targets(config)

@@ -25,6 +25,7 @@ wildcard_constraints:
     generator=_one_of(STAGE["generators"]),
     judge=_one_of(STAGE["judges"]),
     t2i=_one_of(config["image_stage"]["t2i_models"]),
+    vlm=_one_of(config["image_stage"]["vlms"]),
     model=_one_of(BUILT_MODELS),
     shard=r"\d{5}",
 

@@ -24,3 +24,47 @@ rule render_images:
         "../envs/t2i.yaml"
     script:
         "../scripts/render_images.py"
+
+
+rule judge_images:
+    input:
+        renders=P("renders"),
+        model=get_role_model_input("vlm"),
+        template=config["image_stage"]["judge_template"],
+    output:
+        scores=P("vlm_scores"),
+        counters=P("vlm_score_counters"),
+    params:
+        model=get_model_params("vlm"),
+        batch_size=config["image_stage"]["judge_batch_size"],
+    log:
+        LOG("judge_images", "{domain}/{t2i}/{vlm}/{shard}"),
+    benchmark:
+        BENCH("judge_images", "{domain}/{t2i}/{vlm}/{shard}")
+    resources:
+        gpu=get_gpus("vlm"),
+    conda:
+        "../envs/vlm.yaml"
+    script:
+        "../scripts/judge_images.py"
+
+
+rule keep_consensus_pairs:
+    input:
+        renders=lambda wildcards: targets.render_targets(config, wildcards.domain),
+        scores=lambda wildcards: targets.vlm_score_targets(config, wildcards.domain),
+    output:
+        pairs=P("pairs"),
+        counters=P("pair_counters"),
+    params:
+        vlms=config["image_stage"]["vlms"],
+        threshold=config["image_stage"]["consensus_threshold"],
+        score=config["image_stage"]["consensus_score"],
+    log:
+        LOG("keep_consensus_pairs", "{domain}"),
+    resources:
+        gpu=0,
+    conda:
+        "../envs/base.yaml"
+    script:
+        "../scripts/keep_consensus_pairs.py"

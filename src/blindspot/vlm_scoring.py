@@ -1,0 +1,178 @@
+"""Score an image against its own description with a VLM, 1 to 10, from the next-token distribution.
+
+The score never depends on parsing luck: the model's probability of each answer "1".."10" is read
+from its logits (expected value and argmax), and the generated text is kept beside it. Tokenizers
+differ on "10": Qwen-style ones split digits ("1", "0"), others have one token. Both are handled:
+a two-token "10" takes P("1") x P("0" | "1"), and then "1" alone takes P("1") x (1 - P("0" | "1")).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from blindspot.config import ModelSpec
+from blindspot.prompts import PromptTemplate
+
+log = logging.getLogger(__name__)
+SCORES = tuple(range(1, 11))
+
+
+@dataclass(frozen=True)
+class ScoreTokens:
+    """Token ids of the answers "1".."10" for one tokenizer."""
+
+    single: dict[int, int]  # score -> its token, for every single-token answer
+    ten_after_one: int | None  # the token that follows "1" to make "10", when "10" is two tokens
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any) -> ScoreTokens:
+        single, ten_after_one = {}, None
+        one = tokenizer.encode("1", add_special_tokens=False)
+        for score in SCORES:
+            ids = tokenizer.encode(str(score), add_special_tokens=False)
+            if len(ids) == 1:
+                single[score] = ids[0]
+            elif score == 10 and len(ids) == 2 and ids[:1] == one:
+                ten_after_one = ids[1]
+            else:
+                raise ValueError(f"cannot score with this tokenizer: '{score}' is tokens {ids}")
+        if 10 not in single and ten_after_one is None:
+            raise ValueError("cannot score with this tokenizer: no way to read '10'")
+        return cls(single, ten_after_one)
+
+
+def score_distribution(first: np.ndarray, after_one: np.ndarray, tokens: ScoreTokens) -> tuple[np.ndarray, float]:
+    """P(score) over 1..10 from log-probabilities of the first answer token (`first`) and of the
+    token after "1" (`after_one`); also the probability mass the model put on valid answers."""
+    p_first, p_after_one = np.exp(first), np.exp(after_one)
+    mass = np.array([p_first[tokens.single[s]] if s in tokens.single else 0.0 for s in SCORES])
+    if tokens.ten_after_one is not None:
+        p_zero = p_after_one[tokens.ten_after_one]
+        mass[9] += mass[0] * p_zero
+        mass[0] *= 1.0 - p_zero
+    total = float(mass.sum())
+    if total <= 0 or not math.isfinite(total):
+        return np.full(len(SCORES), 1.0 / len(SCORES)), 0.0
+    return mass / total, total
+
+
+def summarise(probabilities: np.ndarray) -> tuple[float, int]:
+    """(expected score, most probable score)."""
+    return float(np.dot(probabilities, SCORES)), int(SCORES[int(np.argmax(probabilities))])
+
+
+_TEXT_SCORE = re.compile(r"(?<!\d)(10|[1-9])(?!\d)")
+
+
+def text_score(text: str) -> int | None:
+    """The first score 1..10 written in `text`, if any (kept for comparison, never relied on)."""
+    match = _TEXT_SCORE.search(text)
+    return int(match[1]) if match else None
+
+
+class TransformersVLMScorer:
+    """A VLM through transformers (AutoModelForImageTextToText), built once per job."""
+
+    def __init__(self, spec: ModelSpec, batch_size: int, max_new_tokens: int = 8):
+        import torch
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        self.spec = spec
+        self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
+        self.device = "cuda" if spec.gpus > 0 and torch.cuda.is_available() else "cpu"
+        self.processor = AutoProcessor.from_pretrained(
+            spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+        )
+        self.processor.tokenizer.padding_side = "left"
+        # A model that needs several GPUs is spread over them; one that fits goes to one device.
+        placement = {"device_map": "auto"} if spec.gpus > 1 else {}
+        self.model = AutoModelForImageTextToText.from_pretrained(
+            spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code,
+            dtype=getattr(torch, spec.dtype), **placement,
+        )  # fmt: skip
+        if not placement:
+            self.model.to(self.device)
+        self.device = self.model.device
+        self.model.eval()
+        self.tokens = ScoreTokens.from_tokenizer(self.processor.tokenizer)
+        self.one = self.processor.tokenizer.encode("1", add_special_tokens=False)[0]
+
+    def _inputs(self, conversations: list[list[dict]], images: list[Any], suffix: str) -> Any:
+        texts = [self.processor.apply_chat_template(c, add_generation_prompt=True) + suffix for c in conversations]
+        return self.processor(text=texts, images=images, return_tensors="pt", padding=True).to(self.device)
+
+    def score(self, conversations: list[list[dict]], images: list[Any]) -> list[dict[str, Any]]:
+        import torch
+
+        results = []
+        for start in tqdm(range(0, len(images), self.batch_size), desc=f"judge {self.spec.name}", unit="batch"):
+            batch_conv, batch_images = (
+                conversations[start : start + self.batch_size],
+                images[start : start + self.batch_size],
+            )
+            # One pass over prompt + "1" gives both the first answer token and what follows "1".
+            with_one = self._inputs(batch_conv, batch_images, "1")
+            if not bool((with_one["input_ids"][:, -1] == self.one).all()):
+                raise ValueError(f"{self.spec.name}: the chat template's answer position does not tokenize '1' alone")
+            with torch.inference_mode():
+                logprobs = torch.log_softmax(self.model(**with_one).logits[:, -2:].float(), dim=-1).cpu().numpy()
+                prompt = self._inputs(batch_conv, batch_images, "")
+                generated = self.model.generate(**prompt, max_new_tokens=self.max_new_tokens, do_sample=False)
+            texts = self.processor.batch_decode(generated[:, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
+            for row, text in zip(logprobs, texts, strict=True):
+                probabilities, mass = score_distribution(row[0], row[1], self.tokens)
+                expected, best = summarise(probabilities)
+                results.append(
+                    {"expected_score": expected, "argmax_score": best, "valid_mass": mass,
+                     "probabilities": probabilities.tolist(), "text": text.strip(), "text_score": text_score(text)}
+                )  # fmt: skip
+        return results
+
+
+def judge_images(
+    renders: pd.DataFrame, scorer: TransformersVLMScorer, template: PromptTemplate
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Score each image against its own description only (I_corr with D_c, I_adv with D_a)."""
+    from PIL import Image
+
+    started = time.monotonic()
+    records = renders.to_dict("records")
+    conversations = []
+    for record in records:
+        system, user = template.render(description=record["description"])
+        conversations.append(
+            [{"role": "system", "content": system["content"]},
+             {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user["content"]}]}]
+        )  # fmt: skip
+    images = [Image.open(record["path"]).convert("RGB") for record in records]
+    scores = scorer.score(conversations, images)
+    spec = scorer.spec
+    frame = pd.DataFrame(
+        [
+            {
+                "image_id": record["image_id"], "triplet_id": record["triplet_id"], "role": record["role"],
+                "t2i": record["t2i"], "vlm": spec.name, "model_id": spec.model_id,
+                "model_revision": spec.revision or "", "template_version": template.version, **score,
+            }
+            for record, score in zip(records, scores, strict=True)
+        ]
+    )  # fmt: skip
+    parsed = frame["text_score"].notna() if len(frame) else pd.Series(dtype=bool)
+    counters = {
+        "images": len(frame),
+        "mean_expected_score": round(float(frame["expected_score"].mean()), 4) if len(frame) else None,
+        "text_unparsed": int((~parsed).sum()),
+        "text_disagrees_with_argmax": int((parsed & (frame.get("text_score") != frame.get("argmax_score"))).sum()),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    return frame, counters

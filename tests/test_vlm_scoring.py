@@ -1,0 +1,109 @@
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import REPO
+
+from blindspot.config import model_spec
+from blindspot.prompts import PromptTemplate
+from blindspot.vlm_scoring import (
+    SCORES,
+    ScoreTokens,
+    TransformersVLMScorer,
+    judge_images,
+    score_distribution,
+    summarise,
+    text_score,
+)
+
+VOCAB = 20
+
+
+def logprobs(probabilities: dict[int, float]) -> np.ndarray:
+    """Log-probabilities over a 20-token vocabulary; the rest of the mass goes to token 19."""
+    p = np.zeros(VOCAB)
+    for token, value in probabilities.items():
+        p[token] = value
+    p[19] += 1 - p.sum()
+    with np.errstate(divide="ignore"):
+        return np.log(p)
+
+
+# Tokens 1..9 are the digits "1".."9", token 0 is "0", token 10 is a single-token "10".
+SPLIT_TEN = ScoreTokens(single={k: k for k in range(1, 10)}, ten_after_one=0)
+SINGLE_TEN = ScoreTokens(single={k: k for k in range(1, 11)}, ten_after_one=None)
+
+
+def test_split_digit_tokenizers_share_the_mass_of_one_between_one_and_ten():
+    first = logprobs({1: 0.5, 8: 0.25})
+    after_one = logprobs({0: 0.6})  # "1" is followed by "0" 60% of the time
+    probabilities, mass = score_distribution(first, after_one, SPLIT_TEN)
+    expected = np.zeros(10)
+    expected[0], expected[9], expected[7] = 0.5 * 0.4, 0.5 * 0.6, 0.25
+    assert mass == pytest.approx(0.75)
+    assert probabilities == pytest.approx(expected / 0.75)
+    value, best = summarise(probabilities)
+    assert value == pytest.approx((1 * 0.2 + 10 * 0.3 + 8 * 0.25) / 0.75)
+    assert best == 10
+
+
+def test_single_token_ten_is_read_directly():
+    first = logprobs({10: 0.3, 9: 0.1, 1: 0.1})
+    probabilities, mass = score_distribution(first, logprobs({0: 0.9}), SINGLE_TEN)
+    assert mass == pytest.approx(0.5)
+    assert probabilities[9] == pytest.approx(0.6)
+    assert probabilities[0] == pytest.approx(0.2)  # no "1" -> "10" correction with a single-token ten
+    assert summarise(probabilities)[1] == 10
+
+
+def test_no_mass_on_any_score_gives_a_uniform_distribution_and_zero_mass():
+    probabilities, mass = score_distribution(logprobs({}), logprobs({}), SPLIT_TEN)
+    assert mass == 0.0
+    assert probabilities == pytest.approx(np.full(10, 0.1))
+    assert summarise(probabilities)[0] == pytest.approx(5.5)
+
+
+def test_score_tokens_from_real_tokenizers(built_config):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_spec(built_config, "smollm2-135m").path)
+    tokens = ScoreTokens.from_tokenizer(tokenizer)
+    assert set(tokens.single) == set(range(1, 10))  # SmolLM2 splits digits, as Qwen does
+    assert tokenizer.decode([tokens.ten_after_one]) == "0"
+
+
+@pytest.mark.parametrize(
+    ("text", "score"),
+    [("8", 8), ("Score: 10.", 10), ("I'd say 7/10", 7), ("100 percent", None), ("no digits", None), ("(3)", 3)],
+)
+def test_text_score(text, score):
+    assert text_score(text) == score
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("vlm", ["tiny-qwen2.5-vl", "tiny-internvl3"])
+def test_a_tiny_vlm_scores_images_against_their_descriptions(built_config, vlm, tmp_path):
+    from PIL import Image
+
+    paths = []
+    for i in range(3):
+        path = tmp_path / f"{i}.png"
+        Image.fromarray(np.full((96, 96, 3), 40 * i, dtype=np.uint8)).save(path)
+        paths.append(str(path))
+    renders = pd.DataFrame(
+        {"image_id": ["a", "b", "c"], "triplet_id": ["t", "t", "u"], "role": ["corr", "adv", "corr"],
+         "t2i": "tiny-flux", "description": ["a penguin", "a robin", "a tuk-tuk"], "path": paths}
+    )  # fmt: skip
+    template = PromptTemplate.load(REPO / built_config["image_stage"]["judge_template"])
+    scorer = TransformersVLMScorer(model_spec(built_config, vlm), batch_size=2)
+    frame, counters = judge_images(renders, scorer, template)
+    assert list(frame["image_id"]) == ["a", "b", "c"]
+    for row in frame.itertuples():
+        assert sum(row.probabilities) == pytest.approx(1.0)
+        assert 1 <= row.expected_score <= 10
+        assert row.argmax_score == SCORES[int(np.argmax(row.probabilities))]
+        assert 0 < row.valid_mass <= 1
+        assert pd.isna(row.text_score) or row.text_score in SCORES
+    assert counters["images"] == 3
+    # The same image and description score the same, whatever else is in the batch.
+    alone, _ = judge_images(renders.iloc[[2]], scorer, template)
+    assert alone["expected_score"].iloc[0] == pytest.approx(frame["expected_score"].iloc[2], abs=1e-4)
