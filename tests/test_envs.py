@@ -15,6 +15,7 @@ LOCKS = {
     "nlp": "test.txt",
     "t2i": "test.txt",
     "vlm": "test.txt",
+    "iqa": "test.txt",
     "llm": "vllm.txt",
 }
 # The cluster installs vLLM's CUDA build under its own name; here its CPU build is tested.

@@ -47,7 +47,12 @@ def test_paper_dry_run_has_one_job_per_domain_model_and_shard(paper_config):
     assert jobs["judge_triplets"] == shards * len(stage["generators"]) * len(stage["judges"])
     assert jobs["accept_triplets"] == jobs["check_prompt_quality"] == domains
     assert jobs["make_table1"] == 1
-    assert "build_model" not in jobs  # hub models are not built
+    stage = paper_config["image_stage"]
+    assert jobs["render_images"] == shards * len(stage["t2i_models"])
+    assert jobs["judge_images"] == shards * len(stage["t2i_models"]) * len(stage["vlms"])
+    assert jobs["keep_consensus_pairs"] == domains
+    assert jobs["measure_image_quality"] == shards
+    assert jobs["build_model"] == 1  # only NIQE's parameters are built; every other model comes from its id
 
 
 def planned_job_details(output: str) -> list[tuple[str, dict, dict]]:
@@ -62,18 +67,25 @@ def planned_job_details(output: str) -> list[tuple[str, dict, dict]]:
     return jobs
 
 
+MODEL_WILDCARDS = {"generate_triplets": "generator", "judge_triplets": "judge", "render_images": "t2i",
+                   "judge_images": "vlm"}  # fmt: skip
+
+
 def test_gpu_requests_come_from_the_registry(paper_config):
     out = snakemake("-n", "--configfile", "config/config.yaml")
     requested = {}
     for rule, wildcards, resources in planned_job_details(out):
-        model = wildcards.get("judge") if rule == "judge_triplets" else wildcards.get("generator")
-        if rule in {"generate_triplets", "judge_triplets"}:
+        if rule in MODEL_WILDCARDS:
+            model = wildcards[MODEL_WILDCARDS[rule]]
             requested.setdefault(model, set()).add(int(resources["gpu"]))
+        elif rule in {"check_prompt_quality", "measure_image_quality"}:
+            assert int(resources["gpu"]) == 1, rule  # the largest GPU need among the stage's models
         elif rule != "all":
-            assert int(resources.get("gpu", 0)) == (1 if rule == "check_prompt_quality" else 0), rule
-    assert requested == {name: {entry["gpus"]} for name, entry in paper_config["models"].items() if name in requested}
+            assert int(resources.get("gpu", 0)) == 0, rule
+    assert requested == {name: {paper_config["models"][name]["gpus"]} for name in requested}
     assert requested["qwen2.5-32b-instruct"] == {2}
-    assert len(requested) == 5
+    assert requested["flux.1-schnell"] == {1}
+    assert len(requested) == 5 + 3 + 2  # generators and judges, T2I models, VLMs
 
 
 def test_a_wrong_config_key_stops_the_run_naming_it(tmp_path, paper_config):
@@ -84,11 +96,12 @@ def test_a_wrong_config_key_stops_the_run_naming_it(tmp_path, paper_config):
     assert "config key 'prompt_stage.judgez'" in out
 
 
-def test_final_targets_are_each_domain_and_table1(tiny_config):
+def test_final_targets_are_each_domains_pairs_and_the_tables(tiny_config):
     targets = final_targets(tiny_config)
-    assert "results/tiny/animals/triplets.parquet" in targets
+    assert "results/tiny/animals/pairs.parquet" in targets
     assert "results/tiny/tables/table1_prompt_quality.tex" in targets
-    assert len(targets) == len(tiny_config["domains"]) + 3
+    assert "results/tiny/tables/table2_image_quality.md" in targets
+    assert len(targets) == len(tiny_config["domains"]) + 2 * 3
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +149,9 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
         pair_counters = yaml.safe_load((results / domain / "pairs.counters.json").read_text())
         assert pair_counters["pairs_in"] == len(pairs)
         assert pair_counters["pairs_kept"] == int(pairs["kept"].sum())
+    table2 = pd.read_csv(results / "tables" / "table2_image_quality.csv")
+    assert len(table2) == len(tiny_config["image_stage"]["iqa_metrics"])
+    assert table2["Pairs"].eq(sum(table.loc["triplets", d.capitalize()] for d in tiny_config["domains"]) * 3).all()
     # No temp file of an atomic write is left behind anywhere.
     assert not list(results.rglob(".*.tmp"))
 

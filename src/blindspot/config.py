@@ -20,6 +20,7 @@ MODEL_ROLES = {
     ("prompt_stage", "nli_model"): ("transformers",),
     ("image_stage", "t2i_models"): ("diffusers",),
     ("image_stage", "vlms"): ("transformers",),
+    ("image_stage", "iqa_metrics"): ("pyiqa",),
 }
 
 
@@ -92,6 +93,7 @@ class ModelSpec:
     pipeline: str | None = None
     render: dict[str, Any] = field(default_factory=dict)
     licence: str | None = None
+    metric: str | None = None
     build: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -123,6 +125,7 @@ def model_spec(config: dict[str, Any], name: str) -> ModelSpec:
         pipeline=entry.get("pipeline"),
         render=entry.get("render", {}),
         licence=entry.get("licence"),
+        metric=entry.get("metric"),
         build=entry.get("build", {}),
     )
 

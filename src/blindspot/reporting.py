@@ -40,7 +40,7 @@ def to_markdown(table: pd.DataFrame, decimals: int = 3) -> str:
 
 
 def to_latex(table: pd.DataFrame, caption: str, decimals: int = 3) -> str:
-    spec = "l" * 2 + "r" * (len(table.columns) - 2)
+    spec = "".join("r" if pd.api.types.is_numeric_dtype(table[c]) else "l" for c in table.columns)
     lines = [
         r"\begin{table}[t]",
         r"\centering",

@@ -121,6 +121,7 @@ def check_prompt_quality(config: dict[str, Any], triplets: str, out: str) -> Non
 
 
 def make_table1(quality: Sequence[str], csv: str, markdown: str, latex: str) -> None:
+    """Table 1 from every domain's prompt-quality table."""
     from blindspot.quality import table1
     from blindspot.reporting import write_report_table
 
@@ -193,6 +194,32 @@ def keep_consensus_pairs(
     write_table(out, pairs, tables.PAIRS)
 
 
+def measure_image_quality(config: dict[str, Any], shard: str, pairs: str, triplets: str, seeds: str, out: str) -> None:
+    """MUSIQ, NIQE (or whatever `iqa_metrics` names) on both images of each kept pair of one shard."""
+    from blindspot.iqa import PyiqaMetric, measure_pairs
+
+    stage = config["image_stage"]
+    shard_seeds = read_table(seeds, tables.SEEDS)["seed_id"].iloc[shard_slice(shard, config["shard_size"])]
+    accepted = read_table(triplets, tables.TRIPLETS)
+    in_shard = accepted.loc[accepted["seed_id"].isin(shard_seeds), "triplet_id"]
+    kept = read_table(pairs, tables.PAIRS)
+    kept = kept[kept["kept"] & kept["triplet_id"].isin(in_shard)]
+    frames = [
+        measure_pairs(kept, PyiqaMetric(model_spec(config, name), stage["iqa_batch_size"]))
+        for name in stage["iqa_metrics"]
+    ]
+    write_table(out, pd.concat(frames, ignore_index=True), tables.IMAGE_QUALITY)
+
+
+def make_table2(quality: Sequence[str], csv: str, markdown: str, latex: str) -> None:
+    from blindspot.iqa import table2
+    from blindspot.reporting import write_report_table
+
+    frame = pd.concat([read_table(p, tables.IMAGE_QUALITY) for p in quality], ignore_index=True)
+    caption = "Table 2: no-reference image quality of I_corr and I_adv over all kept pairs."
+    write_report_table(table2(frame), csv, markdown, latex, caption=caption)
+
+
 def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
     from blindspot.tiny_models import build_model as build
 
@@ -201,7 +228,7 @@ def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
 
 STEPS = {f.__name__: f for f in (make_seeds, generate_triplets, judge_triplets, accept_triplets,
                                  check_prompt_quality, make_table1, render_images, judge_images,
-                                 keep_consensus_pairs, build_model)}  # fmt: skip
+                                 keep_consensus_pairs, measure_image_quality, make_table2, build_model)}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> None:

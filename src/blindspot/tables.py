@@ -143,3 +143,14 @@ PAIRS = pa.schema(
         ("kept", pa.bool_()),
     ]
 )
+
+IMAGE_QUALITY = pa.schema(
+    [
+        ("pair_id", _s),
+        ("t2i", _s),
+        ("metric", _s),  # registry name of the pyiqa metric
+        ("higher_is_better", pa.bool_()),
+        ("corr_score", _f),
+        ("adv_score", _f),
+    ]
+)

@@ -28,6 +28,8 @@ PATHS = {
     "vlm_score_counters": "{results}/{domain}/vlm_scores/{t2i}/{vlm}/{shard}.counters.json",
     "pairs": "{results}/{domain}/pairs.parquet",
     "pair_counters": "{results}/{domain}/pairs.counters.json",
+    "image_quality": "{results}/{domain}/image_quality/{shard}.parquet",
+    "table2": "{results}/tables/table2_image_quality.{ext}",
     "log": "{results}/logs/{rule}/{job}.log",
     "benchmark": "{results}/benchmarks/{rule}/{job}.tsv",
 }
@@ -88,10 +90,19 @@ def vlm_score_targets(config: dict[str, Any], domain: str) -> list[str]:
     ]
 
 
-def table1_targets(config: dict[str, Any]) -> list[str]:
-    return [path(config, "table1", ext=ext) for ext in TABLE_FORMATS]
+def image_quality_targets(config: dict[str, Any]) -> list[str]:
+    return [
+        path(config, "image_quality", domain=domain, shard=shard)
+        for domain in config["domains"]
+        for shard in domain_shards(config, domain)
+    ]
+
+
+def table_targets(config: dict[str, Any], kind: str) -> list[str]:
+    return [path(config, kind, ext=ext) for ext in TABLE_FORMATS]
 
 
 def final_targets(config: dict[str, Any]) -> list[str]:
-    """What `rule all` builds: each domain's judged image pairs, and Table 1."""
-    return [path(config, "pairs", domain=domain) for domain in config["domains"]] + table1_targets(config)
+    """What `rule all` builds: each domain's judged image pairs, and Tables 1 and 2."""
+    pairs = [path(config, "pairs", domain=domain) for domain in config["domains"]]
+    return pairs + table_targets(config, "table1") + table_targets(config, "table2")

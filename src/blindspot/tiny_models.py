@@ -194,6 +194,36 @@ def build_random_vision_language_model(out: Path, recipe: Mapping[str, Any], see
     processor.save_pretrained(out)
 
 
+def build_random_pyiqa_weights(out: Path, recipe: Mapping[str, Any], seed: int) -> None:
+    """A pyiqa network (e.g. MUSIQ) with random weights, saved as the file pyiqa loads."""
+    import pyiqa
+    import torch
+
+    torch.manual_seed(seed)
+    metric = pyiqa.create_metric(recipe["metric"], device="cpu", pretrained=False)
+    out.mkdir(parents=True)
+    torch.save(metric.net.state_dict(), out / f"{recipe['metric']}_random.pth")
+
+
+def build_niqe_params_from_basicsr(out: Path, recipe: Mapping[str, Any], seed: int) -> None:
+    """NIQE's real pristine parameters, from BasicSR's source package, as the .mat pyiqa reads."""
+    import io
+    import tarfile
+
+    import numpy as np
+    import scipy.io
+
+    del seed
+    with tarfile.open(recipe["archive"]) as archive:
+        member = next(m for m in archive.getmembers() if m.name.endswith("basicsr/metrics/niqe_pris_params.npz"))
+        params = np.load(io.BytesIO(archive.extractfile(member).read()))
+    out.mkdir(parents=True)
+    scipy.io.savemat(
+        out / "niqe_pris_params.mat",
+        {"mu_prisparam": params["mu_pris_param"], "cov_prisparam": params["cov_pris_param"]},
+    )
+
+
 RECIPES: dict[str, Callable[[Path, Mapping[str, Any], int], None]] = {
     "gguf_causal_lm": build_gguf_causal_lm,
     "random_causal_lm": build_random_causal_lm,
@@ -201,6 +231,8 @@ RECIPES: dict[str, Callable[[Path, Mapping[str, Any], int], None]] = {
     "packaged_sentence_transformer": build_packaged_sentence_transformer,
     "random_diffusers_pipeline": build_random_diffusers_pipeline,
     "random_vision_language_model": build_random_vision_language_model,
+    "random_pyiqa_weights": build_random_pyiqa_weights,
+    "niqe_params_from_basicsr": build_niqe_params_from_basicsr,
 }
 
 

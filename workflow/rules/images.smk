@@ -68,3 +68,42 @@ rule keep_consensus_pairs:
         "../envs/base.yaml"
     script:
         "../scripts/keep_consensus_pairs.py"
+
+
+rule measure_image_quality:
+    input:
+        pairs=P("pairs"),
+        triplets=P("triplets"),
+        seeds=P("seeds"),
+        models=[get_model_input(name) for name in config["image_stage"]["iqa_metrics"]],
+    output:
+        quality=P("image_quality"),
+    params:
+        models=[config["models"][name] for name in config["image_stage"]["iqa_metrics"]],
+    log:
+        LOG("measure_image_quality", "{domain}/{shard}"),
+    benchmark:
+        BENCH("measure_image_quality", "{domain}/{shard}")
+    resources:
+        gpu=max(model_spec(config, name).gpus for name in config["image_stage"]["iqa_metrics"]),
+    conda:
+        "../envs/iqa.yaml"
+    script:
+        "../scripts/measure_image_quality.py"
+
+
+rule make_table2:
+    input:
+        quality=targets.image_quality_targets(config),
+    output:
+        csv=report(P("table2", ext="csv"), caption="../report/table2.rst", category="Image quality"),
+        markdown=P("table2", ext="md"),
+        latex=P("table2", ext="tex"),
+    log:
+        LOG("make_table2", "all"),
+    resources:
+        gpu=0,
+    conda:
+        "../envs/base.yaml"
+    script:
+        "../scripts/make_table2.py"

@@ -1,0 +1,91 @@
+"""No-reference image quality (MUSIQ, NIQE through pyiqa) of kept pairs, and Table 2 of the paper."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from blindspot.config import ModelSpec
+
+log = logging.getLogger(__name__)
+
+
+def weights_file(spec: ModelSpec) -> str:
+    """pyiqa reads one weights file: the model's path, or the one file in its built folder."""
+    path = Path(spec.path)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        if len(files) != 1:
+            raise ValueError(f"{spec.name}: expected one weights file in {path}, found {[p.name for p in files]}")
+        return str(files[0])
+    return spec.path
+
+
+class PyiqaMetric:
+    """A pyiqa metric, built once per job from a local weights file (no download)."""
+
+    def __init__(self, spec: ModelSpec, batch_size: int):
+        import pyiqa
+        import torch
+
+        self.spec = spec
+        self.batch_size = batch_size
+        device = "cuda" if spec.gpus > 0 and torch.cuda.is_available() else "cpu"
+        self.metric = pyiqa.create_metric(spec.metric, device=device, pretrained_model_path=weights_file(spec))
+        self.higher_is_better = not self.metric.lower_better
+
+    def score(self, paths: list[str]) -> np.ndarray:
+        import torch
+        from PIL import Image
+        from torchvision.transforms.functional import to_tensor
+
+        out = []
+        for start in tqdm(range(0, len(paths), self.batch_size), desc=f"iqa {self.spec.name}", unit="batch"):
+            batch = torch.stack(
+                [to_tensor(Image.open(p).convert("RGB")) for p in paths[start : start + self.batch_size]]
+            )
+            with torch.inference_mode():
+                out.append(self.metric(batch).reshape(-1).float().cpu().numpy())
+        return np.concatenate(out) if out else np.zeros(0)
+
+
+def measure_pairs(pairs: pd.DataFrame, metric: PyiqaMetric) -> pd.DataFrame:
+    """One row per pair: the metric on I_corr and on I_adv."""
+    scores = metric.score(list(pairs["corr_path"]) + list(pairs["adv_path"]))
+    n = len(pairs)
+    return pd.DataFrame(
+        {
+            "pair_id": pairs["pair_id"].to_numpy(),
+            "t2i": pairs["t2i"].to_numpy(),
+            "metric": metric.spec.name,
+            "higher_is_better": metric.higher_is_better,
+            "corr_score": scores[:n].astype(np.float64),
+            "adv_score": scores[n:].astype(np.float64),
+        }
+    )
+
+
+def table2(quality: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Table 2: mean score of I_corr and I_adv per metric, their difference, and the share of
+    pairs where I_corr has the better quality (higher or lower, as the metric says)."""
+    rows = []
+    for metric, frame in quality.groupby("metric", sort=False):
+        higher = bool(frame["higher_is_better"].iloc[0])
+        corr_better = frame["corr_score"] > frame["adv_score"] if higher else frame["corr_score"] < frame["adv_score"]
+        name = (labels or {}).get(metric, metric)
+        rows.append(
+            {
+                "Metric": f"{name} {'(higher is better)' if higher else '(lower is better)'}",
+                "Mean I_corr": frame["corr_score"].mean(),
+                "Mean I_adv": frame["adv_score"].mean(),
+                "Delta": frame["corr_score"].mean() - frame["adv_score"].mean(),
+                "I_corr better (%)": 100 * corr_better.mean(),
+                "Pairs": float(len(frame)),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,63 @@
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from blindspot.config import model_spec
+from blindspot.iqa import PyiqaMetric, measure_pairs, table2, weights_file
+
+
+def quality(metric, higher, corr, adv):
+    return pd.DataFrame(
+        {"pair_id": [f"p{i}" for i in range(len(corr))], "t2i": "flux", "metric": metric,
+         "higher_is_better": higher, "corr_score": corr, "adv_score": adv}
+    )  # fmt: skip
+
+
+def test_table2_means_difference_and_share_where_corr_is_better():
+    frame = pd.concat(
+        [quality("musiq", True, [70.0, 80.0, 60.0, 50.0], [72.0, 76.0, 60.0, 40.0]),
+         quality("niqe", False, [5.0, 4.0], [4.0, 4.5])]
+    )  # fmt: skip
+    table = table2(frame, labels={"musiq": "MUSIQ"}).set_index("Metric")
+    musiq = table.loc["MUSIQ (higher is better)"]
+    assert musiq["Mean I_corr"] == pytest.approx(65.0)
+    assert musiq["Mean I_adv"] == pytest.approx(62.0)
+    assert musiq["Delta"] == pytest.approx(3.0)
+    assert musiq["I_corr better (%)"] == pytest.approx(50.0)  # a tie is not better
+    niqe = table.loc["niqe (lower is better)"]
+    assert niqe["I_corr better (%)"] == pytest.approx(50.0)  # lower wins for NIQE
+    assert niqe["Pairs"] == 2
+
+
+@pytest.mark.slow
+def test_real_niqe_parameters_rank_noise_below_a_smooth_image(built_config, tmp_path):
+    from PIL import Image
+    from scipy.ndimage import gaussian_filter
+
+    rng = np.random.default_rng(0)
+    smooth = gaussian_filter(rng.random((128, 128, 3)), sigma=(4, 4, 0))
+    smooth = (255 * (smooth - smooth.min()) / np.ptp(smooth)).astype(np.uint8)
+    noise = (255 * rng.random((128, 128, 3))).astype(np.uint8)
+    paths = {}
+    for name, pixels in (("smooth", smooth), ("noise", noise)):
+        paths[name] = str(tmp_path / f"{name}.png")
+        Image.fromarray(pixels).save(paths[name])
+    pairs = pd.DataFrame({"pair_id": ["p"], "t2i": ["x"], "corr_path": [paths["smooth"]], "adv_path": [paths["noise"]]})
+    niqe = PyiqaMetric(model_spec(built_config, "niqe"), batch_size=2)
+    assert not niqe.higher_is_better
+    row = measure_pairs(pairs, niqe).iloc[0]
+    assert row["corr_score"] < row["adv_score"]  # noise is far from natural-scene statistics
+    musiq = measure_pairs(pairs, PyiqaMetric(model_spec(built_config, "tiny-musiq"), batch_size=2)).iloc[0]
+    assert np.isfinite([musiq["corr_score"], musiq["adv_score"]]).all()
+
+
+def test_weights_file_needs_exactly_one_file(tmp_path, tiny_config):
+    spec = dataclasses.replace(model_spec(tiny_config, "niqe"), path=str(tmp_path))
+    (tmp_path / ".snakemake_timestamp").write_text("")
+    (tmp_path / "a.mat").write_text("")
+    assert weights_file(spec) == str(tmp_path / "a.mat")
+    (tmp_path / "b.mat").write_text("")
+    with pytest.raises(ValueError, match="expected one weights file"):
+        weights_file(spec)
