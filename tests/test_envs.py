@@ -16,6 +16,7 @@ LOCKS = {
     "t2i": "test.txt",
     "vlm": "test.txt",
     "iqa": "test.txt",
+    "export": "test.txt",
     "llm": "vllm.txt",
 }
 # The cluster installs vLLM's CUDA build under its own name; here its CPU build is tested.

@@ -220,6 +220,64 @@ def make_table2(quality: Sequence[str], csv: str, markdown: str, latex: str) -> 
     write_report_table(table2(frame), csv, markdown, latex, caption=caption)
 
 
+def split_benchmark(
+    config: dict[str, Any], pairs: Sequence[str], triplets: Sequence[str], out: str, filter_validation: str,
+    preference_pairs: str, counters_out: str,
+) -> None:  # fmt: skip
+    """Split the kept pairs by triplet; draw the two disjoint annotation subsets."""
+    from blindspot import split
+
+    bench = config["benchmark"]
+    accepted = pd.concat([read_table(p, tables.TRIPLETS) for p in triplets], ignore_index=True)
+    all_pairs = pd.concat([read_table(p, tables.PAIRS) for p in pairs], ignore_index=True).merge(
+        accepted, on="triplet_id", how="left", validate="many_to_one"
+    )
+    kept = split.assign_splits(all_pairs[all_pairs["kept"]], config["seed"], bench["test_fraction"])
+    images = split.image_decisions(all_pairs, config["image_stage"]["consensus_threshold"])
+    descriptions = pd.concat(
+        [all_pairs[["corr_image_id", "correct_description"]].set_axis(["image_id", "description"], axis=1),
+         all_pairs[["adv_image_id", "adversarial_description"]].set_axis(["image_id", "description"], axis=1)]
+    ).drop_duplicates("image_id")  # fmt: skip
+    images = images.merge(descriptions, on="image_id", how="left", validate="many_to_one")
+    validation, validation_counts = split.filter_validation_subset(
+        images, bench["filter_validation_images"], config["seed"]
+    )
+    preference, preference_counts = split.preference_subset(
+        kept[kept["split"] == "test"], list(config["domains"]), bench["preference_pairs_per_domain"],
+        set(validation["image_id"]), config["seed"],
+    )  # fmt: skip
+    counters = {
+        "pairs_kept": len(kept),
+        "per_domain_and_split": {f"{d}/{s}": int(n) for (d, s), n in kept.groupby(["domain", "split"]).size().items()},
+        "filter_validation": validation_counts,
+        "preference": preference_counts,
+    }
+    log.info("benchmark: %s", json.dumps(counters))
+    write_table(out, kept[tables.BENCHMARK_PAIRS.names], tables.BENCHMARK_PAIRS)
+    write_table(filter_validation, validation, tables.ANNOTATION_IMAGES)
+    write_table(preference_pairs, preference[tables.ANNOTATION_PAIRS.names], tables.ANNOTATION_PAIRS)
+    write_json(counters_out, counters | {"provenance": provenance()})
+
+
+def export_dataset(config: dict[str, Any], benchmark: str, out: str) -> None:
+    """The benchmark as a `datasets`-loadable folder with a dataset card."""
+    from blindspot.export import export_dataset as export
+
+    roles = [("generator", name) for name in config["prompt_stage"]["generators"]]
+    roles += [("judge", name) for name in config["prompt_stage"]["judges"]]
+    roles += [("text-to-image", name) for name in config["image_stage"]["t2i_models"]]
+    roles += [("image filter", name) for name in config["image_stage"]["vlms"]]
+    models = [(role, model_spec(config, name).model_id, model_spec(config, name).licence or "see model card")
+              for role, name in roles]  # fmt: skip
+    about = {
+        "name": config["benchmark"]["name"],
+        "run_name": config["run_name"],
+        "threshold": config["image_stage"]["consensus_threshold"],
+        "models": models,
+    }
+    export(read_table(benchmark, tables.BENCHMARK_PAIRS), out, about)
+
+
 def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
     from blindspot.tiny_models import build_model as build
 
@@ -228,7 +286,8 @@ def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
 
 STEPS = {f.__name__: f for f in (make_seeds, generate_triplets, judge_triplets, accept_triplets,
                                  check_prompt_quality, make_table1, render_images, judge_images,
-                                 keep_consensus_pairs, measure_image_quality, make_table2, build_model)}  # fmt: skip
+                                 keep_consensus_pairs, measure_image_quality, make_table2, split_benchmark,
+                                 export_dataset, build_model)}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> None:

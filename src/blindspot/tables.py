@@ -154,3 +154,37 @@ IMAGE_QUALITY = pa.schema(
         ("adv_score", _f),
     ]
 )
+
+_TRIPLET_FIELDS = [f for f in TRIPLETS if f.name not in ("triplet_id", "domain")]
+BENCHMARK_PAIRS = pa.schema([f for f in PAIRS if f.name != "kept"] + [("domain", _s), ("split", _s), *_TRIPLET_FIELDS])
+
+ANNOTATION_IMAGES = pa.schema(
+    [
+        ("image_id", _s),
+        ("path", _s),
+        ("pair_id", _s),
+        ("triplet_id", _s),
+        ("domain", _s),
+        ("t2i", _s),
+        ("role", _s),
+        ("description", _s),  # the image's own description, which the annotator scores it against
+        ("vlm_scores", _s),  # JSON: {vlm: score}
+        ("mean_vlm_score", _f),
+        ("accepted", pa.bool_()),
+    ]
+)
+
+ANNOTATION_PAIRS = pa.schema(
+    [
+        ("pair_id", _s),
+        ("triplet_id", _s),
+        ("domain", _s),
+        ("t2i", _s),
+        ("neutral_prompt", _s),
+        ("left_role", _s),  # which image is shown on the left: corr or adv
+        ("left_image_id", _s),
+        ("left_path", _s),
+        ("right_image_id", _s),
+        ("right_path", _s),
+    ]
+)

@@ -30,6 +30,11 @@ PATHS = {
     "pair_counters": "{results}/{domain}/pairs.counters.json",
     "image_quality": "{results}/{domain}/image_quality/{shard}.parquet",
     "table2": "{results}/tables/table2_image_quality.{ext}",
+    "benchmark_pairs": "{results}/benchmark/pairs.parquet",
+    "filter_validation": "{results}/benchmark/annotation/filter_validation.parquet",
+    "preference_pairs": "{results}/benchmark/annotation/preference_pairs.parquet",
+    "split_counters": "{results}/benchmark/split.counters.json",
+    "dataset": "{results}/benchmark/dataset",
     "log": "{results}/logs/{rule}/{job}.log",
     "benchmark": "{results}/benchmarks/{rule}/{job}.tsv",
 }
@@ -103,6 +108,6 @@ def table_targets(config: dict[str, Any], kind: str) -> list[str]:
 
 
 def final_targets(config: dict[str, Any]) -> list[str]:
-    """What `rule all` builds: each domain's judged image pairs, and Tables 1 and 2."""
-    pairs = [path(config, "pairs", domain=domain) for domain in config["domains"]]
-    return pairs + table_targets(config, "table1") + table_targets(config, "table2")
+    """What `rule all` builds: the exported dataset, the annotation subsets, and Tables 1 and 2."""
+    benchmark = [path(config, kind) for kind in ("dataset", "filter_validation", "preference_pairs")]
+    return benchmark + table_targets(config, "table1") + table_targets(config, "table2")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from blindspot.io import atomic_dir
 from blindspot.tiny_diffusers import build_random_diffusers_pipeline
 
 log = logging.getLogger(__name__)
@@ -238,15 +239,7 @@ RECIPES: dict[str, Callable[[Path, Mapping[str, Any], int], None]] = {
 
 def build_model(out: str | Path, recipe: Mapping[str, Any], seed: int) -> None:
     """Build into a temporary directory and rename it into place, so a killed build leaves nothing."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        shutil.rmtree(tmp)
-        log.info("building %s with recipe %s", out, recipe["recipe"])
+    log.info("building %s with recipe %s", out, recipe["recipe"])
+    with atomic_dir(out) as tmp:
+        shutil.rmtree(tmp)  # recipes create their own output folder
         RECIPES[recipe["recipe"]](tmp, recipe, seed)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

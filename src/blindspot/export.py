@@ -1,0 +1,132 @@
+"""The benchmark as a Hugging Face `datasets` folder: parquet with embedded images, and a dataset card."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from blindspot.io import atomic_dir
+
+SPLITS = ("train", "test")
+# Columns of the published dataset, besides the two images.
+FIELDS = {
+    "pair_id": "hash of the two image ids",
+    "triplet_id": "hash of the generated triplet (shared by all pairs rendered from it)",
+    "subcategory": "taxonomy subcategory",
+    "neutral_prompt": "T: the neutral prompt every metric is evaluated with",
+    "correct_description": "D_c: what I_corr was rendered from",
+    "adversarial_description": "D_a: what I_adv was rendered from (more prototypical, one controlled change)",
+    "correct_instance": "the less prototypical subject shown in I_corr",
+    "adversarial_instance": "the prototypical subject shown in I_adv",
+    "aux_element": "the auxiliary element that carries the controlled change",
+    "knob": "the controlled attribute (count, colour_tone, layout_relation, spatial_placement, scale)",
+    "correct_value": "the attribute's value in T and D_c",
+    "adversarial_value": "the attribute's value in D_a",
+    "t2i": "the text-to-image model",
+    "seed": "the seed both images were rendered with",
+    "generator": "the LLM that wrote the triplet",
+    "vlm_scores": "JSON of each filter VLM's scores of both images",
+}
+IMAGES = {"image_corr": "corr_path", "image_adv": "adv_path"}
+
+
+def _dataset(frame: pd.DataFrame) -> Any:
+    from datasets import Dataset, Features, Image, Value
+
+    features = Features(
+        {name: Value("int64") if name == "seed" else Value("string") for name in FIELDS}
+        | {name: Image() for name in IMAGES}
+    )
+    columns: dict[str, list] = {name: frame[name].tolist() for name in FIELDS}
+    for name, path_column in IMAGES.items():
+        columns[name] = [{"bytes": Path(p).read_bytes(), "path": Path(p).name} for p in frame[path_column]]
+    return Dataset.from_dict(columns, features=features)
+
+
+def dataset_card(benchmark: pd.DataFrame, about: Mapping[str, Any]) -> str:
+    """README.md with YAML front matter: one config per domain with train/test splits, then the
+    fields, the counts per domain, split and model, how it was built and the models' licences."""
+    domains = sorted(benchmark["domain"].unique())
+    front = {
+        "pretty_name": about["name"],
+        "license": "other",
+        "task_categories": ["text-to-image"],
+        "tags": ["evaluation", "prototypicality-bias", "text-to-image-metrics"],
+        "configs": [
+            {
+                "config_name": domain,
+                "data_files": [{"split": split, "path": f"data/{domain}/{split}-*.parquet"} for split in SPLITS],
+            }
+            for domain in domains
+        ],
+    }
+    counts = benchmark.pivot_table(index="domain", columns="split", values="pair_id", aggfunc="count", fill_value=0)
+    per_model = benchmark.pivot_table(index="t2i", columns="domain", values="pair_id", aggfunc="count", fill_value=0)
+    lines = [
+        "---",
+        yaml.safe_dump(front, sort_keys=False).strip(),
+        "---",
+        "",
+        f"# {about['name']}",
+        "",
+        "Contrastive text-to-image evaluation pairs after *Prototypicality Bias Reveals Blindspots in",
+        "Multimodal Evaluation Metrics* (arXiv 2601.04946). Each row is a neutral prompt T, an image",
+        "I_corr that satisfies T with a less prototypical subject, and an image I_adv with a more",
+        "prototypical subject that breaks one controlled attribute. A metric fails a row when",
+        "M(T, I_adv) >= M(T, I_corr).",
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        f'ds = load_dataset("path/to/this/folder", "{domains[0] if domains else "animals"}")',
+        "```",
+        "",
+        "## Fields",
+        "",
+        "| field | meaning |",
+        "| --- | --- |",
+        *(f"| `{name}` | {meaning} |" for name, meaning in FIELDS.items()),
+        "| `image_corr` | I_corr (PNG) |",
+        "| `image_adv` | I_adv (PNG) |",
+        "",
+        "## Counts",
+        "",
+        "Pairs per domain and split:",
+        "",
+        counts.reindex(columns=list(SPLITS), fill_value=0).to_markdown(),
+        "",
+        "Pairs per text-to-image model and domain:",
+        "",
+        per_model.to_markdown(),
+        "",
+        "## How it was built",
+        "",
+        f"Run `{about['run_name']}` of the blindspot workflow: taxonomy seeds, triplets written by the",
+        "generator LLMs and kept only when every judge LLM accepted them, rendered with each",
+        "text-to-image model, and kept only when every VLM scored both images at least",
+        f"{about['threshold']} against their own descriptions. The split is at the triplet level: no",
+        "triplet has pairs in both splits.",
+        "",
+        "## Models used and their licences",
+        "",
+        "| role | model | licence |",
+        "| --- | --- | --- |",
+        *(f"| {role} | {model} | {licence} |" for role, model, licence in about["models"]),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def export_dataset(benchmark: pd.DataFrame, out_dir: str | Path, about: Mapping[str, Any]) -> None:
+    """Write the folder that `datasets.load_dataset(out_dir, domain)` reads."""
+    with atomic_dir(out_dir) as tmp:
+        for domain in sorted(benchmark["domain"].unique()):
+            for split in SPLITS:
+                rows = benchmark[(benchmark["domain"] == domain) & (benchmark["split"] == split)]
+                target = tmp / "data" / domain / f"{split}-00000-of-00001.parquet"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _dataset(rows.sort_values("pair_id")).to_parquet(str(target))
+        (tmp / "README.md").write_text(dataset_card(benchmark, about))

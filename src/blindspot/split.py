@@ -1,0 +1,100 @@
+"""Train/test split at the triplet level, and the two disjoint human-annotation subsets of the paper."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from blindspot.io import stable_id
+
+
+def split_of(triplet_id: str, seed: int, test_fraction: float) -> str:
+    """A triplet's split from a hash of its id: stable when triplets are added or removed."""
+    draw = int(stable_id(triplet_id, seed)[:12], 16) / 16**12
+    return "test" if draw < test_fraction else "train"
+
+
+def assign_splits(pairs: pd.DataFrame, seed: int, test_fraction: float) -> pd.DataFrame:
+    """Kept pairs with their split; all pairs of a triplet share it, so no triplet is in both."""
+    splits = {t: split_of(t, seed, test_fraction) for t in pairs["triplet_id"].unique()}
+    return pairs.assign(split=pairs["triplet_id"].map(splits))
+
+
+def image_decisions(pairs: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """One row per image: its own description's scores from every VLM and the accept decision."""
+    rows = []
+    for pair in pairs.itertuples(index=False):
+        scores = json.loads(pair.vlm_scores)
+        for role in ("corr", "adv"):
+            per_vlm = {vlm: value[role] for vlm, value in scores.items()}
+            rows.append(
+                {
+                    "image_id": getattr(pair, f"{role}_image_id"),
+                    "path": getattr(pair, f"{role}_path"),
+                    "pair_id": pair.pair_id,
+                    "triplet_id": pair.triplet_id,
+                    "domain": pair.domain,
+                    "t2i": pair.t2i,
+                    "role": role,
+                    "vlm_scores": json.dumps(per_vlm, sort_keys=True),
+                    "mean_vlm_score": float(np.mean(list(per_vlm.values()))),
+                    "accepted": all(value >= threshold for value in per_vlm.values()),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _take(frame: pd.DataFrame, n: int, rng: np.random.Generator) -> pd.DataFrame:
+    if len(frame) <= n:
+        return frame
+    return frame.iloc[np.sort(rng.choice(len(frame), size=n, replace=False))]
+
+
+def filter_validation_subset(images: pd.DataFrame, n_images: int, seed: int) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """`n_images` images balanced over domains and over accept/reject (paper, Appendix D).
+
+    Where a cell has too few images, all of it is taken and the shortfall is counted.
+    """
+    rng = np.random.default_rng(seed)
+    domains = sorted(images["domain"].unique())
+    per_cell = n_images // (2 * max(1, len(domains)))
+    chosen, shortfall = [], {}
+    for domain in domains:
+        for accepted in (True, False):
+            cell = images[(images["domain"] == domain) & (images["accepted"] == accepted)].sort_values("image_id")
+            taken = _take(cell, per_cell, rng)
+            chosen.append(taken)
+            if len(taken) < per_cell:
+                shortfall[f"{domain}/{'accept' if accepted else 'reject'}"] = per_cell - len(taken)
+    subset = pd.concat(chosen, ignore_index=True) if chosen else images.iloc[:0]
+    return subset, {"requested": n_images, "selected": len(subset), "shortfall": shortfall}
+
+
+def preference_subset(
+    test_pairs: pd.DataFrame, domains: list[str], per_domain: int, excluded_images: set[str], seed: int
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """`per_domain` test pairs per domain for pairwise preference, sharing no image with
+    `excluded_images`, each with its left/right order drawn at random and recorded."""
+    rng = np.random.default_rng(seed)
+    free = test_pairs[
+        ~test_pairs["corr_image_id"].isin(excluded_images) & ~test_pairs["adv_image_id"].isin(excluded_images)
+    ]
+    chosen, shortfall = [], {}
+    for domain in sorted(domains):
+        taken = _take(free[free["domain"] == domain].sort_values("pair_id"), per_domain, rng)
+        chosen.append(taken)
+        if len(taken) < per_domain:
+            shortfall[domain] = per_domain - len(taken)
+    subset = pd.concat(chosen, ignore_index=True) if chosen else test_pairs.iloc[:0]
+    left_is_corr = rng.random(len(subset)) < 0.5
+    subset = subset.assign(
+        left_role=np.where(left_is_corr, "corr", "adv"),
+        left_image_id=np.where(left_is_corr, subset["corr_image_id"], subset["adv_image_id"]),
+        right_image_id=np.where(left_is_corr, subset["adv_image_id"], subset["corr_image_id"]),
+        left_path=np.where(left_is_corr, subset["corr_path"], subset["adv_path"]),
+        right_path=np.where(left_is_corr, subset["adv_path"], subset["corr_path"]),
+    )
+    return subset, {"per_domain": per_domain, "selected": len(subset), "shortfall": shortfall}

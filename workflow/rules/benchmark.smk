@@ -1,0 +1,43 @@
+# The benchmark: train/test split, annotation subsets, and the Hugging Face dataset export.
+
+
+rule split_benchmark:
+    input:
+        pairs=expand(P("pairs"), domain=config["domains"]),
+        triplets=expand(P("triplets"), domain=config["domains"]),
+    output:
+        pairs=P("benchmark_pairs"),
+        filter_validation=P("filter_validation"),
+        preference_pairs=P("preference_pairs"),
+        counters=P("split_counters"),
+    params:
+        benchmark=config["benchmark"],
+        threshold=config["image_stage"]["consensus_threshold"],
+        seed=config["seed"],
+    log:
+        LOG("split_benchmark", "all"),
+    resources:
+        gpu=0,
+    conda:
+        "../envs/base.yaml"
+    script:
+        "../scripts/split_benchmark.py"
+
+
+rule export_dataset:
+    input:
+        benchmark=P("benchmark_pairs"),
+    output:
+        dataset=directory(P("dataset")),
+    params:
+        name=config["benchmark"]["name"],
+    log:
+        LOG("export_dataset", "all"),
+    benchmark:
+        BENCH("export_dataset", "all")
+    resources:
+        gpu=0,
+    conda:
+        "../envs/export.yaml"
+    script:
+        "../scripts/export_dataset.py"
