@@ -152,6 +152,21 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     table2 = pd.read_csv(results / "tables" / "table2_image_quality.csv")
     assert len(table2) == len(tiny_config["image_stage"]["iqa_metrics"])
     assert table2["Pairs"].eq(sum(table.loc["triplets", d.capitalize()] for d in tiny_config["domains"]) * 3).all()
+    import datasets
+
+    kept = read_table(results / "benchmark" / "pairs.parquet", tables.BENCHMARK_PAIRS)
+    assert (kept.groupby("triplet_id")["split"].nunique() == 1).all()
+    for domain in tiny_config["domains"]:
+        loaded = datasets.load_dataset(str(results / "benchmark" / "dataset"), domain, cache_dir=str(work / "hf-cache"))
+        assert sum(len(split) for split in loaded.values()) == (kept["domain"] == domain).sum()
+        first = loaded[next(iter(loaded))][0]
+        assert first["image_corr"].size == (96, 96)
+        assert first["neutral_prompt"]
+    preference = read_table(results / "benchmark" / "annotation" / "preference_pairs.parquet", tables.ANNOTATION_PAIRS)
+    validation = read_table(
+        results / "benchmark" / "annotation" / "filter_validation.parquet", tables.ANNOTATION_IMAGES
+    )
+    assert set(preference["left_image_id"]).isdisjoint(validation["image_id"])
     # No temp file of an atomic write is left behind anywhere.
     assert not list(results.rglob(".*.tmp"))
 

@@ -51,6 +51,7 @@ def dataset_card(benchmark: pd.DataFrame, about: Mapping[str, Any]) -> str:
     """README.md with YAML front matter: one config per domain with train/test splits, then the
     fields, the counts per domain, split and model, how it was built and the models' licences."""
     domains = sorted(benchmark["domain"].unique())
+    present = benchmark.groupby("domain")["split"].unique()
     front = {
         "pretty_name": about["name"],
         "license": "other",
@@ -59,7 +60,12 @@ def dataset_card(benchmark: pd.DataFrame, about: Mapping[str, Any]) -> str:
         "configs": [
             {
                 "config_name": domain,
-                "data_files": [{"split": split, "path": f"data/{domain}/{split}-*.parquet"} for split in SPLITS],
+                # `datasets` refuses a declared split without rows, so only non-empty ones are listed.
+                "data_files": [
+                    {"split": split, "path": f"data/{domain}/{split}-*.parquet"}
+                    for split in SPLITS
+                    if split in present[domain]
+                ],
             }
             for domain in domains
         ],
@@ -126,6 +132,8 @@ def export_dataset(benchmark: pd.DataFrame, out_dir: str | Path, about: Mapping[
         for domain in sorted(benchmark["domain"].unique()):
             for split in SPLITS:
                 rows = benchmark[(benchmark["domain"] == domain) & (benchmark["split"] == split)]
+                if rows.empty:
+                    continue
                 target = tmp / "data" / domain / f"{split}-00000-of-00001.parquet"
                 target.parent.mkdir(parents=True, exist_ok=True)
                 _dataset(rows.sort_values("pair_id")).to_parquet(str(target))

@@ -1,0 +1,121 @@
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from blindspot.export import export_dataset
+from blindspot.split import (
+    assign_splits,
+    filter_validation_subset,
+    image_decisions,
+    preference_subset,
+    split_of,
+)
+
+DOMAINS = ["animals", "demography", "objects"]
+
+
+def benchmark_pairs(n_triplets=30, models=("flux", "sana")):
+    rows = []
+    for i in range(n_triplets):
+        domain = DOMAINS[i % 3]
+        for t2i in models:
+            corr, adv = 9 if i % 4 else 3, 8 if i % 5 else 2
+            rows.append(
+                {"pair_id": f"p{i}-{t2i}", "triplet_id": f"t{i}", "domain": domain, "t2i": t2i,
+                 "corr_image_id": f"c{i}-{t2i}", "adv_image_id": f"a{i}-{t2i}", "corr_path": f"/c{i}{t2i}.png",
+                 "adv_path": f"/a{i}{t2i}.png", "kept": corr >= 8 and adv >= 8,
+                 "vlm_scores": json.dumps({"qwen": {"corr": corr, "adv": adv}, "intern": {"corr": corr, "adv": 9}})}
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_split_is_at_the_triplet_level_and_stable():
+    pairs = benchmark_pairs()
+    split = assign_splits(pairs, seed=1, test_fraction=0.5)
+    per_triplet = split.groupby("triplet_id")["split"].nunique()
+    assert (per_triplet == 1).all()  # no triplet in both splits
+    assert set(split["split"]) == {"train", "test"}
+    # Adding triplets never moves an existing one.
+    more = assign_splits(benchmark_pairs(60), seed=1, test_fraction=0.5).set_index("pair_id")["split"]
+    assert more.loc[split["pair_id"]].tolist() == split["split"].tolist()
+    shares = [split_of(f"x{i}", 3, 0.74) == "test" for i in range(4000)]
+    assert np.mean(shares) == pytest.approx(0.74, abs=0.03)
+
+
+def test_image_decisions_follow_every_vlm():
+    images = image_decisions(benchmark_pairs(5), threshold=8).set_index("image_id")
+    assert images.loc["c0-flux", "accepted"] == np.False_  # corr scored 3 by both VLMs
+    assert images.loc["c1-flux", "accepted"] == np.True_
+    assert images.loc["a0-flux", "accepted"] == np.False_  # adv: 2 by qwen, 9 by intern
+    assert images.loc["a0-flux", "mean_vlm_score"] == pytest.approx(5.5)
+
+
+def test_annotation_subsets_are_balanced_and_disjoint():
+    pairs = benchmark_pairs(120)
+    images = image_decisions(pairs, threshold=8)
+    validation, counts = filter_validation_subset(images, 24, seed=5)
+    assert counts == {"requested": 24, "selected": 24, "shortfall": {}}
+    cells = validation.groupby(["domain", "accepted"]).size()
+    assert (cells == 4).all()
+    assert len(cells) == 6
+    kept = assign_splits(pairs[pairs["kept"]], 1, 0.5)
+    test = kept[kept["split"] == "test"]
+    preference, counts = preference_subset(test, DOMAINS, 5, set(validation["image_id"]), seed=5)
+    assert counts["selected"] == 15
+    assert (preference.groupby("domain").size() == 5).all()
+    shown = set(preference["left_image_id"]) | set(preference["right_image_id"])
+    assert shown.isdisjoint(validation["image_id"])
+    assert set(preference["pair_id"]) <= set(test["pair_id"])
+    for row in preference.itertuples():
+        left, right = (
+            (row.corr_image_id, row.adv_image_id) if row.left_role == "corr" else (row.adv_image_id, row.corr_image_id)
+        )
+        assert (row.left_image_id, row.right_image_id) == (left, right)
+    assert set(preference["left_role"]) == {"corr", "adv"}  # the order really is randomised
+
+
+def test_a_short_cell_is_counted_not_padded():
+    images = image_decisions(benchmark_pairs(6), threshold=8)
+    validation, counts = filter_validation_subset(images, 60, seed=1)
+    assert counts["selected"] == len(validation) < 60
+    assert counts["shortfall"]
+    _, pref_counts = preference_subset(benchmark_pairs(3).iloc[:0], DOMAINS, 3, set(), seed=1)
+    assert pref_counts["shortfall"] == {"animals": 3, "demography": 3, "objects": 3}
+
+
+def test_the_export_loads_with_datasets_as_pil_images_and_prompt_fields(tmp_path):
+    import datasets
+
+    pairs = benchmark_pairs(6, models=("flux",))
+    for column in ("corr_path", "adv_path"):
+        paths = []
+        for i, image_id in enumerate(pairs[column.replace("path", "image_id")]):
+            path = tmp_path / f"{image_id}.png"
+            Image.fromarray(np.full((8, 8, 3), 20 * i, dtype=np.uint8)).save(path)
+            paths.append(str(path))
+        pairs[column] = paths
+    pairs = pairs.assign(
+        subcategory="birds", neutral_prompt=[f"a bird {i}" for i in range(6)], correct_description="a penguin",
+        adversarial_description="a robin", correct_instance="penguin", adversarial_instance="robin",
+        aux_element="stone", knob="count", correct_value="one", adversarial_value="two", seed=7, generator="g",
+    )  # fmt: skip
+    benchmark = assign_splits(pairs, 1, 0.5)
+    about = {"name": "Test", "run_name": "r", "threshold": 8, "models": [("text-to-image", "flux-id", "apache-2.0")]}
+    export_dataset(benchmark, tmp_path / "dataset", about)
+    card = (tmp_path / "dataset" / "README.md").read_text()
+    assert card.startswith("---\n")
+    assert "config_name: animals" in card
+    assert "| text-to-image | flux-id | apache-2.0 |" in card
+    loaded = datasets.load_dataset(str(tmp_path / "dataset"), "animals", cache_dir=str(tmp_path / "cache"))
+    expected = benchmark[benchmark["domain"] == "animals"]
+    assert {split: len(loaded[split]) for split in loaded} == expected["split"].value_counts().to_dict()
+    row = loaded[next(iter(loaded))][0]
+    assert isinstance(row["image_corr"], Image.Image)
+    assert row["image_corr"].size == (8, 8)
+    assert row["neutral_prompt"].startswith("a bird")
+    assert json.loads(row["vlm_scores"])["qwen"]
+    objects = datasets.load_dataset(str(tmp_path / "dataset"), "objects", cache_dir=str(tmp_path / "cache"))
+    assert list(objects) == ["train"]  # its test split is empty here, so it is not declared
