@@ -92,8 +92,6 @@ def measure(name: str, architecture: dict[str, Any], batch_sizes: list[int], ima
                      "images_per_second": round(calls * batch / seconds, 4),
                      "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)})  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
-    del pipeline
-    torch.cuda.empty_cache()
     return rows
 
 
@@ -111,7 +109,10 @@ def main() -> None:
             print(f"{name}: transformer with {transformer_parameters(architectures()[name]) / 1e9:.2f}B parameters")
         print("no GPU: parameter counts only")
         return
-    rows = [row for name in args.models for row in measure(name, architectures()[name], args.batch_sizes, args.images)]
+    rows = []
+    for name in args.models:
+        rows += measure(name, architectures()[name], args.batch_sizes, args.images)
+        torch.cuda.empty_cache()  # the pipeline is gone with measure's frame
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=2))
