@@ -96,12 +96,13 @@ def test_a_wrong_config_key_stops_the_run_naming_it(tmp_path, paper_config):
     assert "config key 'prompt_stage.judgez'" in out
 
 
-def test_final_targets_are_each_domains_pairs_and_the_tables(tiny_config):
+def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
     targets = final_targets(tiny_config)
-    assert "results/tiny/animals/pairs.parquet" in targets
+    assert "results/tiny/benchmark/dataset" in targets
+    assert "results/tiny/benchmark/annotation/preference_pairs.parquet" in targets
     assert "results/tiny/tables/table1_prompt_quality.tex" in targets
     assert "results/tiny/tables/table2_image_quality.md" in targets
-    assert len(targets) == len(tiny_config["domains"]) + 2 * 3
+    assert len(targets) == 3 + 2 * 3
 
 
 @pytest.fixture(scope="module")
@@ -178,12 +179,14 @@ def test_editing_one_taxonomy_reruns_only_that_domain(tiny_run):
     taxonomy = work / "config" / "taxonomy" / "animals.yaml"
     taxonomy.write_text(taxonomy.read_text().replace("pine cone", "acorn"))
     out = snakemake("-n", cwd=work)
-    outputs = planned_outputs(out)
-    per_domain = [o for o in outputs if "/tables/" not in o]
-    assert per_domain, out
-    assert all("/animals/" in o for o in per_domain), per_domain
-    assert planned_jobs(out)["make_table1"] == 1  # Table 1 pools all domains
-    assert planned_jobs(out)["make_seeds"] == 1
+    outputs = ", ".join(planned_outputs(out))
+    assert "/animals/" in outputs
+    assert "/demography/" not in outputs
+    assert "/objects/" not in outputs
+    jobs = planned_jobs(out)
+    assert jobs["make_seeds"] == 1
+    # What pools every domain runs once more: the tables and the benchmark.
+    assert jobs["make_table1"] == jobs["make_table2"] == jobs["split_benchmark"] == jobs["export_dataset"] == 1
 
 
 def test_another_configfile_replaces_the_tiny_default():

@@ -119,7 +119,9 @@ class DiffusersRenderer:
         import torch
 
         settings = self.spec.render
-        extra = {"max_sequence_length": settings["max_sequence_length"]} if "max_sequence_length" in settings else {}
+        extra = dict(settings.get("pipeline_kwargs", {}))
+        if "max_sequence_length" in settings:
+            extra["max_sequence_length"] = settings["max_sequence_length"]
         with torch.inference_mode():
             return self.pipeline(
                 prompt=descriptions,
