@@ -61,3 +61,5 @@ def test_weights_file_needs_exactly_one_file(tmp_path, tiny_config):
     (tmp_path / "b.mat").write_text("")
     with pytest.raises(ValueError, match="expected one weights file"):
         weights_file(spec)
+    with pytest.raises(FileNotFoundError, match="no weights at"):
+        weights_file(dataclasses.replace(spec, path=str(tmp_path / "missing.pth")))

@@ -18,6 +18,11 @@ log = logging.getLogger(__name__)
 def weights_file(spec: ModelSpec) -> str:
     """pyiqa reads one weights file: the model's path, or the one file in its built folder."""
     path = Path(spec.path)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{spec.name}: no weights at {path}. pyiqa cannot download on a compute node; place the "
+            f"checkpoint there or point the registry's `id` at it (README: the paper configuration)."
+        )
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
         if len(files) != 1:
