@@ -204,3 +204,28 @@ def test_a_stage_runs_outside_snakemake(tmp_path):
     seeds = read_table(out, tables.SEEDS)
     assert len(seeds) == 5
     assert set(seeds["domain"]) == {"objects"}
+
+
+def test_every_rule_maps_onto_its_step(tiny_config):
+    """Each rule names every argument its step needs (run_stage.py calls the step by rule name)."""
+    from types import SimpleNamespace
+
+    from blindspot.stages import STEPS, step_arguments
+
+    class Named(SimpleNamespace):
+        def keys(self):
+            return vars(self).keys()
+
+    out = snakemake("--list-rules", check=True)
+    rules = {line.split()[0] for line in out.splitlines() if line.strip()} - {"all"}
+    assert rules == set(STEPS)
+    job = SimpleNamespace(
+        rule="make_seeds", config=tiny_config, output=Named(out="o.parquet"), input=Named(taxonomy="t.yaml"),
+        params=Named(n_seeds=3, seed=1), wildcards=Named(domain="animals"),
+    )  # fmt: skip
+    assert step_arguments(STEPS["make_seeds"], job) == {
+        "taxonomy": "t.yaml", "domain": "animals", "n_seeds": 3, "seed": 1, "out": "o.parquet"
+    }  # fmt: skip
+    job.params = Named(n_seeds=3)
+    with pytest.raises(TypeError, match="needs 'seed'"):
+        step_arguments(STEPS["make_seeds"], job)

@@ -1,7 +1,8 @@
 """One function per workflow step: read inputs, call the logic, write outputs atomically.
 
-The Snakemake scripts are adapters to these; `python -m blindspot.stages STEP --help` runs one
-step outside Snakemake for debugging.
+Every rule runs `workflow/scripts/run_stage.py`, which calls the step named like the rule with the
+rule's named inputs, outputs, params and wildcards as arguments. `python -m blindspot.stages STEP
+--help` runs one step outside Snakemake for debugging.
 """
 
 from __future__ import annotations
@@ -288,6 +289,28 @@ STEPS = {f.__name__: f for f in (make_seeds, generate_triplets, judge_triplets, 
                                  check_prompt_quality, make_table1, render_images, judge_images,
                                  keep_consensus_pairs, measure_image_quality, make_table2, split_benchmark,
                                  export_dataset, build_model)}  # fmt: skip
+
+
+def step_arguments(step: Any, job: Any) -> dict[str, Any]:
+    """A step's arguments from a Snakemake job: `config`, then outputs, inputs, params, wildcards."""
+    sources = [job.output, job.input, job.params, job.wildcards]
+    arguments = {}
+    for name in inspect.signature(step).parameters:
+        if name == "config":
+            arguments[name] = job.config
+            continue
+        # Namedlist is a list: `in` alone would search its values, not its names.
+        found = next((source for source in sources if name in source.keys()), None)  # noqa: SIM118
+        if found is None:
+            raise TypeError(f"rule {job.rule}: step {step.__name__} needs '{name}', which the rule does not name")
+        arguments[name] = getattr(found, name)
+    return arguments
+
+
+def run_from_snakemake(job: Any) -> None:
+    setup_logging(job.log[0])
+    step = STEPS[job.rule]
+    step(**step_arguments(step, job))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -6,10 +6,10 @@ rule split_benchmark:
         pairs=expand(P("pairs"), domain=config["domains"]),
         triplets=expand(P("triplets"), domain=config["domains"]),
     output:
-        pairs=P("benchmark_pairs"),
+        out=P("benchmark_pairs"),
         filter_validation=P("filter_validation"),
         preference_pairs=P("preference_pairs"),
-        counters=P("split_counters"),
+        counters_out=P("split_counters"),
     params:
         benchmark=config["benchmark"],
         threshold=config["image_stage"]["consensus_threshold"],
@@ -21,14 +21,14 @@ rule split_benchmark:
     conda:
         "../envs/base.yaml"
     script:
-        "../scripts/split_benchmark.py"
+        "../scripts/run_stage.py"
 
 
 rule export_dataset:
     input:
         benchmark=P("benchmark_pairs"),
     output:
-        dataset=directory(P("dataset")),
+        out=directory(P("dataset")),
     params:
         name=config["benchmark"]["name"],
     log:
@@ -40,4 +40,4 @@ rule export_dataset:
     conda:
         "../envs/export.yaml"
     script:
-        "../scripts/export_dataset.py"
+        "../scripts/run_stage.py"

@@ -7,8 +7,8 @@ rule render_images:
         seeds=P("seeds"),
         model=get_role_model_input("t2i"),
     output:
-        renders=P("renders"),
-        counters=P("render_counters"),
+        out=P("renders"),
+        counters_out=P("render_counters"),
     params:
         model=get_model_params("t2i"),
         images_dir=lambda wildcards: P("images", domain=wildcards.domain, t2i=wildcards.t2i),
@@ -23,7 +23,7 @@ rule render_images:
     conda:
         "../envs/t2i.yaml"
     script:
-        "../scripts/render_images.py"
+        "../scripts/run_stage.py"
 
 
 rule judge_images:
@@ -32,8 +32,8 @@ rule judge_images:
         model=get_role_model_input("vlm"),
         template=config["image_stage"]["judge_template"],
     output:
-        scores=P("vlm_scores"),
-        counters=P("vlm_score_counters"),
+        out=P("vlm_scores"),
+        counters_out=P("vlm_score_counters"),
     params:
         model=get_model_params("vlm"),
         batch_size=config["image_stage"]["judge_batch_size"],
@@ -46,7 +46,7 @@ rule judge_images:
     conda:
         "../envs/vlm.yaml"
     script:
-        "../scripts/judge_images.py"
+        "../scripts/run_stage.py"
 
 
 rule keep_consensus_pairs:
@@ -54,8 +54,8 @@ rule keep_consensus_pairs:
         renders=lambda wildcards: targets.render_targets(config, wildcards.domain),
         scores=lambda wildcards: targets.vlm_score_targets(config, wildcards.domain),
     output:
-        pairs=P("pairs"),
-        counters=P("pair_counters"),
+        out=P("pairs"),
+        counters_out=P("pair_counters"),
     params:
         vlms=config["image_stage"]["vlms"],
         threshold=config["image_stage"]["consensus_threshold"],
@@ -67,7 +67,7 @@ rule keep_consensus_pairs:
     conda:
         "../envs/base.yaml"
     script:
-        "../scripts/keep_consensus_pairs.py"
+        "../scripts/run_stage.py"
 
 
 rule measure_image_quality:
@@ -77,7 +77,7 @@ rule measure_image_quality:
         seeds=P("seeds"),
         models=[get_model_input(name) for name in config["image_stage"]["iqa_metrics"]],
     output:
-        quality=P("image_quality"),
+        out=P("image_quality"),
     params:
         models=[config["models"][name] for name in config["image_stage"]["iqa_metrics"]],
     log:
@@ -89,7 +89,7 @@ rule measure_image_quality:
     conda:
         "../envs/iqa.yaml"
     script:
-        "../scripts/measure_image_quality.py"
+        "../scripts/run_stage.py"
 
 
 rule make_table2:
@@ -106,4 +106,4 @@ rule make_table2:
     conda:
         "../envs/base.yaml"
     script:
-        "../scripts/make_table2.py"
+        "../scripts/run_stage.py"

@@ -3,7 +3,7 @@ rule build_model:
     input:
         lambda wildcards: build_inputs(config, wildcards.model),
     output:
-        model=directory(P("model")),
+        out=directory(P("model")),
     params:
         recipe=lambda wildcards: resolved_recipe(config, wildcards.model),
         seed=config["seed"],
@@ -16,4 +16,4 @@ rule build_model:
     conda:
         "../envs/build.yaml"
     script:
-        "../scripts/build_model.py"
+        "../scripts/run_stage.py"

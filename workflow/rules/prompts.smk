@@ -5,7 +5,7 @@ rule make_seeds:
     input:
         taxonomy=lambda wildcards: config["domains"][wildcards.domain]["taxonomy"],
     output:
-        seeds=P("seeds"),
+        out=P("seeds"),
     params:
         n_seeds=lambda wildcards: config["domains"][wildcards.domain]["n_seeds"],
         seed=config["seed"],
@@ -18,7 +18,7 @@ rule make_seeds:
     conda:
         "../envs/base.yaml"
     script:
-        "../scripts/make_seeds.py"
+        "../scripts/run_stage.py"
 
 
 rule generate_triplets:
@@ -27,8 +27,8 @@ rule generate_triplets:
         template=STAGE["generate_template"],
         model=get_role_model_input("generator"),
     output:
-        triplets=P("raw_triplets"),
-        counters=P("raw_counters"),
+        out=P("raw_triplets"),
+        counters_out=P("raw_counters"),
     params:
         model=get_model_params("generator"),
         shard_size=config["shard_size"],
@@ -43,7 +43,7 @@ rule generate_triplets:
     conda:
         "../envs/llm.yaml"
     script:
-        "../scripts/generate_triplets.py"
+        "../scripts/run_stage.py"
 
 
 rule judge_triplets:
@@ -53,8 +53,8 @@ rule judge_triplets:
         template=STAGE["judge_template"],
         model=get_role_model_input("judge"),
     output:
-        judgments=P("judgments"),
-        counters=P("judgment_counters"),
+        out=P("judgments"),
+        counters_out=P("judgment_counters"),
     params:
         model=get_model_params("judge"),
         batch_size=STAGE["batch_size"],
@@ -68,7 +68,7 @@ rule judge_triplets:
     conda:
         "../envs/llm.yaml"
     script:
-        "../scripts/judge_triplets.py"
+        "../scripts/run_stage.py"
 
 
 rule accept_triplets:
@@ -77,8 +77,8 @@ rule accept_triplets:
         raw=lambda wildcards: targets.raw_triplet_targets(config, wildcards.domain),
         judgments=lambda wildcards: targets.judgment_targets(config, wildcards.domain),
     output:
-        triplets=P("triplets"),
-        counters=P("triplet_counters"),
+        out=P("triplets"),
+        counters_out=P("triplet_counters"),
     params:
         judges=STAGE["judges"],
     log:
@@ -88,7 +88,7 @@ rule accept_triplets:
     conda:
         "../envs/base.yaml"
     script:
-        "../scripts/accept_triplets.py"
+        "../scripts/run_stage.py"
 
 
 rule check_prompt_quality:
@@ -97,7 +97,7 @@ rule check_prompt_quality:
         embedding_model=get_model_input(STAGE["embedding_model"]),
         nli_model=get_model_input(STAGE["nli_model"]),
     output:
-        quality=P("prompt_quality"),
+        out=P("prompt_quality"),
     params:
         embedding_model=config["models"][STAGE["embedding_model"]],
         nli_model=config["models"][STAGE["nli_model"]],
@@ -111,7 +111,7 @@ rule check_prompt_quality:
     conda:
         "../envs/nlp.yaml"
     script:
-        "../scripts/check_prompt_quality.py"
+        "../scripts/run_stage.py"
 
 
 rule make_table1:
@@ -128,4 +128,4 @@ rule make_table1:
     conda:
         "../envs/base.yaml"
     script:
-        "../scripts/make_table1.py"
+        "../scripts/run_stage.py"
