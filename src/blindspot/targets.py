@@ -58,28 +58,28 @@ def domain_shards(config: dict[str, Any], domain: str) -> list[str]:
     return shard_names(config["domains"][domain]["n_seeds"], config["shard_size"])
 
 
-def raw_triplet_targets(config: dict[str, Any], domain: str, kind: str = "raw_triplets") -> list[str]:
+def raw_triplet_targets(config: dict[str, Any], domain: str) -> list[str]:
     stage = config["prompt_stage"]
     return [
-        path(config, kind, domain=domain, generator=generator, shard=shard)
+        path(config, "raw_triplets", domain=domain, generator=generator, shard=shard)
         for generator in stage["generators"]
         for shard in domain_shards(config, domain)
     ]
 
 
-def judgment_targets(config: dict[str, Any], domain: str, kind: str = "judgments") -> list[str]:
+def judgment_targets(config: dict[str, Any], domain: str) -> list[str]:
     stage = config["prompt_stage"]
     return [
-        path(config, kind, domain=domain, judge=judge, generator=generator, shard=shard)
+        path(config, "judgments", domain=domain, judge=judge, generator=generator, shard=shard)
         for judge in stage["judges"]
         for generator in stage["generators"]
         for shard in domain_shards(config, domain)
     ]
 
 
-def render_targets(config: dict[str, Any], domain: str, kind: str = "renders") -> list[str]:
+def render_targets(config: dict[str, Any], domain: str) -> list[str]:
     return [
-        path(config, kind, domain=domain, t2i=t2i, shard=shard)
+        path(config, "renders", domain=domain, t2i=t2i, shard=shard)
         for t2i in config["image_stage"]["t2i_models"]
         for shard in domain_shards(config, domain)
     ]
