@@ -97,6 +97,13 @@ class ModelSpec:
     build: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def device(self) -> str:
+        """Where the model runs: a GPU when it asks for one and one is there, else the CPU."""
+        import torch
+
+        return "cuda" if self.gpus > 0 and torch.cuda.is_available() else "cpu"
+
+    @property
     def model_id(self) -> str:
         """What provenance records: the hub id, or the registry name for a built model."""
         return f"built:{self.name}" if self.built else self.path

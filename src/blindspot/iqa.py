@@ -36,12 +36,10 @@ class PyiqaMetric:
 
     def __init__(self, spec: ModelSpec, batch_size: int):
         import pyiqa
-        import torch
 
         self.spec = spec
         self.batch_size = batch_size
-        device = "cuda" if spec.gpus > 0 and torch.cuda.is_available() else "cpu"
-        self.metric = pyiqa.create_metric(spec.metric, device=device, pretrained_model_path=weights_file(spec))
+        self.metric = pyiqa.create_metric(spec.metric, device=spec.device, pretrained_model_path=weights_file(spec))
         self.higher_is_better = not self.metric.lower_better
 
     def score(self, paths: list[str]) -> np.ndarray:

@@ -15,12 +15,6 @@ log = logging.getLogger(__name__)
 NLI_LABELS = ("contradiction", "entailment", "neutral")
 
 
-def _device(spec: ModelSpec) -> str:
-    import torch
-
-    return "cuda" if spec.gpus > 0 and torch.cuda.is_available() else "cpu"
-
-
 def embed(texts: Sequence[str], spec: ModelSpec, batch_size: int) -> np.ndarray:
     """Unit-norm sentence embeddings, one row per text."""
     import torch
@@ -28,7 +22,7 @@ def embed(texts: Sequence[str], spec: ModelSpec, batch_size: int) -> np.ndarray:
 
     model = SentenceTransformer(
         spec.path,
-        device=_device(spec),
+        device=spec.device,
         revision=spec.revision,
         trust_remote_code=spec.trust_remote_code,
         model_kwargs={"dtype": getattr(torch, spec.dtype)},
@@ -48,7 +42,7 @@ def nli_probabilities(pairs: Sequence[tuple[str, str]], spec: ModelSpec, batch_s
     tokenizer = AutoTokenizer.from_pretrained(spec.path, revision=spec.revision)
     model = AutoModelForSequenceClassification.from_pretrained(
         spec.path, revision=spec.revision, dtype=getattr(torch, spec.dtype), trust_remote_code=spec.trust_remote_code
-    ).to(_device(spec))
+    ).to(spec.device)
     model.eval()
     label_index = {str(name).lower(): int(i) for i, name in model.config.id2label.items()}
     if not set(NLI_LABELS) <= set(label_index):

@@ -108,7 +108,7 @@ class DiffusersRenderer:
         import torch
 
         self.spec = spec
-        self.device = "cuda" if spec.gpus > 0 and torch.cuda.is_available() else "cpu"
+        self.device = spec.device
         pipeline_class = getattr(diffusers, spec.pipeline)
         self.pipeline = pipeline_class.from_pretrained(
             spec.path, revision=spec.revision, torch_dtype=getattr(torch, spec.dtype)

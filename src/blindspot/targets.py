@@ -6,6 +6,7 @@ and unit-tested, which keeps `common.smk` short.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from blindspot.config import shard_names
@@ -58,49 +59,36 @@ def domain_shards(config: dict[str, Any], domain: str) -> list[str]:
     return shard_names(config["domains"][domain]["n_seeds"], config["shard_size"])
 
 
-def raw_triplet_targets(config: dict[str, Any], domain: str) -> list[str]:
-    stage = config["prompt_stage"]
+def shard_targets(config: dict[str, Any], kind: str, domain: str, **models: list[str]) -> list[str]:
+    """Every shard's path of `kind` in `domain`, for each combination of the named model lists."""
+    names = list(models)
     return [
-        path(config, "raw_triplets", domain=domain, generator=generator, shard=shard)
-        for generator in stage["generators"]
+        path(config, kind, domain=domain, shard=shard, **dict(zip(names, combination, strict=True)))
+        for combination in itertools.product(*models.values())
         for shard in domain_shards(config, domain)
     ]
+
+
+def raw_triplet_targets(config: dict[str, Any], domain: str) -> list[str]:
+    return shard_targets(config, "raw_triplets", domain, generator=config["prompt_stage"]["generators"])
 
 
 def judgment_targets(config: dict[str, Any], domain: str) -> list[str]:
     stage = config["prompt_stage"]
-    return [
-        path(config, "judgments", domain=domain, judge=judge, generator=generator, shard=shard)
-        for judge in stage["judges"]
-        for generator in stage["generators"]
-        for shard in domain_shards(config, domain)
-    ]
+    return shard_targets(config, "judgments", domain, judge=stage["judges"], generator=stage["generators"])
 
 
 def render_targets(config: dict[str, Any], domain: str) -> list[str]:
-    return [
-        path(config, "renders", domain=domain, t2i=t2i, shard=shard)
-        for t2i in config["image_stage"]["t2i_models"]
-        for shard in domain_shards(config, domain)
-    ]
+    return shard_targets(config, "renders", domain, t2i=config["image_stage"]["t2i_models"])
 
 
 def vlm_score_targets(config: dict[str, Any], domain: str) -> list[str]:
     stage = config["image_stage"]
-    return [
-        path(config, "vlm_scores", domain=domain, t2i=t2i, vlm=vlm, shard=shard)
-        for t2i in stage["t2i_models"]
-        for vlm in stage["vlms"]
-        for shard in domain_shards(config, domain)
-    ]
+    return shard_targets(config, "vlm_scores", domain, t2i=stage["t2i_models"], vlm=stage["vlms"])
 
 
 def image_quality_targets(config: dict[str, Any]) -> list[str]:
-    return [
-        path(config, "image_quality", domain=domain, shard=shard)
-        for domain in config["domains"]
-        for shard in domain_shards(config, domain)
-    ]
+    return [target for domain in config["domains"] for target in shard_targets(config, "image_quality", domain)]
 
 
 def table_targets(config: dict[str, Any], kind: str) -> list[str]:

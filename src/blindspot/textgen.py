@@ -44,7 +44,7 @@ class TransformersTextGenerator:
         self.spec = spec
         self.seed = seed
         self.batch_size = batch_size
-        self.device = "cuda" if spec.gpus > 0 and torch.cuda.is_available() else "cpu"
+        self.device = spec.device
         self.tokenizer = AutoTokenizer.from_pretrained(
             spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code, padding_side="left"
         )

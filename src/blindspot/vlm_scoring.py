@@ -89,7 +89,7 @@ class TransformersVLMScorer:
         self.spec = spec
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
-        self.device = "cuda" if spec.gpus > 0 and torch.cuda.is_available() else "cpu"
+        self.device = spec.device
         self.processor = AutoProcessor.from_pretrained(
             spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
         )
