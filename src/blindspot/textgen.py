@@ -105,26 +105,32 @@ class TransformersTextGenerator:
         return texts
 
 
+def vllm_engine(spec: ModelSpec, seed: int = 0, **overrides: Any) -> Any:
+    """A vLLM engine for a registry entry: its GPUs are the tensor parallelism, and the entry's
+    `engine_args` (memory share, multimodal limits) go last so the registry has the final word."""
+    from vllm import LLM
+
+    engine_args: dict[str, Any] = {
+        "model": spec.path,
+        "revision": spec.revision,
+        "tensor_parallel_size": max(1, spec.gpus),
+        "dtype": spec.dtype,
+        "seed": seed,
+        "trust_remote_code": spec.trust_remote_code,
+    }
+    if spec.max_model_len:
+        engine_args["max_model_len"] = spec.max_model_len
+    if spec.tokenizer_mode:
+        engine_args["tokenizer_mode"] = spec.tokenizer_mode
+    return LLM(**engine_args | overrides | spec.engine_args)
+
+
 class VLLMTextGenerator:
     def __init__(self, spec: ModelSpec, seed: int, batch_size: int = 0):
-        from vllm import LLM
-
         del batch_size  # vLLM schedules its own batches
         self.spec = spec
         self.seed = seed
-        engine_args: dict[str, Any] = {
-            "model": spec.path,
-            "revision": spec.revision,
-            "tensor_parallel_size": max(1, spec.gpus),
-            "dtype": spec.dtype,
-            "seed": seed,
-            "trust_remote_code": spec.trust_remote_code,
-        }
-        if spec.max_model_len:
-            engine_args["max_model_len"] = spec.max_model_len
-        if spec.tokenizer_mode:
-            engine_args["tokenizer_mode"] = spec.tokenizer_mode
-        self.llm = LLM(**engine_args | spec.engine_args)
+        self.llm = vllm_engine(spec, seed)
 
     def sampling(self) -> dict[str, Any]:
         return _sampling(self.spec, self.seed)

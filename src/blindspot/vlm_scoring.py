@@ -73,6 +73,16 @@ def summarise(probabilities: np.ndarray) -> tuple[float, int]:
 _TEXT_SCORE = re.compile(r"(?<!\d)(10|[1-9])(?!\d)")
 
 
+def scored(first: np.ndarray, after_one: np.ndarray, text: str, tokens: ScoreTokens) -> dict[str, Any]:
+    """One image's row: the score distribution, its summaries and the generated text."""
+    probabilities, mass = score_distribution(first, after_one, tokens)
+    expected, best = summarise(probabilities)
+    return {
+        "expected_score": expected, "argmax_score": best, "valid_mass": mass,
+        "probabilities": probabilities.tolist(), "text": text.strip(), "text_score": text_score(text),
+    }  # fmt: skip
+
+
 def text_score(text: str) -> int | None:
     """The first score 1..10 written in `text`, if any (kept for comparison, never relied on)."""
     match = _TEXT_SCORE.search(text)
@@ -129,18 +139,82 @@ class TransformersVLMScorer:
                 prompt = self._inputs(batch_conv, batch_images, "")
                 generated = self.model.generate(**prompt, max_new_tokens=self.max_new_tokens, do_sample=False)
             texts = self.processor.batch_decode(generated[:, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
-            for row, text in zip(logprobs, texts, strict=True):
-                probabilities, mass = score_distribution(row[0], row[1], self.tokens)
-                expected, best = summarise(probabilities)
-                results.append(
-                    {"expected_score": expected, "argmax_score": best, "valid_mass": mass,
-                     "probabilities": probabilities.tolist(), "text": text.strip(), "text_score": text_score(text)}
-                )  # fmt: skip
+            results.extend(scored(row[0], row[1], text, self.tokens) for row, text in zip(logprobs, texts, strict=True))
         return results
 
 
+class VLLMVLMScorer:
+    """A VLM served by vLLM, images passed inside the chat messages (vLLM turns them into its
+    multimodal data). vLLM returns log-probabilities for exactly the token ids that spell "1".."10"
+    (`logprob_token_ids`, normalised over the whole vocabulary): once at the first answer position
+    of a greedy generation, whose text is kept, and once after the answer "1" (for a two-token "10")."""
+
+    def __init__(self, spec: ModelSpec, batch_size: int, max_new_tokens: int = 8):
+        from blindspot.textgen import vllm_engine
+
+        del batch_size  # vLLM schedules its own batches
+        self.spec = spec
+        self.max_new_tokens = max_new_tokens
+        self.llm = vllm_engine(spec)
+        tokenizer = self.llm.get_tokenizer()
+        self.tokens = ScoreTokens.from_tokenizer(tokenizer)
+        self.one = tokenizer.encode("1", add_special_tokens=False)[0]
+        self.candidates = sorted({*self.tokens.single.values(), self.tokens.ten_after_one} - {None})
+
+    def _dense(self, logprobs: dict[int, Any]) -> np.ndarray:
+        """The returned candidates as a vocabulary-indexed array (-inf elsewhere)."""
+        dense = np.full(max(self.candidates) + 1, -np.inf)
+        for token in self.candidates:
+            dense[token] = logprobs[token].logprob
+        return dense
+
+    def score(self, conversations: list[list[dict]], images: list[Any]) -> list[dict[str, Any]]:
+        from vllm import SamplingParams
+
+        messages = [with_image(c, image) for c, image in zip(conversations, images, strict=True)]
+        greedy = {"temperature": 0.0, "logprob_token_ids": self.candidates}
+        answers = self.llm.chat(messages, SamplingParams(max_tokens=self.max_new_tokens, **greedy), use_tqdm=True)
+        after_one = self.llm.chat(
+            [[*m, {"role": "assistant", "content": "1"}] for m in messages], SamplingParams(max_tokens=1, **greedy),
+            add_generation_prompt=False, continue_final_message=True, use_tqdm=True,
+        )  # fmt: skip
+        results = []
+        for answer, continued in zip(answers, after_one, strict=True):
+            if continued.prompt_token_ids[-1] != self.one:
+                raise ValueError(f"{self.spec.name}: the chat template's answer position does not tokenize '1' alone")
+            first, then = answer.outputs[0], continued.outputs[0]
+            first_logprobs, then_logprobs = self._dense(first.logprobs[0]), self._dense(then.logprobs[0])
+            results.append(scored(first_logprobs, then_logprobs, first.text, self.tokens))
+        return results
+
+
+def with_image(conversation: list[dict], image: Any) -> list[dict]:
+    """The conversation with its image placeholder ({"type": "image"}) holding `image`, as vLLM
+    takes it; a conversation without a placeholder must come with no image."""
+    filled, placed = [], 0
+    for message in conversation:
+        content = message["content"]
+        if isinstance(content, list):
+            placed += sum(part["type"] == "image" for part in content)
+            image_part = {"type": "image_pil", "image_pil": image}
+            content = [image_part if part["type"] == "image" else part for part in content]
+        filled.append(message | {"content": content})
+    if placed != (image is not None):
+        raise ValueError(f"a conversation with {placed} image placeholders cannot take {'an' if image else 'no'} image")
+    return filled
+
+
+SCORERS = {"transformers": TransformersVLMScorer, "vllm": VLLMVLMScorer}
+
+
+def load_vlm_scorer(spec: ModelSpec, batch_size: int) -> TransformersVLMScorer | VLLMVLMScorer:
+    """Build the VLM once per job; the registry entry's backend picks the implementation."""
+    log.info("loading %s (%s) from %s with the %s backend", spec.name, spec.model_id, spec.path, spec.backend)
+    return SCORERS[spec.backend](spec, batch_size)
+
+
 def judge_images(
-    renders: pd.DataFrame, scorer: TransformersVLMScorer, template: PromptTemplate
+    renders: pd.DataFrame, scorer: TransformersVLMScorer | VLLMVLMScorer, template: PromptTemplate
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Score each image against its own description only (I_corr with D_c, I_adv with D_a)."""
     from PIL import Image

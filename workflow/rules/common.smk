@@ -60,6 +60,12 @@ def get_gpus(role):
     return lambda wildcards: model_spec(config, getattr(wildcards, role)).gpus
 
 
+def get_vlm_env(wildcards):
+    """A VLM served by vLLM runs in vLLM's env; one on transformers in the vision env."""
+    backend = config["models"][wildcards.vlm]["backend"]
+    return "../envs/llm.yaml" if backend == "vllm" else "../envs/vlm.yaml"
+
+
 def get_model_params(role):
     # The registry entry is a param, so editing a model's settings re-runs its jobs.
     return lambda wildcards: config["models"][getattr(wildcards, role)]

@@ -44,7 +44,7 @@ rule judge_images:
     resources:
         gpu=get_gpus("vlm"),
     conda:
-        "../envs/vlm.yaml"
+        get_vlm_env
     script:
         "../scripts/run_stage.py"
 
