@@ -137,6 +137,28 @@ def model_spec(config: dict[str, Any], name: str) -> ModelSpec:
     )
 
 
+# The models a job of each step loads: a job's wildcard names one (`generator`, `t2i`, ...), or the
+# stage config lists them. Steps not listed load no model.
+STEP_MODELS = {
+    "generate_triplets": lambda config, wildcards: [wildcards["generator"]],
+    "judge_triplets": lambda config, wildcards: [wildcards["judge"]],
+    "check_prompt_quality": lambda config, wildcards: [
+        config["prompt_stage"]["embedding_model"],
+        config["prompt_stage"]["nli_model"],
+    ],
+    "render_images": lambda config, wildcards: [wildcards["t2i"]],
+    "judge_images": lambda config, wildcards: [wildcards["vlm"]],
+    "measure_image_quality": lambda config, wildcards: list(config["image_stage"]["iqa_metrics"]),
+}
+
+
+def step_gpus(config: dict[str, Any], step: str, wildcards: dict[str, str]) -> int:
+    """GPUs one job of `step` asks for: the most any of its models needs (a job loads its models
+    one after the other). The same number is vLLM's tensor parallelism."""
+    models = STEP_MODELS.get(step, lambda config, wildcards: [])(config, wildcards)
+    return max((model_spec(config, name).gpus for name in models), default=0)
+
+
 def built_model_dir(config: dict[str, Any], name: str) -> Path:
     return Path(config["resources_dir"]) / "models" / name
 

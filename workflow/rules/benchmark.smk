@@ -17,7 +17,7 @@ rule split_benchmark:
     log:
         LOG("split_benchmark", "all"),
     resources:
-        gpu=0,
+        gpu=get_gpus("split_benchmark"),
     conda:
         "../envs/base.yaml"
     script:
@@ -36,7 +36,7 @@ rule export_dataset:
     benchmark:
         BENCH("export_dataset", "all")
     resources:
-        gpu=0,
+        gpu=get_gpus("export_dataset"),
     conda:
         "../envs/export.yaml"
     script:

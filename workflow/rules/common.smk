@@ -7,7 +7,7 @@ from pathlib import Path
 # workflow/scripts/blindspot -> src/blindspot (Snakemake puts a script's folder on sys.path).
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
-from blindspot.config import build_inputs, model_spec, resolved_recipe, validate_config
+from blindspot.config import build_inputs, resolved_recipe, step_gpus, validate_config
 from blindspot import targets
 
 validate_config(config)
@@ -55,9 +55,9 @@ def get_role_model_input(role):
     return lambda wildcards: get_model_input(getattr(wildcards, role))
 
 
-def get_gpus(role):
-    """A job's GPU request: what its model needs (also vLLM's tensor parallelism)."""
-    return lambda wildcards: model_spec(config, getattr(wildcards, role)).gpus
+def get_gpus(rule):
+    """A job's GPU request: what its models need (also vLLM's tensor parallelism); 0 for CPU rules."""
+    return lambda wildcards: step_gpus(config, rule, dict(wildcards.items()))
 
 
 def get_vlm_env(wildcards):

@@ -19,7 +19,7 @@ rule render_images:
     benchmark:
         BENCH("render_images", "{domain}/{t2i}/{shard}")
     resources:
-        gpu=get_gpus("t2i"),
+        gpu=get_gpus("render_images"),
     conda:
         "../envs/t2i.yaml"
     script:
@@ -42,7 +42,7 @@ rule judge_images:
     benchmark:
         BENCH("judge_images", "{domain}/{t2i}/{vlm}/{shard}")
     resources:
-        gpu=get_gpus("vlm"),
+        gpu=get_gpus("judge_images"),
     conda:
         get_vlm_env
     script:
@@ -63,7 +63,7 @@ rule keep_consensus_pairs:
     log:
         LOG("keep_consensus_pairs", "{domain}"),
     resources:
-        gpu=0,
+        gpu=get_gpus("keep_consensus_pairs"),
     conda:
         "../envs/base.yaml"
     script:
@@ -85,7 +85,7 @@ rule measure_image_quality:
     benchmark:
         BENCH("measure_image_quality", "{domain}/{shard}")
     resources:
-        gpu=max(model_spec(config, name).gpus for name in config["image_stage"]["iqa_metrics"]),
+        gpu=get_gpus("measure_image_quality"),
     conda:
         "../envs/iqa.yaml"
     script:
@@ -102,7 +102,7 @@ rule make_table2:
     log:
         LOG("make_table2", "all"),
     resources:
-        gpu=0,
+        gpu=get_gpus("make_table2"),
     conda:
         "../envs/base.yaml"
     script:

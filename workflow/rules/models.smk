@@ -12,7 +12,7 @@ rule build_model:
     benchmark:
         BENCH("build_model", "{model}")
     resources:
-        gpu=0,
+        gpu=get_gpus("build_model"),
     conda:
         "../envs/build.yaml"
     script:

@@ -14,7 +14,7 @@ rule make_seeds:
     benchmark:
         BENCH("make_seeds", "{domain}")
     resources:
-        gpu=0,
+        gpu=get_gpus("make_seeds"),
     conda:
         "../envs/base.yaml"
     script:
@@ -39,7 +39,7 @@ rule generate_triplets:
     benchmark:
         BENCH("generate_triplets", "{domain}/{generator}/{shard}")
     resources:
-        gpu=get_gpus("generator"),
+        gpu=get_gpus("generate_triplets"),
     conda:
         "../envs/llm.yaml"
     script:
@@ -64,7 +64,7 @@ rule judge_triplets:
     benchmark:
         BENCH("judge_triplets", "{domain}/{judge}/{generator}/{shard}")
     resources:
-        gpu=get_gpus("judge"),
+        gpu=get_gpus("judge_triplets"),
     conda:
         "../envs/llm.yaml"
     script:
@@ -84,7 +84,7 @@ rule accept_triplets:
     log:
         LOG("accept_triplets", "{domain}"),
     resources:
-        gpu=0,
+        gpu=get_gpus("accept_triplets"),
     conda:
         "../envs/base.yaml"
     script:
@@ -107,7 +107,7 @@ rule check_prompt_quality:
     benchmark:
         BENCH("check_prompt_quality", "{domain}")
     resources:
-        gpu=max(model_spec(config, STAGE[role]).gpus for role in ("embedding_model", "nli_model")),
+        gpu=get_gpus("check_prompt_quality"),
     conda:
         "../envs/nlp.yaml"
     script:
@@ -124,7 +124,7 @@ rule make_table1:
     log:
         LOG("make_table1", "all"),
     resources:
-        gpu=0,
+        gpu=get_gpus("make_table1"),
     conda:
         "../envs/base.yaml"
     script:

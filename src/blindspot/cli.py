@@ -1,0 +1,132 @@
+"""`blindspot`: plan a run, measure its throughput, and list targets for a partial re-run.
+
+blindspot plan --configfile config/config.yaml [--format md|csv]
+blindspot throughput --configfile config/config.yaml results/benchmarks
+blindspot targets --configfile config/config.yaml --domain animals --rule render_images
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from blindspot import plan
+from blindspot.config import ConfigError, load_config
+
+
+def _hours(value: float) -> str:
+    return "n/a" if pd.isna(value) else f"{value:.2f}"
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    frame = frame.copy()
+    if "gpu_hours" in frame:
+        frame["gpu_hours"] = frame["gpu_hours"].map(_hours)
+    frame = frame.astype(object).where(frame.notna(), "")
+    return frame.to_markdown(index=False, disable_numparse=True)
+
+
+def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
+    missing = result["missing"]
+    total = _hours(result["total_gpu_hours"])
+    if fmt == "csv":
+        frame = result["combinations"]
+        rest = result["rules"][~result["rules"]["rule"].isin(list(plan.SHARDED))]
+        frame = pd.concat([rest.drop(columns="stage"), frame], ignore_index=True)
+        frame = frame[["rule", "domain", "model", "jobs", "gpus_per_job", "items", "gpu_hours"]]
+        total_row = {"rule": "total", "jobs": result["total_jobs"], "gpu_hours": result["total_gpu_hours"]}
+        frame = pd.concat([frame, pd.DataFrame([total_row])], ignore_index=True)
+        frame["gpu_hours"] = frame["gpu_hours"].map(lambda h: "n/a" if pd.isna(h) else f"{h:.4f}")
+        if missing:
+            print(f"missing throughput entries: {', '.join(missing)}", file=sys.stderr)
+        return frame.to_csv(index=False)
+    lines = [
+        f"# Plan for {configfile}",
+        "",
+        "## Jobs and GPU-hours per rule",
+        "",
+        _markdown(result["rules"]),
+        "",
+        "## Jobs and GPU-hours per domain x model (sharded rules)",
+        "",
+        _markdown(result["combinations"]),
+        "",
+        "## GPU-hours per stage",
+        "",
+        _markdown(result["stages"]),
+        "",
+        f"Total: {result['total_jobs']} jobs, {total} GPU-hours",
+    ]
+    if missing:
+        lines.append(
+            f"(the known part is {result['known_gpu_hours']:.2f} GPU-hours; missing throughput entries: "
+            f"{', '.join(missing)} — add them under `throughput:` in the config)"
+        )
+    lines += ["", "GPU-hours = items x seconds per item (`throughput:`) x GPUs per job / 3600. " + plan.ITEMS_NOTE]
+    return "\n".join(lines) + "\n"
+
+
+def render_throughput(measured: pd.DataFrame, benchmark_dir: str) -> str:
+    counts = measured["items_from"].value_counts()
+    header = [
+        f"# Measured from {len(measured)} benchmark files in {benchmark_dir}: median over jobs of wall seconds",
+        "# (Snakemake's `s`, model loading included) / items. Items: rows of the job's output parquet for "
+        f"{counts.get('output', 0)} jobs,",
+        f"# the plan's upper bound (no output found) for {counts.get('plan', 0)} jobs.",
+    ]
+    table = plan.throughput_table(measured)
+    body = (
+        yaml.safe_dump({"throughput": table}, sort_keys=False, default_flow_style=False)
+        if table
+        else "throughput: {}\n"
+    )
+    return "\n".join(header) + "\n" + body
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="blindspot", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.add_argument("--configfile", required=True, help="the run's config, e.g. config/config.yaml")
+        return sub
+
+    sub = command("plan", "jobs per rule and per domain x model, and GPU-hours per stage")
+    sub.add_argument("--format", choices=("md", "csv"), default="md")
+    sub = command("throughput", "measured seconds per item from a finished run, as a `throughput:` block")
+    sub.add_argument("benchmark_dir", metavar="BENCHMARK_DIR", help="the run's {results_dir}/benchmarks")
+    sub = command("targets", "output paths of the sharded jobs that match, one per line, for `snakemake`")
+    sub.add_argument("--domain", action="append", default=[], help="repeatable; default every domain")
+    sub.add_argument("--model", action="append", default=[], help="repeatable; a job matches if it uses the model")
+    sub.add_argument("--rule", action="append", default=[], help="repeatable; default every sharded rule")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.configfile)
+        if args.command == "plan":
+            sys.stdout.write(render_plan(plan.plan(config), args.configfile, args.format))
+        elif args.command == "throughput":
+            sys.stdout.write(
+                render_throughput(plan.measured_throughput(config, args.benchmark_dir), args.benchmark_dir)
+            )
+        else:
+            selected = plan.select_targets(config, args.domain, args.model, args.rule)
+            sys.stdout.write("".join(f"{target}\n" for target in selected))
+    except (ConfigError, ValueError, FileNotFoundError) as error:
+        parser.error(str(error))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Run one stage on SLURM from Python (a notebook), through submitit.
+
+The resources come from the same places as for `snakemake --profile profiles/slurm`: memory, time,
+CPUs, partition and account from the profile (its `default-resources`, then the rule's
+`set-resources`, evaluated for the attempt), and GPUs from the model registry (`step_gpus`). So a
+stage submitted here asks SLURM for what the workflow's job of that stage would ask.
+
+    job = submit_stage("render_images", "config/config.yaml", domain="animals", t2i="flux.1-schnell",
+                       shard="00000", triplets=..., out=..., images=..., counters_out=...)
+    job.result()  # blocks; raises with the job's traceback if the stage failed
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from blindspot.config import load_config, step_gpus
+
+DEFAULT_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "slurm" / "config.yaml"
+# Stage arguments that are wildcards in the rules; the GPU request depends on them.
+WILDCARDS = ("domain", "shard", "generator", "judge", "t2i", "vlm")
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+
+
+def _evaluate(expression: Any, attempt: int) -> Any:
+    """A profile resource: a number, a string, or arithmetic on `attempt` such as `8000 * attempt`."""
+    if not isinstance(expression, str):
+        return expression
+
+    def value(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name) and node.id == "attempt":
+            return attempt
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](value(node.left), value(node.right))
+        raise ValueError
+
+    try:
+        return value(ast.parse(expression, mode="eval").body)
+    except (SyntaxError, ValueError):
+        return expression  # a plain string such as a partition name
+
+
+def profile_resources(rule: str, attempt: int = 1, profile: str | Path = DEFAULT_PROFILE) -> dict[str, Any]:
+    """The resources the profile gives one job of `rule` on its `attempt`-th try."""
+    settings = yaml.safe_load(Path(profile).read_text())
+    merged = settings.get("default-resources", {}) | settings.get("set-resources", {}).get(rule, {})
+    return {name: _evaluate(expression, attempt) for name, expression in merged.items()}
+
+
+def submitit_parameters(resources: dict[str, Any], gpus: int, rule: str) -> dict[str, Any]:
+    """submitit's parameters for the profile's resources and a GPU count, spelled as the Snakemake
+    SLURM plugin spells them (`--gpus=N` or `--gpus=model:N`)."""
+    parameters: dict[str, Any] = {
+        "slurm_mem": f"{resources['mem_mb']}M",
+        "timeout_min": int(resources["runtime"]),
+        "cpus_per_task": int(resources["cpus_per_task"]),
+        "slurm_comment": f"rule_{rule}",
+        "name": rule,
+    }
+    for name in ("slurm_partition", "slurm_account"):
+        if name in resources:
+            parameters[name] = resources[name]
+    if gpus:
+        model = resources.get("gpu_model")
+        parameters["slurm_additional_parameters"] = {"gpus": f"{model}:{gpus}" if model else str(gpus)}
+    return parameters
+
+
+def _run_stage(step: str, config_path: str, arguments: dict[str, Any]) -> None:
+    from blindspot.stages import STEPS, setup_logging
+
+    setup_logging()
+    STEPS[step](config=load_config(config_path), **arguments)
+
+
+def submit_stage(
+    step: str, config_path: str | Path, *, folder: str | Path = "results/submitit", attempt: int = 1,
+    profile: str | Path = DEFAULT_PROFILE, **arguments: Any,
+) -> Any:  # fmt: skip
+    """Submit one job of `step` (a rule name) with its stage arguments; returns the submitit Job.
+    SLURM's output and the pickled result go to `folder`."""
+    import submitit
+
+    from blindspot.stages import STEPS
+
+    if step not in STEPS:
+        raise ValueError(f"unknown stage '{step}' (stages: {', '.join(STEPS)})")
+    config = load_config(config_path)
+    gpus = step_gpus(config, step, {k: v for k, v in arguments.items() if k in WILDCARDS})
+    executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
+    executor.update_parameters(**submitit_parameters(profile_resources(step, attempt, profile), gpus, step))
+    return executor.submit(_run_stage, step, str(Path(config_path).resolve()), arguments)

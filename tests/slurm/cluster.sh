@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# A one-node SLURM cluster on this machine for the tests: slurmctld and slurmd on localhost,
+# munge authentication, no cgroups, no accounting daemon, and fake GPUs (GRES backed by links to
+# /dev/null) so that GPU requests are scheduled and recorded like on a real cluster.
+#
+#   tests/slurm/cluster.sh start | stop | status      (as root; `start` installs the packages)
+#
+# BLINDSPOT_SLURM_DIR (default /tmp/blindspot-slurm) holds config, state, logs and PID files.
+# Finished jobs stay visible to `scontrol show job` for MinJobAge, which is how the tests read
+# what each job asked for without slurmdbd.
+set -euo pipefail
+BASE=${BLINDSPOT_SLURM_DIR:-/tmp/blindspot-slurm}
+FAKE_GPUS=${BLINDSPOT_SLURM_GPUS:-4}
+JOB_RECORD_SECONDS=${BLINDSPOT_SLURM_JOB_AGE:-7200}
+
+say() { echo "[cluster] $*"; }
+fail() {
+  say "error: $*"
+  for f in "$BASE"/log/*.log; do [ -f "$f" ] && { echo "== $f"; tail -n 15 "$f"; }; done
+  exit 1
+}
+alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+install_packages() {
+  command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null && return
+  export DEBIAN_FRONTEND=noninteractive
+  apt-cache policy slurmctld | grep -q 'Candidate: [0-9]' || apt-get update -qq
+  apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
+}
+
+start_munge() {
+  if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then return; fi
+  mkdir -p /etc/munge /run/munge /var/lib/munge /var/log/munge
+  if [ ! -s /etc/munge/munge.key ]; then
+    head -c 1024 /dev/urandom > /etc/munge/munge.key
+    chmod 400 /etc/munge/munge.key
+  fi
+  chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge
+  rm -f /run/munge/munged.pid
+  runuser -u munge -- /usr/sbin/munged
+  for _ in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
+  munge -n | unmunge >/dev/null || fail "munged did not start"
+  cp /run/munge/munged.pid "$BASE/run/munged.pid"
+}
+
+write_config() {
+  local hw cpus memory
+  hw=$(slurmd -C | head -1)
+  cpus=$(sed -n 's/.* CPUs=\([0-9]*\).*/\1/p' <<<"$hw")
+  memory=$(sed -n 's/.* RealMemory=\([0-9]*\).*/\1/p' <<<"$hw")
+  memory=$((memory * 9 / 10))  # leave the OS room; a job without --mem gets DefMemPerCPU, not the node
+  for i in $(seq 0 $((FAKE_GPUS - 1))); do ln -sfn /dev/null "$BASE/dev/nvidia$i"; done
+  cat > "$BASE/etc/slurm.conf" <<CONF
+ClusterName=blindspot-test
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+GresTypes=gpu
+ReturnToService=2
+MinJobAge=$JOB_RECORD_SECONDS
+DefMemPerCPU=1000
+KillWait=5
+MailProg=/bin/true
+SlurmctldPidFile=$BASE/run/slurmctld.pid
+SlurmdPidFile=$BASE/run/slurmd.pid
+SlurmdSpoolDir=$BASE/spool/slurmd
+StateSaveLocation=$BASE/spool/slurmctld
+SlurmctldLogFile=$BASE/log/slurmctld.log
+SlurmdLogFile=$BASE/log/slurmd.log
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory Gres=gpu:$FAKE_GPUS State=UNKNOWN
+PartitionName=main Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+CONF
+  printf 'AutoDetect=off\nNodeName=localhost Name=gpu File=%s/dev/nvidia[0-%d]\n' "$BASE" $((FAKE_GPUS - 1)) \
+    > "$BASE/etc/gres.conf"
+  # Snakemake's SLURM job step drops SLURM_* variables, SLURM_CONF included: the config must be
+  # where SLURM looks by default.
+  mkdir -p /etc/slurm
+  for f in slurm.conf gres.conf; do
+    if [ -e "/etc/slurm/$f" ] && [ ! -L "/etc/slurm/$f" ]; then fail "/etc/slurm/$f exists and is not ours"; fi
+    ln -sfn "$BASE/etc/$f" "/etc/slurm/$f"
+  done
+}
+
+start() {
+  [ "$(id -u)" = 0 ] || fail "must run as root"
+  stop >/dev/null
+  install_packages
+  rm -rf "$BASE"
+  mkdir -p "$BASE"/{etc,log,run,dev,spool/slurmd,spool/slurmctld}
+  start_munge
+  write_config
+  /usr/sbin/slurmctld -i || fail "slurmctld did not start"
+  /usr/sbin/slurmd -N localhost || fail "slurmd did not start"
+  for _ in $(seq 300); do
+    [ "$(sinfo -h -n localhost -o %T 2>/dev/null)" = idle ] && break
+    sleep 0.2
+  done
+  [ "$(sinfo -h -n localhost -o %T)" = idle ] || fail "the node did not become idle: $(sinfo -N 2>&1)"
+  timeout 30 srun -n1 -t 1 true || fail "a first srun failed"
+  say "ready: $(sinfo -h -o '%P %D %c CPUs %m MB %G')"
+}
+
+stop() {
+  if alive "$BASE/run/slurmctld.pid"; then
+    local jobs
+    jobs=$(squeue -h -o %i 2>/dev/null | tr '\n' ' ')
+    [ -z "${jobs// /}" ] || scancel $jobs 2>/dev/null || true
+  fi
+  for daemon in slurmd slurmctld munged; do
+    local pidfile="$BASE/run/$daemon.pid"
+    if alive "$pidfile" && [ "$(cat /proc/"$(cat "$pidfile")"/comm)" = "$daemon" ]; then
+      kill -TERM "$(cat "$pidfile")"
+      for _ in $(seq 100); do alive "$pidfile" || break; sleep 0.1; done
+      ! alive "$pidfile" || kill -KILL "$(cat "$pidfile")"
+    fi
+    rm -f "$pidfile"
+  done
+  for f in slurm.conf gres.conf; do
+    [ "$(readlink "/etc/slurm/$f" 2>/dev/null)" != "$BASE/etc/$f" ] || rm -f "/etc/slurm/$f"
+  done
+  say "stopped"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  status) alive "$BASE/run/slurmctld.pid" && alive "$BASE/run/slurmd.pid" && sinfo ;;
+  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,234 @@
+"""`blindspot plan`, `throughput` and `targets`: job counts as Snakemake plans them, GPU-hours, benchmark medians."""
+
+import copy
+import re
+import subprocess
+import sys
+from collections import Counter
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO
+
+from blindspot import plan, targets
+from blindspot.cli import main
+from blindspot.config import ConfigError, validate_config
+from blindspot.io import write_table
+
+BLINDSPOT = REPO / ".venv" / "bin" / "blindspot"
+TSV_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time"
+
+
+def dry_run_jobs(configfile: str) -> Counter:
+    """Job counts per rule of a run from scratch (`--forceall`, so what is on disk does not matter)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", configfile, "--quiet", "rules"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    stats = (result.stdout + result.stderr).split("Job stats:")[1].split("total")[0]
+    return Counter({m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, flags=re.MULTILINE)})
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("configfile", ["config/config.yaml", "config/tiny.yaml"])
+def test_plan_job_counts_equal_snakemake_dry_run(configfile):
+    config = yaml.safe_load((REPO / configfile).read_text())
+    planned = Counter(plan.job_table(config)["rule"])
+    assert planned == dry_run_jobs(configfile)
+
+
+@pytest.mark.integration
+def test_plan_outputs_gpus_and_benchmark_files_equal_snakemake_dry_run(paper_config):
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", "config/config.yaml"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    planned_by_snakemake = set()
+    for block in re.split(r"^(?:local)?rule ", result.stdout + result.stderr, flags=re.MULTILINE)[1:]:
+        fields = dict(re.findall(r"^\s+(output|benchmark|resources): (.+)$", block, flags=re.MULTILINE))
+        if "output" in fields:
+            gpu = int(re.search(r"gpu=(\d+)", fields["resources"])[1])
+            planned_by_snakemake.add(
+                (block.split(":", 1)[0], fields["output"].split(", ")[0], gpu, fields.get("benchmark"))
+            )
+    jobs = plan.job_table(paper_config)
+    ours = set()
+    for _, job in jobs[jobs["rule"] != "all"].iterrows():
+        bench = None
+        if job["rule"] in plan.JOB_WILDCARDS:
+            bench = str(plan.benchmark_file("results/benchmarks", job["rule"], plan.job_name(job["rule"], job)))
+        ours.add((job["rule"], job["output"], int(job["gpus"]), bench))
+    assert len(planned_by_snakemake) == len(jobs) - 1 == 435
+    assert ours == planned_by_snakemake
+
+
+def test_job_wildcards_match_the_benchmark_lines_of_the_rules():
+    text = "".join(path.read_text() for path in sorted((REPO / "workflow" / "rules").glob("*.smk")))
+    benchmarked = {
+        m[1]: tuple(re.findall(r"\{(\w+)\}", m[2])) for m in re.finditer(r'BENCH\("(\w+)", "([^"]*)"\)', text)
+    }
+    assert benchmarked == plan.JOB_WILDCARDS
+
+
+def small_config(tiny_config: dict) -> dict:
+    """One domain of 6 seeds in shards of 4 (4 + 2 seeds); only the generator (1 GPU) and T2I model (2) use GPUs."""
+    config = copy.deepcopy(tiny_config)
+    config["domains"] = {"animals": {"taxonomy": "config/taxonomy/animals.yaml", "n_seeds": 6}}
+    config["prompt_stage"]["judges"] = ["tiny-qwen2"]  # smollm2-135m also judges in the tiny preset
+    config["image_stage"] |= {"t2i_models": ["tiny-flux"], "images_per_description": 2}
+    config["models"]["smollm2-135m"]["gpus"] = 1
+    config["models"]["tiny-flux"]["gpus"] = 2
+    config["throughput"] = {"generate_triplets": {"smollm2-135m": 3.0}, "render_images": {"default": 1.5}}
+    validate_config(config)
+    return config
+
+
+def test_gpu_hours_by_hand(tiny_config):
+    config = small_config(tiny_config)
+    result = plan.plan(config)
+    rules = result["rules"].set_index("rule")
+    # generate_triplets: (4 + 2) seeds x 3 s x 1 GPU = 18 s.
+    assert rules.loc["generate_triplets", "jobs"] == 2
+    assert rules.loc["generate_triplets", "gpu_hours"] == pytest.approx(18 / 3600)
+    # render_images: 2 descriptions x 1 generator x 2 images x (4 + 2) seeds = 24 images x 1.5 s x 2 GPUs = 72 s.
+    assert rules.loc["render_images", "items"] == 24
+    assert rules.loc["render_images", "gpu_hours"] == pytest.approx(72 / 3600)
+    # Every other job runs on the CPU (the tiny registry has gpus: 0): 0 hours, whatever the table says.
+    assert rules.drop(["generate_triplets", "render_images"])["gpu_hours"].eq(0).all()
+    assert result["total_gpu_hours"] == pytest.approx(90 / 3600)
+    assert result["missing"] == []
+    stages = result["stages"].set_index("stage")["gpu_hours"]
+    assert stages["prompt"] == pytest.approx(18 / 3600)
+    assert stages["image"] == pytest.approx(72 / 3600)
+
+
+def test_missing_throughput_is_na_and_named(tiny_config):
+    config = small_config(tiny_config)
+    config["models"]["tiny-qwen2.5-vl"]["gpus"] = 1
+    del config["throughput"]["render_images"]
+    result = plan.plan(config)
+    rules = result["rules"].set_index("rule")
+    assert pd.isna(rules.loc["render_images", "gpu_hours"])
+    assert pd.isna(rules.loc["judge_images", "gpu_hours"])
+    assert rules.loc["generate_triplets", "gpu_hours"] == pytest.approx(18 / 3600)
+    assert pd.isna(result["total_gpu_hours"])
+    assert result["known_gpu_hours"] == pytest.approx(18 / 3600)
+    assert result["missing"] == ["judge_images.tiny-qwen2.5-vl", "render_images.tiny-flux"]
+
+
+def test_throughput_entry_for_an_unknown_model_is_refused(tiny_config):
+    config = small_config(tiny_config)
+    config["throughput"]["render_images"] = {"tiny-flx": 1.0}
+    with pytest.raises(ConfigError, match=r"throughput\.render_images\.tiny-flx"):
+        plan.plan(config)
+
+
+def test_schema_refuses_throughput_for_an_unknown_rule(tiny_config):
+    config = small_config(tiny_config)
+    config["throughput"]["render_image"] = {"default": 1.0}
+    with pytest.raises(ConfigError, match="throughput"):
+        validate_config(config)
+
+
+def write_benchmark(path, seconds: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"{TSV_HEADER}\n{seconds}\t0:00:{int(seconds):02d}\t512.1\t1024.2\t400.0\t450.0\t1.0\t2.0\t95.0\t{seconds}\n"
+    )
+
+
+def test_throughput_medians_from_benchmark_files(tiny_config, tmp_path, capsys):
+    config = small_config(tiny_config)
+    config["results_dir"] = str(tmp_path / "results")
+    bench = tmp_path / "results" / "benchmarks"
+    # generate_triplets: shard 00000 has 4 seeds, 00001 has 2 (no outputs: the plan's seeds count).
+    write_benchmark(bench / "generate_triplets" / "animals" / "smollm2-135m" / "00000.tsv", 8.0)  # 2 s/seed
+    write_benchmark(bench / "generate_triplets" / "animals" / "smollm2-135m" / "00001.tsv", 10.0)  # 5 s/seed
+    # judge_images with two VLMs on shard 00000; tiny-qwen2.5-vl's render shard has 3 rows on disk.
+    write_benchmark(bench / "judge_images" / "animals" / "tiny-flux" / "tiny-qwen2.5-vl" / "00000.tsv", 6.0)
+    write_benchmark(bench / "judge_images" / "animals" / "tiny-flux" / "tiny-internvl3" / "00000.tsv", 8.0)
+    write_benchmark(bench / "judge_images" / "animals" / "tiny-flux" / "tiny-internvl3" / "00001.tsv", 16.0)
+    run = config | {"results_dir": str(tmp_path / "results")}
+    scores = targets.path(run, "vlm_scores", domain="animals", t2i="tiny-flux", vlm="tiny-qwen2.5-vl", shard="00000")
+    write_scores(scores, 3)
+    measured = plan.measured_throughput(config, bench)
+    assert len(measured) == 5
+    table = plan.throughput_table(measured)
+    # Median of 2 and 5 s per seed.
+    assert table["generate_triplets"] == {"smollm2-135m": 3.5}
+    # tiny-qwen2.5-vl: 6 s over the 3 rows of its output; tiny-internvl3: plan's 16 and 8 images -> 0.5 and 2.0.
+    assert table["judge_images"] == {"tiny-qwen2.5-vl": 2.0, "tiny-internvl3": 1.25}
+    assert sorted(measured["items_from"]) == ["output", "plan", "plan", "plan", "plan"]
+
+    assert main(["throughput", "--configfile", str(write_config(config, tmp_path)), str(bench)]) == 0
+    out = capsys.readouterr().out
+    assert "1 jobs," in out
+    pasted = yaml.safe_load(out)
+    assert pasted["throughput"] == table
+    validate_config(config | pasted)
+
+
+def write_scores(path: str, rows: int) -> None:
+    from blindspot.tables import VLM_SCORES
+
+    frame = pd.DataFrame({field.name: [None] * rows for field in VLM_SCORES})
+    write_table(path, frame, VLM_SCORES)
+
+
+def write_config(config: dict, tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_targets_for_one_domain_and_rule(paper_config, tmp_path, capsys):
+    config = paper_config
+    expected = [
+        targets.path(config, "renders", domain="animals", t2i=t2i, shard=f"{shard:05d}")
+        for t2i in config["image_stage"]["t2i_models"]
+        for shard in range(8)  # 2932 seeds in shards of 400
+    ]
+    assert plan.select_targets(config, ["animals"], rules=["render_images"]) == expected
+    assert (
+        main(["targets", "--configfile", "config/config.yaml", "--domain", "animals", "--rule", "render_images"]) == 0
+    )
+    assert capsys.readouterr().out.splitlines() == expected
+    # A model filter matches every job that uses the model, here the renders it judged.
+    judged = plan.select_targets(config, ["objects"], ["internvl3-38b"])
+    assert len(judged) == 3 * 6
+    assert all("/vlm_scores/" in target and "/internvl3-38b/" in target for target in judged)
+
+
+def test_targets_unknown_name_exits_2_listing_valid_ones(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["targets", "--configfile", "config/config.yaml", "--domain", "animals", "--rule", "render_image"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown rule render_image" in err
+    assert "generate_triplets, judge_triplets, render_images, judge_images, measure_image_quality" in err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["targets", "--configfile", "config/config.yaml", "--model", "flux"])
+    assert exit_info.value.code == 2
+    assert "flux.1-schnell" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_cli_plan_as_a_subprocess():
+    result = subprocess.run(
+        [str(BLINDSPOT), "plan", "--configfile", "config/config.yaml"], cwd=REPO, capture_output=True, text=True,
+        timeout=300, check=True,
+    )  # fmt: skip
+    total = re.search(r"^Total: (\d+) jobs, ([\d.]+) GPU-hours$", result.stdout, flags=re.MULTILINE)
+    assert total, result.stdout
+    expected = plan.plan(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    assert int(total[1]) == expected["total_jobs"] == 436
+    assert float(total[2]) == pytest.approx(expected["total_gpu_hours"], abs=0.005)
+    assert "| judge_images" in result.stdout
+    csv = subprocess.run(
+        [sys.executable, "-m", "blindspot.cli", "plan", "--configfile", "config/config.yaml", "--format", "csv"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    frame = pd.read_csv(pd.io.common.StringIO(csv.stdout))
+    assert frame.iloc[-1]["rule"] == "total"
+    assert frame.iloc[-1]["jobs"] == 436
