@@ -173,6 +173,26 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
 
 
 @pytest.mark.slow
+def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run, tiny_config):
+    work, _ = tiny_run
+    config = tiny_config
+    config["models"]["tiny-flux-b"] = dict(config["models"]["tiny-flux"])
+    config["image_stage"]["t2i_models"].append("tiny-flux-b")
+    (work / "added_t2i.yaml").write_text(yaml.safe_dump(config))
+    out = snakemake("-n", "--configfile", "added_t2i.yaml", cwd=work)
+    shards = sum(n_shards(d["n_seeds"], config["shard_size"]) for d in config["domains"].values())
+    jobs = planned_jobs(out)
+    assert jobs == Counter({
+        "build_model": 1, "render_images": shards, "judge_images": shards * len(config["image_stage"]["vlms"]),
+        "keep_consensus_pairs": len(config["domains"]), "measure_image_quality": shards, "make_table2": 1,
+        "split_benchmark": 1, "export_dataset": 1, "all": 1,
+    })  # fmt: skip
+    renders = [o for o in planned_outputs(out) if "/renders/" in o or "/vlm_scores/" in o]
+    assert renders
+    assert all("/tiny-flux-b/" in o for o in renders)
+
+
+@pytest.mark.slow
 def test_editing_one_taxonomy_reruns_only_that_domain(tiny_run):
     work, _ = tiny_run
     assert "Nothing to be done" in snakemake("-n", cwd=work)

@@ -1,0 +1,156 @@
+"""The workflow on a real SLURM cluster: a one-node cluster on this machine (tests/slurm/cluster.sh)
+with fake GPUs, driven by `snakemake --profile profiles/slurm` and by the submitit API.
+
+What each job asked for is read back from SLURM's own records (`scontrol show job`), not from
+Snakemake's plan.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO
+
+from blindspot import tables
+from blindspot.io import read_table
+from blindspot.plan import job_table
+from blindspot.slurm import profile_resources, submit_stage
+from blindspot.targets import final_targets, path
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.integration]
+
+CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
+# Local rules never reach SLURM (workflow/Snakefile).
+LOCAL_RULES = {"all", "build_model", "make_seeds", "accept_triplets", "make_table1", "keep_consensus_pairs",
+               "make_table2", "split_benchmark"}  # fmt: skip
+# GPUs per model in the test run: several counts, so a job asking for the wrong model's GPUs shows.
+TEST_GPUS = {"smollm2-135m": 1, "tiny-qwen2": 2, "tiny-flux": 1, "tiny-sd3": 2, "tiny-sana": 1,
+             "tiny-qwen2.5-vl": 2, "tiny-internvl3": 1, "tiny-deberta-v2-nli": 1}  # fmt: skip
+
+
+def cluster_profile(profile_dir):
+    """What a test cluster must change in profiles/slurm: one node of 2 CPUs and about 20 GB, no
+    conda channels, no accounting daemon (so `squeue` for status and no account), and short jobs
+    (so status checks start early)."""
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    del profile["software-deployment-method"]
+    profile |= {
+        "slurm-status-command": "squeue",
+        "slurm-no-account": True,
+        "slurm-init-seconds-before-status-checks": 5,
+        "seconds-between-status-checks": 5,
+    }
+    small = {"mem_mb": "1500 * attempt", "cpus_per_task": 1}
+    profile["default-resources"] |= small
+    profile["set-resources"] = {rule: resources | small for rule, resources in profile["set-resources"].items()}
+    profile_dir.mkdir()
+    (profile_dir / "config.yaml").write_text(yaml.safe_dump(profile))
+    return profile_dir
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.geteuid() != 0:
+        pytest.fail("the SLURM tests start a local cluster as root; deselect them with -m 'not slurm'")
+    started = subprocess.run([CLUSTER, "start"], capture_output=True, text=True, timeout=600)
+    assert started.returncode == 0, started.stdout + started.stderr
+    yield
+    subprocess.run([CLUSTER, "stop"], capture_output=True, timeout=120, check=True)
+
+
+def slurm_jobs() -> list[dict[str, str]]:
+    """Every job SLURM still remembers (MinJobAge), as its `scontrol show job` fields."""
+    out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, check=True).stdout
+    return [dict(field.split("=", 1) for field in line.split() if "=" in field) for line in out.splitlines()]
+
+
+def requested_gpus(job: dict[str, str]) -> int:
+    match = re.search(r"gres:gpu:(\d+)", job.get("TresPerJob", ""))
+    return int(match[1]) if match else 0
+
+
+@pytest.fixture(scope="module")
+def slurm_run(cluster, tmp_path_factory):
+    """The tiny preset's animals domain through `snakemake --profile` on the test cluster."""
+    work = tmp_path_factory.mktemp("slurm-checkout")
+    for part in ("workflow", "config", "src"):
+        subprocess.run(["cp", "-a", str(REPO / part), str(work / part)], check=True)
+    (work / "resources").mkdir()
+    (work / "resources" / "downloads").symlink_to(REPO / "resources" / "downloads")
+    config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
+    # One domain: the test node has 2 CPUs. Absolute paths, so that submitit jobs find them too.
+    config["domains"] = {"animals": config["domains"]["animals"]}
+    config |= {"results_dir": str(work / "results"), "resources_dir": str(work / "resources")}
+    for name, gpus in TEST_GPUS.items():
+        config["models"][name]["gpus"] = gpus
+    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    profile = cluster_profile(work / "profile")
+    before = {job["JobId"] for job in slurm_jobs()}
+    command = [sys.executable, "-m", "snakemake", "--profile", str(profile), "--configfile", "config.yaml"]
+    with subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as run:
+        try:
+            log, _ = run.communicate(timeout=1500)
+        except subprocess.TimeoutExpired:
+            run.send_signal(signal.SIGINT)  # SIGINT makes Snakemake cancel its SLURM jobs
+            log, _ = run.communicate(timeout=120)
+            pytest.fail(f"snakemake on SLURM timed out:\n{log[-4000:]}")
+    assert run.returncode == 0, log[-6000:]
+    jobs = [job for job in slurm_jobs() if job["JobId"] not in before]
+    return work, config, jobs
+
+
+def test_the_tiny_preset_runs_through_the_slurm_profile(slurm_run):
+    work, config, jobs = slurm_run
+    assert all((work / target).exists() for target in final_targets(config))
+    assert {job["JobState"] for job in jobs} == {"COMPLETED"}
+
+
+def test_each_job_asked_slurm_for_its_models_gpus(slurm_run):
+    _, config, jobs = slurm_run
+    submitted = Counter((job["Comment"].split("_wildcards_")[0].removeprefix("rule_"), requested_gpus(job))
+                        for job in jobs)  # fmt: skip
+    plan = job_table(config)
+    expected = Counter(zip(plan["rule"], plan["gpus"], strict=True))
+    assert submitted == Counter({key: n for key, n in expected.items() if key[0] not in LOCAL_RULES})
+    assert submitted[("judge_images", 2)] == submitted[("judge_images", 1)] > 0  # tiny-qwen2.5-vl, tiny-internvl3
+    assert submitted[("check_prompt_quality", 1)] == 1  # the NLI model's GPU, the larger need of the stage
+    assert submitted[("export_dataset", 0)] == 1
+
+
+def test_memory_and_time_come_from_the_profile(slurm_run):
+    _, _, jobs = slurm_run
+    render = next(job for job in jobs if job["Comment"].startswith("rule_render_images"))
+    resources = profile_resources("render_images", profile=slurm_run[0] / "profile" / "config.yaml")
+    assert f"mem={resources['mem_mb']}M" in render["TRES"]
+    assert render["TimeLimit"] == time.strftime("%H:%M:%S", time.gmtime(60 * resources["runtime"]))
+
+
+def test_submitit_runs_one_stage_with_the_profiles_resources(slurm_run, tmp_path):
+    work, config, _ = slurm_run
+    fields = {"domain": "animals", "t2i": "tiny-sd3", "shard": "00000"}
+    job = submit_stage(
+        "render_images", work / "config.yaml", folder=tmp_path / "submitit", profile=work / "profile" / "config.yaml",
+        triplets=path(config, "triplets", domain="animals"), seeds=path(config, "seeds", domain="animals"),
+        images_dir=str(tmp_path / "images"), out=str(tmp_path / "renders.parquet"),
+        counters_out=str(tmp_path / "renders.json"), **fields,
+    )  # fmt: skip
+    deadline = time.monotonic() + 600
+    while not job.done() and time.monotonic() < deadline:
+        time.sleep(2)
+    job.result()
+    record = next(j for j in slurm_jobs() if j["JobId"] == str(job.job_id))
+    assert requested_gpus(record) == TEST_GPUS["tiny-sd3"]
+    assert record["Comment"] == "rule_render_images"
+    # The same stage, inputs and seeds render the same images as the workflow's job did.
+    mine = read_table(tmp_path / "renders.parquet", tables.RENDERS)
+    workflow = read_table(path(config, "renders", **fields), tables.RENDERS)
+    assert len(mine) == len(workflow) > 0
+    pd.testing.assert_series_equal(mine["image_id"], workflow["image_id"])
+    pd.testing.assert_series_equal(mine["sha256"], workflow["sha256"])
