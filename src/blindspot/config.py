@@ -66,6 +66,18 @@ def validate_config(config: dict[str, Any]) -> None:
                     f"config key 'models.{name}.backend': '{models[name]['backend']}' cannot "
                     f"serve as {role} (expected one of {', '.join(backends)})"
                 )
+    evaluation = config["evaluation"]
+    for name, metric in evaluation["metrics"].items():
+        if metric["model"] not in models:
+            raise ConfigError(
+                f"config key 'evaluation.metrics.{name}.model': model '{metric['model']}' is not in the registry "
+                f"(models: {', '.join(sorted(models))})"
+            )
+        if metric["family"] not in evaluation["families"]:
+            raise ConfigError(
+                f"config key 'evaluation.metrics.{name}.family': '{metric['family']}' is not one of the families "
+                f"({', '.join(evaluation['families'])})"
+            )
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -149,6 +161,7 @@ STEP_MODELS = {
     "render_images": lambda config, wildcards: [wildcards["t2i"]],
     "judge_images": lambda config, wildcards: [wildcards["vlm"]],
     "measure_image_quality": lambda config, wildcards: list(config["image_stage"]["iqa_metrics"]),
+    "score_metric": lambda config, wildcards: [config["evaluation"]["metrics"][wildcards["metric"]]["model"]],
 }
 
 

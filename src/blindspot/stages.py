@@ -279,6 +279,62 @@ def export_dataset(config: dict[str, Any], benchmark: str, out: str) -> None:
     export(read_table(benchmark, tables.BENCHMARK_PAIRS), out, about)
 
 
+def score_metric(
+    config: dict[str, Any], domain: str, metric: str, shard: str, benchmark: str, seeds: str, cache: str, out: str,
+    counters_out: str,
+) -> None:  # fmt: skip
+    """Score the test pairs of one seed shard with one T2I metric, M(T, I_corr) and M(T, I_adv)."""
+    from blindspot.metrics import MetricSkipped, load_metric
+    from blindspot.metrics.scoring import ScoreCache, metric_identity, score_pairs
+
+    evaluation = config["evaluation"]
+    entry = evaluation["metrics"][metric]
+    shard_seeds = read_table(seeds, tables.SEEDS)["seed_id"].iloc[shard_slice(shard, config["shard_size"])]
+    pairs = read_table(benchmark, tables.BENCHMARK_PAIRS)
+    pairs = pairs[(pairs["domain"] == domain) & (pairs["split"] == "test") & pairs["seed_id"].isin(shard_seeds)]
+
+    def load() -> Any:
+        spec = model_spec(config, entry["model"])
+        return load_metric(entry["plugin"], spec, evaluation["batch_size"], **entry.get("args", {}))
+
+    try:
+        frame, counters = score_pairs(pairs, metric, metric_identity(config, metric), load, ScoreCache(cache))
+    except MetricSkipped as skipped:
+        # A metric that cannot run here (an API judge without its key) leaves its rows out, not the run.
+        log.warning("%s", skipped)
+        frame, counters = pd.DataFrame(columns=[f.name for f in tables.METRIC_SCORES]), {"skipped": str(skipped)}
+    log.info("%s/%s/%s: %s", domain, metric, shard, json.dumps(counters))
+    write_json(counters_out, counters | {"provenance": provenance()})
+    write_table(out, frame, tables.METRIC_SCORES)
+
+
+def make_table3(
+    config: dict[str, Any], scores: Sequence[str], benchmark: str, human_choices: Sequence[str], csv: str,
+    markdown: str, latex: str, breakdown: str, plot: str,
+) -> None:  # fmt: skip
+    """Pairwise accuracy with CIs per metric, domain, knob, T2I model and subcategory; Table 3 and its plot.
+    With human choices, Table 3 is computed on the annotated pairs, as in the paper."""
+    from blindspot import evaluation
+
+    settings = config["evaluation"]
+    families = settings["families"]
+    metrics = {name: {"label": entry["label"], "family": families[entry["family"]]}
+               for name, entry in settings["metrics"].items()}  # fmt: skip
+    frames = [read_table(path, tables.METRIC_SCORES) for path in scores]
+    all_scores = pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)  # a skipped metric is empty
+    pairs = read_table(benchmark, tables.BENCHMARK_PAIRS)
+    humans = evaluation.read_human_choices(human_choices[0]) if human_choices else None
+    long = evaluation.accuracy_breakdown(
+        all_scores, pairs, metrics, humans, annotated_only=humans is not None,
+        n_boot=settings["bootstrap_samples"], seed=config["seed"],
+    )  # fmt: skip
+    evaluation.write_breakdown(long, breakdown)
+    domains = list(config["domains"])
+    evaluation.write_table3(evaluation.table3(long, metrics, domains), csv, markdown, latex)
+    evaluation.plot_accuracy(long, metrics, plot, domains)
+    log.info("Table 3 over %d scored rows of %d metrics", len(all_scores), len(metrics))
+
+
 def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
     from blindspot.tiny_models import build_model as build
 
@@ -288,7 +344,7 @@ def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
 STEPS = {f.__name__: f for f in (make_seeds, generate_triplets, judge_triplets, accept_triplets,
                                  check_prompt_quality, make_table1, render_images, judge_images,
                                  keep_consensus_pairs, measure_image_quality, make_table2, split_benchmark,
-                                 export_dataset, build_model)}  # fmt: skip
+                                 export_dataset, score_metric, make_table3, build_model)}  # fmt: skip
 
 
 def step_arguments(step: Any, job: Any) -> dict[str, Any]:

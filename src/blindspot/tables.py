@@ -188,3 +188,21 @@ ANNOTATION_PAIRS = pa.schema(
         ("right_path", _s),
     ]
 )
+
+# One row per benchmark pair and metric: M(T, I_corr) and M(T, I_adv), raw and normalised to [0, 1].
+METRIC_SCORES = pa.schema(
+    [
+        ("pair_id", _s),
+        ("domain", _s),
+        ("metric", _s),  # registry name
+        ("model_id", _s),
+        ("model_revision", _s),
+        ("prompt", _s),  # the neutral prompt T
+        ("corr_raw", _f),
+        ("adv_raw", _f),
+        ("corr_score", _f),
+        ("adv_score", _f),
+        ("corr_detail", _s),
+        ("adv_detail", _s),
+    ]
+)

@@ -36,6 +36,12 @@ PATHS = {
     "preference_pairs": "{results}/benchmark/annotation/preference_pairs.parquet",
     "split_counters": "{results}/benchmark/split.counters.json",
     "dataset": "{results}/benchmark/dataset",
+    "metric_scores": "{results}/{domain}/metric_scores/{metric}/{shard}.parquet",
+    "metric_score_counters": "{results}/{domain}/metric_scores/{metric}/{shard}.counters.json",
+    "metric_cache": "{results}/metric_cache/{metric}",
+    "table3": "{results}/tables/table3_metrics.{ext}",
+    "metric_breakdown": "{results}/tables/metric_accuracy_breakdown.csv",
+    "accuracy_plot": "{results}/tables/metric_accuracy.png",
     "log": "{results}/logs/{rule}/{job}.log",
     "benchmark": "{results}/benchmarks/{rule}/{job}.tsv",
 }
@@ -87,6 +93,15 @@ def vlm_score_targets(config: dict[str, Any], domain: str) -> list[str]:
     return shard_targets(config, "vlm_scores", domain, t2i=stage["t2i_models"], vlm=stage["vlms"])
 
 
+def metric_score_targets(config: dict[str, Any]) -> list[str]:
+    metrics = list(config["evaluation"]["metrics"])
+    return [
+        target
+        for domain in config["domains"]
+        for target in shard_targets(config, "metric_scores", domain, metric=metrics)
+    ]
+
+
 def image_quality_targets(config: dict[str, Any]) -> list[str]:
     return [target for domain in config["domains"] for target in shard_targets(config, "image_quality", domain)]
 
@@ -96,6 +111,8 @@ def table_targets(config: dict[str, Any], kind: str) -> list[str]:
 
 
 def final_targets(config: dict[str, Any]) -> list[str]:
-    """What `rule all` builds: the exported dataset, the annotation subsets, and Tables 1 and 2."""
+    """What `rule all` builds: the exported dataset, the annotation subsets, Tables 1 to 3 and the
+    metrics' accuracy breakdown and plot."""
     benchmark = [path(config, kind) for kind in ("dataset", "filter_validation", "preference_pairs")]
-    return benchmark + table_targets(config, "table1") + table_targets(config, "table2")
+    tables = [target for kind in ("table1", "table2", "table3") for target in table_targets(config, kind)]
+    return benchmark + tables + [path(config, "metric_breakdown"), path(config, "accuracy_plot")]

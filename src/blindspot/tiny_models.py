@@ -195,6 +195,40 @@ def build_random_vision_language_model(out: Path, recipe: Mapping[str, Any], see
     processor.save_pretrained(out)
 
 
+def clip_tokenizer() -> Any:
+    """CLIP's real BPE tokenizer, from the vocabulary file that ships inside open_clip_torch (the
+    same vocabulary as OpenAI's CLIP), under transformers' names for its two special tokens."""
+    from open_clip.tokenizer import SimpleTokenizer
+    from transformers import CLIPTokenizer
+
+    bpe = SimpleTokenizer()
+    names = {"<start_of_text>": "<|startoftext|>", "<end_of_text>": "<|endoftext|>"}
+    vocab = {names.get(token, token): index for token, index in bpe.encoder.items()}
+    return CLIPTokenizer(vocab=vocab, merges=sorted(bpe.bpe_ranks, key=bpe.bpe_ranks.get))
+
+
+def build_random_clip(out: Path, recipe: Mapping[str, Any], seed: int) -> None:
+    """A CLIP dual encoder (the architecture of CLIPScore's ViT-L/14 and PickScore's ViT-H/14) with
+    random weights, CLIP's real tokenizer, and CLIP's image processor at a small resolution."""
+    import torch
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
+
+    tokenizer = clip_tokenizer()
+    size = recipe.get("image_size", 32)
+    tower = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
+    config = CLIPConfig(
+        text_config=tower | {"vocab_size": len(tokenizer), "max_position_embeddings": 77,
+                             "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+                             "pad_token_id": tokenizer.pad_token_id},
+        vision_config=tower | {"image_size": size, "patch_size": size // 4},
+        projection_dim=32,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    CLIPModel(config).eval().save_pretrained(out)
+    image_processor = CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+    CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(out)
+
+
 def build_random_pyiqa_weights(out: Path, recipe: Mapping[str, Any], seed: int) -> None:
     """A pyiqa network (e.g. MUSIQ) with random weights, saved as the file pyiqa loads."""
     import pyiqa
@@ -232,6 +266,7 @@ RECIPES: dict[str, Callable[[Path, Mapping[str, Any], int], None]] = {
     "packaged_sentence_transformer": build_packaged_sentence_transformer,
     "random_diffusers_pipeline": build_random_diffusers_pipeline,
     "random_vision_language_model": build_random_vision_language_model,
+    "random_clip": build_random_clip,
     "random_pyiqa_weights": build_random_pyiqa_weights,
     "niqe_params_from_basicsr": build_niqe_params_from_basicsr,
 }

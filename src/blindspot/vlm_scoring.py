@@ -117,7 +117,7 @@ class TransformersVLMScorer:
         self.tokens = ScoreTokens.from_tokenizer(self.processor.tokenizer)
         self.one = self.processor.tokenizer.encode("1", add_special_tokens=False)[0]
 
-    def _inputs(self, conversations: list[list[dict]], images: list[Any], suffix: str) -> Any:
+    def inputs(self, conversations: list[list[dict]], images: list[Any], suffix: str = "") -> Any:
         texts = [self.processor.apply_chat_template(c, add_generation_prompt=True) + suffix for c in conversations]
         return self.processor(text=texts, images=images, return_tensors="pt", padding=True).to(self.device)
 
@@ -131,12 +131,12 @@ class TransformersVLMScorer:
                 images[start : start + self.batch_size],
             )
             # One pass over prompt + "1" gives both the first answer token and what follows "1".
-            with_one = self._inputs(batch_conv, batch_images, "1")
+            with_one = self.inputs(batch_conv, batch_images, "1")
             if not bool((with_one["input_ids"][:, -1] == self.one).all()):
                 raise ValueError(f"{self.spec.name}: the chat template's answer position does not tokenize '1' alone")
             with torch.inference_mode():
                 logprobs = torch.log_softmax(self.model(**with_one).logits[:, -2:].float(), dim=-1).cpu().numpy()
-                prompt = self._inputs(batch_conv, batch_images, "")
+                prompt = self.inputs(batch_conv, batch_images, "")
                 generated = self.model.generate(**prompt, max_new_tokens=self.max_new_tokens, do_sample=False)
             texts = self.processor.batch_decode(generated[:, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
             results.extend(scored(row[0], row[1], text, self.tokens) for row, text in zip(logprobs, texts, strict=True))
@@ -213,6 +213,15 @@ def load_vlm_scorer(spec: ModelSpec, batch_size: int) -> TransformersVLMScorer |
     return SCORERS[spec.backend](spec, batch_size)
 
 
+def image_conversation(template: PromptTemplate, **fields: str) -> list[dict]:
+    """The template's system message, then a user message of one image and the rendered text."""
+    system, user = template.render(**fields)
+    return [
+        {"role": "system", "content": system["content"]},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user["content"]}]},
+    ]
+
+
 def judge_images(
     renders: pd.DataFrame, scorer: TransformersVLMScorer | VLLMVLMScorer, template: PromptTemplate
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -221,13 +230,7 @@ def judge_images(
 
     started = time.monotonic()
     records = renders.to_dict("records")
-    conversations = []
-    for record in records:
-        system, user = template.render(description=record["description"])
-        conversations.append(
-            [{"role": "system", "content": system["content"]},
-             {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user["content"]}]}]
-        )  # fmt: skip
+    conversations = [image_conversation(template, description=record["description"]) for record in records]
     images = [Image.open(record["path"]).convert("RGB") for record in records]
     scores = scorer.score(conversations, images)
     spec = scorer.spec

@@ -14,6 +14,7 @@ validate_config(config)
 
 STAGE = config["prompt_stage"]
 BUILT_MODELS = [name for name, entry in config["models"].items() if "build" in entry]
+METRICS = config["evaluation"]["metrics"]
 
 
 def _one_of(names):
@@ -27,6 +28,7 @@ wildcard_constraints:
     t2i=_one_of(config["image_stage"]["t2i_models"]),
     vlm=_one_of(config["image_stage"]["vlms"]),
     model=_one_of(BUILT_MODELS),
+    metric=_one_of(METRICS),
     shard=r"\d{5}",
 
 
@@ -63,6 +65,12 @@ def get_gpus(rule):
 def get_vlm_env(wildcards):
     """A VLM served by vLLM runs in vLLM's env; one on transformers in the vision env."""
     backend = config["models"][wildcards.vlm]["backend"]
+    return "../envs/llm.yaml" if backend == "vllm" else "../envs/vlm.yaml"
+
+
+def get_metric_env(wildcards):
+    """A metric whose model is served by vLLM runs in vLLM's env; the rest in the vision env."""
+    backend = config["models"][METRICS[wildcards.metric]["model"]]["backend"]
     return "../envs/llm.yaml" if backend == "vllm" else "../envs/vlm.yaml"
 
 

@@ -1,0 +1,425 @@
+"""Score T2I metrics on ProtoBias (paper, sections 5 and 6, Table 3).
+
+A metric is right on a pair only when M(T, I_corr) > M(T, I_adv) on its raw scores; a tie, a NaN
+score or a test pair the metric has no row for counts as a failure. Pairwise accuracy is the
+fraction of right pairs; Cohen's kappa is the chance-corrected agreement between that binary choice
+and the human majority choice (corr vs adv). Both come with 95% percentile-bootstrap intervals over
+pairs.
+
+Bootstrap over pairs, vectorised: accuracy is the mean of a 0/1 vector and kappa depends only on
+the 2x2 table of (metric, human) choices, so resampling n pairs with replacement is exactly a
+Binomial(n, acc) draw for accuracy and a Multinomial(n, cell shares) draw for the kappa table. We
+draw those (n_boot at a time) instead of an n_boot x n index matrix, which would not fit in memory
+for a 30k-pair test split. Pairs from one prompt triplet (several T2I models and seeds) are
+resampled independently, as in the paper; the intervals ignore that clustering.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from blindspot.io import atomic_path, stable_id, write_text
+from blindspot.reporting import to_latex, to_markdown
+
+log = logging.getLogger(__name__)
+
+CHOICES = ("corr", "adv", "neither")  # a human majority choice per pair
+HUMAN = "human"  # the pseudo-metric of the human majority in the breakdown (accuracy only)
+HUMAN_FAMILY = "Human semantic-correctness preferences"
+HUMAN_LABEL = "Human"
+OVERALL = "overall"
+BREAKDOWNS = (OVERALL, "domain", "knob", "t2i", "subcategory")  # the paper reports overall and domain only
+BREAKDOWN_COLUMNS = [
+    "metric", "breakdown", "group", "n", "accuracy", "ci_low", "ci_high", "kappa", "kappa_low", "kappa_high",
+    "n_kappa", "n_unscored",
+]  # fmt: skip
+TABLE3_CAPTION = (
+    "Main results on ProtoBias. κ: Cohen's agreement between the metric's pairwise choice and the human majority "
+    "(pairs where humans chose neither image left out). Acc.: pairwise accuracy, a metric is right when it scores "
+    "I_corr strictly above I_adv; for the Human row, the fraction of pairs where the human majority prefers I_corr."
+)
+
+
+class Estimate(NamedTuple):
+    value: float
+    low: float
+    high: float
+
+
+_NAN_ESTIMATE = Estimate(float("nan"), float("nan"), float("nan"))
+
+
+# --- pairwise correctness ---------------------------------------------------------------------------------------
+
+
+def pairwise_correct(scores: pd.DataFrame) -> pd.Series:
+    """Per score row: True when corr_raw > adv_raw; ties and NaN (either side) are failures."""
+    corr = scores["corr_raw"].to_numpy(dtype=float)
+    adv = scores["adv_raw"].to_numpy(dtype=float)
+    return pd.Series(corr > adv, index=scores.index, name="correct")  # any comparison with NaN is False
+
+
+# --- statistics -------------------------------------------------------------------------------------------------
+
+
+def _rng(seed: int | np.random.Generator) -> np.random.Generator:
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
+def _percentiles(samples: np.ndarray, level: float) -> tuple[float, float]:
+    samples = samples[~np.isnan(samples)]
+    if not len(samples):
+        return float("nan"), float("nan")
+    low, high = np.quantile(samples, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
+def bootstrap_accuracy(
+    correct: Iterable[bool], n_boot: int = 2000, seed: int | np.random.Generator = 0, level: float = 0.95
+) -> Estimate:
+    """Pairwise accuracy with a percentile-bootstrap interval over pairs (NaN for no pairs)."""
+    correct = _binary(correct, "correct")
+    n = len(correct)
+    if n == 0:
+        return _NAN_ESTIMATE
+    accuracy = float(correct.mean())
+    resampled = _rng(seed).binomial(n, accuracy, size=n_boot) / n  # = the mean of n pairs drawn with replacement
+    return Estimate(accuracy, *_percentiles(resampled, level))
+
+
+def _binary(values: Any, name: str) -> np.ndarray:
+    array = np.asarray(values)
+    if array.dtype != bool:
+        if not np.isin(array, (0, 1)).all():
+            raise ValueError(f"{name} must be binary (bool or 0/1), got values {sorted(set(array.tolist()))[:5]}")
+        array = array.astype(bool)
+    return array
+
+
+def _counts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The 2x2 table flattened: (a&b, a&~b, ~a&b, ~a&~b)."""
+    return np.array([(a & b).sum(), (a & ~b).sum(), (~a & b).sum(), (~a & ~b).sum()], dtype=np.int64)
+
+
+def _kappa_from_counts(counts: np.ndarray) -> np.ndarray:
+    """Cohen's kappa of 2x2 tables given as (..., 4) counts; NaN where undefined (no pairs, or both raters constant
+    and equal, so that chance agreement is 1). Integer arithmetic keeps the undefined case exact."""
+    counts = np.asarray(counts, dtype=np.int64)
+    both, a_only, b_only, neither = np.moveaxis(counts, -1, 0)
+    n = both + a_only + b_only + neither
+    chance = (both + a_only) * (both + b_only) + (b_only + neither) * (a_only + neither)  # n^2 * p_e
+    numerator = (n * (both + neither) - chance).astype(float)
+    denominator = (n * n - chance).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1), np.nan)
+
+
+def cohen_kappa(a: Any, b: Any) -> float:
+    """Cohen's kappa between two binary ratings of the same items; NaN when undefined."""
+    a, b = _binary(a, "a"), _binary(b, "b")
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"ratings must be two 1-D arrays of one length, got shapes {a.shape} and {b.shape}")
+    return float(_kappa_from_counts(_counts(a, b)))
+
+
+def bootstrap_kappa(
+    a: Any, b: Any, n_boot: int = 2000, seed: int | np.random.Generator = 0, level: float = 0.95
+) -> Estimate:
+    """Cohen's kappa with a percentile-bootstrap interval over items (resamples where kappa is undefined are
+    left out of the percentiles); all NaN when kappa itself is undefined."""
+    a, b = _binary(a, "a"), _binary(b, "b")
+    counts = _counts(a, b)
+    kappa = float(_kappa_from_counts(counts))
+    if np.isnan(kappa):
+        return _NAN_ESTIMATE
+    n = int(counts.sum())
+    tables = _rng(seed).multinomial(n, counts / n, size=n_boot)  # = the 2x2 table of n items drawn with replacement
+    return Estimate(kappa, *_percentiles(_kappa_from_counts(tables), level))
+
+
+# --- inputs -----------------------------------------------------------------------------------------------------
+
+
+def _check_choices(frame: pd.DataFrame, source: str, unit: str = "row", first: int = 0) -> pd.DataFrame:
+    """The (pair_id, choice) columns, or ValueError naming the first bad row as `{source}, {unit} {i + first}`."""
+    missing = [c for c in ("pair_id", "choice") if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{source}: missing column(s) {missing}; expected pair_id,choice")
+
+    def where(i: int) -> str:
+        return f"{source}, {unit} {i + first}"
+
+    seen: dict[str, int] = {}
+    for i, (pair_id, choice) in enumerate(zip(frame["pair_id"], frame["choice"], strict=True)):
+        if not isinstance(pair_id, str) or not pair_id:
+            raise ValueError(f"{where(i)}: empty pair_id")
+        if choice not in CHOICES:
+            raise ValueError(f"{where(i)} (pair_id {pair_id!r}): choice {choice!r} is not one of {', '.join(CHOICES)}")
+        if pair_id in seen:
+            raise ValueError(f"{where(i)}: pair_id {pair_id!r} repeats {where(seen[pair_id])}")
+        seen[pair_id] = i
+    return frame[["pair_id", "choice"]].reset_index(drop=True)
+
+
+def read_human_choices(path: str | Path) -> pd.DataFrame:
+    """The human majority choice per pair from a CSV `pair_id,choice` (choice: corr, adv or neither).
+
+    Raises ValueError naming the file line of the first bad row (line 1 is the header).
+    """
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    return _check_choices(frame, str(path), unit="line", first=2)
+
+
+def select_test_pairs(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The benchmark pairs of the test split, the only ones evaluated."""
+    test = pairs[pairs["split"] == "test"].reset_index(drop=True)
+    if not test["pair_id"].is_unique:
+        raise ValueError("benchmark pairs repeat a pair_id")
+    return test
+
+
+def pairwise_outcomes(
+    scores: pd.DataFrame, pairs: pd.DataFrame, metrics: Iterable[str] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(correct, unscored): pairs x metrics booleans over the test pairs, in `pairs` order.
+
+    A test pair a metric has no row for, or a NaN score, is unscored and counts as a failure. Scores of
+    train pairs are dropped; scores of pairs the benchmark does not know raise. `metrics` orders the columns
+    (default: every metric scored, sorted); a metric without a single score (skipped, e.g. an API judge without
+    its key) is left out with a warning in the log.
+    """
+    test_ids = pd.Index(select_test_pairs(pairs)["pair_id"])
+    unknown = pd.Index(scores["pair_id"]).difference(pd.Index(pairs["pair_id"]))
+    if len(unknown):
+        raise ValueError(f"{len(unknown)} scored pairs are not benchmark pairs, e.g. {list(unknown[:3])}")
+    if scores.duplicated(["pair_id", "metric"]).any():
+        dup = scores.loc[scores.duplicated(["pair_id", "metric"]), ["metric", "pair_id"]].iloc[0].tolist()
+        raise ValueError(f"metric {dup[0]!r} has several scores for pair {dup[1]!r}")
+    metrics = sorted(scores["metric"].unique()) if metrics is None else list(metrics)
+    absent = [m for m in metrics if m not in set(scores["metric"])]
+    if absent:
+        log.warning("no scores for metric(s) %s: left out of the evaluation", absent)
+        metrics = [m for m in metrics if m not in absent]
+    scores = scores[scores["pair_id"].isin(test_ids) & scores["metric"].isin(metrics)]
+    table = scores.assign(
+        correct=pairwise_correct(scores), scored=scores["corr_raw"].notna() & scores["adv_raw"].notna()
+    ).pivot(index="pair_id", columns="metric")
+    correct = table["correct"].reindex(index=test_ids, columns=metrics).fillna(False).astype(bool)
+    unscored = ~table["scored"].reindex(index=test_ids, columns=metrics).fillna(False).astype(bool)
+    for metric in metrics:
+        if unscored[metric].any():
+            log.info(
+                "%s: %d of %d test pairs unscored, counted as failures", metric, unscored[metric].sum(), len(test_ids)
+            )
+    return correct, unscored
+
+
+# --- breakdowns -------------------------------------------------------------------------------------------------
+
+
+def _cell_seed(seed: int, *key: str) -> np.random.Generator:
+    """One generator per (metric, breakdown, group): its interval does not move when other metrics come or go."""
+    return np.random.default_rng([seed, int(stable_id(*key), 16)])
+
+
+def accuracy_breakdown(
+    scores: pd.DataFrame,
+    pairs: pd.DataFrame,
+    metrics: Iterable[str] | None = None,
+    humans: pd.DataFrame | None = None,
+    *,
+    annotated_only: bool = False,
+    breakdowns: Sequence[str] = BREAKDOWNS,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Long table of pairwise accuracy and kappa with bootstrap intervals, per metric, breakdown and group.
+
+    `breakdowns` names columns of the benchmark pairs (domain, knob, t2i, subcategory) and `overall` (one group,
+    `all`). `metrics`: which to evaluate and in what order (default: every metric scored, sorted); the config's
+    mapping of metric entries works (its keys are used), and metrics without scores are left out (logged).
+    `humans` (pair_id, choice) adds kappa, on the pairs where humans chose corr or adv (pairs they judged
+    `neither` are left out of kappa, since the metric's choice is binary), and a `human` row whose accuracy is
+    the fraction of annotated pairs the majority judged corr (its kappa, inter-annotator agreement, needs the
+    individual annotations and stays NaN). Without humans kappa is NaN. `annotated_only` restricts everything to
+    the human-annotated pairs, as the paper's Table 3 does. Columns: BREAKDOWN_COLUMNS; n_kappa counts the pairs
+    kappa uses, n_unscored the pairs the metric has no score for (already counted as failures).
+    """
+    test = select_test_pairs(pairs)
+    correct, unscored = pairwise_outcomes(scores, pairs, metrics)
+    if humans is not None:
+        humans = _check_choices(humans, "human choices")
+        unknown = pd.Index(humans["pair_id"]).difference(test["pair_id"])
+        if len(unknown):
+            raise ValueError(f"{len(unknown)} human-annotated pairs are not test pairs, e.g. {list(unknown[:3])}")
+        choice = humans.set_index("pair_id")["choice"].reindex(test["pair_id"]).to_numpy()
+    elif annotated_only:
+        raise ValueError("annotated_only needs human choices")
+    else:
+        choice = np.full(len(test), None, dtype=object)
+    keep = np.isin(choice, CHOICES) if annotated_only else np.ones(len(test), dtype=bool)
+    test, correct, unscored, choice = test[keep], correct[keep], unscored[keep], choice[keep]
+    annotated = np.isin(choice, CHOICES)
+    human_corr = choice == "corr"
+    decided = np.isin(choice, ("corr", "adv"))
+
+    rows = []
+    for breakdown in breakdowns:
+        if breakdown != OVERALL and breakdown not in test.columns:
+            raise ValueError(f"unknown breakdown {breakdown!r}: not a column of the benchmark pairs")
+        keys = np.full(len(test), "all", dtype=object) if breakdown == OVERALL else test[breakdown].fillna("(none)")
+        groups = pd.Series(np.arange(len(test))).groupby(np.asarray(keys, dtype=str), sort=True)
+        for group, positions in groups:
+            idx = positions.to_numpy()
+            for metric in correct.columns:
+                right = correct[metric].to_numpy()[idx]
+                in_kappa = decided[idx]
+                rng = _cell_seed(seed, metric, breakdown, group)
+                acc = bootstrap_accuracy(right, n_boot, rng, level)
+                kappa = (
+                    bootstrap_kappa(right[in_kappa], human_corr[idx][in_kappa], n_boot, rng, level)
+                    if in_kappa.any()
+                    else _NAN_ESTIMATE
+                )
+                rows.append([metric, breakdown, group, len(idx), *acc, *kappa, int(in_kappa.sum()),
+                             int(unscored[metric].to_numpy()[idx].sum())])  # fmt: skip
+            if humans is not None:
+                on = annotated[idx]
+                acc = bootstrap_accuracy(human_corr[idx][on], n_boot, _cell_seed(seed, HUMAN, breakdown, group), level)
+                rows.append([HUMAN, breakdown, group, int(on.sum()), *acc, *_NAN_ESTIMATE, 0, 0])
+    frame = pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
+    metric_rank = {m: i for i, m in enumerate([HUMAN, *correct.columns])}
+    breakdown_rank = {b: i for i, b in enumerate(breakdowns)}
+    order = np.lexsort(
+        (np.arange(len(frame)), frame["breakdown"].map(breakdown_rank), frame["metric"].map(metric_rank))
+    )  # metric, then breakdown, then group as built (sorted)
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def write_breakdown(breakdown: pd.DataFrame, path: str | Path) -> None:
+    """The long table at full precision, as CSV."""
+    write_text(path, breakdown.to_csv(index=False))
+
+
+# --- Table 3 ----------------------------------------------------------------------------------------------------
+
+
+def _families(breakdown: pd.DataFrame, metrics: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
+    """(family, metric names) in config order, metrics without rows left out; the human row first when present."""
+    present = list(dict.fromkeys(breakdown["metric"]))
+    unknown = [m for m in present if m != HUMAN and m not in metrics]
+    if unknown:
+        raise ValueError(f"metric(s) {unknown} have no family and label in the config")
+    families: dict[str, list[str]] = {HUMAN_FAMILY: [HUMAN]} if HUMAN in present else {}
+    for name, entry in metrics.items():
+        if name in present:
+            if "family" not in entry:
+                raise ValueError(f"metric {name!r} has no family in the config")
+            families.setdefault(entry["family"], []).append(name)
+    return list(families.items())
+
+
+def _label(name: str, metrics: Mapping[str, Mapping[str, Any]]) -> str:
+    return HUMAN_LABEL if name == HUMAN else str(metrics[name].get("label", name))
+
+
+def _domain_label(domain: str) -> str:
+    return domain if domain == "Overall" else domain.replace("_", " ").title()
+
+
+def table3(
+    breakdown: pd.DataFrame, metrics: Mapping[str, Mapping[str, Any]], domains: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """The paper's Table 3: a header row per family, then its metrics in config order; per domain `κ` and `Acc.`,
+    then `Overall`. `metrics` is the config's {name: {family, label}}; `domains` orders the domain columns
+    (default: sorted). Header rows hold empty strings; values are full precision."""
+    by_domain = breakdown[breakdown["breakdown"] == "domain"]
+    overall = breakdown[breakdown["breakdown"] == OVERALL]
+    domains = sorted(by_domain["group"].unique()) if domains is None else list(domains)
+    columns = ["Method"]
+    for domain in [*domains, "Overall"]:
+        columns += [f"{_domain_label(domain)} κ", f"{_domain_label(domain)} Acc."]
+    cells = {(r.metric, r.group): r for r in by_domain.itertuples(index=False)}
+    cells |= {(r.metric, "Overall"): r for r in overall.itertuples(index=False)}
+    rows: list[list[Any]] = []
+    for family, names in _families(breakdown, metrics):
+        rows.append([family] + [""] * (len(columns) - 1))
+        for name in names:
+            row: list[Any] = [_label(name, metrics)]
+            for domain in [*domains, "Overall"]:
+                cell = cells.get((name, domain))
+                row += [float("nan"), float("nan")] if cell is None else [cell.kappa, cell.accuracy]
+            rows.append(row)
+    return pd.DataFrame(rows, columns=columns, dtype=object)
+
+
+def write_table3(
+    table: pd.DataFrame,
+    csv: str | Path,
+    markdown: str | Path,
+    latex: str | Path,
+    caption: str = TABLE3_CAPTION,
+    decimals: int = 3,
+) -> None:
+    """Table 3 as CSV (full precision), Markdown and LaTeX (`decimals` places; κ becomes $\\kappa$ in LaTeX)."""
+    write_text(csv, table.to_csv(index=False))
+    shown = table.map(lambda v: ("n/a" if np.isnan(v) else f"{v:.{decimals}f}") if isinstance(v, float) else v)
+    write_text(markdown, f"{caption}\n\n{to_markdown(shown)}")
+    write_text(latex, to_latex(shown, caption).replace("κ", r"$\kappa$"))
+
+
+# --- figure -----------------------------------------------------------------------------------------------------
+
+
+def plot_accuracy(
+    breakdown: pd.DataFrame,
+    metrics: Mapping[str, Mapping[str, Any]],
+    path: str | Path,
+    domains: Sequence[str] | None = None,
+    title: str = "Pairwise accuracy on ProtoBias (95% bootstrap CI)",
+) -> None:
+    """Bar chart PNG: pairwise accuracy per metric (x, families in config order) and domain (bars), with interval
+    error bars and a dashed line at chance (0.5). Written atomically."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    by_domain = breakdown[breakdown["breakdown"] == "domain"]
+    domains = sorted(by_domain["group"].unique()) if domains is None else list(domains)
+    names = [name for _, family in _families(breakdown, metrics) for name in family]
+    cells = by_domain.set_index(["metric", "group"])
+    width = 0.8 / max(len(domains), 1)
+    figure = Figure(figsize=(max(6.0, 0.9 * len(names) + 2), 4.0), dpi=150, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    x = np.arange(len(names))
+    for j, domain in enumerate(domains):
+        part = cells.reindex([(name, domain) for name in names])
+        accuracy = part["accuracy"].to_numpy(dtype=float)
+        errors = np.clip(
+            np.nan_to_num(
+                np.vstack(
+                    [accuracy - part["ci_low"].to_numpy(dtype=float), part["ci_high"].to_numpy(dtype=float) - accuracy]
+                )
+            ),
+            0,
+            None,
+        )
+        axes.bar(
+            x + (j - (len(domains) - 1) / 2) * width, np.nan_to_num(accuracy), width, yerr=errors, capsize=2,
+            error_kw={"elinewidth": 0.8, "ecolor": "0.25"}, label=_domain_label(domain),
+        )  # fmt: skip
+    axes.axhline(0.5, color="black", linestyle="--", linewidth=1, label="chance")
+    axes.set_xticks(x, [_label(name, metrics) for name in names], rotation=30, ha="right")
+    axes.set_ylim(0, 1)
+    axes.set_ylabel("Pairwise accuracy")
+    axes.set_title(title)
+    figure.legend(loc="outside right upper", fontsize="small")
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png")

@@ -1,0 +1,53 @@
+"""T2I metric plug-ins: each scores M(T, I) for a prompt T and an image I.
+
+A plug-in is one module in this package with a class that follows `Metric`, registered in
+`PLUGINS` under the name a registry entry gives as `metric:` (backend `metric`). Scores keep their
+raw value; `normalise` maps it to [0, 1] with the plug-in's `bounds` for reporting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Score:
+    raw: float  # the metric's own number; NaN when the metric could not score (counted as a failure)
+    detail: str = ""  # what else the metric said (a judge's text), kept for inspection
+
+
+class Metric(Protocol):
+    name: str  # the registry name
+    model_id: str
+    revision: str
+    bounds: tuple[float, float]  # the raw score's range, for normalisation
+
+    def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
+        """One score per (prompt, PIL image) pair, in order."""
+
+
+# plug-in name (`evaluation.metrics.*.plugin` in config) -> "module:class", imported when used.
+PLUGINS = {
+    "clip_similarity": "blindspot.metrics.clip_similarity:ClipSimilarity",
+    "vqa_score": "blindspot.metrics.vqa_score:VQAScore",
+    "vlm_judge": "blindspot.metrics.vlm_judge:VLMJudge",
+}
+
+
+def load_metric(plugin: str, spec: Any, batch_size: int, **args: Any) -> Metric:
+    """Build a plug-in once per job: the model from its registry entry, the rest from `args`."""
+    import importlib
+
+    module, name = PLUGINS[plugin].split(":")
+    return getattr(importlib.import_module(module), name)(spec, batch_size, **args)
+
+
+class MetricSkipped(RuntimeError):
+    """A metric that cannot run here (an API judge without its key); the run goes on without it."""
+
+
+def normalise(raw: float, bounds: tuple[float, float]) -> float:
+    """Map a raw score to [0, 1] within its bounds (clipped; NaN stays NaN)."""
+    low, high = bounds
+    return min(1.0, max(0.0, (raw - low) / (high - low))) if raw == raw else raw

@@ -1,0 +1,351 @@
+"""VLM-as-judge M(T, I) through any OpenAI-compatible chat-completions endpoint (GPT-5 in the paper).
+
+The judge sees the prompt T and the image (a base64 PNG data URL) and rates semantic correctness
+only, 1 to 10, with the rubric of a versioned template (config/prompts/judge_semantic_v1.yaml).
+
+The score: when the endpoint returns `logprobs` with `top_logprobs` for the answer, the expected
+value over "1".."10" at the first answer token, renormalised over the answers among the returned
+candidates (tokens that differ only by surrounding spaces count as one answer). "10" is one token
+in OpenAI's tokenizers and is read directly. Where a tokenizer writes it "1" + "0" (Qwen-style, as
+vLLM may serve), P("1") is split into "1" and "10" with P("0" | "1") from the second position, as
+in blindspot.vlm_scoring (the two spellings of "10" add up); that conditional is only known when
+the answer began with "1", so when it did not, the (then small) mass on "1" stays on 1. Without
+logprobs the score is the first integer 1..10 written in the answer; an answer with neither is NaN
+(a failure), never a guess. The answer text is kept as the Score's detail.
+
+Registry entry (a dict, or any object with these attributes):
+    id           the endpoint's model name (e.g. gpt-5)
+    endpoint     base URL of the API (e.g. https://api.openai.com/v1); /chat/completions is added
+    api_key_env  the NAME of the environment variable that holds the key; empty key -> MetricSkipped
+    revision     optional: a pinned snapshot, recorded and part of the cache key
+    request      optional: fields merged into every request body (max_completion_tokens,
+                 temperature, seed, logprobs, top_logprobs, reasoning_effort, logit_bias, ...)
+    client       optional: concurrency, timeout_s, max_attempts, backoff_base_s, backoff_cap_s,
+                 retry_after_cap_s
+
+Answers are cached on disk, one JSON file per (model, revision, template version, request
+settings, image sha256, prompt), written atomically, so a rerun or a resumed shard asks the
+endpoint only for what it has not answered yet. The key lives in memory only: it is never logged,
+cached or put into an error message (any text that goes out of this module is scrubbed of it).
+"""
+
+from __future__ import annotations
+
+import base64
+import email.utils
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import requests
+from tqdm import tqdm
+
+from blindspot.io import stable_id, write_json
+from blindspot.metrics import MetricSkipped, Score
+from blindspot.prompts import PromptTemplate
+from blindspot.vlm_scoring import SCORES, ScoreTokens, score_distribution, summarise, text_score
+
+log = logging.getLogger(__name__)
+
+TEMPLATE = Path(__file__).resolve().parents[3] / "config" / "prompts" / "judge_semantic_v1.yaml"
+RETRY_STATUSES = frozenset({429}) | frozenset(range(500, 600))
+
+
+class APIJudgeError(RuntimeError):
+    """The endpoint refused a request (a 4xx other than 429) or stayed unreachable after all retries."""
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    concurrency: int = 4  # requests in flight at once
+    timeout_s: float = 120.0  # per request (connect and read)
+    max_attempts: int = 6  # the first try included
+    backoff_base_s: float = 1.0  # the first retry waits about this long, doubling after
+    backoff_cap_s: float = 60.0  # no back-off wait is longer
+    retry_after_cap_s: float = 300.0  # the longest Retry-After honoured
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1 or self.max_attempts < 1:
+            raise ValueError(f"concurrency and max_attempts must be at least 1, not {self}")
+
+
+def backoff_delay(retry: int, base_s: float, cap_s: float, rng: Callable[[], float] = random.random) -> float:
+    """Seconds to wait before retry number `retry` (0 for the first): "equal jitter", half of the
+    capped exponential step fixed and half random, so waits grow and spread but never vanish."""
+    step = min(cap_s, base_s * 2.0**retry)
+    return step / 2 + rng() * step / 2
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """The wait a Retry-After header asks for (seconds or an HTTP date), None if absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _logsumexp(values: list[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values)) if top > -math.inf else -math.inf
+
+
+def _answer_logprobs(position: Mapping[str, Any]) -> dict[str, float]:
+    """{answer text: log-probability} at one position, candidates with the same stripped text merged."""
+    grouped: dict[str, list[float]] = {}
+    for candidate in position.get("top_logprobs") or [{"token": position["token"], "logprob": position["logprob"]}]:
+        token, logprob = candidate.get("token"), candidate.get("logprob")
+        if isinstance(token, str) and isinstance(logprob, int | float):
+            grouped.setdefault(token.strip(), []).append(float(logprob))
+    return {token: _logsumexp(values) for token, values in grouped.items()}
+
+
+def logprob_score(logprobs: Mapping[str, Any] | None) -> float | None:
+    """Expected score over "1".."10" from a chat completion's `logprobs` (see the module doc),
+    or None when they are absent or put no mass on any answer."""
+    content = [p for p in (logprobs or {}).get("content") or [] if isinstance(p, Mapping) and "token" in p]
+    # The first answer token: leading whitespace-only tokens are not the answer yet.
+    start = next((i for i, p in enumerate(content) if str(p["token"]).strip()), None)
+    if start is None:
+        return None
+    first = _answer_logprobs(content[start])
+    # A pseudo-vocabulary: ids 1..10 are the answers "1".."10", id 0 is "0" after "1".
+    first_array = np.full(len(SCORES) + 1, -np.inf)
+    for score in SCORES:
+        first_array[score] = first.get(str(score), -np.inf)
+    after_one, ten_after_one = np.full(len(SCORES) + 1, -np.inf), None
+    if str(content[start]["token"]).strip() == "1" and start + 1 < len(content):
+        after_one[0] = _answer_logprobs(content[start + 1]).get("0", -np.inf)
+        ten_after_one = 0
+    # "10" as one token and "1" + "0" are different sequences: their probabilities add up.
+    tokens = ScoreTokens(single={s: s for s in SCORES}, ten_after_one=ten_after_one)
+    probabilities, mass = score_distribution(first_array, after_one, tokens)
+    return summarise(probabilities)[0] if mass > 0 else None
+
+
+def read_score(response: Mapping[str, Any]) -> Score:
+    """A Score from one chat-completion response: logprobs first, else the text, else NaN."""
+    choice = (response.get("choices") or [{}])[0]
+    text = ((choice.get("message") or {}).get("content") or "").strip()
+    from_logprobs = logprob_score(choice.get("logprobs"))
+    if from_logprobs is not None:
+        return Score(from_logprobs, text)
+    from_text = text_score(text)
+    return Score(float(from_text) if from_text is not None else math.nan, text)
+
+
+def image_png(image: Any) -> bytes:
+    """The image (PIL or a path) as PNG bytes, in RGB: what the judge is sent and the cache hashes."""
+    from PIL import Image
+
+    if not isinstance(image, Image.Image):
+        with Image.open(image) as opened:
+            image = opened.convert("RGB")
+    buffer = io.BytesIO()
+    image.convert("RGB").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _field(entry: Any, key: str, default: Any = None) -> Any:
+    value = entry.get(key, default) if isinstance(entry, Mapping) else getattr(entry, key, default)
+    return default if value is None else value
+
+
+class APIJudgeMetric:
+    """M(T, I) from a VLM judge behind an OpenAI-compatible endpoint; see the module doc."""
+
+    bounds = (1.0, 10.0)
+
+    def __init__(
+        self,
+        entry: Mapping[str, Any] | Any,
+        cache_dir: str | Path,
+        name: str | None = None,
+        template: PromptTemplate | str | Path = TEMPLATE,
+    ):
+        self.model_id = _field(entry, "id") or _field(entry, "path")
+        self.endpoint = _field(entry, "endpoint")
+        key_env = _field(entry, "api_key_env")
+        if not self.model_id or not self.endpoint or not key_env:
+            raise ValueError("an API judge's registry entry needs 'id', 'endpoint' and 'api_key_env'")
+        self.name = name or _field(entry, "name") or self.model_id
+        self.revision = _field(entry, "revision", "")
+        self.request_settings = dict(_field(entry, "request", {}))
+        self.client = ClientSettings(**_field(entry, "client", {}))
+        self.template = template if isinstance(template, PromptTemplate) else PromptTemplate.load(template)
+        self.cache_dir = Path(cache_dir)
+        self.url = self.endpoint.rstrip("/") + "/chat/completions"
+        self._key = os.environ.get(key_env, "").strip()
+        if not self._key:
+            raise MetricSkipped(
+                f"{self.name}: the API key variable {key_env} is not set or empty; skipping this metric"
+            )
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._sessions: list[requests.Session] = []
+        self.requests_sent = 0  # HTTP requests, retries included
+        self.cache_hits = 0
+
+    def __repr__(self) -> str:
+        return f"APIJudgeMetric(name={self.name!r}, model_id={self.model_id!r}, endpoint={self.endpoint!r})"
+
+    def _scrub(self, text: str) -> str:
+        """Text that leaves this module, with the key (should a server echo it) replaced."""
+        return text.replace(self._key, "<redacted>") if self._key else text
+
+    def cache_key(self, prompt: str, image_sha256: str) -> str:
+        return stable_id(
+            "api_judge/v1", self.model_id, self.revision, self.template.version, self.request_settings, image_sha256,
+            prompt,
+        )  # fmt: skip
+
+    def _cache_path(self, key: str) -> Path:
+        return self.cache_dir / key[:2] / f"{key}.json"
+
+    def body(self, prompt: str, png: bytes) -> dict[str, Any]:
+        """The chat-completions request for one (prompt, image) pair."""
+        system, user = self.template.render(prompt=prompt)
+        image_url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        messages = [
+            {"role": "system", "content": system["content"]},
+            {"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": image_url}},
+                {"type": "text", "text": user["content"]},
+            ]},
+        ]  # fmt: skip
+        return {**self.request_settings, "model": self.model_id, "messages": messages}
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+            session.headers["Authorization"] = f"Bearer {self._key}"
+            with self._lock:
+                self._sessions.append(session)
+        return session
+
+    def close(self) -> None:
+        """Close the HTTP sessions (one per worker thread); later requests open new ones."""
+        with self._lock:
+            sessions, self._sessions = self._sessions, []
+        for session in sessions:
+            session.close()
+        self._local = threading.local()
+
+    def post(self, body: dict[str, Any], sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+        """POST one request, retrying connection errors, timeouts, 429 and 5xx with back-off."""
+        settings = self.client
+        for attempt in range(1, settings.max_attempts + 1):
+            retry_after = None
+            with self._lock:
+                self.requests_sent += 1
+            try:
+                response = self._session().post(self.url, json=body, timeout=settings.timeout_s)
+            except (requests.ConnectionError, requests.Timeout) as error:
+                reason = f"{type(error).__name__}: {error}"
+            else:
+                if response.status_code == 200:
+                    try:
+                        return response.json()
+                    except ValueError:
+                        reason = f"HTTP 200 with a body that is not JSON: {response.text[:200]!r}"
+                elif response.status_code in RETRY_STATUSES:
+                    reason = f"HTTP {response.status_code}: {_message(response)}"
+                    retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+                else:
+                    raise APIJudgeError(
+                        self._scrub(
+                            f"{self.name}: {self.url} refused the request for model '{self.model_id}' with "
+                            f"HTTP {response.status_code}: {_message(response)}"
+                        )
+                    )
+            if attempt == settings.max_attempts:
+                break
+            wait = backoff_delay(attempt - 1, settings.backoff_base_s, settings.backoff_cap_s)
+            if retry_after is not None:
+                wait = max(wait, min(retry_after, settings.retry_after_cap_s))
+            log.warning(
+                "%s: %s failed (%s); retry %d of %d in %.1f s",
+                self.name, self.url, self._scrub(reason), attempt, settings.max_attempts - 1, wait,
+            )  # fmt: skip
+            sleep(wait)
+        raise APIJudgeError(
+            self._scrub(f"{self.name}: {self.url} failed {settings.max_attempts} times; the last error: {reason}")
+        )
+
+    def _judge(self, prompt: str, png: bytes, key: str) -> Score:
+        response = self.post(self.body(prompt, png))
+        record = {
+            "model_id": self.model_id, "revision": self.revision, "template_version": self.template.version,
+            "request": self.request_settings, "image_sha256": hashlib.sha256(png).hexdigest(), "prompt": prompt,
+            "response": response,
+        }  # fmt: skip
+        write_json(self._cache_path(key), json.loads(self._scrub(json.dumps(record))))
+        return read_score(response)
+
+    def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
+        """One score per (prompt, image) pair, in order; cached answers are not asked again."""
+        if len(prompts) != len(images):
+            raise ValueError(f"{len(prompts)} prompts but {len(images)} images")
+        scores: list[Score | None] = [None] * len(prompts)
+        todo = []
+        for i, (prompt, image) in enumerate(zip(prompts, images, strict=True)):
+            png = image_png(image)
+            key = self.cache_key(prompt, hashlib.sha256(png).hexdigest())
+            cached = self._cache_path(key)
+            if cached.exists():
+                scores[i] = read_score(json.loads(cached.read_text())["response"])
+                self.cache_hits += 1
+            else:
+                todo.append((i, prompt, png, key))
+        if todo:
+            with (
+                ThreadPoolExecutor(self.client.concurrency, thread_name_prefix="api-judge") as pool,
+                tqdm(total=len(todo), desc=f"judge {self.name}", unit="image") as progress,
+            ):
+                futures = {i: pool.submit(self._judge, prompt, png, key) for i, prompt, png, key in todo}
+                try:
+                    for i, future in futures.items():
+                        scores[i] = future.result()
+                        progress.update()
+                finally:
+                    pool.shutdown(cancel_futures=True)  # after a failure; answers received stay cached
+                    self.close()
+        log.info("%s: %d scored, %d from the cache, %d HTTP requests", self.name, len(scores), self.cache_hits,
+                 self.requests_sent)  # fmt: skip
+        return scores  # type: ignore[return-value]
+
+
+def _message(response: requests.Response) -> str:
+    """The endpoint's own error message (OpenAI's error.message, FastAPI's detail) or the body's start."""
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text[:300].strip() or response.reason
+    if isinstance(payload, Mapping):
+        error = payload.get("error")
+        if isinstance(error, Mapping) and error.get("message"):
+            return str(error["message"])
+        for key in ("detail", "message", "error"):
+            if payload.get(key):
+                return str(payload[key])
+    return json.dumps(payload)[:300]

@@ -1,0 +1,50 @@
+"""CLIP-family similarity: CLIPScore (Hessel et al.: 2.5 x max(cos, 0) with CLIP ViT-L/14) and
+PickScore (its CLIP-H's logit scale x cos). Cosine per (prompt, image) pair, never a batch mean."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tqdm import tqdm
+
+from blindspot.config import ModelSpec
+from blindspot.metrics import Score
+
+
+class ClipSimilarity:
+    def __init__(
+        self, spec: ModelSpec, batch_size: int, weight: float | None = None, floor_at_zero: bool = False,
+        processor: str | None = None,
+    ):  # fmt: skip
+        """`weight` multiplies the cosine; without one, the model's own logit scale does (PickScore).
+        `processor` names another repository for the tokenizer and image processor (PickScore's
+        checkpoint uses those of LAION's CLIP-H)."""
+        import torch
+        from transformers import CLIPModel, CLIPProcessor
+
+        self.name, self.model_id, self.revision = spec.name, spec.model_id, spec.revision or ""
+        self.batch_size = batch_size
+        self.processor = CLIPProcessor.from_pretrained(
+            processor or spec.path, revision=None if processor else spec.revision
+        )
+        self.model = CLIPModel.from_pretrained(spec.path, revision=spec.revision, dtype=getattr(torch, spec.dtype))
+        self.model.to(spec.device).eval()
+        self.weight = float(self.model.logit_scale.exp()) if weight is None else float(weight)
+        self.floor_at_zero = floor_at_zero
+        self.bounds = (0.0 if floor_at_zero else -self.weight, self.weight)
+
+    def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
+        import torch
+
+        cosines: list[float] = []
+        for start in tqdm(range(0, len(images), self.batch_size), desc=f"score {self.name}", unit="batch"):
+            batch = slice(start, start + self.batch_size)
+            inputs = self.processor(
+                text=prompts[batch], images=images[batch], return_tensors="pt", padding=True, truncation=True
+            ).to(self.model.device)
+            with torch.inference_mode():
+                output = self.model(**inputs)
+            text = torch.nn.functional.normalize(output.text_embeds.float(), dim=-1)
+            image = torch.nn.functional.normalize(output.image_embeds.float(), dim=-1)
+            cosines.extend((text * image).sum(dim=-1).tolist())
+        return [Score(self.weight * (max(c, 0.0) if self.floor_at_zero else c)) for c in cosines]

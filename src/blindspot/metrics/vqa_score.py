@@ -1,0 +1,43 @@
+"""VQAScore (Lin et al.): P("Yes") for 'Does this figure show "{T}"? Please answer Yes or No.',
+read from a VLM's next-token distribution over the whole vocabulary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tqdm import tqdm
+
+from blindspot.config import ModelSpec
+from blindspot.metrics import Score
+from blindspot.vlm_scoring import TransformersVLMScorer
+
+QUESTION = 'Does this figure show "{prompt}"? Please answer Yes or No.'
+
+
+class VQAScore:
+    bounds = (0.0, 1.0)
+
+    def __init__(self, spec: ModelSpec, batch_size: int, question: str = QUESTION, answer: str = "Yes"):
+        self.name, self.model_id, self.revision = spec.name, spec.model_id, spec.revision or ""
+        self.vlm = TransformersVLMScorer(spec, batch_size)
+        self.question = question
+        ids = self.vlm.processor.tokenizer.encode(answer, add_special_tokens=False)
+        if len(ids) != 1:
+            raise ValueError(f"{spec.name}: the answer '{answer}' is {len(ids)} tokens; VQAScore needs one")
+        self.answer = ids[0]
+
+    def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
+        import torch
+
+        conversations = [
+            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": self.question.format(prompt=p)}]}]
+            for p in prompts
+        ]
+        scores = []
+        size = self.vlm.batch_size
+        for start in tqdm(range(0, len(images), size), desc=f"score {self.name}", unit="batch"):
+            inputs = self.vlm.inputs(conversations[start : start + size], images[start : start + size])
+            with torch.inference_mode():
+                logits = self.vlm.model(**inputs).logits[:, -1].float()
+            scores.extend(Score(p) for p in torch.softmax(logits, dim=-1)[:, self.answer].tolist())
+        return scores

@@ -1,0 +1,281 @@
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+from sklearn.metrics import cohen_kappa_score
+
+from blindspot.evaluation import (
+    BREAKDOWN_COLUMNS,
+    HUMAN,
+    HUMAN_FAMILY,
+    accuracy_breakdown,
+    bootstrap_accuracy,
+    bootstrap_kappa,
+    cohen_kappa,
+    pairwise_correct,
+    pairwise_outcomes,
+    plot_accuracy,
+    read_human_choices,
+    table3,
+    write_breakdown,
+    write_table3,
+)
+
+METRICS = {
+    "clip": {"family": "Embedding-based text-image metrics", "label": "CLIPScore"},
+    "pick": {"family": "Human-feedback-based reward metrics", "label": "PickScore"},
+    "blip": {"family": "Embedding-based text-image metrics", "label": "BLIPv2Score"},
+}
+
+
+def score_rows(metric, values):
+    """values: {pair_id: (corr_raw, adv_raw)}."""
+    return [
+        {"pair_id": p, "domain": "", "metric": metric, "model_id": f"org/{metric}", "model_revision": "r1",
+         "prompt": "a cat", "corr_raw": c, "adv_raw": a, "corr_score": c, "adv_score": a, "corr_detail": "",
+         "adv_detail": ""}
+        for p, (c, a) in values.items()
+    ]  # fmt: skip
+
+
+def bench():
+    """Six test pairs and one train pair."""
+    rows = [
+        ("p1", "animals", "flux", "color", "birds"),
+        ("p2", "animals", "flux", "pose", "birds"),
+        ("p3", "animals", "sana", "color", "cats"),
+        ("p4", "objects", "flux", "color", "tools"),
+        ("p5", "objects", "sana", "color", "tools"),
+        ("p6", "objects", "sana", "material", "tools"),
+    ]
+    pairs = pd.DataFrame(rows, columns=["pair_id", "domain", "t2i", "knob", "subcategory"]).assign(split="test")
+    train = pd.DataFrame([{"pair_id": "p0", "domain": "animals", "t2i": "flux", "knob": "color",
+                           "subcategory": "birds", "split": "train"}])  # fmt: skip
+    return pd.concat([pairs, train], ignore_index=True)
+
+
+def scores():
+    clip = {"p0": (9, 1), "p1": (0.9, 0.1), "p2": (0.5, 0.5), "p3": (np.nan, 0.2), "p4": (0.8, 0.2), "p5": (0.3, 0.4)}
+    pick = dict.fromkeys(("p1", "p2", "p3", "p4", "p5", "p6"), (1.0, 0.0))  # always right
+    return pd.DataFrame(score_rows("clip", clip) + score_rows("pick", pick))
+
+
+def test_ties_and_nan_are_failures():
+    frame = pd.DataFrame(
+        {"corr_raw": [0.9, 0.5, np.nan, 0.7, np.nan, 0.1], "adv_raw": [0.1, 0.5, 0.2, np.nan, np.nan, 0.2]}
+    )
+    assert pairwise_correct(frame).tolist() == [True, False, False, False, False, False]
+
+
+def test_missing_scores_fail_train_pairs_are_dropped_unknown_pairs_raise(caplog):
+    correct, unscored = pairwise_outcomes(scores(), bench(), ["clip", "pick"])
+    assert list(correct.index) == ["p1", "p2", "p3", "p4", "p5", "p6"]  # p0 is train
+    assert correct["clip"].tolist() == [True, False, False, True, False, False]  # p6 has no clip row
+    assert unscored["clip"].tolist() == [False, False, True, False, False, True]
+    assert correct["pick"].all()
+    assert not unscored["pick"].any()
+    stray = pd.concat([scores(), pd.DataFrame(score_rows("clip", {"zz": (1, 0)}))])
+    with pytest.raises(ValueError, match="not benchmark pairs"):
+        pairwise_outcomes(stray, bench())
+    with pytest.raises(ValueError, match="several scores"):
+        pairwise_outcomes(pd.concat([scores(), scores()]), bench())
+    correct, _ = pairwise_outcomes(scores(), bench(), ["pick", "vqa", "clip"])  # vqa never scored (skipped)
+    assert list(correct.columns) == ["pick", "clip"]
+    assert "no scores for metric(s) ['vqa']" in caplog.text
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kappa_equals_sklearn_on_random_binary_data(seed):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 2, size=50 + 40 * seed)
+    b = np.where(rng.random(a.size) < 0.3 + 0.1 * seed, a, rng.integers(0, 2, size=a.size))
+    assert cohen_kappa(a, b) == pytest.approx(cohen_kappa_score(a, b), abs=1e-12)
+    assert cohen_kappa(a.astype(bool), b.astype(bool)) == pytest.approx(cohen_kappa_score(a, b), abs=1e-12)
+
+
+def test_kappa_on_a_hand_computed_table():
+    # 2x2 table: both yes 20, a only 5, b only 10, both no 15 (n = 50).
+    a = np.array([1] * 20 + [1] * 5 + [0] * 10 + [0] * 15)
+    b = np.array([1] * 20 + [0] * 5 + [1] * 10 + [0] * 15)
+    p_o = 35 / 50
+    p_e = (25 / 50) * (30 / 50) + (25 / 50) * (20 / 50)  # 0.3 + 0.2
+    assert cohen_kappa(a, b) == pytest.approx((p_o - p_e) / (1 - p_e))  # 0.4
+    assert cohen_kappa(a, b) == pytest.approx(0.4)
+
+
+def test_kappa_is_nan_when_undefined_and_zero_when_one_rater_is_constant():
+    ones = np.ones(10, dtype=bool)
+    assert np.isnan(cohen_kappa(ones, ones))  # chance agreement is 1
+    assert np.isnan(cohen_kappa([], []))
+    assert all(np.isnan(bootstrap_kappa(ones, ones)))
+    mixed = np.arange(10) % 2 == 0
+    assert cohen_kappa(ones, mixed) == 0
+    with pytest.raises(ValueError, match="binary"):
+        cohen_kappa([0, 2], [0, 1])
+
+
+def test_bootstrap_interval_covers_the_true_accuracy_at_about_the_nominal_rate():
+    rng = np.random.default_rng(7)
+    covered = 0
+    for i in range(300):
+        correct = rng.random(150) < 0.7
+        estimate = bootstrap_accuracy(correct, seed=i)
+        assert estimate.low <= estimate.value <= estimate.high
+        covered += estimate.low <= 0.7 <= estimate.high
+    assert 0.90 <= covered / 300 <= 0.985
+
+
+def test_the_binomial_shortcut_matches_resampling_pairs():
+    rng = np.random.default_rng(3)
+    correct = rng.random(150) < 0.6
+    means = correct[rng.integers(0, 150, size=(4000, 150))].mean(axis=1)
+    literal = np.quantile(means, [0.025, 0.975])
+    estimate = bootstrap_accuracy(correct, n_boot=4000, seed=4)
+    assert estimate.low == pytest.approx(literal[0], abs=0.02)
+    assert estimate.high == pytest.approx(literal[1], abs=0.02)
+
+
+def test_bootstrap_is_seeded_and_kappa_interval_brackets_kappa():
+    rng = np.random.default_rng(0)
+    a = rng.random(200) < 0.5
+    b = np.where(rng.random(200) < 0.6, a, rng.random(200) < 0.5)
+    assert bootstrap_kappa(a, b, seed=1) == bootstrap_kappa(a, b, seed=1)
+    kappa = bootstrap_kappa(a, b, seed=1)
+    assert kappa.value == pytest.approx(cohen_kappa_score(a, b))
+    assert kappa.low < kappa.value < kappa.high
+    assert kappa.high - kappa.low < 0.4
+    assert all(np.isnan(bootstrap_accuracy([])))
+
+
+def test_human_choices_csv_is_validated(tmp_path):
+    good = tmp_path / "good.csv"
+    good.write_text("pair_id,choice\np1,corr\np2,adv\np3,neither\n")
+    assert read_human_choices(good).to_dict("list") == {
+        "pair_id": ["p1", "p2", "p3"],
+        "choice": ["corr", "adv", "neither"],
+    }
+    cases = {
+        "pair_id,vote\np1,corr\n": r"missing column\(s\) \['choice'\]",
+        "pair_id,choice\np1,corr\np2,Corr\n": r"line 3 \(pair_id 'p2'\): choice 'Corr' is not one of corr, adv",
+        "pair_id,choice\np1,corr\np2,\n": r"line 3 \(pair_id 'p2'\): choice ''",
+        "pair_id,choice\np1,corr\n,adv\n": "line 3: empty pair_id",
+        "pair_id,choice\np1,corr\np2,adv\np1,adv\n": "line 4: pair_id 'p1' repeats .*line 2",
+    }
+    for i, (text, message) in enumerate(cases.items()):
+        bad = tmp_path / f"bad{i}.csv"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            read_human_choices(bad)
+
+
+def humans():
+    return pd.DataFrame(
+        {"pair_id": ["p1", "p2", "p3", "p4", "p5"], "choice": ["corr", "adv", "corr", "corr", "neither"]}
+    )
+
+
+def test_breakdown_groups_and_counts():
+    out = accuracy_breakdown(scores(), bench(), ["clip", "pick"], n_boot=200)
+    assert list(out.columns) == BREAKDOWN_COLUMNS
+    clip = out[out["metric"] == "clip"].set_index(["breakdown", "group"])
+    groups = {b: list(clip.loc[b].index) for b in ("overall", "domain", "knob", "t2i", "subcategory")}
+    assert groups == {
+        "overall": ["all"], "domain": ["animals", "objects"], "knob": ["color", "material", "pose"],
+        "t2i": ["flux", "sana"], "subcategory": ["birds", "cats", "tools"],
+    }  # fmt: skip
+    assert clip.loc[("overall", "all"), ["n", "accuracy", "n_unscored"]].tolist() == [6, 2 / 6, 2]
+    assert clip.loc[("domain", "animals"), ["n", "accuracy"]].tolist() == [3, 1 / 3]  # p1 right, p2 tie, p3 NaN
+    assert clip.loc[("domain", "objects"), ["n", "accuracy"]].tolist() == [3, 1 / 3]  # p4 right, p5 wrong, p6 missing
+    assert clip.loc[("knob", "color"), ["n", "accuracy"]].tolist() == [4, 2 / 4]
+    assert clip.loc[("t2i", "flux"), ["n", "accuracy"]].tolist() == [3, 2 / 3]
+    assert clip.loc[("subcategory", "tools"), "n"] == 3
+    assert (clip["ci_low"] <= clip["accuracy"]).all()
+    assert (clip["accuracy"] <= clip["ci_high"]).all()
+    assert out["kappa"].isna().all()  # no human choices
+    assert (out["n_kappa"] == 0).all()
+    assert list(dict.fromkeys(out["metric"])) == ["clip", "pick"]
+    assert list(dict.fromkeys(out["breakdown"])) == ["overall", "domain", "knob", "t2i", "subcategory"]
+    pick = out[out["metric"] == "pick"]
+    assert (pick["accuracy"] == 1).all()
+    assert (pick["ci_low"] == 1).all()
+    # Seeded per cell: the same numbers whatever else is evaluated.
+    alone = accuracy_breakdown(scores(), bench(), ["clip"], n_boot=200)
+    pd.testing.assert_frame_equal(alone, out[out["metric"] == "clip"].reset_index(drop=True))
+
+
+def test_breakdown_with_humans_adds_kappa_and_the_human_row():
+    out = accuracy_breakdown(scores(), bench(), ["clip", "pick"], humans(), breakdowns=["overall", "domain"])
+    row = out.set_index(["metric", "breakdown", "group"])
+    # clip on the pairs humans decided (p5 `neither` left out): metric [1, 0, 0, 1] vs human [1, 0, 1, 1].
+    clip = row.loc[("clip", "overall", "all")]
+    assert clip["n_kappa"] == 4
+    assert clip["kappa"] == pytest.approx(cohen_kappa_score([1, 0, 0, 1], [1, 0, 1, 1]))
+    assert clip["n"] == 6  # accuracy stays on every test pair
+    assert row.loc[("pick", "overall", "all"), "kappa"] == 0  # a constant choice agrees only by chance
+    human = row.loc[(HUMAN, "overall", "all")]
+    assert human[["n", "accuracy"]].tolist() == [5, 3 / 5]
+    assert np.isnan(human["kappa"])
+    assert row.loc[(HUMAN, "domain", "objects"), "n"] == 2
+    assert out["metric"].iloc[0] == HUMAN
+    only = accuracy_breakdown(scores(), bench(), ["clip"], humans(), annotated_only=True, breakdowns=["overall"])
+    assert only.set_index("metric").loc["clip", ["n", "accuracy"]].tolist() == [5, 2 / 5]  # p6 unannotated
+    with pytest.raises(ValueError, match="not test pairs"):
+        accuracy_breakdown(scores(), bench(), humans=pd.DataFrame({"pair_id": ["p0"], "choice": ["corr"]}))
+    with pytest.raises(ValueError, match="needs human choices"):
+        accuracy_breakdown(scores(), bench(), annotated_only=True)
+
+
+def test_table3_layout_and_files(tmp_path):
+    out = accuracy_breakdown(scores(), bench(), ["clip", "pick"], humans(), breakdowns=["overall", "domain"])
+    table = table3(out, METRICS, domains=["animals", "objects"])
+    assert list(table.columns) == [
+        "Method", "Animals κ", "Animals Acc.", "Objects κ", "Objects Acc.", "Overall κ", "Overall Acc.",
+    ]  # fmt: skip
+    assert table["Method"].tolist() == [
+        HUMAN_FAMILY,
+        "Human",
+        "Embedding-based text-image metrics",
+        "CLIPScore",
+        "Human-feedback-based reward metrics",
+        "PickScore",
+    ]  # fmt: skip  (blip has no scores: left out)
+    assert (table.iloc[[0, 2, 4], 1:] == "").all().all()
+    clip = table.set_index("Method").loc["CLIPScore"]
+    assert clip["Animals Acc."] == pytest.approx(1 / 3)
+    assert clip["Objects Acc."] == pytest.approx(1 / 3)
+    assert clip["Overall Acc."] == pytest.approx(2 / 6)
+    assert clip["Overall κ"] == pytest.approx(cohen_kappa_score([1, 0, 0, 1], [1, 0, 1, 1]))
+    assert table.set_index("Method").loc["Human", "Animals Acc."] == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="no family and label"):
+        table3(out, {"clip": METRICS["clip"]})
+
+    paths = {kind: tmp_path / f"table3.{kind}" for kind in ("csv", "md", "tex")}
+    write_table3(table, paths["csv"], paths["md"], paths["tex"])
+    write_breakdown(out, tmp_path / "breakdown.csv")
+    csv = pd.read_csv(paths["csv"])
+    assert csv["Method"].tolist() == table["Method"].tolist()
+    assert csv.loc[3, "Overall Acc."] == pytest.approx(2 / 6, abs=1e-12)  # full precision
+    markdown = paths["md"].read_text()
+    assert "| Method | Animals κ | Animals Acc." in markdown
+    assert "| CLIPScore |" in markdown
+    assert "| CLIPScore | 0.400 | 0.333 | n/a | 0.333 | 0.500 | 0.333 |" in markdown  # objects: one decided pair
+    assert "| PickScore | 0.000 | 1.000 |" in markdown
+    latex = paths["tex"].read_text()
+    assert r"Animals $\kappa$" in latex
+    assert "κ" not in latex
+    assert r"\begin{tabular}" in latex
+    long = pd.read_csv(tmp_path / "breakdown.csv")
+    assert list(long.columns) == BREAKDOWN_COLUMNS
+    assert len(long) == len(out)
+
+
+def test_accuracy_bar_chart_png(tmp_path):
+    out = accuracy_breakdown(scores(), bench(), ["clip", "pick"], breakdowns=["overall", "domain"], n_boot=200)
+    path = tmp_path / "figures" / "accuracy.png"
+    plot_accuracy(out, METRICS, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(path) as image:
+        width, height = image.size
+    assert 600 <= width <= 3000
+    assert 300 <= height <= 1500
+    assert [p.name for p in path.parent.iterdir()] == ["accuracy.png"]  # no temp file left

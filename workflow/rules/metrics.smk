@@ -1,0 +1,51 @@
+# Scoring T2I metrics on the test split: one job per metric x domain x seed shard, then Table 3.
+
+
+rule score_metric:
+    input:
+        benchmark=P("benchmark_pairs"),
+        seeds=P("seeds"),
+        model=lambda wildcards: get_model_input(METRICS[wildcards.metric]["model"]),
+        template=lambda wildcards: METRICS[wildcards.metric].get("args", {}).get("template", []),
+    output:
+        out=P("metric_scores"),
+        counters_out=P("metric_score_counters"),
+    params:
+        cache=lambda wildcards: P("metric_cache", metric=wildcards.metric),
+        # The metric's entry and its model's are params, so editing either re-runs its jobs.
+        metric_entry=lambda wildcards: METRICS[wildcards.metric],
+        model=lambda wildcards: config["models"][METRICS[wildcards.metric]["model"]],
+    log:
+        LOG("score_metric", "{domain}/{metric}/{shard}"),
+    benchmark:
+        BENCH("score_metric", "{domain}/{metric}/{shard}")
+    resources:
+        gpu=get_gpus("score_metric"),
+    conda:
+        get_metric_env
+    script:
+        "../scripts/run_stage.py"
+
+
+rule make_table3:
+    input:
+        scores=targets.metric_score_targets(config),
+        benchmark=P("benchmark_pairs"),
+        human_choices=config["evaluation"].get("human_choices") or [],
+    output:
+        csv=report(P("table3", ext="csv"), caption="../report/table3.rst", category="Metrics"),
+        markdown=P("table3", ext="md"),
+        latex=P("table3", ext="tex"),
+        breakdown=P("metric_breakdown"),
+        plot=report(P("accuracy_plot"), caption="../report/table3.rst", category="Metrics"),
+    params:
+        evaluation=config["evaluation"],
+        seed=config["seed"],
+    log:
+        LOG("make_table3", "all"),
+    resources:
+        gpu=get_gpus("make_table3"),
+    conda:
+        "../envs/base.yaml"
+    script:
+        "../scripts/run_stage.py"
