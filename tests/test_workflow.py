@@ -53,6 +53,8 @@ def test_paper_dry_run_has_one_job_per_domain_model_and_shard(paper_config):
     assert jobs["keep_consensus_pairs"] == domains
     assert jobs["measure_image_quality"] == shards
     assert jobs["build_model"] == 1  # only NIQE's parameters are built; every other model comes from its id
+    assert jobs["score_metric"] == shards * len(paper_config["evaluation"]["metrics"])
+    assert jobs["make_table3"] == 1
 
 
 def planned_job_details(output: str) -> list[tuple[str, dict, dict]]:
@@ -78,6 +80,9 @@ def test_gpu_requests_come_from_the_registry(paper_config):
         if rule in MODEL_WILDCARDS:
             model = wildcards[MODEL_WILDCARDS[rule]]
             requested.setdefault(model, set()).add(int(resources["gpu"]))
+        elif rule == "score_metric":
+            model = paper_config["evaluation"]["metrics"][wildcards["metric"]]["model"]
+            assert int(resources["gpu"]) == paper_config["models"][model]["gpus"], wildcards
         elif rule in {"check_prompt_quality", "measure_image_quality"}:
             assert int(resources["gpu"]) == 1, rule  # the largest GPU need among the stage's models
         elif rule != "all":
@@ -102,7 +107,9 @@ def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
     assert "results/tiny/benchmark/annotation/preference_pairs.parquet" in targets
     assert "results/tiny/tables/table1_prompt_quality.tex" in targets
     assert "results/tiny/tables/table2_image_quality.md" in targets
-    assert len(targets) == 3 + 2 * 3
+    assert "results/tiny/tables/table3_metrics.tex" in targets
+    assert "results/tiny/tables/metric_accuracy.png" in targets
+    assert len(targets) == 3 + 3 * 3 + 2
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +175,15 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
         results / "benchmark" / "annotation" / "filter_validation.parquet", tables.ANNOTATION_IMAGES
     )
     assert set(preference["left_image_id"]).isdisjoint(validation["image_id"])
+    table3 = pd.read_csv(results / "tables" / "table3_metrics.csv")
+    scored = [m for m, entry in tiny_config["evaluation"]["metrics"].items() if entry["plugin"] != "api_judge"]
+    labels = {tiny_config["evaluation"]["metrics"][m]["label"] for m in scored}
+    assert labels <= set(table3["Method"])  # the API judge has no key here: skipped, not failed
+    assert "API judge" not in set(table3["Method"])
+    assert table3.set_index("Method").loc[list(labels), "Overall Acc."].between(0, 1).all()
+    assert (results / "tables" / "metric_accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    breakdown = pd.read_csv(results / "tables" / "metric_accuracy_breakdown.csv")
+    assert {"overall", "domain", "knob", "t2i", "subcategory"} <= set(breakdown["breakdown"])
     # No temp file of an atomic write is left behind anywhere.
     assert not list(results.rglob(".*.tmp"))
 
@@ -186,6 +202,8 @@ def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run
         "build_model": 1, "render_images": shards, "judge_images": shards * len(config["image_stage"]["vlms"]),
         "keep_consensus_pairs": len(config["domains"]), "measure_image_quality": shards, "make_table2": 1,
         "split_benchmark": 1, "export_dataset": 1, "all": 1,
+        # The benchmark gains pairs, so every metric job runs again; the score cache makes that cheap.
+        "score_metric": shards * len(config["evaluation"]["metrics"]), "make_table3": 1,
     })  # fmt: skip
     renders = [o for o in planned_outputs(out) if "/renders/" in o or "/vlm_scores/" in o]
     assert renders

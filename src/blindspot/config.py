@@ -107,6 +107,11 @@ class ModelSpec:
     licence: str | None = None
     metric: str | None = None
     build: dict[str, Any] = field(default_factory=dict)
+    # An OpenAI-compatible endpoint instead of weights (backend openai_api).
+    endpoint: str | None = None
+    api_key_env: str | None = None  # the NAME of the variable that holds the key, never the key
+    request: dict[str, Any] = field(default_factory=dict)
+    client: dict[str, Any] = field(default_factory=dict)
 
     @property
     def device(self) -> str:
@@ -132,7 +137,7 @@ def model_spec(config: dict[str, Any], name: str) -> ModelSpec:
         name=name,
         backend=entry["backend"],
         gpus=entry["gpus"],
-        dtype=entry["dtype"],
+        dtype=entry.get("dtype", "none"),
         path=str(path),
         revision=entry.get("revision"),
         built=built,
@@ -145,6 +150,10 @@ def model_spec(config: dict[str, Any], name: str) -> ModelSpec:
         render=entry.get("render", {}),
         licence=entry.get("licence"),
         metric=entry.get("metric"),
+        endpoint=entry.get("endpoint"),
+        api_key_env=entry.get("api_key_env"),
+        request=entry.get("request", {}),
+        client=entry.get("client", {}),
         build=entry.get("build", {}),
     )
 

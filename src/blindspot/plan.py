@@ -36,6 +36,8 @@ STAGES = {
     "make_table2": "image",
     "split_benchmark": "benchmark",
     "export_dataset": "benchmark",
+    "score_metric": "metrics",
+    "make_table3": "metrics",
     "all": "benchmark",
 }
 # The wildcards of each rule's `log:`/`benchmark:` job name, in order (workflow/rules/*.smk; a test
@@ -50,6 +52,7 @@ JOB_WILDCARDS = {
     "judge_images": ("domain", "t2i", "vlm", "shard"),
     "measure_image_quality": ("domain", "shard"),
     "export_dataset": (),
+    "score_metric": ("domain", "metric", "shard"),
 }
 # Sharded rules, the kind of their main output, and which wildcard is the job's model.
 SHARDED = {
@@ -58,6 +61,7 @@ SHARDED = {
     "render_images": ("renders", "t2i"),
     "judge_images": ("vlm_scores", "vlm"),
     "measure_image_quality": ("image_quality", None),
+    "score_metric": ("metric_scores", "metric"),
 }
 # The wildcard naming the one model a job runs (and is looked up by in `throughput:`).
 MODEL_WILDCARD = {"build_model": "model"} | {rule: wildcard for rule, (_, wildcard) in SHARDED.items() if wildcard}
@@ -71,6 +75,7 @@ THROUGHPUT_RULES = (
     "render_images",
     "judge_images",
     "measure_image_quality",
+    "score_metric",
 )
 ITEMS_NOTE = (
     "Items are upper bounds: seeds per shard for the prompt stage; for images 2 x seeds x generators x "
@@ -94,6 +99,7 @@ def needed_built_models(config: dict[str, Any]) -> list[str]:
     for stage, role in MODEL_ROLES:
         value = config[stage][role]
         names.extend([value] if isinstance(value, str) else value)
+    names.extend(metric["model"] for metric in config["evaluation"]["metrics"].values())
     needed: list[str] = []
     while names:
         name = names.pop(0)
@@ -195,10 +201,22 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
                 shard=shard,
                 **{f"iqa{i}": name for i, name in enumerate(image["iqa_metrics"])},
             )
+        # Metrics score the test pairs of each seed shard; all pairs are the upper bound (two images each).
+        for metric, (shard, seeds) in itertools.product(config["evaluation"]["metrics"], shards.items()):
+            add(
+                "score_metric",
+                p("metric_scores", **d, metric=metric, shard=shard),
+                seeds * per_seed_images * len(t2is),
+                **d,
+                shard=shard,
+                metric=metric,
+                metric_model=config["evaluation"]["metrics"][metric]["model"],
+            )
     add("make_table1", targets.table_targets(config, "table1")[0], None)
     add("make_table2", targets.table_targets(config, "table2")[0], None)
     add("split_benchmark", p("benchmark_pairs"), None)
     add("export_dataset", p("dataset"), None)
+    add("make_table3", targets.table_targets(config, "table3")[0], None)
     add("all", "", None)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame = frame.sort_values("rule", key=lambda rules: rules.map(list(STAGES).index), kind="stable")
@@ -214,11 +232,13 @@ def throughput_key(rule: str, model: str) -> str:
 def check_throughput(config: dict[str, Any]) -> None:
     """Refuse entries for models that are not in the registry (a typo would otherwise read as missing)."""
     for rule, entries in config.get("throughput", {}).items():
+        # score_metric jobs are looked up by metric name, the others by registry model.
+        known = config["evaluation"]["metrics"] if rule == "score_metric" else config["models"]
         for name in entries:
-            if name != "default" and name not in config["models"]:
+            if name != "default" and name not in known:
                 raise ConfigError(
-                    f"config key 'throughput.{rule}.{name}': '{name}' is not in the registry (models: "
-                    f"{', '.join(sorted(config['models']))}) nor 'default'"
+                    f"config key 'throughput.{rule}.{name}': '{name}' is not one of "
+                    f"{', '.join(sorted(known))} nor 'default'"
                 )
 
 
@@ -332,6 +352,8 @@ def output_items(config: dict[str, Any], rule: str, output: str) -> int | None:
     rows = pq.ParquetFile(output).metadata.num_rows
     if rule == "measure_image_quality":  # a row is one pair (two images) under one metric
         return 2 * rows // len(config["image_stage"]["iqa_metrics"])
+    if rule == "score_metric":  # a row is one pair: two images
+        return 2 * rows
     return rows
 
 

@@ -295,7 +295,7 @@ def score_metric(
 
     def load() -> Any:
         spec = model_spec(config, entry["model"])
-        return load_metric(entry["plugin"], spec, evaluation["batch_size"], **entry.get("args", {}))
+        return load_metric(entry["plugin"], spec, evaluation["batch_size"], cache, **entry.get("args", {}))
 
     try:
         frame, counters = score_pairs(pairs, metric, metric_identity(config, metric), load, ScoreCache(cache))

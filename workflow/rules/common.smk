@@ -1,6 +1,7 @@
 # Parse-time work only: validate the config, constrain wildcards, define input functions.
-import sys
+import os
 import re
+import sys
 from pathlib import Path
 
 # The workflow imports the package from this checkout; jobs do too, through the link
@@ -72,6 +73,13 @@ def get_metric_env(wildcards):
     """A metric whose model is served by vLLM runs in vLLM's env; the rest in the vision env."""
     backend = config["models"][METRICS[wildcards.metric]["model"]]["backend"]
     return "../envs/llm.yaml" if backend == "vllm" else "../envs/vlm.yaml"
+
+
+def get_api_key_is_set(wildcards):
+    """Whether an API metric's key is in the environment (never the key): setting it later re-runs
+    the jobs that were skipped without it."""
+    variable = config["models"][METRICS[wildcards.metric]["model"]].get("api_key_env")
+    return bool(variable and os.environ.get(variable))
 
 
 def get_model_params(role):

@@ -15,6 +15,7 @@ rule score_metric:
         # The metric's entry and its model's are params, so editing either re-runs its jobs.
         metric_entry=lambda wildcards: METRICS[wildcards.metric],
         model=lambda wildcards: config["models"][METRICS[wildcards.metric]["model"]],
+        api_key_is_set=get_api_key_is_set,
     log:
         LOG("score_metric", "{domain}/{metric}/{shard}"),
     benchmark:

@@ -32,15 +32,21 @@ PLUGINS = {
     "clip_similarity": "blindspot.metrics.clip_similarity:ClipSimilarity",
     "vqa_score": "blindspot.metrics.vqa_score:VQAScore",
     "vlm_judge": "blindspot.metrics.vlm_judge:VLMJudge",
+    "api_judge": "blindspot.metrics.api_judge:api_judge_plugin",
 }
 
 
-def load_metric(plugin: str, spec: Any, batch_size: int, **args: Any) -> Metric:
-    """Build a plug-in once per job: the model from its registry entry, the rest from `args`."""
+def load_metric(plugin: str, spec: Any, batch_size: int, cache_dir: str, **args: Any) -> Metric:
+    """Build a plug-in once per job: the model from its registry entry, the rest from `args`. A
+    plug-in that keeps files of its own (an API judge's responses) gets the metric's cache folder."""
     import importlib
+    import inspect
 
     module, name = PLUGINS[plugin].split(":")
-    return getattr(importlib.import_module(module), name)(spec, batch_size, **args)
+    build = getattr(importlib.import_module(module), name)
+    if "cache_dir" in inspect.signature(build).parameters:
+        args = args | {"cache_dir": cache_dir}
+    return build(spec, batch_size, **args)
 
 
 class MetricSkipped(RuntimeError):

@@ -349,3 +349,12 @@ def _message(response: requests.Response) -> str:
             if payload.get(key):
                 return str(payload[key])
     return json.dumps(payload)[:300]
+
+
+def api_judge_plugin(
+    spec: Any, batch_size: int, cache_dir: str | Path, template: str | Path = TEMPLATE
+) -> APIJudgeMetric:
+    """The `api_judge` plug-in: the registry entry (backend openai_api) is the endpoint; its raw
+    responses are kept under the metric's cache folder."""
+    del batch_size  # requests run concurrently, as the entry's `client.concurrency` says
+    return APIJudgeMetric(spec, Path(cache_dir) / "responses", name=spec.name, template=template)

@@ -29,7 +29,7 @@ class ClipSimilarity:
         )
         self.model = CLIPModel.from_pretrained(spec.path, revision=spec.revision, dtype=getattr(torch, spec.dtype))
         self.model.to(spec.device).eval()
-        self.weight = float(self.model.logit_scale.exp()) if weight is None else float(weight)
+        self.weight = float(self.model.logit_scale.detach().exp()) if weight is None else float(weight)
         self.floor_at_zero = floor_at_zero
         self.bounds = (0.0 if floor_at_zero else -self.weight, self.weight)
 
