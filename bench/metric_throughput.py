@@ -1,0 +1,59 @@
+"""Pairs scored per second by each metric plug-in on the tiny models: batched against one pair at
+a time, both arms in this process on the same pairs; the ratio is what to read.
+
+The API judge is left out (it needs a server; tests/test_api_judge.py runs one).
+Run: .venv/bin/python bench/metric_throughput.py [--pairs 16] [--batch 8]
+"""
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+from PIL import Image
+
+from blindspot.config import model_spec, resolved_recipe
+from blindspot.metrics import load_metric
+from blindspot.tiny_models import build_model
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--pairs", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=8)
+    args = parser.parse_args()
+    config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
+    rng = np.random.default_rng(0)
+    prompts = [f"a penguin on a rock with exactly {i % 4 + 1} stones" for i in range(2 * args.pairs)]
+    images = [Image.fromarray(rng.integers(0, 255, (96, 96, 3), dtype=np.uint8)) for _ in prompts]
+    metrics = {n: m for n, m in config["evaluation"]["metrics"].items() if m["plugin"] != "api_judge"}
+    with tempfile.TemporaryDirectory() as resources:
+        config["resources_dir"] = resources
+        needed = {m["model"] for m in metrics.values()}
+        needed |= {config["models"][n]["build"].get("tokenizer_from") for n in needed} - {None}
+        for name in sorted(needed, key=lambda n: "tokenizer_from" in config["models"][n]["build"]):
+            build_model(Path(resources) / "models" / name, resolved_recipe(config, name), config["seed"])
+        print(f"{'metric':12} {'one at a time':>14} {'batched':>10} {'ratio':>6}   (pairs/s, {args.pairs} pairs)")
+        for name, entry in metrics.items():
+            spec = model_spec(config, entry["model"])
+            arms = {}
+            for batch in (1, args.batch):
+                metric = load_metric(entry["plugin"], spec, batch, resources, **entry.get("args", {}))
+                metric.score(prompts[:2], images[:2])  # warm-up
+                started = time.perf_counter()
+                if batch == 1:
+                    for prompt, image in zip(prompts, images, strict=True):
+                        metric.score([prompt], [image])
+                else:
+                    metric.score(prompts, images)
+                arms[batch] = args.pairs / (time.perf_counter() - started)
+            single, batched = arms[1], arms[args.batch]
+            print(f"{name:12} {single:>14.2f} {batched:>10.2f} {batched / single:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
