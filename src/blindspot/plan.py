@@ -138,31 +138,36 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
     def p(kind: str, **fields: str) -> str:
         return targets.path(config, kind, **fields)
 
+    metrics = config["evaluation"]["metrics"]
+    # Sharded rules: the model lists a job is one combination of, and items per seed (images for
+    # the image stage: every generator's triplet accepted, every pair kept; an upper bound).
+    sharded = [
+        ("generate_triplets", {"generator": generators}, 1),
+        ("judge_triplets", {"judge": judges, "generator": generators}, 1),
+        ("render_images", {"t2i": t2is}, per_seed_images),
+        ("judge_images", {"t2i": t2is, "vlm": vlms}, per_seed_images),
+        ("measure_image_quality", {}, per_seed_images * len(t2is)),
+        ("score_metric", {"metric": list(metrics)}, per_seed_images * len(t2is)),
+    ]
+    # Models a job loads that no wildcard names, listed so that `targets --model` finds the job.
+    also_loads = {
+        "measure_image_quality": lambda named: {f"iqa{i}": n for i, n in enumerate(image["iqa_metrics"])},
+        "score_metric": lambda named: {"metric_model": metrics[named["metric"]]["model"]},
+    }
+
     for name in needed_built_models(config):
         add("build_model", p("model", model=name), 1, model=name)
     for domain, spec in config["domains"].items():
         n_seeds, shards = spec["n_seeds"], _shard_seeds(config, domain)
         d = {"domain": domain}
         add("make_seeds", p("seeds", **d), n_seeds, **d)
-        for generator, (shard, seeds) in itertools.product(generators, shards.items()):
-            add(
-                "generate_triplets",
-                p("raw_triplets", **d, generator=generator, shard=shard),
-                seeds,
-                **d,
-                shard=shard,
-                generator=generator,
-            )
-        for judge, generator, (shard, seeds) in itertools.product(judges, generators, shards.items()):
-            add(
-                "judge_triplets",
-                p("judgments", **d, judge=judge, generator=generator, shard=shard),
-                seeds,
-                **d,
-                shard=shard,
-                judge=judge,
-                generator=generator,
-            )
+        for rule, models, per_seed in sharded:
+            for combination in itertools.product(*models.values()):
+                named = dict(zip(models, combination, strict=True))
+                extra = also_loads.get(rule, lambda named: {})(named)
+                for shard, seeds in shards.items():
+                    output = p(SHARDED[rule][0], **d, **named, shard=shard)
+                    add(rule, output, seeds * per_seed, **d, shard=shard, **named, **extra)
         add("accept_triplets", p("triplets", **d), n_seeds * len(generators), **d)
         add(
             "check_prompt_quality",
@@ -172,46 +177,7 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
             embedding_model=stage["embedding_model"],
             nli_model=stage["nli_model"],
         )
-        for t2i, (shard, seeds) in itertools.product(t2is, shards.items()):
-            add(
-                "render_images",
-                p("renders", **d, t2i=t2i, shard=shard),
-                seeds * per_seed_images,
-                **d,
-                shard=shard,
-                t2i=t2i,
-            )
-        for t2i, vlm, (shard, seeds) in itertools.product(t2is, vlms, shards.items()):
-            add(
-                "judge_images",
-                p("vlm_scores", **d, t2i=t2i, vlm=vlm, shard=shard),
-                seeds * per_seed_images,
-                **d,
-                shard=shard,
-                t2i=t2i,
-                vlm=vlm,
-            )
         add("keep_consensus_pairs", p("pairs", **d), n_seeds * per_seed_images // 2 * len(t2is), **d)
-        for shard, seeds in shards.items():
-            add(
-                "measure_image_quality",
-                p("image_quality", **d, shard=shard),
-                seeds * per_seed_images * len(t2is),
-                **d,
-                shard=shard,
-                **{f"iqa{i}": name for i, name in enumerate(image["iqa_metrics"])},
-            )
-        # Metrics score the test pairs of each seed shard; all pairs are the upper bound (two images each).
-        for metric, (shard, seeds) in itertools.product(config["evaluation"]["metrics"], shards.items()):
-            add(
-                "score_metric",
-                p("metric_scores", **d, metric=metric, shard=shard),
-                seeds * per_seed_images * len(t2is),
-                **d,
-                shard=shard,
-                metric=metric,
-                metric_model=config["evaluation"]["metrics"][metric]["model"],
-            )
     add("make_table1", targets.table_targets(config, "table1")[0], None)
     add("make_table2", targets.table_targets(config, "table2")[0], None)
     add("split_benchmark", p("benchmark_pairs"), None)
