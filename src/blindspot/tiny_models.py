@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from blindspot.io import atomic_dir
+from blindspot.tiny_blip2 import build_random_blip2_itm
 from blindspot.tiny_diffusers import build_random_diffusers_pipeline
+from blindspot.tiny_hpsv2 import build_random_hpsv2
 
 log = logging.getLogger(__name__)
 
@@ -267,6 +269,8 @@ RECIPES: dict[str, Callable[[Path, Mapping[str, Any], int], None]] = {
     "random_diffusers_pipeline": build_random_diffusers_pipeline,
     "random_vision_language_model": build_random_vision_language_model,
     "random_clip": build_random_clip,
+    "random_blip2_itm": build_random_blip2_itm,
+    "random_open_clip": build_random_hpsv2,
     "random_pyiqa_weights": build_random_pyiqa_weights,
     "niqe_params_from_basicsr": build_niqe_params_from_basicsr,
 }

@@ -33,6 +33,8 @@ PLUGINS = {
     "vqa_score": "blindspot.metrics.vqa_score:VQAScore",
     "vlm_judge": "blindspot.metrics.vlm_judge:VLMJudge",
     "api_judge": "blindspot.metrics.api_judge:api_judge_plugin",
+    "blip2_score": "blindspot.metrics.blip2_score:Blip2Score",
+    "hpsv2": "blindspot.metrics.hpsv2:HPSv2",
 }
 
 

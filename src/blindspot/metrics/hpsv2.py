@@ -1,0 +1,152 @@
+"""HPSv2 (Wu et al., Human Preference Score v2; v2.1 by default): an OpenCLIP ViT-H/14 fine-tuned on
+human preferences, run through open_clip the way the official `hpsv2` package (1.2.0) runs it.
+
+The official scorer builds `ViT-H-14` with `light_augmentation=True`, loads `checkpoint["state_dict"]`
+strictly, and scores `image_features @ text_features.T` with both features L2-normalised: a cosine,
+per (prompt, image) pair. `hpsv2.score()` returns that cosine; the HPSv2 benchmark
+(`hpsv2.evaluation`) reports it x 100, the convention of its leaderboard (v2.1 scores around 25-35).
+`scale` picks the convention (100 by default); a cosine keeps the raw score in [-scale, scale], which
+are the bounds.
+
+Preprocessing is the official one: `light_augmentation=True` makes the val transform resize the
+longest side to the model's size and pad the rest with black (a letterbox, not a centre crop), which
+is open_clip's `image_resize_mode="longest"` with `fill_color=0`. open_clip 3.3 resizes the PIL image
+where hpsv2's fork resizes the float tensor, so pixel values differ slightly (bicubic either way).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from blindspot.config import ModelSpec
+from blindspot.metrics import Score
+
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
+# The checkpoint file in the `xswu/HPSv2` hub repository, when the registry entry gives the hub id.
+HUB_CHECKPOINT = "HPS_v2.1_compressed.pt"
+# What open_clip needs in a model config file for it to count as one.
+_CONFIG_KEYS = ("embed_dim", "vision_cfg", "text_cfg")
+
+
+def find_checkpoint(path: str | Path, revision: str | None = None, checkpoint: str = HUB_CHECKPOINT) -> Path:
+    """The checkpoint file `path` names: the file itself, the one checkpoint file in a folder, or
+    `checkpoint` in the hub repository `path` (from the local hub cache when offline)."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(CHECKPOINT_SUFFIXES))
+        if len(found) != 1:
+            what = f"several ({', '.join(p.name for p in found)})" if found else "none"
+            raise FileNotFoundError(
+                f"HPSv2 model folder {path} must hold exactly one checkpoint file "
+                f"({', '.join(CHECKPOINT_SUFFIXES)}); it holds {what}"
+            )
+        return found[0]
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download(str(path), checkpoint, revision=revision))
+
+
+def register_architecture(config_file: str | Path) -> str:
+    """Register an open_clip model config file with open_clip under its file stem; return that name.
+    A name that open_clip already knows with another config is refused rather than overwritten."""
+    import open_clip
+
+    config_file = Path(config_file)
+    config = json.loads(config_file.read_text())
+    if not all(key in config for key in _CONFIG_KEYS):
+        raise ValueError(f"{config_file} is not an open_clip model config (needs keys {', '.join(_CONFIG_KEYS)})")
+    name = config_file.stem
+    known = open_clip.get_model_config(name)
+    if known is not None and known != config:
+        raise ValueError(f"open_clip already has a model '{name}' with another config; rename {config_file}")
+    if known is None:
+        open_clip.add_model_config(config_file)
+    return name
+
+
+def resolve_architecture(architecture: str, folder: Path) -> str:
+    """An open_clip model name as given (e.g. `ViT-H-14`), or a `.json` config file in the model's
+    folder (a tiny model's architecture), registered with open_clip first."""
+    if architecture.endswith(".json"):
+        return register_architecture(folder / architecture)
+    return architecture
+
+
+def read_state_dict(checkpoint: Path) -> dict[str, Any]:
+    """The state dict in a checkpoint: a safetensors file, or a torch file holding either the
+    state dict or a dict with it under `state_dict` (as HPSv2's releases do)."""
+    import torch
+
+    if checkpoint.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(checkpoint)
+    loaded = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    return loaded.get("state_dict", loaded)
+
+
+def load_weights(model: Any, state_dict: dict[str, Any], checkpoint: Path, architecture: str) -> None:
+    """Load strictly (as the official scorer does), naming what is missing or left over."""
+    result = model.load_state_dict(state_dict, strict=False)
+    problems = []
+    for what, keys in (("missing", result.missing_keys), ("unexpected", result.unexpected_keys)):
+        if keys:
+            shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+            problems.append(f"{len(keys)} {what} key(s): {shown}")
+    if problems:
+        raise ValueError(
+            f"checkpoint {checkpoint} does not fit open_clip architecture '{architecture}': {'; '.join(problems)}"
+        )
+
+
+class HPSv2:
+    def __init__(
+        self, spec: ModelSpec, batch_size: int, architecture: str = "ViT-H-14", scale: float = 100.0,
+        checkpoint: str = HUB_CHECKPOINT,
+    ):  # fmt: skip
+        """`spec.path` is a checkpoint file, a folder holding exactly one (with a tiny model's config
+        file), or the hub id `xswu/HPSv2`, whose `checkpoint` file must be in the local hub cache.
+        `architecture` is an open_clip model name, or a `.json` config file in the model's folder.
+        `spec.dtype` float16 or bfloat16 runs under autocast with float32 weights, like the official
+        `precision='amp'`; anything else runs in float32."""
+        import open_clip
+        import torch
+
+        self.name, self.model_id, self.revision = spec.name, spec.model_id, spec.revision or ""
+        self.batch_size = batch_size
+        self.scale = float(scale)
+        self.bounds = (-self.scale, self.scale)
+        path = find_checkpoint(spec.path, spec.revision, checkpoint)
+        self.architecture = resolve_architecture(architecture, path.parent)
+        model, _, self.preprocess = open_clip.create_model_and_transforms(
+            self.architecture, pretrained=None, image_resize_mode="longest"
+        )
+        load_weights(model, read_state_dict(path), path, self.architecture)
+        self.tokenizer = open_clip.get_tokenizer(self.architecture)
+        self.device = torch.device(spec.device)
+        self.model = model.to(self.device).eval()
+        half = getattr(torch, spec.dtype, None)
+        self.autocast_dtype = half if half in (torch.float16, torch.bfloat16) else None
+
+    def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
+        import torch
+
+        cosines: list[float] = []
+        for start in tqdm(range(0, len(images), self.batch_size), desc=f"score {self.name}", unit="batch"):
+            batch = slice(start, start + self.batch_size)
+            pixels = torch.stack([self.preprocess(image.convert("RGB")) for image in images[batch]]).to(self.device)
+            tokens = self.tokenizer(prompts[batch]).to(self.device)
+            autocast = torch.autocast(
+                self.device.type, dtype=self.autocast_dtype or torch.float32, enabled=self.autocast_dtype is not None
+            )
+            with torch.inference_mode(), autocast:
+                image = self.model.encode_image(pixels, normalize=True).float()
+                text = self.model.encode_text(tokens, normalize=True).float()
+            cosines.extend((image * text).sum(dim=-1).tolist())
+        return [Score(self.scale * c) for c in cosines]
