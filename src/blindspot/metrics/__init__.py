@@ -35,6 +35,7 @@ PLUGINS = {
     "api_judge": "blindspot.metrics.api_judge:api_judge_plugin",
     "blip2_score": "blindspot.metrics.blip2_score:Blip2Score",
     "hpsv2": "blindspot.metrics.hpsv2:HPSv2",
+    "image_reward": "blindspot.metrics.image_reward:ImageReward",
 }
 
 
