@@ -14,6 +14,7 @@ from blindspot.config import model_spec
 from blindspot.io import read_table, write_table
 from blindspot.metrics import MetricSkipped, Score, load_metric, normalise
 from blindspot.metrics.scoring import ScoreCache, image_sha256, metric_identity, score_pairs
+from blindspot.split import split_of
 
 PROMPTS = ["a red fox in the snow", "two cats asleep on a blue sofa", "a lighthouse at dusk", "a bowl of green apples"]
 
@@ -187,20 +188,19 @@ def test_a_metric_without_its_api_key_is_skipped_not_failed(tiny_config, pairs_o
     monkeypatch.delenv("BLINDSPOT_TINY_API_KEY", raising=False)
     seeds = pd.DataFrame({c: ["s0"] if c == "seed_id" else ["x"] for c in tables.SEEDS.names}).assign(sample_seed=1)
     write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
-    pair = {f.name: "x" for f in tables.BENCHMARK_PAIRS} | {
-        "seed": 1,
-        "min_corr_score": 9.0,
-        "min_adv_score": 9.0,
-        "domain": "objects",
-        "split": "test",
-        "seed_id": "s0",
-        "corr_path": pairs_on_disk["corr_path"][0],
-        "adv_path": pairs_on_disk["adv_path"][0],
-    }
-    write_table(tmp_path / "pairs.parquet", pd.DataFrame([pair]), tables.BENCHMARK_PAIRS)
+    # A kept pair of a triplet that the hash puts in the test split.
+    triplet_id = next(t for t in (f"t{i}" for i in range(100)) if split_of(t, tiny_config["seed"], 0.5) == "test")
+    tiny_config["benchmark"]["test_fraction"] = 0.5
+    triplet = {f.name: "x" for f in tables.TRIPLETS} | {"triplet_id": triplet_id, "seed_id": "s0", "domain": "objects"}
+    write_table(tmp_path / "triplets.parquet", pd.DataFrame([triplet]), tables.TRIPLETS)
+    pair = {f.name: "x" for f in tables.PAIRS} | {
+        "triplet_id": triplet_id, "seed": 1, "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True,
+        "corr_path": pairs_on_disk["corr_path"][0], "adv_path": pairs_on_disk["adv_path"][0],
+    }  # fmt: skip
+    write_table(tmp_path / "pairs.parquet", pd.DataFrame([pair]), tables.PAIRS)
     score_metric(tiny_config, "objects", "api-judge", "00000", str(tmp_path / "pairs.parquet"),
-                 str(tmp_path / "seeds.parquet"), str(tmp_path / "cache"), str(tmp_path / "out.parquet"),
-                 str(tmp_path / "out.json"))  # fmt: skip
+                 str(tmp_path / "triplets.parquet"), str(tmp_path / "seeds.parquet"), str(tmp_path / "cache"),
+                 str(tmp_path / "out.parquet"), str(tmp_path / "out.json"))  # fmt: skip
     assert read_table(tmp_path / "out.parquet", tables.METRIC_SCORES).empty
     assert "BLINDSPOT_TINY_API_KEY is not set" in json.loads((tmp_path / "out.json").read_text())["skipped"]
     with pytest.raises(MetricSkipped):

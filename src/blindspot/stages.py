@@ -280,25 +280,30 @@ def export_dataset(config: dict[str, Any], benchmark: str, out: str) -> None:
 
 
 def score_metric(
-    config: dict[str, Any], domain: str, metric: str, shard: str, benchmark: str, seeds: str, cache: str, out: str,
-    counters_out: str,
+    config: dict[str, Any], domain: str, metric: str, shard: str, pairs: str, triplets: str, seeds: str, cache: str,
+    out: str, counters_out: str,
 ) -> None:  # fmt: skip
-    """Score the test pairs of one seed shard with one T2I metric, M(T, I_corr) and M(T, I_adv)."""
+    """Score the kept test pairs of one seed shard with one T2I metric, M(T, I_corr) and M(T, I_adv).
+    The split is a function of the triplet id, so a job reads only its own domain's tables."""
+    from blindspot import split
     from blindspot.metrics import MetricSkipped, load_metric
     from blindspot.metrics.scoring import ScoreCache, metric_identity, score_pairs
 
     evaluation = config["evaluation"]
     entry = evaluation["metrics"][metric]
     shard_seeds = read_table(seeds, tables.SEEDS)["seed_id"].iloc[shard_slice(shard, config["shard_size"])]
-    pairs = read_table(benchmark, tables.BENCHMARK_PAIRS)
-    pairs = pairs[(pairs["domain"] == domain) & (pairs["split"] == "test") & pairs["seed_id"].isin(shard_seeds)]
+    domain_pairs = read_table(pairs, tables.PAIRS).merge(
+        read_table(triplets, tables.TRIPLETS), on="triplet_id", how="left", validate="many_to_one"
+    )
+    kept = split.assign_splits(domain_pairs[domain_pairs["kept"]], config["seed"], config["benchmark"]["test_fraction"])
+    test = kept[(kept["split"] == "test") & kept["seed_id"].isin(shard_seeds)]
 
     def load() -> Any:
         spec = model_spec(config, entry["model"])
         return load_metric(entry["plugin"], spec, evaluation["batch_size"], cache, **entry.get("args", {}))
 
     try:
-        frame, counters = score_pairs(pairs, metric, metric_identity(config, metric), load, ScoreCache(cache))
+        frame, counters = score_pairs(test, metric, metric_identity(config, metric), load, ScoreCache(cache))
     except MetricSkipped as skipped:
         # A metric that cannot run here (an API judge without its key) leaves its rows out, not the run.
         log.warning("%s", skipped)

@@ -3,7 +3,8 @@
 
 rule score_metric:
     input:
-        benchmark=P("benchmark_pairs"),
+        pairs=P("pairs"),
+        triplets=P("triplets"),
         seeds=P("seeds"),
         model=lambda wildcards: get_model_input(METRICS[wildcards.metric]["model"]),
         template=lambda wildcards: METRICS[wildcards.metric].get("args", {}).get("template", []),
@@ -16,6 +17,8 @@ rule score_metric:
         metric_entry=lambda wildcards: METRICS[wildcards.metric],
         model=lambda wildcards: config["models"][METRICS[wildcards.metric]["model"]],
         api_key_is_set=get_api_key_is_set,
+        # The test split is a function of the triplet id and these (as in split_benchmark).
+        split=dict(seed=config["seed"], test_fraction=config["benchmark"]["test_fraction"]),
     log:
         LOG("score_metric", "{domain}/{metric}/{shard}"),
     benchmark:
