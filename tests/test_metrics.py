@@ -182,6 +182,17 @@ def test_metric_identity_changes_with_the_template(tiny_config, tmp_path):
     assert metric_identity(tiny_config, "vlm-judge")["version"] != before["version"]
 
 
+def test_metric_identity_follows_score_settings_not_run_settings(tiny_config):
+    before = metric_identity(tiny_config, "api-judge")
+    tiny_config["models"]["local-api-judge"] |= {"client": {"concurrency": 16}, "endpoint": "http://10.0.0.1/v1"}
+    assert metric_identity(tiny_config, "api-judge") == before  # same answers, another route
+    tiny_config["models"]["local-api-judge"]["request"] = {"temperature": 0.7}
+    assert metric_identity(tiny_config, "api-judge")["version"] != before["version"]
+    clip = metric_identity(tiny_config, "clipscore")
+    tiny_config["models"]["tiny-clip"]["dtype"] = "float16"
+    assert metric_identity(tiny_config, "clipscore")["version"] != clip["version"]
+
+
 def test_a_metric_without_its_api_key_is_skipped_not_failed(tiny_config, pairs_on_disk, tmp_path, monkeypatch):
     from blindspot.stages import score_metric
 

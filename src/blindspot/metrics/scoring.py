@@ -26,6 +26,8 @@ from blindspot.metrics import Metric, Score, normalise
 from blindspot.prompts import PromptTemplate
 
 ROLES = ("corr", "adv")
+# Registry keys that decide where or how fast a model runs, or who may call it, not its scores.
+RUN_ONLY_KEYS = {"gpus", "licence", "client", "api_key_env", "endpoint", "engine_args", "max_model_len", "build"}
 
 
 def image_sha256(path: str | Path) -> str:
@@ -61,11 +63,14 @@ class ScoreCache:
 
 
 def metric_identity(config: dict[str, Any], name: str) -> dict[str, str]:
-    """What the cache knows a metric by, from config alone (no model loaded)."""
+    """What the cache knows a metric by, from config alone (no model loaded): its plug-in and
+    `args`, its template's version, and the model entry's settings that change a score (dtype, an
+    API's request fields), not where or how fast it runs."""
     entry = config["evaluation"]["metrics"][name]
     spec = model_spec(config, entry["model"])
     args = entry.get("args", {})
-    version = json.dumps(args, sort_keys=True)
+    settings = {key: value for key, value in config["models"][entry["model"]].items() if key not in RUN_ONLY_KEYS}
+    version = json.dumps({"plugin": entry["plugin"], "args": args, "model": settings}, sort_keys=True)
     if "template" in args:
         version += " " + PromptTemplate.load(args["template"]).version
     return {"model_id": spec.model_id, "revision": spec.revision or "", "version": version}
