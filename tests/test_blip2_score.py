@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from metric_checks import assert_scores_are_per_pair
 from PIL import Image
 
 from blindspot.config import ModelSpec
@@ -119,12 +120,7 @@ def test_scores_are_the_heads_own_numbers_per_pair(tiny_blip2, head):
         match, cosine = by_hand(model, processor, prompt, picture)
         assert score == pytest.approx(match if head == "itm" else cosine, abs=1e-5)
 
-    alone = [metric.score([p], [i])[0].raw for p, i in zip(PROMPTS, pictures, strict=True)]
-    assert alone == pytest.approx(scores, abs=1e-5)  # batching (and padding) does not change a pair's score
-    one_image = [s.raw for s in metric.score(PROMPTS, [pictures[0]] * len(PROMPTS))]
-    assert len({round(s, 6) for s in one_image}) == len(PROMPTS)  # the prompt matters
-    one_prompt = [s.raw for s in metric.score([PROMPTS[0]] * len(pictures), pictures)]
-    assert len({round(s, 6) for s in one_prompt}) == len(pictures)  # and so does the image
+    assert_scores_are_per_pair(metric, PROMPTS, pictures, scores)
 
 
 @pytest.mark.slow

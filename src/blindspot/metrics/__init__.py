@@ -7,8 +7,11 @@ raw value; `normalise` maps it to [0, 1] with the plug-in's `bounds` for reporti
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from tqdm import tqdm
 
 
 @dataclass(frozen=True)
@@ -60,3 +63,11 @@ def normalise(raw: float, bounds: tuple[float, float]) -> float:
     """Map a raw score to [0, 1] within its bounds (clipped; NaN stays NaN)."""
     low, high = bounds
     return min(1.0, max(0.0, (raw - low) / (high - low))) if raw == raw else raw
+
+
+def batches(name: str, prompts: Sequence[Any], images: Sequence[Any], size: int) -> Iterator[tuple[list, list]]:
+    """(prompts, images) in batches of `size`, with a progress bar; the two lists must pair up."""
+    if len(prompts) != len(images):
+        raise ValueError(f"{name}: {len(prompts)} prompts for {len(images)} images")
+    for start in tqdm(range(0, len(images), size), desc=f"score {name}", unit="batch"):
+        yield list(prompts[start : start + size]), list(images[start : start + size])

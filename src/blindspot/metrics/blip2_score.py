@@ -22,10 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tqdm import tqdm
-
 from blindspot.config import ModelSpec
-from blindspot.metrics import Score
+from blindspot.metrics import Score, batches
 
 HEADS = {"itm": (0.0, 1.0), "itc": (-1.0, 1.0)}
 MATCH = 1  # the ITM head's logits are (no match, match)
@@ -49,13 +47,10 @@ class Blip2Score:
     def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
         import torch
 
-        if len(prompts) != len(images):
-            raise ValueError(f"{self.name}: {len(prompts)} prompts for {len(images)} images")
         scores: list[float] = []
-        for start in tqdm(range(0, len(images), self.batch_size), desc=f"score {self.name}", unit="batch"):
-            batch = slice(start, start + self.batch_size)
+        for batch_prompts, batch_images in batches(self.name, prompts, images, self.batch_size):
             inputs = self.processor(
-                images=images[batch], text=prompts[batch], return_tensors="pt", padding=True, truncation=True
+                images=batch_images, text=batch_prompts, return_tensors="pt", padding=True, truncation=True
             ).to(self.model.device, dtype=self.dtype)  # the dtype only reaches pixel_values
             with torch.inference_mode():
                 output = self.model(**inputs, use_image_text_matching_head=self.head == "itm")

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tqdm import tqdm
-
 from blindspot.config import ModelSpec
-from blindspot.metrics import Score
+from blindspot.metrics import Score, batches
 
 
 class ClipSimilarity:
@@ -37,10 +35,9 @@ class ClipSimilarity:
         import torch
 
         cosines: list[float] = []
-        for start in tqdm(range(0, len(images), self.batch_size), desc=f"score {self.name}", unit="batch"):
-            batch = slice(start, start + self.batch_size)
+        for batch_prompts, batch_images in batches(self.name, prompts, images, self.batch_size):
             inputs = self.processor(
-                text=prompts[batch], images=images[batch], return_tensors="pt", padding=True, truncation=True
+                text=batch_prompts, images=batch_images, return_tensors="pt", padding=True, truncation=True
             ).to(self.model.device)
             with torch.inference_mode():
                 output = self.model(**inputs)

@@ -20,10 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from blindspot.config import ModelSpec
-from blindspot.metrics import Score
+from blindspot.metrics import Score, batches
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
 # The checkpoint file in the `xswu/HPSv2` hub repository, when the registry entry gives the hub id.
@@ -138,10 +136,9 @@ class HPSv2:
         import torch
 
         cosines: list[float] = []
-        for start in tqdm(range(0, len(images), self.batch_size), desc=f"score {self.name}", unit="batch"):
-            batch = slice(start, start + self.batch_size)
-            pixels = torch.stack([self.preprocess(image.convert("RGB")) for image in images[batch]]).to(self.device)
-            tokens = self.tokenizer(prompts[batch]).to(self.device)
+        for batch_prompts, batch_images in batches(self.name, prompts, images, self.batch_size):
+            pixels = torch.stack([self.preprocess(image.convert("RGB")) for image in batch_images]).to(self.device)
+            tokens = self.tokenizer(batch_prompts).to(self.device)
             autocast = torch.autocast(
                 self.device.type, dtype=self.autocast_dtype or torch.float32, enabled=self.autocast_dtype is not None
             )

@@ -33,10 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from blindspot.config import ModelSpec
-from blindspot.metrics import Score
+from blindspot.metrics import Score, batches
 
 # The checkpoint file in the `THUDM/ImageReward` hub repository, when the registry entry gives the hub id.
 HUB_CHECKPOINT = "ImageReward.pt"
@@ -233,14 +231,11 @@ class ImageReward:
     def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
         import torch
 
-        if len(prompts) != len(images):
-            raise ValueError(f"{self.name}: {len(prompts)} prompts for {len(images)} images")
         rewards: list[float] = []
-        for start in tqdm(range(0, len(images), self.batch_size), desc=f"score {self.name}", unit="batch"):
-            batch = slice(start, start + self.batch_size)
-            pixels = torch.stack([self.preprocess(image) for image in images[batch]])
+        for batch_prompts, batch_images in batches(self.name, prompts, images, self.batch_size):
+            pixels = torch.stack([self.preprocess(image) for image in batch_images])
             tokens = self.tokenizer(
-                prompts[batch], padding="max_length", truncation=True, max_length=MAX_LENGTH, return_tensors="pt"
+                batch_prompts, padding="max_length", truncation=True, max_length=MAX_LENGTH, return_tensors="pt"
             )
             with torch.inference_mode():
                 patches = self.model.vision(pixel_values=pixels.to(self.device, self.dtype)).last_hidden_state

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tqdm import tqdm
-
 from blindspot.config import ModelSpec
-from blindspot.metrics import Score
+from blindspot.metrics import Score, batches
 from blindspot.vlm_scoring import TransformersVLMScorer
 
 QUESTION = 'Does this figure show "{prompt}"? Please answer Yes or No.'
@@ -34,9 +32,8 @@ class VQAScore:
             for p in prompts
         ]
         scores = []
-        size = self.vlm.batch_size
-        for start in tqdm(range(0, len(images), size), desc=f"score {self.name}", unit="batch"):
-            inputs = self.vlm.inputs(conversations[start : start + size], images[start : start + size])
+        for batch_conversations, batch_images in batches(self.name, conversations, images, self.vlm.batch_size):
+            inputs = self.vlm.inputs(batch_conversations, batch_images)
             with torch.inference_mode():
                 logits = self.vlm.model(**inputs).logits[:, -1].float()
             scores.extend(Score(p) for p in torch.softmax(logits, dim=-1)[:, self.answer].tolist())

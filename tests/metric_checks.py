@@ -1,0 +1,13 @@
+"""Checks every metric plug-in must pass on a tiny model."""
+
+import pytest
+
+
+def assert_scores_are_per_pair(metric, prompts: list[str], pictures: list, scores: list[float]) -> None:
+    """Batching (and padding) does not change a pair's score, and both the prompt and the image matter."""
+    alone = [metric.score([p], [i])[0].raw for p, i in zip(prompts, pictures, strict=True)]
+    assert alone == pytest.approx(scores, abs=1e-5)
+    one_image = [s.raw for s in metric.score(prompts, [pictures[0]] * len(prompts))]
+    assert len({round(s, 6) for s in one_image}) == len(prompts)
+    one_prompt = [s.raw for s in metric.score([prompts[0]] * len(pictures), pictures)]
+    assert len({round(s, 6) for s in one_prompt}) == len(pictures)
