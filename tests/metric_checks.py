@@ -11,3 +11,15 @@ def assert_scores_are_per_pair(metric, prompts: list[str], pictures: list, score
     assert len({round(s, 6) for s in one_image}) == len(prompts)
     one_prompt = [s.raw for s in metric.score([prompts[0]] * len(pictures), pictures)]
     assert len({round(s, 6) for s in one_prompt}) == len(pictures)
+
+
+def assert_half_precision_close(build, prompts: list[str], pictures: list, tolerance: float) -> None:
+    """`build(dtype)` gives the metric; float16 scores stay within `tolerance` of float32's."""
+    exact = [s.raw for s in build("float32").score(prompts, pictures)]
+    half = [s.raw for s in build("float16").score(prompts, pictures)]
+    assert half == pytest.approx(exact, abs=tolerance)
+
+
+def assert_refuses_unpaired(metric, prompts: list[str], pictures: list) -> None:
+    with pytest.raises(ValueError, match=f"{len(prompts)} prompts for {len(pictures)} images"):
+        metric.score(prompts, pictures)

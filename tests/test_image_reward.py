@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from metric_checks import assert_scores_are_per_pair
+from metric_checks import assert_half_precision_close, assert_refuses_unpaired, assert_scores_are_per_pair
 from PIL import Image
 
 from blindspot.config import ModelSpec
@@ -196,16 +196,14 @@ def test_scores_are_finite_and_per_pair(tiny_image_reward):
 
 @pytest.mark.slow
 def test_half_precision_scores_close_to_float32(tiny_image_reward):
-    pictures = images(3)
-    exact = [s.raw for s in ImageReward(tiny_spec(tiny_image_reward), 2).score(PROMPTS[:3], pictures)]
-    half = [s.raw for s in ImageReward(tiny_spec(tiny_image_reward, "float16"), 2).score(PROMPTS[:3], pictures)]
-    assert half == pytest.approx(exact, abs=5e-3)
+    assert_half_precision_close(
+        lambda dtype: ImageReward(tiny_spec(tiny_image_reward, dtype), 2), PROMPTS[:3], images(3), 5e-3
+    )
 
 
 @pytest.mark.slow
 def test_prompts_and_images_must_pair_up(tiny_image_reward):
-    with pytest.raises(ValueError, match="2 prompts for 1 images"):
-        ImageReward(tiny_spec(tiny_image_reward), 2).score(PROMPTS[:2], images(1))
+    assert_refuses_unpaired(ImageReward(tiny_spec(tiny_image_reward), 2), PROMPTS[:2], images(1))
 
 
 def run_official(*args: str) -> None:

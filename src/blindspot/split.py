@@ -23,6 +23,14 @@ def assign_splits(pairs: pd.DataFrame, seed: int, test_fraction: float) -> pd.Da
     return pairs.assign(split=pairs["triplet_id"].map(splits))
 
 
+def kept_with_splits(
+    pairs: pd.DataFrame, triplets: pd.DataFrame, seed: int, test_fraction: float
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(every pair with its triplet's fields, the kept ones with their split)."""
+    merged = pairs.merge(triplets, on="triplet_id", how="left", validate="many_to_one")
+    return merged, assign_splits(merged[merged["kept"]], seed, test_fraction)
+
+
 def image_decisions(pairs: pd.DataFrame, threshold: float) -> pd.DataFrame:
     """One row per image: its own description's scores from every VLM and the accept decision."""
     rows = []

@@ -38,6 +38,15 @@ def setup_logging(log_path: str | None = None) -> None:
     logging.captureWarnings(True)
 
 
+def shard_seed_rows(config: dict[str, Any], seeds: str, shard: str) -> pd.DataFrame:
+    """The seeds of one shard: a slice of the domain's sorted seeds, as every sharded rule takes it."""
+    return read_table(seeds, tables.SEEDS).iloc[shard_slice(shard, config["shard_size"])]
+
+
+def shard_seed_ids(config: dict[str, Any], seeds: str, shard: str) -> pd.Series:
+    return shard_seed_rows(config, seeds, shard)["seed_id"]
+
+
 def make_seeds(taxonomy: str, domain: str, n_seeds: int, seed: int, out: str) -> None:
     from blindspot.taxonomy import sample_seeds
 
@@ -64,7 +73,7 @@ def generate_triplets(
     from blindspot.triplets import generate_triplets as generate
 
     stage = config["prompt_stage"]
-    rows = read_table(seeds, tables.SEEDS).iloc[shard_slice(shard, config["shard_size"])]
+    rows = shard_seed_rows(config, seeds, shard)
     engine = load_text_generator(
         model_spec(config, generator), seed=config["seed"] + int(shard), batch_size=stage["batch_size"]
     )
@@ -148,7 +157,7 @@ def render_images(
     from blindspot.render import render_triplets
 
     stage = config["image_stage"]
-    shard_seeds = read_table(seeds, tables.SEEDS)["seed_id"].iloc[shard_slice(shard, config["shard_size"])]
+    shard_seeds = shard_seed_ids(config, seeds, shard)
     accepted = read_table(triplets, tables.TRIPLETS)
     rows = accepted[accepted["seed_id"].isin(shard_seeds)]
     frame, counters = render_triplets(
@@ -200,7 +209,7 @@ def measure_image_quality(config: dict[str, Any], shard: str, pairs: str, triple
     from blindspot.iqa import PyiqaMetric, measure_pairs
 
     stage = config["image_stage"]
-    shard_seeds = read_table(seeds, tables.SEEDS)["seed_id"].iloc[shard_slice(shard, config["shard_size"])]
+    shard_seeds = shard_seed_ids(config, seeds, shard)
     accepted = read_table(triplets, tables.TRIPLETS)
     in_shard = accepted.loc[accepted["seed_id"].isin(shard_seeds), "triplet_id"]
     kept = read_table(pairs, tables.PAIRS)
@@ -230,10 +239,8 @@ def split_benchmark(
 
     bench = config["benchmark"]
     accepted = pd.concat([read_table(p, tables.TRIPLETS) for p in triplets], ignore_index=True)
-    all_pairs = pd.concat([read_table(p, tables.PAIRS) for p in pairs], ignore_index=True).merge(
-        accepted, on="triplet_id", how="left", validate="many_to_one"
-    )
-    kept = split.assign_splits(all_pairs[all_pairs["kept"]], config["seed"], bench["test_fraction"])
+    all_pairs = pd.concat([read_table(p, tables.PAIRS) for p in pairs], ignore_index=True)
+    all_pairs, kept = split.kept_with_splits(all_pairs, accepted, config["seed"], bench["test_fraction"])
     images = split.image_decisions(all_pairs, config["image_stage"]["consensus_threshold"])
     descriptions = pd.concat(
         [all_pairs[["corr_image_id", "correct_description"]].set_axis(["image_id", "description"], axis=1),
@@ -291,11 +298,11 @@ def score_metric(
 
     evaluation = config["evaluation"]
     entry = evaluation["metrics"][metric]
-    shard_seeds = read_table(seeds, tables.SEEDS)["seed_id"].iloc[shard_slice(shard, config["shard_size"])]
-    domain_pairs = read_table(pairs, tables.PAIRS).merge(
-        read_table(triplets, tables.TRIPLETS), on="triplet_id", how="left", validate="many_to_one"
-    )
-    kept = split.assign_splits(domain_pairs[domain_pairs["kept"]], config["seed"], config["benchmark"]["test_fraction"])
+    shard_seeds = shard_seed_ids(config, seeds, shard)
+    _, kept = split.kept_with_splits(
+        read_table(pairs, tables.PAIRS), read_table(triplets, tables.TRIPLETS), config["seed"],
+        config["benchmark"]["test_fraction"],
+    )  # fmt: skip
     test = kept[(kept["split"] == "test") & kept["seed_id"].isin(shard_seeds)]
 
     def load() -> Any:

@@ -63,16 +63,17 @@ def get_gpus(rule):
     return lambda wildcards: step_gpus(config, rule, dict(wildcards.items()))
 
 
+def vision_env(model):
+    """A vision model served by vLLM runs in vLLM's env; the others in the vision env."""
+    return "../envs/llm.yaml" if config["models"][model]["backend"] == "vllm" else "../envs/vlm.yaml"
+
+
 def get_vlm_env(wildcards):
-    """A VLM served by vLLM runs in vLLM's env; one on transformers in the vision env."""
-    backend = config["models"][wildcards.vlm]["backend"]
-    return "../envs/llm.yaml" if backend == "vllm" else "../envs/vlm.yaml"
+    return vision_env(wildcards.vlm)
 
 
 def get_metric_env(wildcards):
-    """A metric whose model is served by vLLM runs in vLLM's env; the rest in the vision env."""
-    backend = config["models"][METRICS[wildcards.metric]["model"]]["backend"]
-    return "../envs/llm.yaml" if backend == "vllm" else "../envs/vlm.yaml"
+    return vision_env(METRICS[wildcards.metric]["model"])
 
 
 def get_api_key_is_set(wildcards):
