@@ -44,5 +44,11 @@ if wants --ports "$@"; then
   .venv-ports/bin/pip install --quiet --upgrade pip
   .venv-ports/bin/pip install --quiet torch==2.14.1 torchvision==0.29.1
   .venv-ports/bin/pip install --quiet --no-deps -r requirements/ports.txt
+  # hpsv2 1.2.0's wheel lacks its tokenizer's vocabulary (CLIP's BPE); open_clip_torch ships the same file.
+  vocab=bpe_simple_vocab_16e6.txt.gz
+  from=$(.venv/bin/python -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('open_clip').origin).parent)")
+  to=$(.venv-ports/bin/python -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('hpsv2').origin).parent / 'src' / 'open_clip')")
+  echo "924691ac288e54409236115652ad4aa250f48203de50a9e4722a6ecd48d6804a  $from/$vocab" | sha256sum --check --quiet
+  cp "$from/$vocab" "$to/$vocab"
 fi
 echo "setup done"

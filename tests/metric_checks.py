@@ -1,6 +1,22 @@
-"""Checks every metric plug-in must pass on a tiny model."""
+"""Checks every metric plug-in must pass on a tiny model, and the runner of the official packages'
+scripts in .venv-ports."""
+
+import subprocess
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PORTS_PYTHON = REPO / ".venv-ports" / "bin" / "python"
+
+
+def run_official(script: str, *args: str) -> None:
+    """Run tests/ports/`script` with the official packages' environment."""
+    if not PORTS_PYTHON.exists():
+        pytest.fail(f"{PORTS_PYTHON} is missing: run ./setup.sh --ports (or deselect with -m 'not ports')")
+    command = [str(PORTS_PYTHON), str(REPO / "tests" / "ports" / script), *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
 
 
 def assert_scores_are_per_pair(metric, prompts: list[str], pictures: list, scores: list[float]) -> None:

@@ -1,10 +1,13 @@
-"""HPSv2 through open_clip, on a tiny open_clip model of its architecture with random weights."""
+"""HPSv2 through open_clip, on a tiny open_clip model of its architecture with random weights, and
+(marker `ports`) equality with the official hpsv2 package run in .venv-ports."""
 
+import json
 import math
 import shutil
 
 import numpy as np
 import pytest
+from metric_checks import run_official
 from PIL import Image
 
 from blindspot.config import ModelSpec
@@ -15,8 +18,10 @@ PROMPTS = ["a red fox in the snow", "two cats asleep on a blue sofa", "a lightho
 
 
 def images(n: int) -> list[Image.Image]:
+    """Random pictures, portrait and landscape, larger and smaller than the model's 32 pixels."""
     rng = np.random.default_rng(0)
-    return [Image.fromarray(rng.integers(0, 255, (64 + 8 * i, 48, 3), dtype=np.uint8)) for i in range(n)]
+    shapes = [(64 + 8 * i, 48 - 10 * i, 3) for i in range(n)]
+    return [Image.fromarray(rng.integers(0, 255, shape, dtype=np.uint8)) for shape in shapes]
 
 
 def spec(path) -> ModelSpec:
@@ -41,14 +46,12 @@ def test_hpsv2_is_100_times_open_clips_own_cosine_per_pair(tiny_hpsv2):
     scores = [s.raw for s in metric.score(PROMPTS, pictures)]
     assert all(math.isfinite(s) for s in scores)
     # open_clip's own loading of the same checkpoint, and its own encoders.
-    model, _, preprocess = open_clip.create_model_and_transforms(
-        metric.architecture, pretrained=str(tiny_hpsv2 / CHECKPOINT_FILE), image_resize_mode="longest"
-    )
+    model = open_clip.create_model(metric.architecture, pretrained=str(tiny_hpsv2 / CHECKPOINT_FILE))
     tokenizer = open_clip.get_tokenizer(metric.architecture)
     model.eval()
     for prompt, picture, score in zip(PROMPTS, pictures, scores, strict=True):
         with torch.no_grad():
-            image = model.encode_image(preprocess(picture).unsqueeze(0))
+            image = model.encode_image(metric.preprocess(picture).unsqueeze(0))
             text = model.encode_text(tokenizer([prompt]))
         assert score == pytest.approx(100 * torch.cosine_similarity(image, text).item(), abs=1e-4)
     alone = [metric.score([p], [i])[0].raw for p, i in zip(PROMPTS, pictures, strict=True)]
@@ -67,10 +70,14 @@ def test_hpsv2_letterboxes_like_the_official_val_transform(tiny_hpsv2):
     white = Image.new("RGB", (64, 32), (255, 255, 255))  # wide: padded above and below
     pixels = metric.preprocess(white)
     assert tuple(pixels.shape) == (3, 32, 32)
-    mean, std = np.array(metric.model.visual.image_mean), np.array(metric.model.visual.image_std)
+    mean, std = np.array(metric.image_mean), np.array(metric.image_std)
     np.testing.assert_allclose(pixels[:, 0, 0].numpy(), -mean / std, atol=1e-5)  # black padding
     np.testing.assert_allclose(pixels[:, 16, 16].numpy(), (1 - mean) / std, atol=1e-5)  # the image, uncropped
     np.testing.assert_allclose(pixels[:, 16, 0].numpy(), (1 - mean) / std, atol=1e-5)
+    tall = metric.preprocess(Image.new("RGB", (10, 32), (255, 255, 255)))  # already 32 high: padded, not resized
+    assert tuple(tall.shape) == (3, 32, 32)
+    np.testing.assert_allclose(tall[:, 5, 10].numpy(), -mean / std, atol=1e-5)
+    np.testing.assert_allclose(tall[:, 5, 11].numpy(), (1 - mean) / std, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -96,3 +103,26 @@ def test_the_checkpoint_is_the_one_file_in_the_folder(tmp_path):
     (tmp_path / "b.safetensors").write_bytes(b"")
     with pytest.raises(FileNotFoundError, match=r"several \(a.pt, b.safetensors\)"):
         find_checkpoint(tmp_path)
+
+
+@pytest.mark.ports
+@pytest.mark.slow
+def test_the_port_scores_as_the_official_package(tiny_hpsv2, tmp_path):
+    """hpsv2 1.2.0's own scoring steps, one pair at a time, on the same checkpoint and the same PNG
+    images, give the plug-in's batched cosines within 1e-5."""
+    pictures = images(len(PROMPTS))
+    paths = []
+    for i, picture in enumerate(pictures):
+        paths.append(str(tmp_path / f"{i}.png"))
+        picture.save(paths[-1])
+    (tmp_path / "pairs.json").write_text(json.dumps({"prompts": PROMPTS, "images": paths}))
+    run_official(
+        "hpsv2_official.py", str(tiny_hpsv2), str(tiny_hpsv2 / CONFIG_FILE), str(tmp_path / "pairs.json"),
+        str(tmp_path / "official.json"),
+    )  # fmt: skip
+    official = json.loads((tmp_path / "official.json").read_text())["scores"]
+
+    metric = HPSv2(spec(tiny_hpsv2), batch_size=4, architecture=CONFIG_FILE, scale=1.0)
+    ours = [s.raw for s in metric.score(PROMPTS, [Image.open(path) for path in paths])]
+    assert ours == pytest.approx(official, abs=1e-5)
+    assert max(official) - min(official) > 1e-2  # the pairs differ, so equality means something

@@ -5,12 +5,16 @@ per-pair scores on a tiny model, and (marker `ports`) equality with the official
 import json
 import math
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from metric_checks import assert_half_precision_close, assert_refuses_unpaired, assert_scores_are_per_pair
+from metric_checks import (
+    assert_half_precision_close,
+    assert_refuses_unpaired,
+    assert_scores_are_per_pair,
+    run_official,
+)
 from PIL import Image
 
 from blindspot.config import ModelSpec
@@ -28,9 +32,7 @@ from blindspot.metrics.image_reward import (
 )
 from blindspot.tiny_image_reward import TINY_SIZES, build_random_image_reward
 
-REPO = Path(__file__).resolve().parents[1]
-PORTS_PYTHON = REPO / ".venv-ports" / "bin" / "python"
-OFFICIAL_SCRIPT = REPO / "tests" / "ports" / "image_reward_official.py"
+OFFICIAL_SCRIPT = "image_reward_official.py"
 PROMPTS = [
     "a red fox in the snow",
     "Two CATS asleep on a blue sofa, photorealistic!",
@@ -206,13 +208,6 @@ def test_prompts_and_images_must_pair_up(tiny_image_reward):
     assert_refuses_unpaired(ImageReward(tiny_spec(tiny_image_reward), 2), PROMPTS[:2], images(1))
 
 
-def run_official(*args: str) -> None:
-    if not PORTS_PYTHON.exists():
-        pytest.fail(f"{PORTS_PYTHON} is missing: run ./setup.sh --ports (or deselect with -m 'not ports')")
-    done = subprocess.run([str(PORTS_PYTHON), str(OFFICIAL_SCRIPT), *args], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-
-
 @pytest.mark.ports
 @pytest.mark.slow
 def test_the_port_scores_as_the_official_package(tiny_image_reward, tmp_path):
@@ -224,7 +219,7 @@ def test_the_port_scores_as_the_official_package(tiny_image_reward, tmp_path):
         paths.append(str(tmp_path / f"{i}.png"))
         picture.save(paths[-1])
     (tmp_path / "pairs.json").write_text(json.dumps({"prompts": PROMPTS, "images": paths}))
-    run_official("score", str(tiny_image_reward), str(tmp_path / "pairs.json"), str(tmp_path / "official.json"))
+    run_official(OFFICIAL_SCRIPT, "score", str(tiny_image_reward), str(tmp_path / "pairs.json"), str(tmp_path / "official.json"))
     official = json.loads((tmp_path / "official.json").read_text())["scores"]
 
     reloaded = [Image.open(path) for path in paths]
@@ -240,7 +235,7 @@ def test_the_release_architecture_has_the_ports_keys_and_shapes(tiny_image_rewar
     port's mapped keys, with the same shapes, plus the keys the reward does not read."""
     import torch
 
-    run_official("release-keys", str(tiny_image_reward), str(tmp_path / "keys.json"))
+    run_official(OFFICIAL_SCRIPT, "release-keys", str(tiny_image_reward), str(tmp_path / "keys.json"))
     official = json.loads((tmp_path / "keys.json").read_text())
     with torch.device("meta"):
         port = {official_key(name): list(t.shape) for name, t in build_model(RELEASE_SIZES).state_dict().items()}

@@ -8,10 +8,11 @@ per (prompt, image) pair. `hpsv2.score()` returns that cosine; the HPSv2 benchma
 `scale` picks the convention (100 by default); a cosine keeps the raw score in [-scale, scale], which
 are the bounds.
 
-Preprocessing is the official one: `light_augmentation=True` makes the val transform resize the
-longest side to the model's size and pad the rest with black (a letterbox, not a centre crop), which
-is open_clip's `image_resize_mode="longest"` with `fill_color=0`. open_clip 3.3 resizes the PIL image
-where hpsv2's fork resizes the float tensor, so pixel values differ slightly (bicubic either way).
+Preprocessing is the official one, step for step (`letterbox`): `light_augmentation=True` makes
+hpsv2's val transform turn the image into a float tensor, resize its longest side to the model's size
+(bicubic, on the tensor) and pad the rest with black, centred: a letterbox, not a centre crop.
+open_clip's own `image_resize_mode="longest"` resizes the PIL image instead, which moves scores by up
+to 0.04 on the 0-100 scale, so it is not used. A ports test proves the scores equal to hpsv2 1.2.0's.
 """
 
 from __future__ import annotations
@@ -89,6 +90,23 @@ def read_state_dict(checkpoint: Path) -> dict[str, Any]:
     return loaded.get("state_dict", loaded)
 
 
+def letterbox(image: Any, size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> Any:
+    """hpsv2 1.2.0's val transform (`image_transform(light_augmentation=True)`: ToTensor, then
+    `ResizeMaxSize` on the tensor, then Normalize). Where the longest side already has the model's
+    size, hpsv2 skips the padding too, and a non-square image then fails in its ViT; it is padded here."""
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as F
+
+    pixels = F.to_tensor(image.convert("RGB"))
+    height, width = pixels.shape[1:]
+    scale = size / max(height, width)
+    if scale != 1.0:
+        pixels = F.resize(pixels, [round(height * scale), round(width * scale)], InterpolationMode.BICUBIC)
+    pad_h, pad_w = size - pixels.shape[1], size - pixels.shape[2]
+    pixels = F.pad(pixels, [pad_w // 2, pad_h // 2, pad_w - pad_w // 2, pad_h - pad_h // 2], fill=0)
+    return F.normalize(pixels, mean, std)
+
+
 def load_weights(model: Any, state_dict: dict[str, Any], checkpoint: Path, architecture: str) -> None:
     """Load strictly (as the official scorer does), naming what is missing or left over."""
     result = model.load_state_dict(state_dict, strict=False)
@@ -122,9 +140,11 @@ class HPSv2:
         self.bounds = (-self.scale, self.scale)
         path = find_checkpoint(spec.path, spec.revision, checkpoint)
         self.architecture = resolve_architecture(architecture, path.parent)
-        model, _, self.preprocess = open_clip.create_model_and_transforms(
-            self.architecture, pretrained=None, image_resize_mode="longest"
-        )
+        model = open_clip.create_model(self.architecture, pretrained=None)
+        size = model.visual.preprocess_cfg["size"]
+        if size[0] != size[1]:
+            raise ValueError(f"HPSv2 letterboxes to a square; '{self.architecture}' takes {size[0]}x{size[1]} images")
+        self.image_size, self.image_mean, self.image_std = size[0], model.visual.image_mean, model.visual.image_std
         load_weights(model, read_state_dict(path), path, self.architecture)
         self.tokenizer = open_clip.get_tokenizer(self.architecture)
         self.device = torch.device(spec.device)
@@ -132,12 +152,15 @@ class HPSv2:
         half = getattr(torch, spec.dtype, None)
         self.autocast_dtype = half if half in (torch.float16, torch.bfloat16) else None
 
+    def preprocess(self, image: Any) -> Any:
+        return letterbox(image, self.image_size, self.image_mean, self.image_std)
+
     def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
         import torch
 
         cosines: list[float] = []
         for batch_prompts, batch_images in batches(self.name, prompts, images, self.batch_size):
-            pixels = torch.stack([self.preprocess(image.convert("RGB")) for image in batch_images]).to(self.device)
+            pixels = torch.stack([self.preprocess(image) for image in batch_images]).to(self.device)
             tokens = self.tokenizer(batch_prompts).to(self.device)
             autocast = torch.autocast(
                 self.device.type, dtype=self.autocast_dtype or torch.float32, enabled=self.autocast_dtype is not None
