@@ -219,7 +219,9 @@ def test_the_port_scores_as_the_official_package(tiny_image_reward, tmp_path):
         paths.append(str(tmp_path / f"{i}.png"))
         picture.save(paths[-1])
     (tmp_path / "pairs.json").write_text(json.dumps({"prompts": PROMPTS, "images": paths}))
-    run_official(OFFICIAL_SCRIPT, "score", str(tiny_image_reward), str(tmp_path / "pairs.json"), str(tmp_path / "official.json"))
+    run_official(
+        OFFICIAL_SCRIPT, "score", str(tiny_image_reward), str(tmp_path / "pairs.json"), str(tmp_path / "official.json")
+    )
     official = json.loads((tmp_path / "official.json").read_text())["scores"]
 
     reloaded = [Image.open(path) for path in paths]
