@@ -11,7 +11,8 @@ from metric_checks import run_official
 from PIL import Image
 
 from blindspot.config import ModelSpec
-from blindspot.metrics.hpsv2 import HPSv2, find_checkpoint
+from blindspot.metrics import find_checkpoint
+from blindspot.metrics.hpsv2 import HUB_CHECKPOINT, HPSv2
 from blindspot.tiny_hpsv2 import CHECKPOINT_FILE, CONFIG_FILE, build_random_hpsv2
 
 PROMPTS = ["a red fox in the snow", "two cats asleep on a blue sofa", "a lighthouse at dusk", "a bowl of green apples"]
@@ -95,14 +96,14 @@ def test_a_checkpoint_with_a_missing_key_is_refused_by_name(tiny_hpsv2, tmp_path
 
 def test_the_checkpoint_is_the_one_file_in_the_folder(tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    with pytest.raises(FileNotFoundError, match="exactly one checkpoint file"):
-        find_checkpoint(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"HPSv2 model folder .* exactly one checkpoint file"):
+        find_checkpoint("HPSv2", tmp_path, None, HUB_CHECKPOINT)
     (tmp_path / "a.pt").write_bytes(b"")
-    assert find_checkpoint(tmp_path) == tmp_path / "a.pt"
-    assert find_checkpoint(tmp_path / "a.pt") == tmp_path / "a.pt"
+    assert find_checkpoint("HPSv2", tmp_path, None, HUB_CHECKPOINT) == tmp_path / "a.pt"
+    assert find_checkpoint("HPSv2", tmp_path / "a.pt", None, HUB_CHECKPOINT) == tmp_path / "a.pt"
     (tmp_path / "b.safetensors").write_bytes(b"")
     with pytest.raises(FileNotFoundError, match=r"several \(a.pt, b.safetensors\)"):
-        find_checkpoint(tmp_path)
+        find_checkpoint("HPSv2", tmp_path, None, HUB_CHECKPOINT)
 
 
 @pytest.mark.ports

@@ -59,7 +59,7 @@ def test_plan_outputs_gpus_and_benchmark_files_equal_snakemake_dry_run(paper_con
         if job["rule"] in plan.JOB_WILDCARDS:
             bench = str(plan.benchmark_file("results/benchmarks", job["rule"], plan.job_name(job["rule"], job)))
         ours.add((job["rule"], job["output"], int(job["gpus"]), bench))
-    assert len(planned_by_snakemake) == len(jobs) - 1 == 612
+    assert len(planned_by_snakemake) == len(jobs) - 1 == 634
     assert ours == planned_by_snakemake
 
 
@@ -114,8 +114,8 @@ def test_missing_throughput_is_na_and_named(tiny_config):
     assert rules.loc["generate_triplets", "gpu_hours"] == pytest.approx(18 / 3600)
     assert pd.isna(result["total_gpu_hours"])
     assert result["known_gpu_hours"] == pytest.approx(18 / 3600)
-    # The two metrics on tiny-qwen2.5-vl now need GPUs too, and have no entry.
-    assert result["missing"] == ["judge_images.tiny-qwen2.5-vl", "render_images.tiny-flux",
+    # The metrics on tiny-qwen2.5-vl (AlignScore's captioner too) now need GPUs, and have no entry.
+    assert result["missing"] == ["judge_images.tiny-qwen2.5-vl", "render_images.tiny-flux", "score_metric.alignscore",
                                  "score_metric.vlm-judge", "score_metric.vqascore"]  # fmt: skip
 
 
@@ -224,7 +224,7 @@ def test_cli_plan_as_a_subprocess():
     total = re.search(r"^Total: (\d+) jobs, ([\d.]+) GPU-hours$", result.stdout, flags=re.MULTILINE)
     assert total, result.stdout
     expected = plan.plan(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
-    assert int(total[1]) == expected["total_jobs"] == 613
+    assert int(total[1]) == expected["total_jobs"] == 635
     assert float(total[2]) == pytest.approx(expected["total_gpu_hours"], abs=0.005)
     assert "| judge_images" in result.stdout
     csv = subprocess.run(
@@ -233,4 +233,4 @@ def test_cli_plan_as_a_subprocess():
     )  # fmt: skip
     frame = pd.read_csv(pd.io.common.StringIO(csv.stdout))
     assert frame.iloc[-1]["rule"] == "total"
-    assert frame.iloc[-1]["jobs"] == 613
+    assert frame.iloc[-1]["jobs"] == 635

@@ -68,11 +68,13 @@ def validate_config(config: dict[str, Any]) -> None:
                 )
     evaluation = config["evaluation"]
     for name, metric in evaluation["metrics"].items():
-        if metric["model"] not in models:
-            raise ConfigError(
-                f"config key 'evaluation.metrics.{name}.model': model '{metric['model']}' is not in the registry "
-                f"(models: {', '.join(sorted(models))})"
-            )
+        named = {"model": metric["model"]} | {f"models.{arg}": m for arg, m in metric.get("models", {}).items()}
+        for key, model in named.items():
+            if model not in models:
+                raise ConfigError(
+                    f"config key 'evaluation.metrics.{name}.{key}': model '{model}' is not in the registry "
+                    f"(models: {', '.join(sorted(models))})"
+                )
         if metric["family"] not in evaluation["families"]:
             raise ConfigError(
                 f"config key 'evaluation.metrics.{name}.family': '{metric['family']}' is not one of the families "
@@ -170,8 +172,14 @@ STEP_MODELS = {
     "render_images": lambda config, wildcards: [wildcards["t2i"]],
     "judge_images": lambda config, wildcards: [wildcards["vlm"]],
     "measure_image_quality": lambda config, wildcards: list(config["image_stage"]["iqa_metrics"]),
-    "score_metric": lambda config, wildcards: [config["evaluation"]["metrics"][wildcards["metric"]]["model"]],
+    "score_metric": lambda config, wildcards: metric_models(config["evaluation"]["metrics"][wildcards["metric"]]),
 }
+
+
+def metric_models(entry: dict[str, Any]) -> list[str]:
+    """The registry models a metric loads: its own, then the ones its plug-in takes as arguments
+    (`models`, e.g. AlignScore's captioner)."""
+    return [entry["model"], *entry.get("models", {}).values()]
 
 
 def step_gpus(config: dict[str, Any], step: str, wildcards: dict[str, str]) -> int:

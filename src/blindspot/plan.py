@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from blindspot import targets
-from blindspot.config import MODEL_ROLES, ConfigError, shard_slice, step_gpus
+from blindspot.config import MODEL_ROLES, ConfigError, metric_models, shard_slice, step_gpus
 
 STAGES = {
     "build_model": "models",
@@ -99,7 +99,7 @@ def needed_built_models(config: dict[str, Any]) -> list[str]:
     for stage, role in MODEL_ROLES:
         value = config[stage][role]
         names.extend([value] if isinstance(value, str) else value)
-    names.extend(metric["model"] for metric in config["evaluation"]["metrics"].values())
+    names.extend(name for metric in config["evaluation"]["metrics"].values() for name in metric_models(metric))
     needed: list[str] = []
     while names:
         name = names.pop(0)

@@ -307,7 +307,8 @@ def score_metric(
 
     def load() -> Any:
         spec = model_spec(config, entry["model"])
-        return load_metric(entry["plugin"], spec, evaluation["batch_size"], cache, **entry.get("args", {}))
+        models = {arg: model_spec(config, name) for arg, name in entry.get("models", {}).items()}
+        return load_metric(entry["plugin"], spec, evaluation["batch_size"], cache, **entry.get("args", {}), **models)
 
     try:
         frame, counters = score_pairs(test, metric, metric_identity(config, metric), load, ScoreCache(cache))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from blindspot.io import atomic_dir
+from blindspot.tiny_align_score import build_random_align_score
 from blindspot.tiny_blip2 import build_random_blip2_itm
 from blindspot.tiny_diffusers import build_random_diffusers_pipeline
 from blindspot.tiny_hpsv2 import build_random_hpsv2
@@ -273,6 +274,7 @@ RECIPES: dict[str, Callable[[Path, Mapping[str, Any], int], None]] = {
     "random_blip2_itm": build_random_blip2_itm,
     "random_open_clip": build_random_hpsv2,
     "random_image_reward": build_random_image_reward,
+    "random_align_score": build_random_align_score,
     "random_pyiqa_weights": build_random_pyiqa_weights,
     "niqe_params_from_basicsr": build_niqe_params_from_basicsr,
 }

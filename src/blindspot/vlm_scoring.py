@@ -121,6 +121,21 @@ class TransformersVLMScorer:
         texts = [self.processor.apply_chat_template(c, add_generation_prompt=True) + suffix for c in conversations]
         return self.processor(text=texts, images=images, return_tensors="pt", padding=True).to(self.device)
 
+    def describe(self, instruction: str, images: list[Any], max_new_tokens: int) -> list[str]:
+        """Each image's answer to `instruction` (a caption, say), greedy."""
+        import torch
+
+        conversation = image_question(instruction)
+        texts = []
+        for start in tqdm(range(0, len(images), self.batch_size), desc=f"describe {self.spec.name}", unit="batch"):
+            batch = images[start : start + self.batch_size]
+            prompt = self.inputs([conversation] * len(batch), batch)
+            with torch.inference_mode():
+                generated = self.model.generate(**prompt, max_new_tokens=max_new_tokens, do_sample=False)
+            new_tokens = generated[:, prompt["input_ids"].shape[1] :]
+            texts.extend(t.strip() for t in self.processor.batch_decode(new_tokens, skip_special_tokens=True))
+        return texts
+
     def score(self, conversations: list[list[dict]], images: list[Any]) -> list[dict[str, Any]]:
         import torch
 
@@ -211,6 +226,11 @@ def load_vlm_scorer(spec: ModelSpec, batch_size: int) -> TransformersVLMScorer |
     """Build the VLM once per job; the registry entry's backend picks the implementation."""
     log.info("loading %s (%s) from %s with the %s backend", spec.name, spec.model_id, spec.path, spec.backend)
     return SCORERS[spec.backend](spec, batch_size)
+
+
+def image_question(text: str) -> list[dict]:
+    """One user message: an image, then `text`."""
+    return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
 
 
 def image_conversation(template: PromptTemplate, **fields: str) -> list[dict]:

@@ -8,7 +8,7 @@ from pathlib import Path
 # workflow/scripts/blindspot -> src/blindspot (Snakemake puts a script's folder on sys.path).
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
-from blindspot.config import build_inputs, resolved_recipe, step_gpus, validate_config
+from blindspot.config import build_inputs, metric_models, resolved_recipe, step_gpus, validate_config
 from blindspot import targets
 
 validate_config(config)

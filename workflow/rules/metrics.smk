@@ -6,16 +6,16 @@ rule score_metric:
         pairs=P("pairs"),
         triplets=P("triplets"),
         seeds=P("seeds"),
-        model=lambda wildcards: get_model_input(METRICS[wildcards.metric]["model"]),
+        models=lambda wildcards: [path for name in metric_models(METRICS[wildcards.metric]) for path in get_model_input(name)],
         template=lambda wildcards: METRICS[wildcards.metric].get("args", {}).get("template", []),
     output:
         out=P("metric_scores"),
         counters_out=P("metric_score_counters"),
     params:
         cache=lambda wildcards: P("metric_cache", metric=wildcards.metric),
-        # The metric's entry and its model's are params, so editing either re-runs its jobs.
+        # The metric's entry and its models' are params, so editing any re-runs its jobs.
         metric_entry=lambda wildcards: METRICS[wildcards.metric],
-        model=lambda wildcards: config["models"][METRICS[wildcards.metric]["model"]],
+        models=lambda wildcards: [config["models"][name] for name in metric_models(METRICS[wildcards.metric])],
         api_key_is_set=get_api_key_is_set,
         # The test split is a function of the triplet id and these (as in split_benchmark).
         split=dict(seed=config["seed"], test_fraction=config["benchmark"]["test_fraction"]),

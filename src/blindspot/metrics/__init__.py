@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from tqdm import tqdm
@@ -39,6 +40,7 @@ PLUGINS = {
     "blip2_score": "blindspot.metrics.blip2_score:Blip2Score",
     "hpsv2": "blindspot.metrics.hpsv2:HPSv2",
     "image_reward": "blindspot.metrics.image_reward:ImageReward",
+    "align_score": "blindspot.metrics.align_score:AlignScore",
 }
 
 
@@ -71,3 +73,53 @@ def batches(name: str, prompts: Sequence[Any], images: Sequence[Any], size: int)
         raise ValueError(f"{name}: {len(prompts)} prompts for {len(images)} images")
     for start in tqdm(range(0, len(images), size), desc=f"score {name}", unit="batch"):
         yield list(prompts[start : start + size]), list(images[start : start + size])
+
+
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
+
+
+def find_checkpoint(what: str, path: str | Path, revision: str | None, hub_file: str) -> Path:
+    """The checkpoint file of a model released as one file: `path` itself, the one checkpoint file in
+    the folder `path`, or `hub_file` in the hub repository `path` (from the local hub cache when offline)."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(CHECKPOINT_SUFFIXES))
+        if len(found) != 1:
+            held = f"several ({', '.join(p.name for p in found)})" if found else "none"
+            raise FileNotFoundError(
+                f"{what} model folder {path} must hold exactly one checkpoint file "
+                f"({', '.join(CHECKPOINT_SUFFIXES)}); it holds {held}"
+            )
+        return found[0]
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download(str(path), hub_file, revision=revision))
+
+
+def read_state_dict(checkpoint: Path) -> dict[str, Any]:
+    """The state dict in a checkpoint: a safetensors file, or a torch file holding either the state
+    dict or a dict with it under `state_dict` (HPSv2's and AlignScore's releases, Lightning's format).
+    Torch files load with `weights_only`: a checkpoint that needs arbitrary unpickling is refused."""
+    import torch
+
+    if checkpoint.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(checkpoint)
+    loaded = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    return loaded.get("state_dict", loaded)
+
+
+def load_strictly(model: Any, state_dict: dict[str, Any], mismatch: str) -> None:
+    """Load every weight and nothing else (as the official scorers do); otherwise raise `mismatch`
+    followed by what is missing and what is left over."""
+    result = model.load_state_dict(state_dict, strict=False)
+    problems = []
+    for what, keys in (("missing", result.missing_keys), ("unexpected", result.unexpected_keys)):
+        if keys:
+            shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+            problems.append(f"{len(keys)} {what} key(s): {shown}")
+    if problems:
+        raise ValueError(f"{mismatch}: {'; '.join(problems)}")

@@ -22,33 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from blindspot.config import ModelSpec
-from blindspot.metrics import Score, batches
+from blindspot.metrics import Score, batches, find_checkpoint, load_strictly, read_state_dict
 
-CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
 # The checkpoint file in the `xswu/HPSv2` hub repository, when the registry entry gives the hub id.
 HUB_CHECKPOINT = "HPS_v2.1_compressed.pt"
 # What open_clip needs in a model config file for it to count as one.
 _CONFIG_KEYS = ("embed_dim", "vision_cfg", "text_cfg")
-
-
-def find_checkpoint(path: str | Path, revision: str | None = None, checkpoint: str = HUB_CHECKPOINT) -> Path:
-    """The checkpoint file `path` names: the file itself, the one checkpoint file in a folder, or
-    `checkpoint` in the hub repository `path` (from the local hub cache when offline)."""
-    path = Path(path)
-    if path.is_file():
-        return path
-    if path.is_dir():
-        found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(CHECKPOINT_SUFFIXES))
-        if len(found) != 1:
-            what = f"several ({', '.join(p.name for p in found)})" if found else "none"
-            raise FileNotFoundError(
-                f"HPSv2 model folder {path} must hold exactly one checkpoint file "
-                f"({', '.join(CHECKPOINT_SUFFIXES)}); it holds {what}"
-            )
-        return found[0]
-    from huggingface_hub import hf_hub_download
-
-    return Path(hf_hub_download(str(path), checkpoint, revision=revision))
 
 
 def register_architecture(config_file: str | Path) -> str:
@@ -77,19 +56,6 @@ def resolve_architecture(architecture: str, folder: Path) -> str:
     return architecture
 
 
-def read_state_dict(checkpoint: Path) -> dict[str, Any]:
-    """The state dict in a checkpoint: a safetensors file, or a torch file holding either the
-    state dict or a dict with it under `state_dict` (as HPSv2's releases do)."""
-    import torch
-
-    if checkpoint.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(checkpoint)
-    loaded = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    return loaded.get("state_dict", loaded)
-
-
 def letterbox(image: Any, size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> Any:
     """hpsv2 1.2.0's val transform (`image_transform(light_augmentation=True)`: ToTensor, then
     `ResizeMaxSize` on the tensor, then Normalize). Where the longest side already has the model's
@@ -105,20 +71,6 @@ def letterbox(image: Any, size: int, mean: tuple[float, ...], std: tuple[float, 
     pad_h, pad_w = size - pixels.shape[1], size - pixels.shape[2]
     pixels = F.pad(pixels, [pad_w // 2, pad_h // 2, pad_w - pad_w // 2, pad_h - pad_h // 2], fill=0)
     return F.normalize(pixels, mean, std)
-
-
-def load_weights(model: Any, state_dict: dict[str, Any], checkpoint: Path, architecture: str) -> None:
-    """Load strictly (as the official scorer does), naming what is missing or left over."""
-    result = model.load_state_dict(state_dict, strict=False)
-    problems = []
-    for what, keys in (("missing", result.missing_keys), ("unexpected", result.unexpected_keys)):
-        if keys:
-            shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
-            problems.append(f"{len(keys)} {what} key(s): {shown}")
-    if problems:
-        raise ValueError(
-            f"checkpoint {checkpoint} does not fit open_clip architecture '{architecture}': {'; '.join(problems)}"
-        )
 
 
 class HPSv2:
@@ -138,14 +90,16 @@ class HPSv2:
         self.batch_size = batch_size
         self.scale = float(scale)
         self.bounds = (-self.scale, self.scale)
-        path = find_checkpoint(spec.path, spec.revision, checkpoint)
+        path = find_checkpoint("HPSv2", spec.path, spec.revision, checkpoint)
         self.architecture = resolve_architecture(architecture, path.parent)
         model = open_clip.create_model(self.architecture, pretrained=None)
         size = model.visual.preprocess_cfg["size"]
         if size[0] != size[1]:
             raise ValueError(f"HPSv2 letterboxes to a square; '{self.architecture}' takes {size[0]}x{size[1]} images")
         self.image_size, self.image_mean, self.image_std = size[0], model.visual.image_mean, model.visual.image_std
-        load_weights(model, read_state_dict(path), path, self.architecture)
+        load_strictly(
+            model, read_state_dict(path), f"checkpoint {path} does not fit open_clip architecture '{self.architecture}'"
+        )
         self.tokenizer = open_clip.get_tokenizer(self.architecture)
         self.device = torch.device(spec.device)
         self.model = model.to(self.device).eval()

@@ -64,13 +64,22 @@ class ScoreCache:
 
 def metric_identity(config: dict[str, Any], name: str) -> dict[str, str]:
     """What the cache knows a metric by, from config alone (no model loaded): its plug-in and
-    `args`, its template's version, and the model entry's settings that change a score (dtype, an
-    API's request fields), not where or how fast it runs."""
+    `args`, its template's version, and the settings of its model entries that change a score (dtype,
+    an API's request fields; a helper model's too, such as AlignScore's captioner), not where or how
+    fast they run."""
     entry = config["evaluation"]["metrics"][name]
     spec = model_spec(config, entry["model"])
     args = entry.get("args", {})
-    settings = {key: value for key, value in config["models"][entry["model"]].items() if key not in RUN_ONLY_KEYS}
-    version = json.dumps({"plugin": entry["plugin"], "args": args, "model": settings}, sort_keys=True)
+
+    def settings(model: str) -> dict[str, Any]:
+        return {key: value for key, value in config["models"][model].items() if key not in RUN_ONLY_KEYS}
+
+    helpers = {arg: settings(model) for arg, model in entry.get("models", {}).items()}
+    version = json.dumps(
+        {"plugin": entry["plugin"], "args": args, "model": settings(entry["model"])}
+        | ({"models": helpers} if helpers else {}),
+        sort_keys=True,
+    )
     if "template" in args:
         version += " " + PromptTemplate.load(args["template"]).version
     return {"model_id": spec.model_id, "revision": spec.revision or "", "version": version}

@@ -7,7 +7,7 @@ from typing import Any
 
 from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches
-from blindspot.vlm_scoring import TransformersVLMScorer
+from blindspot.vlm_scoring import TransformersVLMScorer, image_question
 
 QUESTION = 'Does this figure show "{prompt}"? Please answer Yes or No.'
 
@@ -27,10 +27,7 @@ class VQAScore:
     def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
         import torch
 
-        conversations = [
-            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": self.question.format(prompt=p)}]}]
-            for p in prompts
-        ]
+        conversations = [image_question(self.question.format(prompt=p)) for p in prompts]
         scores = []
         for batch_conversations, batch_images in batches(self.name, conversations, images, self.vlm.batch_size):
             inputs = self.vlm.inputs(batch_conversations, batch_images)
