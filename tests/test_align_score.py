@@ -69,7 +69,8 @@ def by_hand(metric, chunk: str, sentence: str) -> float:
 
 @pytest.mark.slow
 def test_align_is_the_mean_over_claim_sentences_of_the_best_chunk(align_score):
-    context = " ".join(f"Part {i} shows " + "a red barn in a field " * 15 + "today." for i in range(4))  # 376 words: 2 chunks
+    # 4 sentences of 94 words: 376 words make 2 chunks of 2 sentences
+    context = " ".join(f"Part {i} shows " + "a red barn in a field " * 15 + "today." for i in range(4))
     claim = "A red barn. Two cows graze nearby."
     chunks, claims = context_chunks(context), sentences(claim)
     assert (len(chunks), len(claims)) == (2, 2)
