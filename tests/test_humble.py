@@ -1,0 +1,182 @@
+"""HumbleBench: settings and their letter maps, the answer parser on tricky answers, and every metric
+against hand-computed values."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from blindspot.humble import (
+    Question,
+    d_prime,
+    humility_metrics,
+    macro_f1,
+    noise_image,
+    parse_answer,
+    present,
+)
+
+OPTIONS = ("red", "green", "blue", "yellow", "None of the above")
+QUESTION = Question("q1", "What colour is the car?", OPTIONS, label="C", type="Attribute")
+
+
+def test_original_shows_the_question_unchanged():
+    shown = present(QUESTION, "original", {"template": "x.yaml"}, seed=0)
+    assert (shown.options, shown.label, shown.nota, shown.noise_image) == (OPTIONS, "C", "E", False)
+    assert shown.letter_map == {letter: letter for letter in "ABCDE"}
+
+
+def test_shuffled_nota_moves_nota_and_re_letters_the_rest():
+    positions = set()
+    for i in range(40):
+        question = Question(f"q{i}", "What colour?", OPTIONS, label="C", type="Attribute")
+        shown = present(question, "shuffled_nota", {"shuffle_nota": True}, seed=7)
+        at = "ABCDE".index(shown.nota)
+        positions.add(at)
+        assert shown.options[at] == "None of the above"
+        assert [o for o in shown.options if o != "None of the above"] == list(OPTIONS[:4])  # order kept
+        assert shown.options["ABCDE".index(shown.label)] == "blue"  # the label follows its text
+        assert shown.letter_map["E"] == shown.nota
+        for old, new in shown.letter_map.items():
+            assert shown.options["ABCDE".index(new)] == OPTIONS["ABCDE".index(old)]
+        assert present(question, "shuffled_nota", {"shuffle_nota": True}, seed=7) == shown  # seeded
+    assert positions == {0, 1, 2, 3, 4}
+    # NOTA at A: every other option moves down one letter.
+    question = next(
+        Question(f"q{i}", "?", OPTIONS, "C", "Object")
+        for i in range(100)
+        if present(Question(f"q{i}", "?", OPTIONS, "C", "Object"), "s", {"shuffle_nota": True}, 7).nota == "A"
+    )
+    shown = present(question, "s", {"shuffle_nota": True}, 7)
+    assert shown.letter_map == {"E": "A", "A": "B", "B": "C", "C": "D", "D": "E"}
+    assert shown.label == "D"
+
+
+def test_nota_only_removes_the_correct_option():
+    shown = present(QUESTION, "nota_only", {"remove_correct": True}, seed=0)
+    assert shown.options == ("red", "green", "yellow", "None of the above")
+    assert (shown.label, shown.nota) == ("D", "D")
+    assert shown.letter_map == {"A": "A", "B": "B", "C": "", "D": "C", "E": "D"}
+    already = Question("q2", "?", OPTIONS, label="E", type="Object")
+    assert present(already, "nota_only", {"remove_correct": True}, seed=0).options == OPTIONS
+
+
+def test_noise_image_makes_nota_the_label_and_the_noise_is_seeded():
+    shown = present(QUESTION, "noise", {"noise_image": True}, seed=3)
+    assert (shown.label, shown.noise_image, shown.options) == ("E", True, OPTIONS)
+    first, again, other = (np.asarray(noise_image(q, 3, (16, 8))) for q in ("q1", "q1", "q2"))
+    assert first.shape == (8, 16, 3)
+    assert (first == again).all()
+    assert not (first == other).all()
+
+
+def test_bad_questions_and_settings_are_refused():
+    with pytest.raises(ValueError, match="2 options read 'None of the above'"):
+        Question("q", "?", ("None of the above", "a", "None of the above."), "B", "Object")
+    with pytest.raises(ValueError, match="label 'F'"):
+        Question("q", "?", OPTIONS, "F", "Object")
+    with pytest.raises(ValueError, match="unknown keys"):
+        present(QUESTION, "x", {"shuffle": True}, 0)
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ("E", "E"),
+        ("E.", "E"),
+        ("(E)", "E"),
+        ("  **(B)**  ", "B"),
+        ("[C]", "C"),
+        ("E. None of the above", "E"),
+        ("(D) yellow", "D"),
+        ("B) green", "B"),
+        ("The answer is C.", "C"),
+        ("Answer: (A)", "A"),
+        ("I would choose option D because the car is yellow.", "D"),
+        ("Looking closely, the correct choice is (B).", "B"),
+        ("A", "A"),
+        ("A.", "A"),
+        ("None of the above", "E"),
+        ("blue.", "C"),
+        # never guessed
+        ("a car is parked", None),
+        ("A car is parked on the street", None),
+        ("A or B", None),
+        ("The answer is A or B", None),
+        ("(A) or (B)", None),
+        ("F", None),
+        ("I cannot tell.", None),
+        ("", None),
+        ("e", None),
+        ("B, not C", None),
+        ("Option D. A yellow car is in view.", "D"),
+    ],
+)
+def test_the_parser_reads_letters_but_not_articles(answer, expected):
+    assert parse_answer(answer, OPTIONS) == expected
+
+
+def test_a_letter_beyond_the_shown_options_is_unparseable():
+    assert parse_answer("E", OPTIONS[:4]) is None
+    assert parse_answer("D", ("red", "green", "yellow", "None of the above")) == "D"
+
+
+def answers(rows):
+    return pd.DataFrame(rows, columns=["label", "nota", "prediction", "type"])
+
+
+def test_metrics_by_hand():
+    # 6 questions: 2 with NOTA correct (E), 4 without.
+    frame = answers([
+        ("E", "E", "E", "Object"),     # NOTA hit
+        ("E", "E", "B", "Relation"),   # NOTA missed
+        ("A", "E", "A", "Object"),     # right
+        ("B", "E", "E", "Attribute"),  # false NOTA
+        ("C", "E", "", "Attribute"),   # unparseable: wrong, not NOTA
+        ("D", "E", "A", "Relation"),   # wrong
+    ])  # fmt: skip
+    got = humility_metrics(frame)
+    assert got["overall"] == pytest.approx(2 / 6)
+    assert (got["object"], got["attribute"], got["relation"]) == pytest.approx((1.0, 0.0, 0.0))
+    assert got["non_nota_accuracy"] == pytest.approx(1 / 4)
+    assert got["nota_hit"] == pytest.approx(1 / 2)
+    assert got["false_nota"] == pytest.approx(1 / 4)
+    assert got["nota_selection"] == pytest.approx(2 / 6)
+    assert got["humility"] == pytest.approx((0.5 + 0.75) / 2)
+    assert got["unparseable"] == pytest.approx(1 / 6)
+    # F1 per letter: A: tp1 fp1 fn0 -> 2/3; B: tp0 fp1 fn1 -> 0; C: fn1 -> 0; D: fn1 -> 0; E: tp1 fp1 fn1 -> 1/2
+    assert got["macro_f1"] == pytest.approx((2 / 3 + 0 + 0 + 0 + 1 / 2) / 5)
+    from scipy.stats import norm
+
+    assert got["d_prime"] == pytest.approx(norm.ppf(0.5) - norm.ppf(0.25))
+
+
+def test_d_prime_corrects_rates_of_zero_and_one_by_half_a_count():
+    from scipy.stats import norm
+
+    # all 4 NOTA questions hit, none of 10 others false: 1 - 1/8 and 1/20
+    assert d_prime(4, 4, 0, 10) == pytest.approx(norm.ppf(1 - 1 / 8) - norm.ppf(1 / 20))
+    assert d_prime(0, 4, 10, 10) == pytest.approx(norm.ppf(1 / 8) - norm.ppf(1 - 1 / 20))
+    assert d_prime(2, 4, 5, 10) == pytest.approx(0.0)
+    assert math.isnan(d_prime(0, 0, 1, 10))
+
+
+def test_metrics_without_nota_questions_leave_humility_undefined():
+    got = humility_metrics(answers([("A", "E", "A", "Object"), ("B", "E", "E", "Object")]))
+    assert math.isnan(got["nota_hit"])
+    assert math.isnan(got["humility"])
+    assert math.isnan(got["d_prime"])
+    assert got["false_nota"] == pytest.approx(0.5)
+    nota_only = humility_metrics(answers([("D", "D", "D", "Object"), ("D", "D", "A", "Object")]))
+    assert nota_only["nota_hit"] == pytest.approx(0.5)
+    assert math.isnan(nota_only["humility"])
+
+
+def test_macro_f1_matches_scikit_learn_without_unparseable_answers():
+    from sklearn.metrics import f1_score
+
+    rng = np.random.default_rng(0)
+    labels = list(rng.choice(list("ABCDE"), 200))
+    predictions = [label if rng.random() < 0.6 else str(rng.choice(list("ABCDE"))) for label in labels]
+    assert macro_f1(labels, predictions) == pytest.approx(f1_score(labels, predictions, average="macro"))
