@@ -180,3 +180,88 @@ def test_macro_f1_matches_scikit_learn_without_unparseable_answers():
     labels = list(rng.choice(list("ABCDE"), 200))
     predictions = [label if rng.random() < 0.6 else str(rng.choice(list("ABCDE"))) for label in labels]
     assert macro_f1(labels, predictions) == pytest.approx(f1_score(labels, predictions, average="macro"))
+
+
+SETTINGS = {
+    "original": {"label": "Original", "headline": "overall"},
+    "noise": {"label": "Noise image", "headline": "nota_selection", "noise_image": True},
+}
+
+
+def answer_rows(vlm, setting, rows):
+    """Answer-table rows; `rows` are (question_id, label, nota, text reading, logits reading, type)."""
+    return [
+        {"vlm": vlm, "setting": setting, "question_id": q, "label": label, "nota": nota, "prediction_text": text,
+         "prediction_logits": logits, "type": kind}
+        for q, label, nota, text, logits, kind in rows
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def answered():
+    original = [("q1", "A", "E", "A", "A", "Object"), ("q2", "E", "E", "E", "B", "Relation"),
+                ("q3", "B", "E", "E", "B", "Attribute"), ("q4", "C", "E", "", "C", "Object")]  # fmt: skip
+    noise = [(q, "E", "E", pred, pred, kind) for (q, _, _, _, _, kind), pred in zip(original, "EAEE", strict=True)]
+    other = [("q1", "A", "E", "B", "A", "Object"), ("q2", "E", "E", "E", "E", "Relation"),
+             ("q3", "B", "E", "B", "B", "Attribute"), ("q4", "C", "E", "C", "C", "Object")]  # fmt: skip
+    return pd.DataFrame(
+        answer_rows("vlm-a", "original", original) + answer_rows("vlm-a", "noise", noise)
+        + answer_rows("vlm-b", "original", other) + answer_rows("vlm-b", "noise", [(q, "E", "E", "A", "A", k)
+                                                                                      for q, *_, k in other])
+    )  # fmt: skip
+
+
+def test_tables_4_5_and_6_from_answers(answered):
+    from blindspot.humble_tables import metrics_table, table4, table5, table6
+
+    metrics = metrics_table(answered)
+    assert len(metrics) == 2 * 2 * 2  # vlm x setting x reading
+    t4 = table4(metrics, "text").set_index("Model")
+    # vlm-a, text: q1 right, q2 NOTA hit, q3 false NOTA, q4 unparseable -> 2/4 overall
+    assert t4.loc["vlm-a"].to_dict() == {
+        "Object": 50.0, "Relation": 100.0, "Attribute": 0.0, "Overall": 50.0,
+        "Non-NOTA": 33.33, "NOTA hit": 100.0, "False-NOTA": 33.33, "HS": 83.33,
+    }  # fmt: skip
+    assert t4.loc["vlm-b", "Overall"] == 75.0
+    assert table4(metrics, "logits").set_index("Model").loc["vlm-a", "Overall"] == 75.0  # the other reading
+    t5 = table5(metrics, "text", SETTINGS).set_index("Setting")
+    assert t5.loc["Original", "# Models"] == 2
+    assert t5.loc["Original", "Avg. Overall"] == 62.5
+    # vlm-b: 3/4 right, its one NOTA question hit, no false NOTA -> HS 100
+    assert t5.loc["Original", "Best Model(s)"] == "vlm-b (75.00) / vlm-b (100.00)"
+    assert t5.loc["Noise image", "Avg. NOTA Sel."] == 37.5  # vlm-a 3/4, vlm-b 0/4
+    assert t5.loc["Noise image", "Best Model(s)"] == "NOTA sel.: vlm-a (75.00)"
+    t6 = table6(metrics, "text", SETTINGS).set_index("Model")
+    assert t6.loc["vlm-a"].to_dict() == {"Original (Overall)": 50.0, "Noise image (NOTA sel.)": 75.0}
+    assert t6.loc["vlm-b"].to_dict() == {"Original (Overall)": 75.0, "Noise image (NOTA sel.)": 0.0}
+
+
+def test_table7_puts_people_and_models_on_the_same_questions(answered, tmp_path):
+    from blindspot.humble_tables import read_human_answers, table7
+
+    (tmp_path / "humans.csv").write_text(
+        "annotator,question_id,setting,answer\n"
+        "ann1,q1,original,A\nann1,q2,original,B\nann1,q2,noise,E\n"
+        "ann2,q3,original,B\nann2,q4,original,C\nann2,q2,original,E\n"
+    )
+    humans = read_human_answers(tmp_path / "humans.csv")
+    table = table7(answered, humans, "text", stress="noise").set_index("Model")
+    # ann1: q1 right, q2 (NOTA) missed -> 50; ann2: all 3 right -> 100; mean 75
+    assert table.loc["Human", "Overall"] == 75.0
+    assert table.loc["Human", "NOTA hit (stress)"] == 100.0  # only ann1 has stress answers
+    # vlm-a, text, on ann1's {q1, q2}: both right; on ann2's {q3, q4, q2}: q2 only -> (100 + 33.33) / 2
+    assert table.loc["vlm-a", "Overall"] == pytest.approx(66.67)
+    assert table.loc["vlm-a", "NOTA hit (stress)"] == 0.0  # it said A on q2's noise image
+    (tmp_path / "bad.csv").write_text("annotator,question_id,setting,answer\nann1,q1,original,a\n")
+    with pytest.raises(ValueError, match="row 2 answers 'a'"):
+        read_human_answers(tmp_path / "bad.csv")
+    (tmp_path / "unknown.csv").write_text("annotator,question_id,setting,answer\nann1,q9,original,A\n")
+    with pytest.raises(ValueError, match="question q9 in setting original, which no model was asked"):
+        table7(answered, read_human_answers(tmp_path / "unknown.csv"), "text")
+
+
+def test_the_nota_plot_is_a_png(answered, tmp_path):
+    from blindspot.humble_tables import metrics_table, plot_nota_tradeoff
+
+    plot_nota_tradeoff(metrics_table(answered), "text", SETTINGS, tmp_path / "nota.png")
+    assert (tmp_path / "nota.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

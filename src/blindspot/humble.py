@@ -25,6 +25,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from blindspot.prompts import PromptTemplate
+from blindspot.vlm_scoring import image_conversation
+
 LETTERS = "ABCDE"
 NOTA_TEXT = "None of the above"
 TYPES = ("Object", "Attribute", "Relation")
@@ -57,6 +60,7 @@ class Presented:
     options: tuple[str, ...]
     label: str
     nota: str  # the letter of NOTA as shown
+    type: str
     noise_image: bool
     letter_map: dict[str, str] = field(default_factory=dict)  # original letter -> shown letter ("" if removed)
 
@@ -110,8 +114,8 @@ def present(question: Question, setting: str, transforms: Mapping[str, Any], see
     letter_map |= {old: LETTERS[i] for i, old in enumerate(letters)}
     return Presented(
         question_id=question.question_id, setting=setting, question=question.question, options=tuple(options),
-        label=letter_map[label], nota=letter_map[nota], noise_image=bool(transforms.get("noise_image")),
-        letter_map=letter_map,
+        label=letter_map[label], nota=letter_map[nota], type=question.type,
+        noise_image=bool(transforms.get("noise_image")), letter_map=letter_map,
     )  # fmt: skip
 
 
@@ -229,5 +233,36 @@ def humility_metrics(answers: pd.DataFrame) -> dict[str, float]:
     return metrics
 
 
-def letter_map_json(presented: Presented) -> str:
-    return json.dumps(presented.letter_map, sort_keys=True)
+def option_token_ids(tokenizer: Any, letters: str = LETTERS) -> list[int]:
+    """The token of each option letter as a model's answer begins; each must be one token."""
+    ids = []
+    for letter in letters:
+        encoded = tokenizer.encode(letter, add_special_tokens=False)
+        if len(encoded) != 1:
+            raise ValueError(f"option letter {letter!r} is {len(encoded)} tokens for this tokenizer; it must be one")
+        ids.append(encoded[0])
+    return ids
+
+
+def answer_questions(
+    items: Sequence[tuple[Presented, Any]], scorer: Any, templates: Mapping[str, PromptTemplate], max_new_tokens: int
+) -> list[dict[str, Any]]:
+    """Ask the VLM each (shown question, image). Two readings of each answer: the most probable
+    option letter at the first answer position, among the letters shown; and the parsed text (empty
+    when it names no option, or several)."""
+    letters = option_token_ids(scorer.tokenizer)
+    conversations = [image_conversation(templates[shown.setting], **shown.prompt_fields()) for shown, _ in items]
+    answers = scorer.choose(conversations, [image for _, image in items], letters, max_new_tokens)
+    rows = []
+    for (shown, _), (probabilities, text) in zip(items, answers, strict=True):
+        offered = probabilities[: len(shown.options)]
+        rows.append({
+            "question_id": shown.question_id, "setting": shown.setting, "type": shown.type,
+            "options": json.dumps(list(shown.options)), "label": shown.label, "nota": shown.nota,
+            "letter_map": json.dumps(shown.letter_map, sort_keys=True), "noise_image": shown.noise_image,
+            "letter_probabilities": json.dumps(offered), "letter_mass": float(sum(offered)),
+            "prediction_logits": LETTERS[int(np.argmax(offered))], "text": text,
+            "prediction_text": parse_answer(text, shown.options) or "",
+            "template_version": templates[shown.setting].version,
+        })  # fmt: skip
+    return rows

@@ -114,12 +114,34 @@ class TransformersVLMScorer:
             self.model.to(self.device)
         self.device = self.model.device
         self.model.eval()
-        self.tokens = ScoreTokens.from_tokenizer(self.processor.tokenizer)
-        self.one = self.processor.tokenizer.encode("1", add_special_tokens=False)[0]
+        self.tokenizer = self.processor.tokenizer
+        self.tokens = ScoreTokens.from_tokenizer(self.tokenizer)
+        self.one = self.tokenizer.encode("1", add_special_tokens=False)[0]
 
     def inputs(self, conversations: list[list[dict]], images: list[Any], suffix: str = "") -> Any:
         texts = [self.processor.apply_chat_template(c, add_generation_prompt=True) + suffix for c in conversations]
         return self.processor(text=texts, images=images, return_tensors="pt", padding=True).to(self.device)
+
+    def choose(
+        self, conversations: list[list[dict]], images: list[Any], candidates: list[int], max_new_tokens: int
+    ) -> list[tuple[list[float], str]]:
+        """For each conversation: the probability of each candidate token at the first answer position
+        (normalised over the whole vocabulary), and the greedy answer's text."""
+        import torch
+
+        results = []
+        for start in tqdm(range(0, len(images), self.batch_size), desc=f"answer {self.spec.name}", unit="batch"):
+            batch_conv, batch_images = (
+                conversations[start : start + self.batch_size],
+                images[start : start + self.batch_size],
+            )
+            prompt = self.inputs(batch_conv, batch_images)
+            with torch.inference_mode():
+                probabilities = torch.softmax(self.model(**prompt).logits[:, -1].float(), dim=-1)[:, candidates]
+                generated = self.model.generate(**prompt, max_new_tokens=max_new_tokens, do_sample=False)
+            texts = self.processor.batch_decode(generated[:, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
+            results.extend(zip(probabilities.cpu().tolist(), (t.strip() for t in texts), strict=True))
+        return results
 
     def describe(self, instruction: str, images: list[Any], max_new_tokens: int) -> list[str]:
         """Each image's answer to `instruction` (a caption, say), greedy."""
@@ -171,9 +193,9 @@ class VLLMVLMScorer:
         self.spec = spec
         self.max_new_tokens = max_new_tokens
         self.llm = vllm_engine(spec)
-        tokenizer = self.llm.get_tokenizer()
-        self.tokens = ScoreTokens.from_tokenizer(tokenizer)
-        self.one = tokenizer.encode("1", add_special_tokens=False)[0]
+        self.tokenizer = self.llm.get_tokenizer()
+        self.tokens = ScoreTokens.from_tokenizer(self.tokenizer)
+        self.one = self.tokenizer.encode("1", add_special_tokens=False)[0]
         self.candidates = sorted({*self.tokens.single.values(), self.tokens.ten_after_one} - {None})
 
     def _dense(self, logprobs: dict[int, Any]) -> np.ndarray:
@@ -200,6 +222,21 @@ class VLLMVLMScorer:
             first, then = answer.outputs[0], continued.outputs[0]
             first_logprobs, then_logprobs = self._dense(first.logprobs[0]), self._dense(then.logprobs[0])
             results.append(scored(first_logprobs, then_logprobs, first.text, self.tokens))
+        return results
+
+    def choose(
+        self, conversations: list[list[dict]], images: list[Any], candidates: list[int], max_new_tokens: int
+    ) -> list[tuple[list[float], str]]:
+        """As `TransformersVLMScorer.choose`: vLLM returns the candidates' log-probabilities at the first
+        answer position of the greedy generation (`logprob_token_ids`)."""
+        from vllm import SamplingParams
+
+        messages = [with_image(c, image) for c, image in zip(conversations, images, strict=True)]
+        params = SamplingParams(max_tokens=max_new_tokens, temperature=0.0, logprob_token_ids=candidates)
+        results = []
+        for answer in self.llm.chat(messages, params, use_tqdm=True):
+            first = answer.outputs[0]
+            results.append(([math.exp(first.logprobs[0][token].logprob) for token in candidates], first.text.strip()))
         return results
 
 

@@ -1,0 +1,186 @@
+"""HumbleBench's tables and plot from answer tables: metrics per VLM x setting x reading, Tables 4, 5
+and 6 of the paper, Table 7 against human answers, and NOTA hit against false-NOTA per model and
+setting. Values in tables are percentages, as in the paper; the metrics CSV keeps fractions.
+
+Each setting's config names its `label` and its `headline` metric: the column it gets in Table 6 and
+what ranks models for it in Table 5 (overall accuracy for the settings with real labels, the NOTA
+selection rate for the noise settings, the NOTA hit rate for NOTA-only).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from blindspot.humble import humility_metrics
+from blindspot.io import atomic_path
+
+READINGS = ("text", "logits")
+HEADLINES = {"overall": "Overall", "nota_selection": "NOTA sel.", "nota_hit": "NOTA hit"}
+TABLE4_COLUMNS = {
+    "object": "Object", "relation": "Relation", "attribute": "Attribute", "overall": "Overall",
+    "non_nota_accuracy": "Non-NOTA", "nota_hit": "NOTA hit", "false_nota": "False-NOTA", "humility": "HS",
+}  # fmt: skip
+
+
+def metrics_table(answers: pd.DataFrame) -> pd.DataFrame:
+    """Every metric per VLM x setting x reading (the letter distribution's and the text's), as fractions."""
+    rows = []
+    for (vlm, setting), group in answers.groupby(["vlm", "setting"], sort=False):
+        for reading in READINGS:
+            frame = group.assign(prediction=group[f"prediction_{reading}"])
+            rows.append({"vlm": vlm, "setting": setting, "reading": reading, **humility_metrics(frame)})
+    return pd.DataFrame(rows)
+
+
+def _percent(value: float) -> float:
+    return round(100 * value, 2) if not math.isnan(value) else math.nan
+
+
+def _one_reading(metrics: pd.DataFrame, reading: str) -> pd.DataFrame:
+    return metrics[metrics["reading"] == reading]
+
+
+def table4(metrics: pd.DataFrame, reading: str, setting: str = "original") -> pd.DataFrame:
+    """Table 4: per type and overall accuracy, non-NOTA accuracy, NOTA hit, false-NOTA and the humility
+    score of each model in one setting (the Original one in the paper)."""
+    part = _one_reading(metrics, reading)
+    part = part[part["setting"] == setting]
+    table = part[["vlm", *TABLE4_COLUMNS]].rename(columns={"vlm": "Model", **TABLE4_COLUMNS})
+    return table.assign(**{c: table[c].map(_percent) for c in TABLE4_COLUMNS.values()}).reset_index(drop=True)
+
+
+def _best(part: pd.DataFrame, metric: str) -> str:
+    known = part.dropna(subset=[metric])
+    if known.empty:
+        return "-"
+    top = known.loc[known[metric].idxmax()]
+    return f"{top['vlm']} ({_percent(top[metric]):.2f})"
+
+
+def table5(metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """Table 5: per setting, the number of models, average overall accuracy, humility score, macro-F1
+    and NOTA selection rate, and the best models: by overall accuracy and by humility score, or by the
+    setting's headline metric when that is not overall accuracy."""
+    part = _one_reading(metrics, reading)
+    rows = []
+    for name, setting in settings.items():
+        cells = part[part["setting"] == name]
+        if cells.empty:
+            continue
+        headline = setting["headline"]
+        best = (
+            f"{_best(cells, 'overall')} / {_best(cells, 'humility')}"
+            if headline == "overall"
+            else f"{HEADLINES[headline]}: {_best(cells, headline)}"
+        )
+        rows.append({
+            "Setting": setting["label"], "# Models": len(cells),
+            "Avg. Overall": _percent(cells["overall"].mean()), "Avg. HS": _percent(cells["humility"].mean()),
+            "Avg. Macro-F1": _percent(cells["macro_f1"].mean()),
+            "Avg. NOTA Sel.": _percent(cells["nota_selection"].mean()), "Best Model(s)": best,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def table6(metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """Table 6: one row per model, one column per setting holding the setting's headline metric."""
+    part = _one_reading(metrics, reading)
+    columns = {name: f"{s['label']} ({HEADLINES[s['headline']]})" for name, s in settings.items()}
+    table = pd.DataFrame({"Model": list(dict.fromkeys(part["vlm"]))})
+    for name, setting in settings.items():
+        cells = part[part["setting"] == name].set_index("vlm")[setting["headline"]]
+        table[columns[name]] = table["Model"].map(cells).map(_percent)
+    return table
+
+
+def read_human_answers(path: str | Path) -> pd.DataFrame:
+    """Human answers: `annotator,question_id,setting,answer` (a letter of the options as shown in that
+    setting, or empty when the person gave none)."""
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    missing = {"annotator", "question_id", "setting", "answer"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"{path}: human answers lack columns {sorted(missing)}")
+    bad = frame[~frame["answer"].isin(["", "A", "B", "C", "D", "E"])]
+    if len(bad):
+        raise ValueError(f"{path}: row {bad.index[0] + 2} answers {bad['answer'].iloc[0]!r} (a letter A-E or empty)")
+    return frame
+
+
+TABLE7_COLUMNS = {"overall": "Overall", "non_nota_accuracy": "Non-NOTA", "nota_hit": "NOTA hit",
+                  "false_nota": "False-NOTA", "humility": "HS"}  # fmt: skip
+
+
+def _table7_cells(frame: pd.DataFrame, normal: str, stress: str) -> dict[str, float]:
+    normal_part, stress_part = frame[frame["setting"] == normal], frame[frame["setting"] == stress]
+    cells = dict.fromkeys([*TABLE7_COLUMNS.values(), "NOTA hit (stress)"], math.nan)
+    if len(normal_part):
+        found = humility_metrics(normal_part)
+        cells |= {name: found[key] for key, name in TABLE7_COLUMNS.items()}
+    if len(stress_part):
+        cells["NOTA hit (stress)"] = humility_metrics(stress_part)["nota_hit"]
+    return cells
+
+
+def table7(
+    answers: pd.DataFrame, humans: pd.DataFrame, reading: str, normal: str = "original", stress: str = "nota_only"
+) -> pd.DataFrame:
+    """Table 7: humans and models on the same questions. For each annotator's question set, the
+    metrics of the person and of each model in the `normal` setting, and the NOTA hit rate in the
+    `stress` setting; each row averages over the annotators' sets."""
+    shown = answers.drop_duplicates(["setting", "question_id"]).set_index(["setting", "question_id"])
+    people = humans.join(shown[["label", "nota", "type"]], on=["setting", "question_id"])
+    unknown = people[people["label"].isna()]
+    if len(unknown):
+        raise ValueError(
+            f"human answer to question {unknown['question_id'].iloc[0]} in setting {unknown['setting'].iloc[0]}, "
+            "which no model was asked"
+        )
+    people = people.rename(columns={"answer": "prediction"})
+    models = answers.assign(prediction=answers[f"prediction_{reading}"])
+    model_keys = list(zip(models["setting"], models["question_id"], strict=True))
+    cells: dict[str, list[dict[str, float]]] = {}
+    for _, own in people.groupby("annotator", sort=True):
+        asked = set(zip(own["setting"], own["question_id"], strict=True))
+        same = models[[key in asked for key in model_keys]]
+        for who, frame in [("Human", own), *same.groupby("vlm", sort=False)]:
+            cells.setdefault(who, []).append(_table7_cells(frame, normal, stress))
+    rows = [{"Model": who, **pd.DataFrame(sets).mean().map(_percent).to_dict()} for who, sets in cells.items()]
+    return pd.DataFrame(rows)
+
+
+def plot_nota_tradeoff(
+    metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]], path: str | Path
+) -> None:
+    """NOTA hit rate (y) against false-NOTA rate (x), one marker per model and setting; the diagonal is
+    a model that picks NOTA at random. Settings without both rates (noise, NOTA-only) are left out."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    part = _one_reading(metrics, reading).dropna(subset=["nota_hit", "false_nota"])
+    figure = Figure(figsize=(6.5, 5.0), dpi=150, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    markers = dict(zip(settings, "os^vDP*", strict=False))
+    models = list(dict.fromkeys(part["vlm"]))
+    colours = dict(zip(models, [f"C{i % 10}" for i in range(len(models))], strict=True))
+    for row in part.itertuples(index=False):
+        axes.scatter(row.false_nota, row.nota_hit, marker=markers.get(row.setting, "o"), color=colours[row.vlm])
+    for name in settings:
+        if name in set(part["setting"]):
+            axes.scatter([], [], marker=markers[name], color="0.4", label=settings[name]["label"])
+    for model in models:
+        axes.scatter([], [], marker="s", color=colours[model], label=model)
+    axes.plot([0, 1], [0, 1], color="black", linestyle="--", linewidth=1, label="chance")
+    axes.set_xlim(0, 1)
+    axes.set_ylim(0, 1)
+    axes.set_xlabel("False-NOTA rate")
+    axes.set_ylabel("NOTA hit rate")
+    axes.set_title(f"NOTA detection per model and setting ({reading} reading)")
+    figure.legend(loc="outside right upper", fontsize="small")
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png")
