@@ -87,7 +87,7 @@ def test_an_image_is_scored_through_its_caption(align_score):
     pictures = [Image.fromarray(rng.integers(0, 255, (40, 40 + 8 * i, 3), dtype=np.uint8)) for i in range(4)]
     prompts = ["a red fox in the snow", "two cats on a sofa", "a lighthouse at dusk", "a bowl of apples"]
     scores = align_score.score(prompts, pictures)
-    captions = align_score.captioner.describe(align_score.instruction, pictures, align_score.caption_tokens)
+    captions = align_score.captioner.describe([align_score.instruction] * 4, pictures, align_score.caption_tokens)
     assert [s.detail for s in scores] == captions
     assert [s.raw for s in scores] == pytest.approx(align_score.align(captions, prompts), abs=1e-5)
     other = [s.raw for s in align_score.score(prompts[::-1], pictures)]

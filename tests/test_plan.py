@@ -59,7 +59,7 @@ def test_plan_outputs_gpus_and_benchmark_files_equal_snakemake_dry_run(paper_con
         if job["rule"] in plan.JOB_WILDCARDS:
             bench = str(plan.benchmark_file("results/benchmarks", job["rule"], plan.job_name(job["rule"], job)))
         ours.add((job["rule"], job["output"], int(job["gpus"]), bench))
-    assert len(planned_by_snakemake) == len(jobs) - 1 == 634
+    assert len(planned_by_snakemake) == len(jobs) - 1 == 684
     assert ours == planned_by_snakemake
 
 
@@ -114,9 +114,10 @@ def test_missing_throughput_is_na_and_named(tiny_config):
     assert rules.loc["generate_triplets", "gpu_hours"] == pytest.approx(18 / 3600)
     assert pd.isna(result["total_gpu_hours"])
     assert result["known_gpu_hours"] == pytest.approx(18 / 3600)
-    # The metrics on tiny-qwen2.5-vl (AlignScore's captioner too) now need GPUs, and have no entry.
-    assert result["missing"] == ["judge_images.tiny-qwen2.5-vl", "render_images.tiny-flux", "score_metric.alignscore",
-                                 "score_metric.vlm-judge", "score_metric.vqascore"]  # fmt: skip
+    # HumbleBench and the metrics on tiny-qwen2.5-vl (AlignScore's captioner too) now need GPUs, with no entry.
+    assert result["missing"] == ["answer_humble.tiny-qwen2.5-vl", "judge_images.tiny-qwen2.5-vl",
+                                 "render_images.tiny-flux", "score_metric.alignscore", "score_metric.vlm-judge",
+                                 "score_metric.vqascore"]  # fmt: skip
 
 
 def test_throughput_entry_for_an_unknown_model_is_refused(tiny_config):
@@ -224,7 +225,7 @@ def test_cli_plan_as_a_subprocess():
     total = re.search(r"^Total: (\d+) jobs, ([\d.]+) GPU-hours$", result.stdout, flags=re.MULTILINE)
     assert total, result.stdout
     expected = plan.plan(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
-    assert int(total[1]) == expected["total_jobs"] == 635
+    assert int(total[1]) == expected["total_jobs"] == 685
     assert float(total[2]) == pytest.approx(expected["total_gpu_hours"], abs=0.005)
     assert "| judge_images" in result.stdout
     csv = subprocess.run(
@@ -233,4 +234,4 @@ def test_cli_plan_as_a_subprocess():
     )  # fmt: skip
     frame = pd.read_csv(pd.io.common.StringIO(csv.stdout))
     assert frame.iloc[-1]["rule"] == "total"
-    assert frame.iloc[-1]["jobs"] == 635
+    assert frame.iloc[-1]["jobs"] == 685

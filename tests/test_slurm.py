@@ -87,6 +87,10 @@ def slurm_run(cluster, tmp_path_factory):
     config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
     # One domain: the test node has 2 CPUs. Absolute paths, so that submitit jobs find them too.
     config["domains"] = {"animals": config["domains"]["animals"]}
+    # HumbleBench in one setting with one VLM: its jobs go through SLURM like the others.
+    humble = config["humblebench"]
+    humble |= {"vlms": humble["vlms"][:1], "settings": {"original": humble["settings"]["original"]},
+               "tables": {"original": "original", "stress": "original"}}  # fmt: skip
     config |= {"results_dir": str(work / "results"), "resources_dir": str(work / "resources")}
     for name, gpus in TEST_GPUS.items():
         config["models"][name]["gpus"] = gpus

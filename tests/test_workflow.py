@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import REPO
+from scene_graphs import make_scene_graphs
 
 from blindspot import tables
 from blindspot.config import n_shards
@@ -109,15 +110,35 @@ def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
     assert "results/tiny/tables/table2_image_quality.md" in targets
     assert "results/tiny/tables/table3_metrics.tex" in targets
     assert "results/tiny/tables/metric_accuracy.png" in targets
-    assert len(targets) == 3 + 3 * 3 + 2
+    assert "results/tiny/tables/table6_humblebench_models.tex" in targets
+    assert "results/tiny/tables/humblebench_nota_tradeoff.png" in targets
+    assert not any("table7" in target for target in targets)  # no human answers in the tiny preset
+    assert len(targets) == 3 + 3 * 3 + 3 * 3 + 4
+
+
+SCENE_GRAPHS = {
+    "describer": "tiny-qwen2.5-vl", "writer": "smollm2-135m", "cue_tokens": 6,
+    "cue_instruction": "Describe the colour and material of the {category} in a few words.",
+    "template": "config/prompts/humble_scene_questions_v1.yaml", "verification": None,
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
+def run_config(tmp_path_factory) -> dict:
+    """The tiny preset as the run uses it: HumbleBench also writes questions from a test scene-graph file."""
+    config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
+    graphs = make_scene_graphs(tmp_path_factory.mktemp("scene_graphs"))
+    config["humblebench"]["scene_graphs"] = SCENE_GRAPHS | {"file": str(graphs)}
+    return config
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, run_config):
     """The README quick start, in a copy of the checkout: the tiny preset end to end."""
     work = tmp_path_factory.mktemp("checkout")
     for part in ("workflow", "config", "profiles", "src"):
         shutil.copytree(REPO / part, work / part, symlinks=True)
+    (work / "config" / "tiny.yaml").write_text(yaml.safe_dump(run_config, sort_keys=False))
     (work / "resources").mkdir()
     (work / "resources" / "downloads").symlink_to(REPO / "resources" / "downloads")
     log = snakemake("--profile", "profiles/local", "-c2", cwd=work)
@@ -184,14 +205,31 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     assert (results / "tables" / "metric_accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     breakdown = pd.read_csv(results / "tables" / "metric_accuracy_breakdown.csv")
     assert {"overall", "domain", "knob", "t2i", "subcategory"} <= set(breakdown["breakdown"])
+    humble = tiny_config["humblebench"]
+    questions = read_table(results / "humblebench" / "questions.parquet", tables.HUMBLE_QUESTIONS)
+    assert set(questions["source"]) == {"benchmark", "scene_graph"}
+    assert (questions["source"] == "benchmark").sum() == 2 * 2 * len(kept)  # subject and knob, both images
+    answers = pd.concat(
+        [read_table(p, tables.HUMBLE_ANSWERS) for p in results.glob("humblebench/answers/*/*/*.parquet")]
+    )
+    assert len(answers) == len(questions) * len(humble["vlms"]) * len(humble["settings"])
+    noise = answers[answers["setting"] == "noise"]
+    assert noise["noise_image"].all()
+    assert (noise["label"] == noise["nota"]).all()
+    table6 = pd.read_csv(results / "tables" / "table6_humblebench_models.csv")
+    assert list(table6["Model"]) == humble["vlms"]
+    assert len(table6.columns) == 1 + len(humble["settings"])
+    metrics = pd.read_csv(results / "tables" / "humblebench_metrics.csv")
+    assert len(metrics) == len(humble["vlms"]) * len(humble["settings"]) * 2  # both readings
+    assert (results / "tables" / "humblebench_nota_tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # No temp file of an atomic write is left behind anywhere.
     assert not list(results.rglob(".*.tmp"))
 
 
 @pytest.mark.slow
-def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run, tiny_config):
+def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run, run_config):
     work, _ = tiny_run
-    config = tiny_config
+    config = run_config
     config["models"]["tiny-flux-b"] = dict(config["models"]["tiny-flux"])
     config["image_stage"]["t2i_models"].append("tiny-flux-b")
     (work / "added_t2i.yaml").write_text(yaml.safe_dump(config, sort_keys=False))  # key order is part of a param
@@ -204,6 +242,9 @@ def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run
         "split_benchmark": 1, "export_dataset": 1, "all": 1,
         # The benchmark gains pairs, so every metric job runs again; the score cache makes that cheap.
         "score_metric": shards * len(config["evaluation"]["metrics"]), "make_table3": 1,
+        # HumbleBench asks about the benchmark's images: new questions, answered again in every setting.
+        "make_humble_questions": 1, "make_humble_tables": 1,
+        "answer_humble": len(config["humblebench"]["vlms"]) * len(config["humblebench"]["settings"]),
     })  # fmt: skip
     renders = [o for o in planned_outputs(out) if "/renders/" in o or "/vlm_scores/" in o]
     assert renders

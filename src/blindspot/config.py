@@ -21,7 +21,10 @@ MODEL_ROLES = {
     ("image_stage", "t2i_models"): ("diffusers",),
     ("image_stage", "vlms"): ("vllm", "transformers"),
     ("image_stage", "iqa_metrics"): ("pyiqa",),
+    ("humblebench", "vlms"): ("vllm", "transformers"),
 }
+# HumbleBench's scene-graph question writing: role -> the backends its model may have.
+SCENE_GRAPH_ROLES = {"describer": ("transformers",), "writer": ("vllm", "transformers")}
 
 
 class ConfigError(ValueError):
@@ -53,19 +56,28 @@ def validate_config(config: dict[str, Any]) -> None:
     """Raise ConfigError naming the first bad key; check names that refer to the registry."""
     check_schema(config, SCHEMA_PATH, "config")
     models = config["models"]
-    for (stage, role), backends in MODEL_ROLES.items():
-        names = config[stage][role]
+    roles = [(f"{stage}.{role}", config[stage][role], backends) for (stage, role), backends in MODEL_ROLES.items()]
+    scene_graphs = config["humblebench"].get("scene_graphs") or {}
+    roles += [(f"humblebench.scene_graphs.{role}", scene_graphs[role], backends)
+              for role, backends in SCENE_GRAPH_ROLES.items() if role in scene_graphs]  # fmt: skip
+    for key, names, backends in roles:
         for name in [names] if isinstance(names, str) else names:
             if name not in models:
                 raise ConfigError(
-                    f"config key '{stage}.{role}': model '{name}' is not in the registry "
-                    f"(models: {', '.join(sorted(models))})"
+                    f"config key '{key}': model '{name}' is not in the registry (models: {', '.join(sorted(models))})"
                 )
             if models[name]["backend"] not in backends:
                 raise ConfigError(
                     f"config key 'models.{name}.backend': '{models[name]['backend']}' cannot "
-                    f"serve as {role} (expected one of {', '.join(backends)})"
+                    f"serve as {key.rsplit('.', 1)[1]} (expected one of {', '.join(backends)})"
                 )
+    humble = config["humblebench"]
+    for use, setting in humble["tables"].items():
+        if setting not in humble["settings"]:
+            raise ConfigError(
+                f"config key 'humblebench.tables.{use}': '{setting}' is not one of the settings "
+                f"({', '.join(humble['settings'])})"
+            )
     evaluation = config["evaluation"]
     for name, metric in evaluation["metrics"].items():
         named = {"model": metric["model"]} | {f"models.{arg}": m for arg, m in metric.get("models", {}).items()}
@@ -173,6 +185,10 @@ STEP_MODELS = {
     "judge_images": lambda config, wildcards: [wildcards["vlm"]],
     "measure_image_quality": lambda config, wildcards: list(config["image_stage"]["iqa_metrics"]),
     "score_metric": lambda config, wildcards: metric_models(config["evaluation"]["metrics"][wildcards["metric"]]),
+    "write_scene_questions": lambda config, wildcards: [
+        config["humblebench"]["scene_graphs"][role] for role in ("describer", "writer")
+    ],
+    "answer_humble": lambda config, wildcards: [wildcards["vlm"]],
 }
 
 

@@ -91,7 +91,7 @@ def draw(seed: int, *parts: str) -> np.random.Generator:
 
 def present(question: Question, setting: str, transforms: Mapping[str, Any], seed: int) -> Presented:
     """`question` as the setting named `setting` shows it; `transforms` is the setting's config."""
-    unknown = set(transforms) - set(TRANSFORMS) - {"template"}
+    unknown = set(transforms) - set(TRANSFORMS) - {"template", "label", "headline"}
     if unknown:
         raise ValueError(f"setting {setting}: unknown keys {sorted(unknown)} (transforms: {', '.join(TRANSFORMS)})")
     options = list(question.options)
@@ -117,6 +117,11 @@ def present(question: Question, setting: str, transforms: Mapping[str, Any], see
         label=letter_map[label], nota=letter_map[nota], type=question.type,
         noise_image=bool(transforms.get("noise_image")), letter_map=letter_map,
     )  # fmt: skip
+
+
+def shard_of(question_id: str, shards: int) -> int:
+    """A question's answer shard, from its id alone: adding questions never moves the others."""
+    return int(hashlib.sha256(question_id.encode()).hexdigest()[:8], 16) % shards
 
 
 def noise_image(question_id: str, seed: int, size: tuple[int, int]) -> Any:

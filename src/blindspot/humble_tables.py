@@ -115,8 +115,8 @@ TABLE7_COLUMNS = {"overall": "Overall", "non_nota_accuracy": "Non-NOTA", "nota_h
                   "false_nota": "False-NOTA", "humility": "HS"}  # fmt: skip
 
 
-def _table7_cells(frame: pd.DataFrame, normal: str, stress: str) -> dict[str, float]:
-    normal_part, stress_part = frame[frame["setting"] == normal], frame[frame["setting"] == stress]
+def _table7_cells(frame: pd.DataFrame, original: str, stress: str) -> dict[str, float]:
+    normal_part, stress_part = frame[frame["setting"] == original], frame[frame["setting"] == stress]
     cells = dict.fromkeys([*TABLE7_COLUMNS.values(), "NOTA hit (stress)"], math.nan)
     if len(normal_part):
         found = humility_metrics(normal_part)
@@ -127,10 +127,10 @@ def _table7_cells(frame: pd.DataFrame, normal: str, stress: str) -> dict[str, fl
 
 
 def table7(
-    answers: pd.DataFrame, humans: pd.DataFrame, reading: str, normal: str = "original", stress: str = "nota_only"
+    answers: pd.DataFrame, humans: pd.DataFrame, reading: str, original: str = "original", stress: str = "nota_only"
 ) -> pd.DataFrame:
     """Table 7: humans and models on the same questions. For each annotator's question set, the
-    metrics of the person and of each model in the `normal` setting, and the NOTA hit rate in the
+    metrics of the person and of each model in the `original` setting, and the NOTA hit rate in the
     `stress` setting; each row averages over the annotators' sets."""
     shown = answers.drop_duplicates(["setting", "question_id"]).set_index(["setting", "question_id"])
     people = humans.join(shown[["label", "nota", "type"]], on=["setting", "question_id"])
@@ -148,7 +148,7 @@ def table7(
         asked = set(zip(own["setting"], own["question_id"], strict=True))
         same = models[[key in asked for key in model_keys]]
         for who, frame in [("Human", own), *same.groupby("vlm", sort=False)]:
-            cells.setdefault(who, []).append(_table7_cells(frame, normal, stress))
+            cells.setdefault(who, []).append(_table7_cells(frame, original, stress))
     rows = [{"Model": who, **pd.DataFrame(sets).mean().map(_percent).to_dict()} for who, sets in cells.items()]
     return pd.DataFrame(rows)
 

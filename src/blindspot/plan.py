@@ -19,7 +19,15 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from blindspot import targets
-from blindspot.config import MODEL_ROLES, ConfigError, metric_models, shard_slice, step_gpus
+from blindspot.config import (
+    MODEL_ROLES,
+    SCENE_GRAPH_ROLES,
+    ConfigError,
+    metric_models,
+    shard_names,
+    shard_slice,
+    step_gpus,
+)
 
 STAGES = {
     "build_model": "models",
@@ -38,6 +46,10 @@ STAGES = {
     "export_dataset": "benchmark",
     "score_metric": "metrics",
     "make_table3": "metrics",
+    "write_scene_questions": "humblebench",
+    "make_humble_questions": "humblebench",
+    "answer_humble": "humblebench",
+    "make_humble_tables": "humblebench",
     "all": "benchmark",
 }
 # The wildcards of each rule's `log:`/`benchmark:` job name, in order (workflow/rules/*.smk; a test
@@ -53,6 +65,9 @@ JOB_WILDCARDS = {
     "measure_image_quality": ("domain", "shard"),
     "export_dataset": (),
     "score_metric": ("domain", "metric", "shard"),
+    "write_scene_questions": (),
+    "make_humble_questions": (),
+    "answer_humble": ("vlm", "setting", "shard"),
 }
 # Sharded rules, the kind of their main output, and which wildcard is the job's model.
 SHARDED = {
@@ -64,9 +79,11 @@ SHARDED = {
     "score_metric": ("metric_scores", "metric"),
 }
 # The wildcard naming the one model a job runs (and is looked up by in `throughput:`).
-MODEL_WILDCARD = {"build_model": "model"} | {rule: wildcard for rule, (_, wildcard) in SHARDED.items() if wildcard}
+MODEL_WILDCARD = {"build_model": "model", "answer_humble": "vlm"} | {
+    rule: wildcard for rule, (_, wildcard) in SHARDED.items() if wildcard
+}
 # Rules whose one job runs several models in turn: their throughput is per job, under `default`.
-MULTI_MODEL = {"check_prompt_quality", "measure_image_quality"}
+MULTI_MODEL = {"check_prompt_quality", "measure_image_quality", "write_scene_questions"}
 # Rules that run a model on a GPU: the keys the `throughput:` table may have.
 THROUGHPUT_RULES = (
     "generate_triplets",
@@ -76,11 +93,14 @@ THROUGHPUT_RULES = (
     "judge_images",
     "measure_image_quality",
     "score_metric",
+    "write_scene_questions",
+    "answer_humble",
 )
 ITEMS_NOTE = (
     "Items are upper bounds: seeds per shard for the prompt stage; for images 2 x seeds x generators x "
     "images_per_description per T2I model (every generator's triplet of a seed accepted), and for image "
-    "quality that times the T2I models (every pair kept). Filtering before a stage only lowers them."
+    "quality that times the T2I models (every pair kept). Filtering before a stage only lowers them. "
+    "HumbleBench answers: the release's questions (`release_questions`) and two per benchmark image, per shard."
 )
 COLUMNS = ["stage", "rule", "domain", "model", "models", "shard", "items", "gpus", "output"]
 
@@ -100,6 +120,8 @@ def needed_built_models(config: dict[str, Any]) -> list[str]:
         value = config[stage][role]
         names.extend([value] if isinstance(value, str) else value)
     names.extend(name for metric in config["evaluation"]["metrics"].values() for name in metric_models(metric))
+    names.extend((config["humblebench"].get("scene_graphs") or {}).get(role) for role in SCENE_GRAPH_ROLES)
+    names = [name for name in names if name]
     needed: list[str] = []
     while names:
         name = names.pop(0)
@@ -183,6 +205,19 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
     add("split_benchmark", p("benchmark_pairs"), None)
     add("export_dataset", p("dataset"), None)
     add("make_table3", targets.table_targets(config, "table3")[0], None)
+    humble = config["humblebench"]
+    if humble.get("scene_graphs"):
+        scene = humble["scene_graphs"]
+        add("write_scene_questions", p("scene_questions"), None, describer=scene["describer"], writer=scene["writer"])
+    add("make_humble_questions", p("humble_questions"), None)
+    images = sum(spec["n_seeds"] for spec in config["domains"].values()) * per_seed_images * len(t2is)
+    questions = humble.get("release_questions", 0) + (2 * images if humble.get("from_benchmark") else 0)
+    per_shard = -(-questions // humble["answer_shards"])
+    for vlm, setting in itertools.product(humble["vlms"], humble["settings"]):
+        for shard in shard_names(humble["answer_shards"], 1):
+            add("answer_humble", p("humble_answers", vlm=vlm, setting=setting, shard=shard), per_shard,
+                shard=shard, vlm=vlm, setting=setting)  # fmt: skip
+    add("make_humble_tables", p("humble_metrics"), None)
     add("all", "", None)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame = frame.sort_values("rule", key=lambda rules: rules.map(list(STAGES).index), kind="stable")

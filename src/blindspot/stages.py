@@ -21,7 +21,7 @@ import yaml
 
 from blindspot import tables
 from blindspot.config import load_config, model_spec, shard_slice
-from blindspot.io import provenance, read_table, write_json, write_table
+from blindspot.io import provenance, read_table, write_json, write_table, write_text
 from blindspot.prompts import PromptTemplate
 
 log = logging.getLogger("blindspot")
@@ -348,6 +348,154 @@ def make_table3(
     log.info("Table 3 over %d scored rows of %d metrics", len(all_scores), len(metrics))
 
 
+def write_scene_questions(config: dict[str, Any], scene_graphs: str, out: str, verification_out: str,
+                          counters_out: str) -> None:  # fmt: skip
+    """HumbleBench's own construction: attribute cues from a VLM on each cropped object, then an LLM
+    writing questions from the scene graph; candidates, with a CSV for people to verify them."""
+    from blindspot import humble_questions
+    from blindspot.textgen import load_text_generator
+    from blindspot.vlm_scoring import TransformersVLMScorer
+
+    stage = config["humblebench"]["scene_graphs"]
+    graphs = humble_questions.read_scene_graphs(scene_graphs)
+    describer = TransformersVLMScorer(model_spec(config, stage["describer"]), config["humblebench"]["batch_size"])
+    cues = humble_questions.attribute_cues(graphs, describer, stage["cue_instruction"], stage["cue_tokens"])
+    del describer  # one model at a time in memory
+    writer = load_text_generator(
+        model_spec(config, stage["writer"]), config["seed"], config["humblebench"]["batch_size"]
+    )
+    rows, counters = humble_questions.questions_from_scene_graphs(
+        graphs, cues, writer, PromptTemplate.load(stage["template"])
+    )
+    log.info("scene-graph questions: %s", json.dumps(counters))
+    humble_questions.export_for_verification(rows, verification_out)
+    write_json(counters_out, counters | {"provenance": provenance()})
+    write_table(out, pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names), tables.HUMBLE_QUESTIONS)
+
+
+def make_humble_questions(
+    config: dict[str, Any], benchmark: Sequence[str], scene_candidates: Sequence[str], verification: Sequence[str],
+    out: str, images: str, counters_out: str,
+) -> None:  # fmt: skip
+    """Every HumbleBench question the config asks for: the official release, questions from our
+    benchmark's images, and the scene-graph candidates (after people's decisions, when given)."""
+    from blindspot import humble_questions
+    from blindspot.taxonomy import load_taxonomy
+
+    settings = config["humblebench"]
+    rows, counters = [], {}
+    Path(images).mkdir(parents=True, exist_ok=True)
+    if settings.get("release"):
+        rows += humble_questions.load_release(settings["release"], images)
+        counters["release"] = len(rows)
+    if benchmark:
+        source = settings["from_benchmark"]
+        taxonomies = {d: load_taxonomy(entry["taxonomy"], d) for d, entry in config["domains"].items()}
+        built, skipped = humble_questions.questions_from_benchmark(
+            read_table(benchmark[0], tables.BENCHMARK_PAIRS), taxonomies, source["kinds"], source["nota_share"],
+            config["seed"],
+        )  # fmt: skip
+        rows += built
+        counters |= {"benchmark": len(built), "benchmark_kinds_without_a_question": skipped}
+    if scene_candidates:
+        candidates = read_table(scene_candidates[0], tables.HUMBLE_QUESTIONS).to_dict("records")
+        if verification:
+            candidates, decisions = humble_questions.apply_verification(candidates, verification[0])
+            counters["scene_graph_decisions"] = decisions
+        else:
+            log.warning("%d scene-graph questions are used unverified: no verification file is given", len(candidates))
+        rows += candidates
+        counters["scene_graph"] = len(candidates)
+    frame = pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names)
+    duplicated = frame["question_id"][frame["question_id"].duplicated()]
+    if len(duplicated):
+        raise ValueError(f"question id {duplicated.iloc[0]} comes twice; question ids must be unique across sources")
+    counters["questions"] = len(frame)
+    counters["per_type"] = {t: int(n) for t, n in frame["type"].value_counts().items()}
+    log.info("HumbleBench questions: %s", json.dumps(counters))
+    write_json(counters_out, counters | {"provenance": provenance()})
+    write_table(out, frame, tables.HUMBLE_QUESTIONS)
+
+
+def answer_humble(
+    config: dict[str, Any], vlm: str, setting: str, shard: str, questions: str, templates: Sequence[str], out: str,
+    counters_out: str,
+) -> None:  # fmt: skip
+    """One VLM answers one shard of the questions as one setting shows them."""
+    from PIL import Image
+
+    from blindspot import humble
+    from blindspot.humble_questions import row_question
+    from blindspot.vlm_scoring import load_vlm_scorer
+
+    settings = config["humblebench"]
+    transforms = settings["settings"][setting]
+    rows = read_table(questions, tables.HUMBLE_QUESTIONS)
+    mine = rows[rows["question_id"].map(lambda q: humble.shard_of(q, settings["answer_shards"])) == int(shard)]
+    items = []
+    for row in mine.to_dict("records"):
+        shown = humble.present(row_question(row), setting, transforms, config["seed"])
+        with Image.open(row["image_path"]) as image:
+            picture = image.convert("RGB")
+        if shown.noise_image:
+            picture = humble.noise_image(row["question_id"], config["seed"], picture.size)
+        items.append((shown, picture))
+    spec = model_spec(config, vlm)
+    template = {setting: PromptTemplate.load(transforms["template"])}
+    answered = []
+    if items:
+        scorer = load_vlm_scorer(spec, settings["batch_size"])
+        answered = humble.answer_questions(items, scorer, template, settings["max_new_tokens"])
+    frame = pd.DataFrame(
+        [row | {"vlm": vlm, "model_id": spec.model_id, "model_revision": spec.revision or ""} for row in answered],
+        columns=tables.HUMBLE_ANSWERS.names,
+    )
+    counters = {
+        "questions": len(frame),
+        "unparseable_text": int((frame["prediction_text"] == "").sum()),
+        "text_and_logits_agree": int((frame["prediction_text"] == frame["prediction_logits"]).sum()),
+    }
+    log.info("%s/%s/%s: %s", vlm, setting, shard, json.dumps(counters))
+    write_json(counters_out, counters | {"provenance": provenance()})
+    write_table(out, frame, tables.HUMBLE_ANSWERS)
+
+
+def make_humble_tables(
+    config: dict[str, Any], answers: Sequence[str], human_answers: Sequence[str], metrics: str, table4: Sequence[str],
+    table5: Sequence[str], table6: Sequence[str], table7: Sequence[str], plot: str,
+) -> None:  # fmt: skip
+    """Every metric per VLM x setting x reading, Tables 4-6 (and 7, given human answers), and the NOTA plot."""
+    from blindspot import humble_tables
+    from blindspot.reporting import write_report_table
+
+    settings = config["humblebench"]
+    reading = settings["reading"]
+    frame = pd.concat([read_table(path, tables.HUMBLE_ANSWERS) for path in answers], ignore_index=True)
+    found = humble_tables.metrics_table(frame)
+    write_text(metrics, found.to_csv(index=False))
+    named = settings["settings"]
+    write_report_table(
+        humble_tables.table4(found, reading), *table4, caption=f"Table 4: the Original setting ({reading} reading), %"
+    )
+    write_report_table(
+        humble_tables.table5(found, reading, named), *table5, caption=f"Table 5: the settings ({reading} reading), %"
+    )
+    write_report_table(
+        humble_tables.table6(found, reading, named),
+        *table6,
+        caption=f"Table 6: models across settings ({reading} reading), %",
+    )
+    if human_answers:
+        people = humble_tables.read_human_answers(human_answers[0])
+        write_report_table(
+            humble_tables.table7(frame, people, reading, **settings["tables"]),
+            *table7,
+            caption="Table 7: humans and models on the same questions, %",
+        )
+    humble_tables.plot_nota_tradeoff(found, reading, named, plot)
+    log.info("HumbleBench tables over %d answers", len(frame))
+
+
 def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
     from blindspot.tiny_models import build_model as build
 
@@ -357,7 +505,8 @@ def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
 STEPS = {f.__name__: f for f in (make_seeds, generate_triplets, judge_triplets, accept_triplets,
                                  check_prompt_quality, make_table1, render_images, judge_images,
                                  keep_consensus_pairs, measure_image_quality, make_table2, split_benchmark,
-                                 export_dataset, score_metric, make_table3, build_model)}  # fmt: skip
+                                 export_dataset, score_metric, make_table3, write_scene_questions,
+                                 make_humble_questions, answer_humble, make_humble_tables, build_model)}  # fmt: skip
 
 
 def step_arguments(step: Any, job: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Schemas of every table the prompt stage writes (parquet, pyarrow types)."""
+"""Schemas of every table the workflow writes (parquet, pyarrow types)."""
 
 import pyarrow as pa
 
@@ -204,5 +204,43 @@ METRIC_SCORES = pa.schema(
         ("adv_score", _f),
         ("corr_detail", _s),
         ("adv_detail", _s),
+    ]
+)
+
+# HumbleBench: one row per multiple-choice question, whatever its source.
+HUMBLE_QUESTIONS = pa.schema(
+    [
+        ("question_id", _s),
+        ("source", _s),  # release, benchmark or scene_graph
+        ("question", _s),  # the stem, without the options
+        ("options", _s),  # JSON list of option texts in letter order; "None of the above" among them
+        ("label", _s),  # the correct letter
+        ("type", _s),  # Object, Attribute or Relation
+        ("image_path", _s),
+        ("origin", _s),  # JSON: where it came from (release file, pair and role, scene-graph image)
+        ("verified", pa.bool_()),  # checked by a person (the release, keep/modify) or built from verified facts
+    ]
+)
+
+# One row per question x VLM x setting: the question as shown, and both readings of the answer.
+HUMBLE_ANSWERS = pa.schema(
+    [
+        ("question_id", _s),
+        ("vlm", _s),  # registry name
+        ("model_id", _s),
+        ("model_revision", _s),
+        ("setting", _s),
+        ("type", _s),
+        ("options", _s),  # JSON list, as shown
+        ("label", _s),  # the correct letter as shown
+        ("nota", _s),  # NOTA's letter as shown
+        ("letter_map", _s),  # JSON: original letter -> shown letter ("" when removed)
+        ("noise_image", pa.bool_()),
+        ("letter_probabilities", _s),  # JSON list: P(letter) at the first answer token, letters as shown
+        ("letter_mass", _f),  # their sum: how much the model meant to answer with a letter
+        ("prediction_logits", _s),  # the most probable shown letter
+        ("text", _s),  # the generated answer
+        ("prediction_text", _s),  # the letter the text names; empty when it names none or several
+        ("template_version", _s),
     ]
 )

@@ -42,6 +42,20 @@ PATHS = {
     "table3": "{results}/tables/table3_metrics.{ext}",
     "metric_breakdown": "{results}/tables/metric_accuracy_breakdown.csv",
     "accuracy_plot": "{results}/tables/metric_accuracy.png",
+    "scene_questions": "{results}/humblebench/scene_graph_candidates.parquet",
+    "scene_verification": "{results}/humblebench/scene_graph_verification.csv",
+    "scene_counters": "{results}/humblebench/scene_graph_candidates.counters.json",
+    "humble_questions": "{results}/humblebench/questions.parquet",
+    "humble_images": "{results}/humblebench/release_images",
+    "humble_question_counters": "{results}/humblebench/questions.counters.json",
+    "humble_answers": "{results}/humblebench/answers/{vlm}/{setting}/{shard}.parquet",
+    "humble_answer_counters": "{results}/humblebench/answers/{vlm}/{setting}/{shard}.counters.json",
+    "humble_metrics": "{results}/tables/humblebench_metrics.csv",
+    "table4": "{results}/tables/table4_humblebench_original.{ext}",
+    "table5": "{results}/tables/table5_humblebench_settings.{ext}",
+    "table6": "{results}/tables/table6_humblebench_models.{ext}",
+    "table7": "{results}/tables/table7_humblebench_humans.{ext}",
+    "nota_plot": "{results}/tables/humblebench_nota_tradeoff.png",
     "log": "{results}/logs/{rule}/{job}.log",
     "benchmark": "{results}/benchmarks/{rule}/{job}.tsv",
 }
@@ -110,9 +124,26 @@ def table_targets(config: dict[str, Any], kind: str) -> list[str]:
     return [path(config, kind, ext=ext) for ext in TABLE_FORMATS]
 
 
+def humble_answer_targets(config: dict[str, Any]) -> list[str]:
+    settings = config["humblebench"]
+    return [
+        path(config, "humble_answers", vlm=vlm, setting=setting, shard=shard)
+        for vlm in settings["vlms"]
+        for setting in settings["settings"]
+        for shard in shard_names(settings["answer_shards"], 1)
+    ]
+
+
+def humble_table_targets(config: dict[str, Any]) -> list[str]:
+    """HumbleBench's tables: 4 to 6 always, 7 only with human answers."""
+    kinds = ["table4", "table5", "table6"] + (["table7"] if config["humblebench"].get("human_answers") else [])
+    return [target for kind in kinds for target in table_targets(config, kind)]
+
+
 def final_targets(config: dict[str, Any]) -> list[str]:
     """What `rule all` builds: the exported dataset, the annotation subsets, Tables 1 to 3 and the
-    metrics' accuracy breakdown and plot."""
+    metrics' accuracy breakdown and plot, and HumbleBench's tables, metrics and plot."""
     benchmark = [path(config, kind) for kind in ("dataset", "filter_validation", "preference_pairs")]
     tables = [target for kind in ("table1", "table2", "table3") for target in table_targets(config, kind)]
-    return benchmark + tables + [path(config, "metric_breakdown"), path(config, "accuracy_plot")]
+    figures = [path(config, kind) for kind in ("metric_breakdown", "accuracy_plot", "humble_metrics", "nota_plot")]
+    return benchmark + tables + humble_table_targets(config) + figures

@@ -143,15 +143,15 @@ class TransformersVLMScorer:
             results.extend(zip(probabilities.cpu().tolist(), (t.strip() for t in texts), strict=True))
         return results
 
-    def describe(self, instruction: str, images: list[Any], max_new_tokens: int) -> list[str]:
-        """Each image's answer to `instruction` (a caption, say), greedy."""
+    def describe(self, instructions: list[str], images: list[Any], max_new_tokens: int) -> list[str]:
+        """Each image's greedy answer to its instruction (a caption request, say)."""
         import torch
 
-        conversation = image_question(instruction)
         texts = []
         for start in tqdm(range(0, len(images), self.batch_size), desc=f"describe {self.spec.name}", unit="batch"):
             batch = images[start : start + self.batch_size]
-            prompt = self.inputs([conversation] * len(batch), batch)
+            conversations = [image_question(text) for text in instructions[start : start + self.batch_size]]
+            prompt = self.inputs(conversations, batch)
             with torch.inference_mode():
                 generated = self.model.generate(**prompt, max_new_tokens=max_new_tokens, do_sample=False)
             new_tokens = generated[:, prompt["input_ids"].shape[1] :]

@@ -142,7 +142,9 @@ class AlignScore:
     def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
         scores = []
         for batch_prompts, batch_images in batches(self.name, prompts, images, self.batch_size):
-            captions = self.captioner.describe(self.instruction, batch_images, self.caption_tokens)
+            captions = self.captioner.describe(
+                [self.instruction] * len(batch_images), batch_images, self.caption_tokens
+            )
             scores.extend(
                 Score(value, detail=caption)
                 for value, caption in zip(self.align(captions, batch_prompts), captions, strict=True)

@@ -1,0 +1,312 @@
+"""Where HumbleBench questions come from: the official release, our own benchmark's verified images,
+and scene graphs (the paper's own construction), with an export for manual verification.
+
+Every source writes the same rows (`tables.HUMBLE_QUESTIONS`): the question stem, its options as a
+JSON list with NOTA last, the correct letter, the type, the image file, and where it came from.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from blindspot.humble import LETTERS, NOTA_TEXT, TYPES, Question, draw, is_nota
+from blindspot.io import atomic_path, stable_id, write_text
+
+_OPTION_LINE = re.compile(r"^\s*\(?([A-E])[.)]\s*(.+?)\s*$")
+
+
+def question_row(question: Question, source: str, image_path: str, origin: Mapping[str, Any], verified: bool) -> dict:
+    return {
+        "question_id": question.question_id, "source": source, "question": question.question,
+        "options": json.dumps(list(question.options)), "label": question.label, "type": question.type,
+        "image_path": image_path, "origin": json.dumps(origin, sort_keys=True), "verified": verified,
+    }  # fmt: skip
+
+
+def row_question(row: Mapping[str, Any]) -> Question:
+    return Question(row["question_id"], row["question"], tuple(json.loads(row["options"])), row["label"], row["type"])
+
+
+# The official release ------------------------------------------------------------------------------
+def split_release_question(text: str, question_id: str) -> tuple[str, tuple[str, ...]]:
+    """The release writes the options into the question ("...?\\nA. red\\n...\\nE. None of the above"):
+    the stem and the option texts, which must be lettered A, B, ... in order."""
+    stem, options = [], []
+    for line in text.splitlines():
+        match = _OPTION_LINE.match(line)
+        if match and match.group(1) == LETTERS[len(options)]:
+            options.append(match.group(2))
+        elif options and line.strip():
+            raise ValueError(f"release question {question_id}: text after option {LETTERS[len(options) - 1]}")
+        elif line.strip():
+            stem.append(line.strip())
+    if len(options) < 2 or not stem:
+        raise ValueError(f"release question {question_id}: no stem and lettered options in {text!r}")
+    return " ".join(stem), tuple(options)
+
+
+def _release_records(source: str) -> list[dict[str, Any]]:
+    path = Path(source)
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if path.suffix == ".json":
+        return json.loads(path.read_text())
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path).to_dict("records")
+    import datasets
+
+    # A folder saved with `save_to_disk`, or a hub id (read from the local cache when offline).
+    loaded = datasets.load_from_disk(source) if path.is_dir() else datasets.load_dataset(source)
+    if isinstance(loaded, datasets.DatasetDict):
+        loaded = loaded[next(iter(loaded))]
+    return list(loaded)
+
+
+def load_release(source: str, image_dir: str | Path) -> list[dict[str, Any]]:
+    """Question rows from the official release: a .jsonl, .json or .parquet file, a saved dataset
+    folder or a hub dataset id, with fields question_id, question, type, label and image (a path,
+    relative to the file's folder, or an image with its bytes). Images that come as bytes are
+    written to `image_dir` as PNG."""
+    from PIL import Image
+
+    records = _release_records(source)
+    image_dir = Path(image_dir)
+    image_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for record in records:
+        missing = {"question_id", "question", "type", "label", "image"} - set(record)
+        if missing:
+            raise ValueError(f"{source}: a release record lacks {sorted(missing)}")
+        question_id = str(record["question_id"])
+        stem, options = split_release_question(record["question"], question_id)
+        image = record["image"]
+        if isinstance(image, str):
+            image_path = str(Path(source).parent / image)
+        else:
+            picture = image if isinstance(image, Image.Image) else Image.open(io.BytesIO(image["bytes"]))
+            image_path = str(image_dir / f"{question_id}.png")
+            with atomic_path(image_path) as tmp:
+                picture.convert("RGB").save(tmp, format="PNG")
+        question = Question(question_id, stem, options, str(record["label"]).strip(), str(record["type"]))
+        rows.append(question_row(question, "release", image_path, {"release": source}, verified=True))
+    return rows
+
+
+# Our benchmark's images ----------------------------------------------------------------------------
+def _instances(taxonomy: Mapping[str, Any], subcategory: str) -> list[str]:
+    """The domain's instances, the image's own subcategory first (the hardest distractors)."""
+    groups = taxonomy["subcategories"]
+    ordered = [subcategory, *(name for name in groups if name != subcategory)]
+    return list(dict.fromkeys(m for name in ordered for m in groups[name]["atypical"] + groups[name]["typical"]))
+
+
+def _options(truth: str, pool: Sequence[str], nota_correct: bool, rng: Any) -> tuple[tuple[str, ...], str]:
+    """Up to four options and NOTA last: the truth among distractors from `pool`, or (when NOTA is to
+    be correct) distractors only. Returns the options and the correct letter."""
+    distractors = [value for value in pool if value != truth]
+    wanted = len(LETTERS) - 1 - (0 if nota_correct else 1)
+    chosen = [distractors[i] for i in sorted(rng.permutation(len(distractors))[:wanted])]
+    if not nota_correct:
+        chosen.insert(int(rng.integers(len(chosen) + 1)), truth)
+    options = (*chosen, NOTA_TEXT)
+    return options, LETTERS[len(chosen)] if nota_correct else LETTERS[chosen.index(truth)]
+
+
+def questions_from_benchmark(
+    pairs: pd.DataFrame, taxonomies: Mapping[str, Mapping[str, Any]], kinds: Mapping[str, Mapping[str, str]],
+    nota_share: float, seed: int,
+) -> tuple[list[dict[str, Any]], dict[str, int]]:  # fmt: skip
+    """Questions about each kept image of the benchmark, from the facts its generation controlled and the
+    VLM filter verified: the subject instance (kind `subject`) and the value of the triplet's knob
+    (a kind named like the knob). `kinds` gives each kind's type and question text ({subject},
+    {aux} and {label} are filled in); a knob without a kind is skipped and counted. Distractors come
+    from the taxonomy: the domain's other instances, the knob's other values. A share `nota_share` of
+    questions, drawn per question, lose their correct option, so NOTA is right."""
+    rows, skipped = [], {}
+    for pair in pairs.itertuples(index=False):
+        taxonomy = taxonomies[pair.domain]
+        for role in ("corr", "adv"):
+            instance = pair.correct_instance if role == "corr" else pair.adversarial_instance
+            value = pair.correct_value if role == "corr" else pair.adversarial_value
+            facts = {"subject": (instance, _instances(taxonomy, pair.subcategory))}
+            facts[pair.knob] = (value, list(taxonomy["knobs"][pair.knob]["values"]))
+            for kind, (truth, pool) in facts.items():
+                if kind not in kinds:
+                    skipped[kind] = skipped.get(kind, 0) + 1
+                    continue
+                question_id = stable_id("benchmark", pair.pair_id, role, kind)
+                rng = draw(seed, question_id, "options")
+                options, label = _options(truth, pool, bool(rng.random() < nota_share), rng)
+                text = kinds[kind]["text"].format(aux=pair.aux_element, label=pair.label, subject=instance)
+                question = Question(question_id, text, options, label, kinds[kind]["type"])
+                origin = {"pair_id": pair.pair_id, "role": role, "kind": kind, "domain": pair.domain, "truth": truth}
+                rows.append(question_row(question, "benchmark", getattr(pair, f"{role}_path"), origin, verified=True))
+    return rows, skipped
+
+
+# Scene graphs --------------------------------------------------------------------------------------
+def read_scene_graphs(path: str | Path) -> list[dict[str, Any]]:
+    """Scene graphs in the Panoptic Scene Graph style: {"images": [{"image_id", "file_name" (relative to
+    the file), "objects": [{"id", "category", "bbox": [x0, y0, x1, y1]}], "relations": [{"subject",
+    "object", "predicate"}]}]}. Relations must name objects of their own image."""
+    path = Path(path)
+    graphs = json.loads(path.read_text())["images"]
+    for graph in graphs:
+        ids = {obj["id"] for obj in graph["objects"]}
+        for relation in graph.get("relations", []):
+            if relation["subject"] not in ids or relation["object"] not in ids:
+                raise ValueError(f"{path}: image {graph['image_id']} has a relation between unknown objects {relation}")
+        graph["file_name"] = str(path.parent / graph["file_name"])
+    return graphs
+
+
+def crops(graphs: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, str, Any]]:
+    """(image id, object id, category, cropped PIL image) for every object."""
+    from PIL import Image
+
+    found = []
+    for graph in graphs:
+        with Image.open(graph["file_name"]) as image:
+            picture = image.convert("RGB")
+        for obj in graph["objects"]:
+            found.append((graph["image_id"], obj["id"], obj["category"], picture.crop(tuple(obj["bbox"]))))
+    return found
+
+
+def attribute_cues(
+    graphs: Sequence[Mapping[str, Any]], describer: Any, instruction: str, max_new_tokens: int
+) -> dict[tuple[str, int], str]:
+    """What a VLM says about each cropped object (`instruction` with {category}): candidate attribute
+    cues for the question writer, as the paper's InstructBLIP step gives."""
+    objects = crops(graphs)
+    texts = describer.describe(
+        [instruction.format(category=c) for _, _, c, _ in objects], [crop for *_, crop in objects], max_new_tokens
+    )
+    return {(image_id, obj_id): text for (image_id, obj_id, _, _), text in zip(objects, texts, strict=True)}
+
+
+QUESTIONS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "questions": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 3,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "type": {"enum": list(TYPES)},
+                    "question": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "options": {
+                        "type": "array", "minItems": 4, "maxItems": 4,
+                        "items": {"type": "string", "minLength": 1, "maxLength": 80},
+                    },
+                    "answer": {"enum": ["A", "B", "C", "D", "none"]},
+                },
+                "required": ["type", "question", "options", "answer"],
+            },
+        }
+    },
+    "required": ["questions"],
+}  # fmt: skip
+
+
+def scene_description(graph: Mapping[str, Any], cues: Mapping[tuple[str, int], str]) -> dict[str, str]:
+    """The prompt fields for one image: its objects with their cues, and its relations."""
+    names = {obj["id"]: f"{obj['category']}#{obj['id']}" for obj in graph["objects"]}
+    objects = [
+        f"- {names[obj['id']]} at {obj['bbox']}: {cues.get((graph['image_id'], obj['id']), '') or 'no cue'}"
+        for obj in graph["objects"]
+    ]
+    relations = [f"- {names[r['subject']]} {r['predicate']} {names[r['object']]}" for r in graph.get("relations", [])]
+    return {"objects": "\n".join(objects), "relations": "\n".join(relations) or "- none"}
+
+
+def parse_scene_questions(text: str, graph: Mapping[str, Any]) -> tuple[list[Question], str]:
+    """The questions an LLM wrote for one image, NOTA appended as option E; ("", reason) problems are
+    reported, never repaired: malformed JSON, repeated options or an option that already reads NOTA."""
+    try:
+        written = json.loads(text)["questions"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return [], "malformed"
+    questions = []
+    for index, item in enumerate(written):
+        options = [str(option).strip() for option in item.get("options", [])]
+        if len(options) != 4 or len(set(map(str.lower, options))) != 4 or any(is_nota(o) for o in options):
+            return [], "bad_options"
+        if item.get("type") not in TYPES or item.get("answer") not in ("A", "B", "C", "D", "none"):
+            return [], "malformed"
+        label = "E" if item["answer"] == "none" else item["answer"]
+        question_id = stable_id("scene_graph", graph["image_id"], index, item["question"])
+        questions.append(Question(question_id, item["question"].strip(), (*options, NOTA_TEXT), label, item["type"]))
+    return questions, "ok"
+
+
+VERIFICATION_COLUMNS = ["question_id", "image_path", "type", "question", *LETTERS, "label", "decision"]
+DECISIONS = ("keep", "modify", "delete")
+
+
+def export_for_verification(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
+    """A CSV for people to check each candidate: `decision` is left empty for keep, modify or delete; a
+    modified row's question, options A-E and label are read back as edited."""
+    table = pd.DataFrame(
+        [
+            {"question_id": r["question_id"], "image_path": r["image_path"], "type": r["type"],
+             "question": r["question"], **dict(zip(LETTERS, json.loads(r["options"]), strict=False)),
+             "label": r["label"], "decision": ""}
+            for r in rows
+        ],
+        columns=VERIFICATION_COLUMNS,
+    )  # fmt: skip
+    write_text(path, table.to_csv(index=False))
+
+
+def apply_verification(rows: Sequence[Mapping[str, Any]], path: str | Path) -> tuple[list[dict[str, Any]], dict]:
+    """The candidates after the people's decisions: kept as they were, modified as edited (and checked
+    again), deleted, or, without a decision, left out. Returns the rows and a count per decision."""
+    decided = pd.read_csv(path, dtype=str, keep_default_na=False).set_index("question_id")
+    bad = sorted(set(decided["decision"]) - {*DECISIONS, ""})
+    if bad:
+        raise ValueError(f"{path}: decisions must be one of {', '.join(DECISIONS)} (or empty), not {bad}")
+    unknown = sorted(set(decided.index) - {r["question_id"] for r in rows})
+    if unknown:
+        raise ValueError(f"{path}: question ids that are not candidates: {', '.join(unknown[:5])}")
+    kept, counts = [], dict.fromkeys([*DECISIONS, "undecided"], 0)
+    for row in rows:
+        decision = decided["decision"].get(row["question_id"], "") or "undecided"
+        counts[decision] += 1
+        if decision == "keep":
+            kept.append(dict(row) | {"verified": True})
+        elif decision == "modify":
+            edit = decided.loc[row["question_id"]]
+            options = tuple(edit[letter] for letter in LETTERS if edit[letter].strip())
+            question = Question(
+                row["question_id"], edit["question"].strip(), options, edit["label"].strip(), edit["type"]
+            )
+            origin = json.loads(row["origin"]) | {"modified": True}
+            kept.append(question_row(question, row["source"], row["image_path"], origin, verified=True))
+    return kept, counts
+
+
+def questions_from_scene_graphs(
+    graphs: Sequence[Mapping[str, Any]], cues: Mapping[tuple[str, int], str], writer: Any, template: Any
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Candidate questions, unverified: the LLM `writer` gets each image's objects, cues and relations
+    through `template` and answers with QUESTIONS_SCHEMA's JSON; NOTA is appended as option E."""
+    conversations = [template.render(**scene_description(graph, cues)) for graph in graphs]
+    texts = writer.generate_json(conversations, QUESTIONS_SCHEMA)
+    rows, counters = [], {"images": len(graphs), "ok": 0, "malformed": 0, "bad_options": 0}
+    for graph, text in zip(graphs, texts, strict=True):
+        questions, status = parse_scene_questions(text, graph)
+        counters[status] += 1
+        origin = {"image_id": graph["image_id"], "writer_template": template.version}
+        rows.extend(question_row(q, "scene_graph", graph["file_name"], origin, verified=False) for q in questions)
+    counters["questions"] = len(rows)
+    return rows, counters

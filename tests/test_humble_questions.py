@@ -1,0 +1,241 @@
+"""HumbleBench questions from the official release, from the benchmark's images and from scene graphs
+(tiny VLM for the attribute cues, SmolLM2 writing the questions), the verification round trip, and
+answering with the tiny Qwen2.5-VL."""
+
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+from scene_graphs import make_scene_graphs
+
+from blindspot import humble, humble_questions
+from blindspot.config import model_spec
+from blindspot.humble_questions import (
+    apply_verification,
+    export_for_verification,
+    load_release,
+    questions_from_benchmark,
+    read_scene_graphs,
+    row_question,
+    split_release_question,
+)
+from blindspot.prompts import PromptTemplate
+from blindspot.taxonomy import load_taxonomy
+
+RELEASE_TEXT = "What is the man holding?\nA. an umbrella\nB. a phone\nC. a cup\nD. a bag\nE. None of the above"
+
+
+def test_the_release_question_splits_into_stem_and_options():
+    stem, options = split_release_question(RELEASE_TEXT, "q")
+    assert stem == "What is the man holding?"
+    assert options == ("an umbrella", "a phone", "a cup", "a bag", "None of the above")
+    with pytest.raises(ValueError, match="no stem and lettered options"):
+        split_release_question("What?\nB. x\nC. y", "q")
+    with pytest.raises(ValueError, match="text after option B"):
+        split_release_question("What?\nA. x\nB. y\nsomething else", "q")
+
+
+def png_bytes(colour) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_the_release_loads_from_jsonl_parquet_and_a_saved_dataset(tmp_path):
+    import datasets
+
+    Image.new("RGB", (8, 8), "red").save(tmp_path / "img1.png")
+    records = [
+        {"question_id": "r1", "question": RELEASE_TEXT, "type": "Object", "label": "B", "image": "img1.png"},
+        {"question_id": "r2", "question": RELEASE_TEXT, "type": "Relation", "label": "E",
+         "image": {"bytes": png_bytes("blue"), "path": None}},
+    ]  # fmt: skip
+    (tmp_path / "release.jsonl").write_text(json.dumps(records[0]) + "\n")
+    rows = load_release(str(tmp_path / "release.jsonl"), tmp_path / "images")
+    assert rows[0]["image_path"] == str(tmp_path / "img1.png")
+    assert (row_question(rows[0]).label, row_question(rows[0]).options[1]) == ("B", "a phone")
+    pd.DataFrame(records[1:]).to_parquet(tmp_path / "release.parquet")
+    rows = load_release(str(tmp_path / "release.parquet"), tmp_path / "images")
+    assert np.asarray(Image.open(rows[0]["image_path"]))[0, 0].tolist() == [0, 0, 255]
+    features = datasets.Features({"question_id": datasets.Value("string"), "question": datasets.Value("string"),
+                                  "type": datasets.Value("string"), "label": datasets.Value("string"),
+                                  "image": datasets.Image()})  # fmt: skip
+    saved = datasets.Dataset.from_list(
+        [records[0] | {"image": Image.open(tmp_path / "img1.png")}], features=features
+    )  # fmt: skip
+    saved.save_to_disk(tmp_path / "saved")
+    rows = load_release(str(tmp_path / "saved"), tmp_path / "images")
+    assert rows[0]["image_path"] == str(tmp_path / "images" / "r1.png")
+    assert rows[0]["verified"]
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"question_id": "x", "question": RELEASE_TEXT}) + "\n")
+    with pytest.raises(ValueError, match=r"lacks \['image', 'label', 'type'\]"):
+        load_release(str(tmp_path / "bad.jsonl"), tmp_path / "images")
+
+
+KINDS = {
+    "subject": {"type": "Object", "text": "Which of these is in the image?"},
+    "colour_tone": {"type": "Attribute", "text": "What colour is the {aux}?"},
+}
+
+
+def benchmark_pairs(n: int) -> pd.DataFrame:
+    return pd.DataFrame([
+        {"pair_id": f"p{i}", "domain": "animals", "subcategory": "birds", "label": "bird",
+         "correct_instance": "penguin", "adversarial_instance": "robin", "aux_element": "stone",
+         "knob": ["colour_tone", "count"][i % 2], "correct_value": ["red", "exactly two"][i % 2],
+         "adversarial_value": ["blue", "exactly three"][i % 2], "corr_path": f"c{i}.png", "adv_path": f"a{i}.png"}
+        for i in range(n)
+    ])  # fmt: skip
+
+
+def test_benchmark_questions_ask_about_the_controlled_facts():
+    taxonomy = load_taxonomy("config/taxonomy/animals.yaml", "animals")
+    rows, skipped = questions_from_benchmark(benchmark_pairs(40), {"animals": taxonomy}, KINDS, 0.3, seed=1)
+    assert skipped == {"count": 40}  # 20 pairs x 2 images with a count knob, which has no kind here
+    assert len(rows) == 40 * 2 + 20 * 2
+    for row in rows:
+        question, origin = row_question(row), json.loads(row["origin"])
+        assert question.options[-1] == "None of the above"
+        assert len(set(question.options)) == len(question.options)
+        truth = origin["truth"]
+        if question.label == "E" or question.options[-1] == question.options["ABCDE".index(question.label)]:
+            assert truth not in question.options  # NOTA is right only when the truth was removed
+        else:
+            assert question.options["ABCDE".index(question.label)] == truth
+        expected_truth = {"corr": ("penguin", "red"), "adv": ("robin", "blue")}[origin["role"]]
+        assert truth == expected_truth[0 if origin["kind"] == "subject" else 1]
+        assert row["image_path"] == f"{'c' if origin['role'] == 'corr' else 'a'}{origin['pair_id'][1:]}.png"
+        if origin["kind"] == "colour_tone":
+            assert question.question == "What colour is the stone?"
+            assert set(question.options[:-1]) <= {"red", "blue", "yellow", "white", "black"}
+        else:
+            assert set(question.options[:-1]) <= set(humble_questions._instances(taxonomy, "birds"))
+    nota_correct = [r for r in rows if row_question(r).options["ABCDE".index(r["label"])] == "None of the above"]
+    assert 0.15 < len(nota_correct) / len(rows) < 0.45  # a share near 0.3
+    again, _ = questions_from_benchmark(benchmark_pairs(40), {"animals": taxonomy}, KINDS, 0.3, seed=1)
+    assert again == rows  # seeded per question
+
+
+def test_scene_graphs_are_read_and_checked(tmp_path):
+    path = make_scene_graphs(tmp_path / "sg")
+    graphs = read_scene_graphs(path)
+    assert [g["image_id"] for g in graphs] == ["street", "kitchen"]
+    crops = humble_questions.crops(graphs)
+    assert [(i, c) for i, _, c, _ in crops] == [("street", "car"), ("street", "tree"), ("kitchen", "table"),
+                                                ("kitchen", "cup"), ("kitchen", "lamp")]  # fmt: skip
+    assert np.asarray(crops[0][3])[5, 5].tolist() == [220, 30, 30]  # the car's box, cropped
+    broken = json.loads(path.read_text())
+    broken["images"][0]["relations"].append({"subject": 1, "object": 9, "predicate": "near"})
+    (tmp_path / "sg" / "broken.json").write_text(json.dumps(broken))
+    with pytest.raises(ValueError, match="image street has a relation between unknown objects"):
+        read_scene_graphs(tmp_path / "sg" / "broken.json")
+
+
+def test_the_writers_json_becomes_questions_and_bad_output_is_reported():
+    graph = {"image_id": "street"}
+    good = {"questions": [{"type": "Attribute", "question": "What colour is the car?",
+                           "options": ["red", "blue", "green", "white"], "answer": "A"},
+                          {"type": "Object", "question": "Which animal is there?",
+                           "options": ["dog", "cat", "horse", "cow"], "answer": "none"}]}  # fmt: skip
+    questions, status = humble_questions.parse_scene_questions(json.dumps(good), graph)
+    assert status == "ok"
+    assert [(q.label, q.options[-1]) for q in questions] == [("A", "None of the above"), ("E", "None of the above")]
+    assert humble_questions.parse_scene_questions("{not json", graph) == ([], "malformed")
+    repeated = {"questions": [good["questions"][0] | {"options": ["red", "Red", "blue", "green"]}]}
+    assert humble_questions.parse_scene_questions(json.dumps(repeated), graph) == ([], "bad_options")
+    nota = {"questions": [good["questions"][0] | {"options": ["red", "blue", "green", "None of the above"]}]}
+    assert humble_questions.parse_scene_questions(json.dumps(nota), graph) == ([], "bad_options")
+
+
+def candidate_rows(n: int) -> list[dict]:
+    return [
+        humble_questions.question_row(
+            humble.Question(
+                f"s{i}", f"Question {i}?", ("red", "blue", "green", "white", "None of the above"), "A", "Attribute"
+            ),
+            "scene_graph",
+            f"img{i}.png",
+            {"image_id": f"img{i}"},
+            verified=False,
+        )
+        for i in range(n)
+    ]
+
+
+def test_verification_keeps_modifies_and_deletes(tmp_path):
+    rows = candidate_rows(4)
+    export_for_verification(rows, tmp_path / "verify.csv")
+    sheet = pd.read_csv(tmp_path / "verify.csv", dtype=str, keep_default_na=False)
+    assert list(sheet.columns) == ["question_id", "image_path", "type", "question", "A", "B", "C", "D", "E", "label",
+                                   "decision"]  # fmt: skip
+    sheet["decision"] = ["keep", "modify", "delete", ""]
+    sheet.loc[1, ["question", "B", "label"]] = ["What colour is the cup?", "purple", "B"]
+    sheet.to_csv(tmp_path / "verify.csv", index=False)
+    kept, counts = apply_verification(rows, tmp_path / "verify.csv")
+    assert counts == {"keep": 1, "modify": 1, "delete": 1, "undecided": 1}
+    assert [r["question_id"] for r in kept] == ["s0", "s1"]
+    assert all(r["verified"] for r in kept)
+    modified = row_question(kept[1])
+    assert (modified.question, modified.options[1], modified.label) == ("What colour is the cup?", "purple", "B")
+    assert json.loads(kept[1]["origin"])["modified"]
+    sheet.loc[0, "decision"] = "maybe"
+    sheet.to_csv(tmp_path / "verify.csv", index=False)
+    with pytest.raises(ValueError, match=r"decisions must be one of keep, modify, delete .*\['maybe'\]"):
+        apply_verification(rows, tmp_path / "verify.csv")
+
+
+@pytest.mark.slow
+def test_scene_graph_questions_from_the_tiny_models(built_config, tmp_path):
+    from blindspot.textgen import load_text_generator
+    from blindspot.vlm_scoring import TransformersVLMScorer
+
+    graphs = read_scene_graphs(make_scene_graphs(tmp_path / "sg"))
+    describer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=4)
+    cues = humble_questions.attribute_cues(graphs, describer, "Describe the {category}.", max_new_tokens=4)
+    assert set(cues) == {("street", 1), ("street", 2), ("kitchen", 1), ("kitchen", 2), ("kitchen", 3)}
+    fields = humble_questions.scene_description(graphs[1], cues)
+    assert "cup#2 at [40, 34, 56, 50]" in fields["objects"]
+    assert fields["relations"] == "- cup#2 on table#1\n- lamp#3 above table#1"
+    writer = load_text_generator(model_spec(built_config, "smollm2-135m"), seed=0, batch_size=2)
+    template = PromptTemplate.load("config/prompts/humble_scene_questions_v1.yaml")
+    rows, counters = humble_questions.questions_from_scene_graphs(graphs, cues, writer, template)
+    assert counters["images"] == 2
+    assert counters["ok"] + counters["malformed"] + counters["bad_options"] == 2
+    assert counters["questions"] == len(rows)
+    for row in rows:  # the grammar keeps the writer to the schema; NOTA is always option E
+        question = row_question(row)
+        assert question.options[-1] == "None of the above"
+        assert not row["verified"]
+        assert json.loads(row["origin"])["image_id"] in {"street", "kitchen"}
+
+
+@pytest.mark.slow
+def test_the_tiny_vlm_answers_with_letter_probabilities_and_text(built_config):
+    import torch
+
+    from blindspot.vlm_scoring import TransformersVLMScorer
+
+    scorer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=2)
+    template = PromptTemplate.load("config/prompts/humble_original_v1.yaml")
+    question = humble.Question("q1", "What colour is the car?", ("red", "green", "blue", "yellow",
+                                                                 "None of the above"), "C", "Attribute")  # fmt: skip
+    shown = [humble.present(question, "original", {}, 0), humble.present(question, "nota_only",
+                                                                         {"remove_correct": True}, 0)]  # fmt: skip
+    pictures = [Image.new("RGB", (32, 32), "red"), humble.noise_image("q1", 0, (32, 32))]
+    rows = humble.answer_questions(list(zip(shown, pictures, strict=True)), scorer, {"original": template,
+                                   "nota_only": template}, max_new_tokens=4)  # fmt: skip
+    assert [len(json.loads(r["letter_probabilities"])) for r in rows] == [5, 4]  # the letters shown
+    letters = humble.option_token_ids(scorer.tokenizer)
+    for row, item, picture in zip(rows, shown, pictures, strict=True):
+        conversation = humble.image_conversation(template, **item.prompt_fields())
+        with torch.inference_mode():
+            logits = scorer.model(**scorer.inputs([conversation], [picture])).logits[0, -1].float()
+        expected = torch.softmax(logits, dim=-1)[letters[: len(item.options)]].tolist()
+        assert json.loads(row["letter_probabilities"]) == pytest.approx(expected, rel=1e-4)
+        assert row["prediction_logits"] == "ABCDE"[int(np.argmax(expected))]
+        assert row["prediction_text"] == (humble.parse_answer(row["text"], item.options) or "")
+        assert row["template_version"] == template.version
+    assert (rows[1]["label"], rows[1]["nota"]) == ("D", "D")

@@ -1,0 +1,117 @@
+# HumbleBench: questions (official release, our benchmark's images, scene graphs), answers per
+# VLM x setting x shard, then Tables 4 to 7 and the NOTA plot.
+
+
+def humble_input(kind):
+    """An input that exists only when its source is configured."""
+    settings = config["humblebench"]
+    wanted = {
+        "benchmark": settings.get("from_benchmark"),
+        "scene_questions": settings.get("scene_graphs"),
+        "human_answers": settings.get("human_answers"),
+    }[kind]
+    if not wanted:
+        return []
+    return [settings["human_answers"]] if kind == "human_answers" else [P("benchmark_pairs" if kind == "benchmark" else kind)]
+
+
+rule write_scene_questions:
+    input:
+        scene_graphs=config["humblebench"]["scene_graphs"]["file"] if config["humblebench"].get("scene_graphs") else [],
+        template=config["humblebench"]["scene_graphs"]["template"] if config["humblebench"].get("scene_graphs") else [],
+        models=[
+            path
+            for role in ("describer", "writer")
+            for path in get_model_input((config["humblebench"].get("scene_graphs") or {}).get(role, ""))
+        ],
+    output:
+        out=P("scene_questions"),
+        verification_out=P("scene_verification"),
+        counters_out=P("scene_counters"),
+    params:
+        scene_graphs=config["humblebench"].get("scene_graphs"),
+    log:
+        LOG("write_scene_questions", "all"),
+    benchmark:
+        BENCH("write_scene_questions", "all")
+    resources:
+        gpu=get_gpus("write_scene_questions"),
+    conda:
+        # vLLM's env has transformers and xgrammar too: the describer and either kind of writer run there.
+        "../envs/llm.yaml"
+    script:
+        "../scripts/run_stage.py"
+
+
+rule make_humble_questions:
+    input:
+        benchmark=humble_input("benchmark"),
+        scene_candidates=humble_input("scene_questions"),
+        verification=(config["humblebench"].get("scene_graphs") or {}).get("verification") or [],
+    output:
+        out=P("humble_questions"),
+        images=directory(P("humble_images")),
+        counters_out=P("humble_question_counters"),
+    params:
+        release=config["humblebench"].get("release"),
+        from_benchmark=config["humblebench"].get("from_benchmark"),
+        seed=config["seed"],
+    log:
+        LOG("make_humble_questions", "all"),
+    benchmark:
+        BENCH("make_humble_questions", "all")
+    resources:
+        gpu=get_gpus("make_humble_questions"),
+    conda:
+        "../envs/base.yaml"
+    script:
+        "../scripts/run_stage.py"
+
+
+rule answer_humble:
+    input:
+        questions=P("humble_questions"),
+        templates=lambda wildcards: [config["humblebench"]["settings"][wildcards.setting]["template"]],
+        model=get_role_model_input("vlm"),
+    output:
+        out=P("humble_answers"),
+        counters_out=P("humble_answer_counters"),
+    params:
+        # The setting's and the model's entries are params, so editing either re-runs their jobs.
+        setting_entry=lambda wildcards: config["humblebench"]["settings"][wildcards.setting],
+        vlm_entry=lambda wildcards: config["models"][wildcards.vlm],
+        answering={key: config["humblebench"][key] for key in ("answer_shards", "max_new_tokens")},
+        seed=config["seed"],
+    log:
+        LOG("answer_humble", "{vlm}/{setting}/{shard}"),
+    benchmark:
+        BENCH("answer_humble", "{vlm}/{setting}/{shard}")
+    resources:
+        gpu=get_gpus("answer_humble"),
+    conda:
+        get_vlm_env
+    script:
+        "../scripts/run_stage.py"
+
+
+rule make_humble_tables:
+    input:
+        answers=targets.humble_answer_targets(config),
+        human_answers=humble_input("human_answers"),
+    output:
+        metrics=P("humble_metrics"),
+        table4=targets.table_targets(config, "table4"),
+        table5=targets.table_targets(config, "table5"),
+        table6=targets.table_targets(config, "table6"),
+        table7=targets.table_targets(config, "table7") if config["humblebench"].get("human_answers") else [],
+        plot=report(P("nota_plot"), caption="../report/humblebench.rst", category="HumbleBench"),
+    params:
+        humblebench=config["humblebench"],
+    log:
+        LOG("make_humble_tables", "all"),
+    resources:
+        gpu=get_gpus("make_humble_tables"),
+    conda:
+        "../envs/base.yaml"
+    script:
+        "../scripts/run_stage.py"
