@@ -19,6 +19,23 @@ def run_official(script: str, *args: str) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
 
 
+def official_scores(script: str, model_args: list[str], prompts: list[str], pictures: list, folder: Path):
+    """Save the pictures as PNG, have the official package score (prompt, PNG) pairs through
+    tests/ports/`script` (`model_args`, then the pairs file and the output file), and return its
+    scores with the pictures read back from the PNGs, for the port to score the same pixels."""
+    import json
+
+    from PIL import Image
+
+    paths = []
+    for i, picture in enumerate(pictures):
+        paths.append(str(folder / f"{i}.png"))
+        picture.save(paths[-1])
+    (folder / "pairs.json").write_text(json.dumps({"prompts": prompts, "images": paths}))
+    run_official(script, *model_args, str(folder / "pairs.json"), str(folder / "official.json"))
+    return json.loads((folder / "official.json").read_text())["scores"], [Image.open(path) for path in paths]
+
+
 def assert_scores_are_per_pair(metric, prompts: list[str], pictures: list, scores: list[float]) -> None:
     """Batching (and padding) does not change a pair's score, and both the prompt and the image matter."""
     alone = [metric.score([p], [i])[0].raw for p, i in zip(prompts, pictures, strict=True)]

@@ -1,13 +1,12 @@
 """HPSv2 through open_clip, on a tiny open_clip model of its architecture with random weights, and
 (marker `ports`) equality with the official hpsv2 package run in .venv-ports."""
 
-import json
 import math
 import shutil
 
 import numpy as np
 import pytest
-from metric_checks import run_official
+from metric_checks import official_scores
 from PIL import Image
 
 from blindspot.config import ModelSpec
@@ -111,19 +110,11 @@ def test_the_checkpoint_is_the_one_file_in_the_folder(tmp_path):
 def test_the_port_scores_as_the_official_package(tiny_hpsv2, tmp_path):
     """hpsv2 1.2.0's own scoring steps, one pair at a time, on the same checkpoint and the same PNG
     images, give the plug-in's batched cosines within 1e-5."""
-    pictures = images(len(PROMPTS))
-    paths = []
-    for i, picture in enumerate(pictures):
-        paths.append(str(tmp_path / f"{i}.png"))
-        picture.save(paths[-1])
-    (tmp_path / "pairs.json").write_text(json.dumps({"prompts": PROMPTS, "images": paths}))
-    run_official(
-        "hpsv2_official.py", str(tiny_hpsv2), str(tiny_hpsv2 / CONFIG_FILE), str(tmp_path / "pairs.json"),
-        str(tmp_path / "official.json"),
-    )  # fmt: skip
-    official = json.loads((tmp_path / "official.json").read_text())["scores"]
+    official, reloaded = official_scores(
+        "hpsv2_official.py", [str(tiny_hpsv2), str(tiny_hpsv2 / CONFIG_FILE)], PROMPTS, images(len(PROMPTS)), tmp_path
+    )
 
     metric = HPSv2(spec(tiny_hpsv2), batch_size=4, architecture=CONFIG_FILE, scale=1.0)
-    ours = [s.raw for s in metric.score(PROMPTS, [Image.open(path) for path in paths])]
+    ours = [s.raw for s in metric.score(PROMPTS, reloaded)]
     assert ours == pytest.approx(official, abs=1e-5)
     assert max(official) - min(official) > 1e-2  # the pairs differ, so equality means something

@@ -13,6 +13,7 @@ from metric_checks import (
     assert_half_precision_close,
     assert_refuses_unpaired,
     assert_scores_are_per_pair,
+    official_scores,
     run_official,
 )
 from PIL import Image
@@ -213,18 +214,9 @@ def test_prompts_and_images_must_pair_up(tiny_image_reward):
 def test_the_port_scores_as_the_official_package(tiny_image_reward, tmp_path):
     """The official `ImageReward.score(prompt, image)`, one pair at a time, on the same file and the
     same PNG images, equals the port's batched scores within 1e-4."""
-    pictures = images(len(PROMPTS))
-    paths = []
-    for i, picture in enumerate(pictures):
-        paths.append(str(tmp_path / f"{i}.png"))
-        picture.save(paths[-1])
-    (tmp_path / "pairs.json").write_text(json.dumps({"prompts": PROMPTS, "images": paths}))
-    run_official(
-        OFFICIAL_SCRIPT, "score", str(tiny_image_reward), str(tmp_path / "pairs.json"), str(tmp_path / "official.json")
+    official, reloaded = official_scores(
+        OFFICIAL_SCRIPT, ["score", str(tiny_image_reward)], PROMPTS, images(len(PROMPTS)), tmp_path
     )
-    official = json.loads((tmp_path / "official.json").read_text())["scores"]
-
-    reloaded = [Image.open(path) for path in paths]
     ours = [s.raw for s in ImageReward(tiny_spec(tiny_image_reward), batch_size=4).score(PROMPTS, reloaded)]
     assert ours == pytest.approx(official, abs=1e-4)
     assert max(official) - min(official) > 1e-2  # the pairs differ, so equality means something

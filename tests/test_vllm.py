@@ -90,20 +90,26 @@ def test_vllm_environment_is_the_locked_one(vllm_python):
 SCORE_IN_VLLM = """
 import json, sys
 from blindspot.config import load_config, model_spec
+from blindspot.humble import option_token_ids
 from blindspot.vlm_scoring import load_vlm_scorer
 config, conversations, out = load_config(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
 scorer = load_vlm_scorer(model_spec(config, "smollm2-135m"), batch_size=1)
-open(out, "w").write(json.dumps(scorer.score(conversations, [None] * len(conversations))))
+images = [None] * len(conversations)
+scores = scorer.score(conversations, images)
+choices = scorer.choose(conversations, images, option_token_ids(scorer.tokenizer), 4)
+open(out, "w").write(json.dumps({"scores": scores, "choices": choices}))
 """
 
 
 def test_vllm_scorer_reads_the_same_score_distribution_as_transformers(vllm_run, vllm_python, built_config):
-    """vLLM's image-judging path (logprob_token_ids at the first answer position and after "1")
-    against the same positions read from transformers' logits, on SmolLM2 with real weights. A
-    text-only model, because vLLM's VLM image processors need torchvision (see README)."""
+    """vLLM's image-judging path (logprob_token_ids at the first answer position and after "1"), and
+    HumbleBench's option-letter reading at the first answer position, against the same positions
+    read from transformers' logits, on SmolLM2 with real weights. A text-only model, because vLLM's
+    VLM image processors need torchvision (see README)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from blindspot.humble import option_token_ids
     from blindspot.vlm_scoring import ScoreTokens, score_distribution
 
     conversations = [
@@ -123,7 +129,10 @@ def test_vllm_scorer_reads_the_same_score_distribution_as_transformers(vllm_run,
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     tokens = ScoreTokens.from_tokenizer(tokenizer)
-    for conversation, row in zip(conversations, served, strict=True):
+    letters = option_token_ids(tokenizer)
+    for conversation, row, (letter_probabilities, text) in zip(
+        conversations, served["scores"], served["choices"], strict=True
+    ):
         prompt = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False) + "1"
         ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
         with torch.inference_mode():
@@ -133,3 +142,6 @@ def test_vllm_scorer_reads_the_same_score_distribution_as_transformers(vllm_run,
         assert row["valid_mass"] == pytest.approx(mass, rel=2e-2)
         assert row["valid_mass"] > 0.01  # a real model puts real mass on the digits
         assert row["text_score"] == text_score(row["text"])
+        first = torch.softmax(torch.from_numpy(last_two[0]), dim=-1)[letters].tolist()
+        assert letter_probabilities == pytest.approx(first, abs=2e-3)
+        assert isinstance(text, str)

@@ -13,7 +13,7 @@ from conftest import REPO
 from scene_graphs import make_scene_graphs
 
 from blindspot import tables
-from blindspot.config import n_shards
+from blindspot.config import metric_models, n_shards
 from blindspot.io import read_table
 from blindspot.targets import final_targets
 
@@ -71,7 +71,7 @@ def planned_job_details(output: str) -> list[tuple[str, dict, dict]]:
 
 
 MODEL_WILDCARDS = {"generate_triplets": "generator", "judge_triplets": "judge", "render_images": "t2i",
-                   "judge_images": "vlm"}  # fmt: skip
+                   "judge_images": "vlm", "answer_humble": "vlm"}  # fmt: skip
 
 
 def test_gpu_requests_come_from_the_registry(paper_config):
@@ -82,8 +82,8 @@ def test_gpu_requests_come_from_the_registry(paper_config):
             model = wildcards[MODEL_WILDCARDS[rule]]
             requested.setdefault(model, set()).add(int(resources["gpu"]))
         elif rule == "score_metric":
-            model = paper_config["evaluation"]["metrics"][wildcards["metric"]]["model"]
-            assert int(resources["gpu"]) == paper_config["models"][model]["gpus"], wildcards
+            models = metric_models(paper_config["evaluation"]["metrics"][wildcards["metric"]])
+            assert int(resources["gpu"]) == max(paper_config["models"][m]["gpus"] for m in models), wildcards
         elif rule in {"check_prompt_quality", "measure_image_quality"}:
             assert int(resources["gpu"]) == 1, rule  # the largest GPU need among the stage's models
         elif rule != "all":
@@ -91,7 +91,7 @@ def test_gpu_requests_come_from_the_registry(paper_config):
     assert requested == {name: {paper_config["models"][name]["gpus"]} for name in requested}
     assert requested["qwen2.5-32b-instruct"] == {2}
     assert requested["flux.1-schnell"] == {1}
-    assert len(requested) == 5 + 3 + 2  # generators and judges, T2I models, VLMs
+    assert len(requested) == 5 + 3 + 2 + 1  # generators and judges, T2I models, VLMs, HumbleBench's VLM
 
 
 def test_a_wrong_config_key_stops_the_run_naming_it(tmp_path, paper_config):

@@ -87,3 +87,16 @@ def get_api_key_is_set(wildcards):
 def get_model_params(role):
     # The registry entry is a param, so editing a model's settings re-runs its jobs.
     return lambda wildcards: config["models"][getattr(wildcards, role)]
+
+
+SCENE_GRAPHS = config["humblebench"].get("scene_graphs") or {}
+
+
+def humble_input(kind):
+    """A HumbleBench input that exists only when its source is configured."""
+    settings = config["humblebench"]
+    if kind == "benchmark":
+        return [P("benchmark_pairs")] if settings.get("from_benchmark") else []
+    if kind == "scene_questions":
+        return [P("scene_questions")] if SCENE_GRAPHS else []
+    return [settings["human_answers"]] if settings.get("human_answers") else []

@@ -2,34 +2,17 @@
 # VLM x setting x shard, then Tables 4 to 7 and the NOTA plot.
 
 
-def humble_input(kind):
-    """An input that exists only when its source is configured."""
-    settings = config["humblebench"]
-    wanted = {
-        "benchmark": settings.get("from_benchmark"),
-        "scene_questions": settings.get("scene_graphs"),
-        "human_answers": settings.get("human_answers"),
-    }[kind]
-    if not wanted:
-        return []
-    return [settings["human_answers"]] if kind == "human_answers" else [P("benchmark_pairs" if kind == "benchmark" else kind)]
-
-
 rule write_scene_questions:
     input:
-        scene_graphs=config["humblebench"]["scene_graphs"]["file"] if config["humblebench"].get("scene_graphs") else [],
-        template=config["humblebench"]["scene_graphs"]["template"] if config["humblebench"].get("scene_graphs") else [],
-        models=[
-            path
-            for role in ("describer", "writer")
-            for path in get_model_input((config["humblebench"].get("scene_graphs") or {}).get(role, ""))
-        ],
+        scene_graphs=SCENE_GRAPHS.get("file", []),
+        template=SCENE_GRAPHS.get("template", []),
+        models=[path for role in ("describer", "writer") if role in SCENE_GRAPHS for path in get_model_input(SCENE_GRAPHS[role])],
     output:
         out=P("scene_questions"),
         verification_out=P("scene_verification"),
         counters_out=P("scene_counters"),
     params:
-        scene_graphs=config["humblebench"].get("scene_graphs"),
+        scene_graphs=SCENE_GRAPHS,
     log:
         LOG("write_scene_questions", "all"),
     benchmark:
@@ -47,7 +30,7 @@ rule make_humble_questions:
     input:
         benchmark=humble_input("benchmark"),
         scene_candidates=humble_input("scene_questions"),
-        verification=(config["humblebench"].get("scene_graphs") or {}).get("verification") or [],
+        verification=SCENE_GRAPHS.get("verification") or [],
     output:
         out=P("humble_questions"),
         images=directory(P("humble_images")),
