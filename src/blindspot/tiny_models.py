@@ -186,11 +186,46 @@ def _internvl(tokenizer: Any) -> tuple[Any, Any]:
     return InternVLForConditionalGeneration(config), processor
 
 
-VISION_LANGUAGE_ARCHITECTURES = {"qwen2_5_vl": _qwen2_5_vl, "internvl": _internvl}
+def _qwen3_vl(tokenizer: Any) -> tuple[Any, Any]:
+    from transformers import Qwen2VLImageProcessor, Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    tokens = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    tokenizer.add_special_tokens({"additional_special_tokens": tokens})
+    ids = dict(zip(("start", "end", "image", "video"), tokenizer.convert_tokens_to_ids(tokens), strict=True))
+    config = Qwen3VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [2, 3, 3],
+                             "mrope_interleaved": True},
+            "pad_token_id": tokenizer.pad_token_id,
+        },
+        vision_config={
+            "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
+            "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 16,
+            "deepstack_visual_indexes": [0],
+        },
+        image_token_id=ids["image"], video_token_id=ids["video"], vision_start_token_id=ids["start"],
+        vision_end_token_id=ids["end"], tie_word_embeddings=True,
+    )  # fmt: skip
+    processor = Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(
+            patch_size=16, merge_size=2, min_pixels=64 * 64, max_pixels=128 * 128, image_mean=[0.5] * 3,
+            image_std=[0.5] * 3,
+        ),
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(patch_size=16, merge_size=2),
+        chat_template=_CHAT_TEMPLATE.replace("{{ image_placeholder }}", "<|vision_start|><|image_pad|><|vision_end|>"),
+    )  # fmt: skip
+    return Qwen3VLForConditionalGeneration(config), processor
+
+
+VISION_LANGUAGE_ARCHITECTURES = {"qwen2_5_vl": _qwen2_5_vl, "qwen3_vl": _qwen3_vl, "internvl": _internvl}
 
 
 def build_random_vision_language_model(out: Path, recipe: Mapping[str, Any], seed: int) -> None:
-    """A VLM of a real architecture (Qwen2.5-VL, InternVL3) with random weights, and its processor."""
+    """A VLM of a real architecture (Qwen2.5-VL, Qwen3-VL, InternVL3) with random weights, and its processor."""
     import torch
 
     torch.manual_seed(seed)

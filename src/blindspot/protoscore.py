@@ -1,0 +1,296 @@
+"""ProtoScore: a VLM adapted into a pairwise image-text scorer s(T, I), trained on the benchmark's
+train split so that s(T, I_corr) > s(T, I_adv).
+
+The model is the VLM with LoRA adapters on its language model's projections and a learned scalar
+head on the last token's final hidden state. The loss is the pairwise softplus ranking loss with a
+margin, log(1 + exp(margin - (s_corr - s_adv))). Training follows the paper's settings (config
+`protoscore:`): AdamW, cosine schedule with linear warm-up, gradient clipping, bf16 autocast, batches of
+one pair with gradient accumulation, images resized to a square, the prompt cut to a token budget.
+
+Checkpoints (adapter, head, optimizer, scheduler, RNG state and position) are written atomically as
+training goes; a run that finds one resumes from it and ends with the weights an uninterrupted run
+would have.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from blindspot.io import atomic_dir, atomic_path, stable_id, write_text
+from blindspot.vlm_scoring import image_question
+
+log = logging.getLogger(__name__)
+HEAD_FILE = "score_head.safetensors"
+ADAPTER_DIR = "adapter"
+PROMPT = "Does this image show: {prompt}"
+
+
+def ranking_loss(s_corr: Any, s_adv: Any, margin: float) -> Any:
+    """Mean of softplus(margin - (s_corr - s_adv)): near zero once s_corr leads s_adv by well over the margin."""
+    import torch
+
+    return torch.nn.functional.softplus(margin - (s_corr - s_adv)).mean()
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    lora_r: int
+    lora_alpha: int
+    lora_dropout: float
+    target_modules: tuple[str, ...]
+    learning_rate: float
+    weight_decay: float
+    warmup_fraction: float
+    max_grad_norm: float
+    precision: str  # bf16 (autocast) or fp32
+    batch_size: int  # pairs per micro-batch
+    accumulation: int  # micro-batches per optimizer step
+    image_size: int
+    max_text_tokens: int
+    epochs: int
+    margin: float
+    heldout_fraction: float
+    checkpoint_every: int  # optimizer steps
+    seed: int
+
+    @classmethod
+    def from_config(cls, settings: Mapping[str, Any], seed: int) -> TrainSettings:
+        values = {key: settings[key] for key in cls.__dataclass_fields__ if key != "seed"}
+        return cls(**values | {"target_modules": tuple(settings["target_modules"]), "seed": seed})
+
+
+class PairwiseScorer:
+    """The VLM (with its LoRA adapters) and the scalar head; `scores` gives s(T, I) per (prompt, image)."""
+
+    def __init__(self, model: Any, processor: Any, head: Any, settings: TrainSettings, device: Any):
+        self.model, self.processor, self.head, self.settings, self.device = model, processor, head, settings, device
+        self.processor.tokenizer.padding_side = "left"  # the last position is every row's last token
+
+    def prompt_text(self, prompt: str) -> str:
+        """The prompt cut to `max_text_tokens` tokens, inside the fixed instruction."""
+        tokenizer = self.processor.tokenizer
+        ids = tokenizer.encode(prompt, add_special_tokens=False)[: self.settings.max_text_tokens]
+        return PROMPT.format(prompt=tokenizer.decode(ids))
+
+    def inputs(self, prompts: Sequence[str], images: Sequence[Any]) -> Any:
+        size = (self.settings.image_size, self.settings.image_size)
+        texts = [
+            self.processor.apply_chat_template(image_question(self.prompt_text(p)), add_generation_prompt=True)
+            for p in prompts
+        ]
+        pictures = [image.convert("RGB").resize(size) for image in images]
+        return self.processor(text=texts, images=pictures, return_tensors="pt", padding=True).to(self.device)
+
+    def scores(self, prompts: Sequence[str], images: Sequence[Any]) -> Any:
+        import torch
+
+        autocast = torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=self.settings.precision == "bf16"
+        )  # fmt: skip
+        with autocast:
+            output = self.model(**self.inputs(prompts, images), output_hidden_states=True)
+            last = output.hidden_states[-1][:, -1]
+            return self.head(last.float()).squeeze(-1)
+
+
+def load_scorer(spec: Any, settings: TrainSettings, trained: str | Path | None = None) -> PairwiseScorer:
+    """The base VLM from its registry entry with fresh LoRA adapters and head (seeded), or with the
+    adapters and head of a trained run in `trained`."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    torch.manual_seed(settings.seed)
+    processor = AutoProcessor.from_pretrained(spec.path, revision=spec.revision)
+    base = AutoModelForImageTextToText.from_pretrained(spec.path, revision=spec.revision, dtype=torch.float32)
+    hidden = base.config.get_text_config().hidden_size
+    head = torch.nn.Linear(hidden, 1)
+    if trained is None:
+        lora = LoraConfig(
+            r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
+            target_modules=list(settings.target_modules), bias="none",
+        )  # fmt: skip
+        model = get_peft_model(base, lora)
+    else:
+        model = PeftModel.from_pretrained(base, Path(trained) / ADAPTER_DIR)
+        head.load_state_dict(load_file(Path(trained) / HEAD_FILE))
+    device = torch.device(spec.device)
+    return PairwiseScorer(model.to(device), processor, head.to(device), settings, device)
+
+
+def split_heldout(pairs: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(training pairs, held-out pairs): a pair is held out by a hash of its id, so the slice is stable."""
+    held = pairs["pair_id"].map(lambda pair: int(stable_id(seed, "heldout", pair), 16) % 10_000 < fraction * 10_000)
+    return pairs[~held].reset_index(drop=True), pairs[held].reset_index(drop=True)
+
+
+def pairwise_accuracy(scorer: PairwiseScorer, pairs: pd.DataFrame, batch_size: int) -> float:
+    """Share of pairs with s(T, I_corr) > s(T, I_adv) (ties fail); NaN without pairs."""
+    import torch
+    from PIL import Image
+
+    if pairs.empty:
+        return math.nan
+    right = 0
+    scorer.model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs.iloc[start : start + batch_size]
+            prompts = list(chunk["neutral_prompt"])
+            corr = scorer.scores(prompts, [Image.open(p) for p in chunk["corr_path"]])
+            adv = scorer.scores(prompts, [Image.open(p) for p in chunk["adv_path"]])
+            right += int((corr > adv).sum())
+    return right / len(pairs)
+
+
+def _order(n: int, epochs: int, seed: int) -> list[int]:
+    """Pair indices in training order: a seeded permutation per epoch."""
+    rng = np.random.default_rng(seed)
+    return [int(i) for _ in range(epochs) for i in rng.permutation(n)]
+
+
+def _schedule(optimizer: Any, total_steps: int, warmup_fraction: float) -> Any:
+    from transformers import get_cosine_schedule_with_warmup
+
+    return get_cosine_schedule_with_warmup(optimizer, math.ceil(warmup_fraction * total_steps), total_steps)
+
+
+def _trainable(scorer: PairwiseScorer) -> list[Any]:
+    return [p for p in scorer.model.parameters() if p.requires_grad] + list(scorer.head.parameters())
+
+
+def save_trained(scorer: PairwiseScorer, folder: Path) -> None:
+    from safetensors.torch import save_file
+
+    scorer.model.save_pretrained(folder / ADAPTER_DIR)
+    save_file({k: v.detach().cpu().contiguous() for k, v in scorer.head.state_dict().items()}, folder / HEAD_FILE)
+
+
+def _save_checkpoint(scorer: PairwiseScorer, optimizer: Any, scheduler: Any, position: int, history: list,
+                     checkpoint: Path) -> None:  # fmt: skip
+    import torch
+
+    with atomic_dir(checkpoint) as tmp:
+        save_trained(scorer, tmp)
+        torch.save(
+            {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "position": position,
+             "rng": torch.get_rng_state(), "history": history},
+            tmp / "state.pt",
+        )  # fmt: skip
+
+
+def _load_checkpoint(scorer: PairwiseScorer, optimizer: Any, scheduler: Any, checkpoint: Path) -> tuple[int, list]:
+    import torch
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    adapter = checkpoint / ADAPTER_DIR
+    weights = next(adapter.glob("adapter_model.*"))
+    set_peft_model_state_dict(
+        scorer.model, load_file(weights) if weights.suffix == ".safetensors" else torch.load(weights)
+    )
+    scorer.head.load_state_dict(load_file(checkpoint / HEAD_FILE))
+    state = torch.load(checkpoint / "state.pt", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng"])
+    return state["position"], state["history"]
+
+
+def train(
+    scorer: PairwiseScorer, pairs: pd.DataFrame, out: str | Path, checkpoint: str | Path,
+    stop_after_steps: int | None = None,
+) -> pd.DataFrame:  # fmt: skip
+    """Train on `pairs` (neutral_prompt, corr_path, adv_path, pair_id), resuming from `checkpoint` when it
+    holds one; write the adapter, the head and the training log to `out`. `stop_after_steps` stops
+    after that many optimizer steps in this call (a preemption, for the resume test). Returns the log:
+    one row per optimizer step (loss, learning rate, pairs per second) and per evaluation
+    (held-out pairwise accuracy)."""
+    import torch
+    from PIL import Image
+
+    settings = scorer.settings
+    train_pairs, heldout = split_heldout(pairs, settings.heldout_fraction, settings.seed)
+    if train_pairs.empty:
+        raise ValueError("no training pairs: the train split is empty, or all of it is held out")
+    order = _order(len(train_pairs), settings.epochs, settings.seed)
+    micro = [order[i : i + settings.batch_size] for i in range(0, len(order), settings.batch_size)]
+    total_steps = math.ceil(len(micro) / settings.accumulation)
+    optimizer = torch.optim.AdamW(_trainable(scorer), lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    scheduler = _schedule(optimizer, total_steps, settings.warmup_fraction)
+    checkpoint = Path(checkpoint)
+    position, history = (0, [])
+    if (checkpoint / "state.pt").exists():
+        position, history = _load_checkpoint(scorer, optimizer, scheduler, checkpoint)
+        log.info("resuming from %s at micro-batch %d of %d", checkpoint, position, len(micro))
+    steps_this_call, started, pairs_done, running = 0, time.monotonic(), 0, []
+    scorer.model.train()
+    while position < len(micro):
+        rows = train_pairs.iloc[micro[position]]
+        prompts = list(rows["neutral_prompt"])
+        s_corr = scorer.scores(prompts, [Image.open(p) for p in rows["corr_path"]])
+        s_adv = scorer.scores(prompts, [Image.open(p) for p in rows["adv_path"]])
+        loss = ranking_loss(s_corr, s_adv, settings.margin)
+        (loss / settings.accumulation).backward()
+        running.append(loss.item())
+        pairs_done += len(rows)
+        position += 1
+        if position % settings.accumulation and position < len(micro):
+            continue
+        torch.nn.utils.clip_grad_norm_(_trainable(scorer), settings.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step = math.ceil(position / settings.accumulation)
+        history.append({"step": step, "loss": float(np.mean(running)), "learning_rate": scheduler.get_last_lr()[0],
+                        "pairs_per_second": pairs_done / max(time.monotonic() - started, 1e-9),
+                        "heldout_accuracy": math.nan})  # fmt: skip
+        log.info("step %d/%d: loss %.4f, lr %.2e", step, total_steps, history[-1]["loss"], history[-1]["learning_rate"])
+        running, steps_this_call = [], steps_this_call + 1
+        if step % settings.checkpoint_every == 0 or position == len(micro):
+            history[-1]["heldout_accuracy"] = pairwise_accuracy(scorer, heldout, settings.batch_size)
+            scorer.model.train()
+            _save_checkpoint(scorer, optimizer, scheduler, position, history, checkpoint)
+        if stop_after_steps is not None and steps_this_call >= stop_after_steps and position < len(micro):
+            return pd.DataFrame(history)
+    out = Path(out)
+    with atomic_dir(out) as tmp:
+        save_trained(scorer, tmp)
+        frame = pd.DataFrame(history)
+        write_text(tmp / "training_log.csv", frame.to_csv(index=False))
+        write_text(tmp / "settings.json", json.dumps(settings.__dict__, indent=2, default=list) + "\n")
+        plot_training(frame, tmp / "loss_curve.png")
+    return frame
+
+
+def plot_training(history: pd.DataFrame, path: str | Path) -> None:
+    """Loss per optimizer step, and held-out pairwise accuracy where it was measured."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6.5, 4.0), dpi=150, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    axes.plot(history["step"], history["loss"], label="ranking loss")
+    axes.set_xlabel("optimizer step")
+    axes.set_ylabel("loss")
+    measured = history.dropna(subset=["heldout_accuracy"])
+    if len(measured):
+        twin = axes.twinx()
+        twin.plot(measured["step"], measured["heldout_accuracy"], "o--", color="C1", label="held-out accuracy")
+        twin.set_ylim(0, 1)
+        twin.set_ylabel("held-out pairwise accuracy")
+    axes.set_title("ProtoScore training")
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png")

@@ -1,0 +1,125 @@
+"""ProtoScore: the ranking loss and the score head, training that learns a learnable difference on a
+tiny Qwen3-VL, and a resumed run that ends with the weights of an uninterrupted one."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from blindspot.config import model_spec
+from blindspot.protoscore import TrainSettings, load_scorer, pairwise_accuracy, ranking_loss, split_heldout, train
+
+
+def test_the_ranking_loss_at_known_inputs_and_its_gradient_signs():
+    import torch
+
+    s_corr = torch.tensor([0.0, 2.0, -1.0], requires_grad=True)
+    s_adv = torch.tensor([0.0, 0.0, 1.0], requires_grad=True)
+    loss = ranking_loss(s_corr, s_adv, margin=0.5)
+    expected = np.mean([math.log1p(math.exp(0.5)), math.log1p(math.exp(-1.5)), math.log1p(math.exp(2.5))])
+    assert loss.item() == pytest.approx(expected)
+    loss.backward()
+    assert (s_corr.grad < 0).all()  # raising s(T, I_corr) lowers the loss
+    assert (s_adv.grad > 0).all()
+    assert torch.allclose(s_corr.grad, -s_adv.grad)
+    # well past the margin the loss vanishes; a tie still costs softplus(margin)
+    assert ranking_loss(torch.tensor([20.0]), torch.tensor([0.0]), 0.5).item() < 1e-8
+    assert ranking_loss(torch.tensor([1.0]), torch.tensor([1.0]), 0.5).item() == pytest.approx(
+        math.log1p(math.exp(0.5))
+    )
+
+
+def settings(**changes) -> TrainSettings:
+    base = {
+        "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05,
+        "target_modules": ("q_proj", "k_proj", "v_proj", "o_proj"),
+        "learning_rate": 1e-3, "weight_decay": 0.01, "warmup_fraction": 0.03, "max_grad_norm": 1.0,
+        "precision": "fp32", "batch_size": 1, "accumulation": 2, "image_size": 64, "max_text_tokens": 192,
+        "epochs": 1, "margin": 0.5, "heldout_fraction": 0.25, "checkpoint_every": 4, "seed": 0,
+    }  # fmt: skip
+    return TrainSettings(**base | changes)
+
+
+def synthetic_pairs(folder, n: int, offset: int = 0) -> pd.DataFrame:
+    """Pairs whose correct image is reddish and adversarial image bluish, with noise: learnable."""
+    rng = np.random.default_rng(offset)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(offset, offset + n):
+        for role, colour in (("corr", [200, 40, 40]), ("adv", [40, 40, 200])):
+            noise = rng.integers(-30, 30, (32, 32, 3))
+            Image.fromarray((np.array(colour) + noise).clip(0, 255).astype(np.uint8)).save(folder / f"{role}{i}.png")
+        rows.append({"pair_id": f"p{i}", "neutral_prompt": f"a photo of thing {i}",
+                     "corr_path": str(folder / f"corr{i}.png"), "adv_path": str(folder / f"adv{i}.png")})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_the_held_out_slice_is_stable_and_about_its_share():
+    pairs = pd.DataFrame({"pair_id": [f"p{i}" for i in range(400)]})
+    kept, held = split_heldout(pairs, 0.25, seed=3)
+    assert len(kept) + len(held) == 400
+    assert 70 < len(held) < 130
+    assert list(split_heldout(pairs, 0.25, seed=3)[1]["pair_id"]) == list(held["pair_id"])
+    assert set(kept["pair_id"]).isdisjoint(held["pair_id"])
+
+
+@pytest.mark.slow
+def test_the_score_is_the_head_on_the_last_tokens_hidden_state(built_config):
+    import torch
+
+    scorer = load_scorer(model_spec(built_config, "tiny-qwen3-vl"), settings())
+    scorer.model.eval()
+    prompts = ["a red fox", "two cats asleep on a long blue sofa in the afternoon sun"]
+    pictures = [Image.new("RGB", (40, 40), "red"), Image.new("RGB", (40, 40), "blue")]
+    with torch.inference_mode():
+        together = scorer.scores(prompts, pictures)
+        for prompt, picture, score in zip(prompts, pictures, together, strict=True):
+            inputs = scorer.inputs([prompt], [picture])
+            hidden = scorer.model(**inputs, output_hidden_states=True).hidden_states[-1][0, -1]
+            assert score.item() == pytest.approx(scorer.head(hidden).item(), abs=1e-4)  # left padding is harmless
+    assert scorer.prompt_text("word " * 500).count("word") == 192  # the prompt's token budget
+
+
+@pytest.mark.slow
+def test_training_learns_a_learnable_difference(built_config, tmp_path):
+    spec = model_spec(built_config, "tiny-qwen3-vl")
+    trainset, testset = synthetic_pairs(tmp_path / "train", 32), synthetic_pairs(tmp_path / "test", 16, offset=100)
+    before = pairwise_accuracy(load_scorer(spec, settings()), testset, batch_size=4)
+    if before > 0.5:  # the untrained model happens to prefer red: teach it blue, so that chance is the start
+        swap = {"corr_path": "adv_path", "adv_path": "corr_path"}
+        trainset, testset = trainset.rename(columns=swap), testset.rename(columns=swap)
+        before = 1 - before
+    history = train(load_scorer(spec, settings(epochs=2)), trainset, tmp_path / "out", tmp_path / "checkpoint")
+    assert history["loss"].iloc[-3:].mean() < history["loss"].iloc[:3].mean()
+    assert history["heldout_accuracy"].dropna().iloc[-1] >= 0.8
+    assert {"step", "loss", "learning_rate", "pairs_per_second"} <= set(history.columns)
+    assert (tmp_path / "out" / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
+    trained = load_scorer(spec, settings(), trained=tmp_path / "out")
+    after = pairwise_accuracy(trained, testset, batch_size=4)
+    assert before <= 0.5
+    assert after >= 0.9  # well above chance, from at most chance
+
+
+@pytest.mark.slow
+def test_a_resumed_run_ends_with_the_uninterrupted_weights(built_config, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    spec = model_spec(built_config, "tiny-qwen3-vl")
+    pairs = synthetic_pairs(tmp_path / "pairs", 20)
+    train(load_scorer(spec, settings()), pairs, tmp_path / "whole", tmp_path / "whole-checkpoint")
+    # killed after 6 optimizer steps (its last checkpoint is at step 4), then started again from scratch
+    first = train(load_scorer(spec, settings()), pairs, tmp_path / "resumed", tmp_path / "checkpoint",
+                  stop_after_steps=6)  # fmt: skip
+    assert len(first) == 6
+    assert not (tmp_path / "resumed").exists()
+    history = train(load_scorer(spec, settings()), pairs, tmp_path / "resumed", tmp_path / "checkpoint")
+    assert list(history["step"]) == list(range(1, len(history) + 1))
+    for name in ("score_head.safetensors", "adapter/adapter_model.safetensors"):
+        whole, resumed = load_file(tmp_path / "whole" / name), load_file(tmp_path / "resumed" / name)
+        assert whole.keys() == resumed.keys()
+        assert all(torch.equal(whole[key], resumed[key]) for key in whole), name
+    assert any(v.abs().sum() > 0 for k, v in load_file(tmp_path / "whole" / "adapter/adapter_model.safetensors").items()
+               if "lora_B" in k)  # training moved the adapters (LoRA's B starts at zero)  # fmt: skip
