@@ -2,6 +2,7 @@
 tiny Qwen3-VL, and a resumed run that ends with the weights of an uninterrupted one."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -9,7 +10,18 @@ import pytest
 from PIL import Image
 
 from blindspot.config import model_spec
-from blindspot.protoscore import TrainSettings, load_scorer, pairwise_accuracy, ranking_loss, split_heldout, train
+from blindspot.metrics import normalise
+from blindspot.metrics.protoscore import ProtoScore
+from blindspot.protoscore import (
+    TrainSettings,
+    load_scorer,
+    pairwise_accuracy,
+    ranking_loss,
+    read_transfer_pairs,
+    split_heldout,
+    train,
+    transfer_accuracy,
+)
 
 
 def test_the_ranking_loss_at_known_inputs_and_its_gradient_signs():
@@ -101,6 +113,22 @@ def test_training_learns_a_learnable_difference(built_config, tmp_path):
     assert before <= 0.5
     assert after >= 0.9  # well above chance, from at most chance
 
+    # As a metric plug-in, and on an external pairwise set given as a file with relative paths.
+    metric = ProtoScore(spec, batch_size=4, trained=str(tmp_path / "out"))
+    prompts, images = list(testset["neutral_prompt"][:3]), [Image.open(p) for p in testset["corr_path"][:3]]
+    expected = trained.scores(prompts, images).tolist()
+    assert [s.raw for s in metric.score(prompts, images)] == pytest.approx(expected, abs=1e-5)
+    transfer = testset.assign(
+        prompt=testset["neutral_prompt"], preferred=[f"test/{Path(p).name}" for p in testset["corr_path"]],
+        other=[f"test/{Path(p).name}" for p in testset["adv_path"]], group=["a", "b"] * 8,
+    )[["prompt", "preferred", "other", "group"]]  # fmt: skip
+    transfer.to_csv(tmp_path / "transfer.csv", index=False)
+    table = transfer_accuracy(metric, read_transfer_pairs(tmp_path / "transfer.csv"), 500, 0).set_index("group")
+    assert table.loc["overall", "accuracy"] == pytest.approx(after)
+    assert table.loc["overall", "pairs"] == 16
+    assert table.loc[["a", "b"], "pairs"].tolist() == [8, 8]
+    assert table.loc["overall", "ci_low"] <= after <= table.loc["overall", "ci_high"]
+
 
 @pytest.mark.slow
 def test_a_resumed_run_ends_with_the_uninterrupted_weights(built_config, tmp_path):
@@ -123,3 +151,20 @@ def test_a_resumed_run_ends_with_the_uninterrupted_weights(built_config, tmp_pat
         assert all(torch.equal(whole[key], resumed[key]) for key in whole), name
     assert any(v.abs().sum() > 0 for k, v in load_file(tmp_path / "whole" / "adapter/adapter_model.safetensors").items()
                if "lora_B" in k)  # training moved the adapters (LoRA's B starts at zero)  # fmt: skip
+
+
+def test_a_logit_is_normalised_with_the_logistic_function():
+    assert normalise(0.0, ProtoScore.bounds) == 0.5
+    assert normalise(2.0, ProtoScore.bounds) == pytest.approx(1 / (1 + math.exp(-2)))
+    assert normalise(-1e6, ProtoScore.bounds) == pytest.approx(0.0)
+    assert math.isnan(normalise(math.nan, ProtoScore.bounds))
+
+
+def test_transfer_pairs_need_their_columns_and_images(tmp_path):
+    (tmp_path / "pairs.csv").write_text("prompt,preferred\nx,a.png\n")
+    with pytest.raises(ValueError, match=r"lack columns \['other'\]"):
+        read_transfer_pairs(tmp_path / "pairs.csv")
+    Image.new("RGB", (4, 4)).save(tmp_path / "a.png")
+    (tmp_path / "pairs.jsonl").write_text('{"prompt": "x", "preferred": "a.png", "other": "b.png"}\n')
+    with pytest.raises(FileNotFoundError, match="1 other image"):
+        read_transfer_pairs(tmp_path / "pairs.jsonl")

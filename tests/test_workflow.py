@@ -200,6 +200,8 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     scored = [m for m, entry in tiny_config["evaluation"]["metrics"].items() if entry["plugin"] != "api_judge"]
     labels = {tiny_config["evaluation"]["metrics"][m]["label"] for m in scored}
     assert labels <= set(table3["Method"])  # the API judge has no key here: skipped, not failed
+    assert "ProtoScore" in labels  # trained on the tiny train split, scored like the others
+    assert (results / "protoscore" / "trained" / "loss_curve.png").exists()
     assert "API judge" not in set(table3["Method"])
     assert table3.set_index("Method").loc[list(labels), "Overall Acc."].between(0, 1).all()
     assert (results / "tables" / "metric_accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

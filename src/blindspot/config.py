@@ -22,6 +22,7 @@ MODEL_ROLES = {
     ("image_stage", "vlms"): ("vllm", "transformers"),
     ("image_stage", "iqa_metrics"): ("pyiqa",),
     ("humblebench", "vlms"): ("vllm", "transformers"),
+    ("protoscore", "model"): ("transformers",),
 }
 # HumbleBench's scene-graph question writing: role -> the backends its model may have.
 SCENE_GRAPH_ROLES = {"describer": ("transformers",), "writer": ("vllm", "transformers")}
@@ -189,6 +190,8 @@ STEP_MODELS = {
         config["humblebench"]["scene_graphs"][role] for role in ("describer", "writer")
     ],
     "answer_humble": lambda config, wildcards: [wildcards["vlm"]],
+    "train_protoscore": lambda config, wildcards: [config["protoscore"]["model"]],
+    "score_transfer": lambda config, wildcards: [config["protoscore"]["model"]],
 }
 
 

@@ -50,6 +50,8 @@ STAGES = {
     "make_humble_questions": "humblebench",
     "answer_humble": "humblebench",
     "make_humble_tables": "humblebench",
+    "train_protoscore": "protoscore",
+    "score_transfer": "protoscore",
     "all": "benchmark",
 }
 # The wildcards of each rule's `log:`/`benchmark:` job name, in order (workflow/rules/*.smk; a test
@@ -68,6 +70,8 @@ JOB_WILDCARDS = {
     "write_scene_questions": (),
     "make_humble_questions": (),
     "answer_humble": ("vlm", "setting", "shard"),
+    "train_protoscore": (),
+    "score_transfer": (),
 }
 # Sharded rules, the kind of their main output, and which wildcard is the job's model.
 SHARDED = {
@@ -79,9 +83,12 @@ SHARDED = {
     "score_metric": ("metric_scores", "metric"),
 }
 # The wildcard naming the one model a job runs (and is looked up by in `throughput:`).
-MODEL_WILDCARD = {"build_model": "model", "answer_humble": "vlm"} | {
-    rule: wildcard for rule, (_, wildcard) in SHARDED.items() if wildcard
-}
+MODEL_WILDCARD = {
+    "build_model": "model",
+    "answer_humble": "vlm",
+    "train_protoscore": "model",
+    "score_transfer": "model",
+} | {rule: wildcard for rule, (_, wildcard) in SHARDED.items() if wildcard}
 # Rules whose one job runs several models in turn: their throughput is per job, under `default`.
 MULTI_MODEL = {"check_prompt_quality", "measure_image_quality", "write_scene_questions"}
 # Rules that run a model on a GPU: the keys the `throughput:` table may have.
@@ -95,6 +102,8 @@ THROUGHPUT_RULES = (
     "score_metric",
     "write_scene_questions",
     "answer_humble",
+    "train_protoscore",
+    "score_transfer",
 )
 ITEMS_NOTE = (
     "Items are upper bounds: seeds per shard for the prompt stage; for images 2 x seeds x generators x "
@@ -218,6 +227,11 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
             add("answer_humble", p("humble_answers", vlm=vlm, setting=setting, shard=shard), per_shard,
                 shard=shard, vlm=vlm, setting=setting)  # fmt: skip
     add("make_humble_tables", p("humble_metrics"), None)
+    trainer = config["protoscore"]["model"]
+    pairs = images // 2
+    add("train_protoscore", p("protoscore"), round(pairs * (1 - config["benchmark"]["test_fraction"])), model=trainer)
+    if config["protoscore"].get("transfer"):
+        add("score_transfer", p("protoscore_transfer"), None, model=trainer)
     add("all", "", None)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame = frame.sort_values("rule", key=lambda rules: rules.map(list(STAGES).index), kind="stable")

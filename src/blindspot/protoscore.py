@@ -274,6 +274,57 @@ def train(
     return frame
 
 
+def trained_sha256(folder: str | Path) -> str:
+    """One hash of a trained scorer's weights (adapter and head), whatever else its folder holds."""
+    import hashlib
+
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    for path in sorted([folder / HEAD_FILE, *(folder / ADAPTER_DIR).glob("adapter_model.*")]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+TRANSFER_COLUMNS = ("prompt", "preferred", "other")
+
+
+def read_transfer_pairs(path: str | Path) -> pd.DataFrame:
+    """An external pairwise set: a CSV or JSON-lines file with `prompt`, `preferred` and `other` (image
+    paths, relative to the file's folder), and optionally `pair_id` and `group` (accuracy per group)."""
+    path = Path(path)
+    frame = pd.read_json(path, lines=True, dtype=False) if path.suffix == ".jsonl" else pd.read_csv(path, dtype=str)
+    missing = set(TRANSFER_COLUMNS) - set(frame.columns)
+    if missing:
+        raise ValueError(f"{path}: transfer pairs lack columns {sorted(missing)} (need {', '.join(TRANSFER_COLUMNS)})")
+    for column in ("preferred", "other"):
+        frame[column] = [str(path.parent / image) for image in frame[column]]
+        absent = [image for image in frame[column] if not Path(image).is_file()]
+        if absent:
+            raise FileNotFoundError(f"{path}: {len(absent)} {column} image(s) missing, first {absent[0]}")
+    if "group" not in frame:
+        frame["group"] = "all"
+    return frame
+
+
+def transfer_accuracy(metric: Any, pairs: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
+    """Pairwise accuracy (right only when s(T, preferred) > s(T, other); ties fail), overall and per
+    group, with a 95% bootstrap interval."""
+    from PIL import Image
+
+    from blindspot.evaluation import bootstrap_accuracy
+
+    prompts = list(pairs["prompt"])
+    preferred = metric.score(prompts, [Image.open(p).convert("RGB") for p in pairs["preferred"]])
+    other = metric.score(prompts, [Image.open(p).convert("RGB") for p in pairs["other"]])
+    right = pd.Series([a.raw > b.raw for a, b in zip(preferred, other, strict=True)], index=pairs.index)
+    rows = []
+    for group, members in [("overall", pairs.index), *pairs.groupby("group", sort=True).groups.items()]:
+        estimate = bootstrap_accuracy(right.loc[members], n_boot=n_boot, seed=seed)
+        rows.append({"group": group, "pairs": len(members), "accuracy": estimate.value,
+                     "ci_low": estimate.low, "ci_high": estimate.high})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def plot_training(history: pd.DataFrame, path: str | Path) -> None:
     """Loss per optimizer step, and held-out pairwise accuracy where it was measured."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

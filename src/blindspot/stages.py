@@ -288,13 +288,14 @@ def export_dataset(config: dict[str, Any], benchmark: str, out: str) -> None:
 
 def score_metric(
     config: dict[str, Any], domain: str, metric: str, shard: str, pairs: str, triplets: str, seeds: str, cache: str,
-    out: str, counters_out: str,
+    trained: Sequence[str], out: str, counters_out: str,
 ) -> None:  # fmt: skip
     """Score the kept test pairs of one seed shard with one T2I metric, M(T, I_corr) and M(T, I_adv).
     The split is a function of the triplet id, so a job reads only its own domain's tables."""
     from blindspot import split
     from blindspot.metrics import MetricSkipped, load_metric
     from blindspot.metrics.scoring import ScoreCache, metric_identity, score_pairs
+    from blindspot.protoscore import trained_sha256
 
     evaluation = config["evaluation"]
     entry = evaluation["metrics"][metric]
@@ -308,10 +309,16 @@ def score_metric(
     def load() -> Any:
         spec = model_spec(config, entry["model"])
         models = {arg: model_spec(config, name) for arg, name in entry.get("models", {}).items()}
-        return load_metric(entry["plugin"], spec, evaluation["batch_size"], cache, **entry.get("args", {}), **models)
+        learned = {"trained": trained[0]} if trained else {}
+        return load_metric(
+            entry["plugin"], spec, evaluation["batch_size"], cache, **entry.get("args", {}), **models, **learned
+        )
 
+    identity = metric_identity(config, metric)
+    if trained:  # a retrained scorer is another metric: its weights are part of the cache key
+        identity["version"] += " trained:" + trained_sha256(trained[0])
     try:
-        frame, counters = score_pairs(test, metric, metric_identity(config, metric), load, ScoreCache(cache))
+        frame, counters = score_pairs(test, metric, identity, load, ScoreCache(cache))
     except MetricSkipped as skipped:
         # A metric that cannot run here (an API judge without its key) leaves its rows out, not the run.
         log.warning("%s", skipped)
@@ -496,6 +503,33 @@ def make_humble_tables(
     log.info("HumbleBench tables over %d answers", len(frame))
 
 
+def train_protoscore(config: dict[str, Any], benchmark: str, checkpoint: str, out: str) -> None:
+    """Train ProtoScore on the benchmark's train split; resumes from `checkpoint` after a kill."""
+    from blindspot import protoscore
+
+    settings = config["protoscore"]
+    pairs = read_table(benchmark, tables.BENCHMARK_PAIRS)
+    train_pairs = pairs[pairs["split"] == "train"]
+    log.info("ProtoScore: %d train pairs of %d", len(train_pairs), len(pairs))
+    scorer = protoscore.load_scorer(
+        model_spec(config, settings["model"]), protoscore.TrainSettings.from_config(settings, config["seed"])
+    )
+    history = protoscore.train(scorer, train_pairs, out, checkpoint)
+    log.info("ProtoScore trained: %d steps, last loss %.4f", len(history), history["loss"].iloc[-1])
+
+
+def score_transfer(config: dict[str, Any], transfer: str, trained: str, out: str) -> None:
+    """ProtoScore on an external pairwise set: pairwise accuracy (ties fail) with a bootstrap interval."""
+    from blindspot.metrics.protoscore import ProtoScore
+    from blindspot.protoscore import read_transfer_pairs, transfer_accuracy
+
+    pairs = read_transfer_pairs(transfer)
+    metric = ProtoScore(model_spec(config, config["protoscore"]["model"]), config["evaluation"]["batch_size"], trained)
+    table = transfer_accuracy(metric, pairs, config["evaluation"]["bootstrap_samples"], config["seed"])
+    write_text(out, table.to_csv(index=False))
+    log.info("transfer: %s", table.to_dict("records"))
+
+
 def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
     from blindspot.tiny_models import build_model as build
 
@@ -506,7 +540,8 @@ STEPS = {f.__name__: f for f in (make_seeds, generate_triplets, judge_triplets, 
                                  check_prompt_quality, make_table1, render_images, judge_images,
                                  keep_consensus_pairs, measure_image_quality, make_table2, split_benchmark,
                                  export_dataset, score_metric, make_table3, write_scene_questions,
-                                 make_humble_questions, answer_humble, make_humble_tables, build_model)}  # fmt: skip
+                                 make_humble_questions, answer_humble, make_humble_tables, train_protoscore,
+                                 score_transfer, build_model)}  # fmt: skip
 
 
 def step_arguments(step: Any, job: Any) -> dict[str, Any]:

@@ -56,6 +56,9 @@ PATHS = {
     "table6": "{results}/tables/table6_humblebench_models.{ext}",
     "table7": "{results}/tables/table7_humblebench_humans.{ext}",
     "nota_plot": "{results}/tables/humblebench_nota_tradeoff.png",
+    "protoscore": "{results}/protoscore/trained",
+    "protoscore_checkpoint": "{results}/protoscore/checkpoint",
+    "protoscore_transfer": "{results}/tables/protoscore_transfer.csv",
     "log": "{results}/logs/{rule}/{job}.log",
     "benchmark": "{results}/benchmarks/{rule}/{job}.tsv",
 }
@@ -142,8 +145,10 @@ def humble_table_targets(config: dict[str, Any]) -> list[str]:
 
 def final_targets(config: dict[str, Any]) -> list[str]:
     """What `rule all` builds: the exported dataset, the annotation subsets, Tables 1 to 3 and the
-    metrics' accuracy breakdown and plot, and HumbleBench's tables, metrics and plot."""
+    metrics' accuracy breakdown and plot, HumbleBench's tables, metrics and plot, and ProtoScore's transfer
+    accuracy when an external pairwise set is given."""
     benchmark = [path(config, kind) for kind in ("dataset", "filter_validation", "preference_pairs")]
     tables = [target for kind in ("table1", "table2", "table3") for target in table_targets(config, kind)]
     figures = [path(config, kind) for kind in ("metric_breakdown", "accuracy_plot", "humble_metrics", "nota_plot")]
-    return benchmark + tables + humble_table_targets(config) + figures
+    transfer = [path(config, "protoscore_transfer")] if config["protoscore"].get("transfer") else []
+    return benchmark + tables + humble_table_targets(config) + figures + transfer

@@ -8,6 +8,8 @@ rule score_metric:
         seeds=P("seeds"),
         models=lambda wildcards: [path for name in metric_models(METRICS[wildcards.metric]) for path in get_model_input(name)],
         template=lambda wildcards: METRICS[wildcards.metric].get("args", {}).get("template", []),
+        # A trained metric (ProtoScore) scores with the workflow's own training output.
+        trained=lambda wildcards: [P("protoscore")] if METRICS[wildcards.metric]["plugin"] == "protoscore" else [],
     output:
         out=P("metric_scores"),
         counters_out=P("metric_score_counters"),

@@ -7,6 +7,7 @@ raw value; `normalise` maps it to [0, 1] with the plug-in's `bounds` for reporti
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ PLUGINS = {
     "hpsv2": "blindspot.metrics.hpsv2:HPSv2",
     "image_reward": "blindspot.metrics.image_reward:ImageReward",
     "align_score": "blindspot.metrics.align_score:AlignScore",
+    "protoscore": "blindspot.metrics.protoscore:ProtoScore",
 }
 
 
@@ -62,9 +64,14 @@ class MetricSkipped(RuntimeError):
 
 
 def normalise(raw: float, bounds: tuple[float, float]) -> float:
-    """Map a raw score to [0, 1] within its bounds (clipped; NaN stays NaN)."""
+    """Map a raw score to [0, 1] within its bounds (clipped; NaN stays NaN). An unbounded score (a
+    learned scorer's logit, bounds of infinity) goes through the logistic function."""
     low, high = bounds
-    return min(1.0, max(0.0, (raw - low) / (high - low))) if raw == raw else raw
+    if raw != raw:
+        return raw
+    if math.isinf(low) or math.isinf(high):
+        return 1.0 / (1.0 + math.exp(-max(min(raw, 700.0), -700.0)))
+    return min(1.0, max(0.0, (raw - low) / (high - low)))
 
 
 def batches(name: str, prompts: Sequence[Any], images: Sequence[Any], size: int) -> Iterator[tuple[list, list]]:

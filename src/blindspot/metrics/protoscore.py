@@ -1,0 +1,35 @@
+"""ProtoScore as a metric plug-in: the trained pairwise scorer's s(T, I), a real number (a logit),
+normalised with the logistic function for reporting. `trained` is the folder `train_protoscore` wrote
+(the workflow passes it); its settings (image size, token budget, precision) are the training's."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from blindspot.config import ModelSpec
+from blindspot.metrics import Score, batches
+from blindspot.protoscore import TrainSettings, load_scorer
+
+
+class ProtoScore:
+    bounds = (-math.inf, math.inf)
+
+    def __init__(self, spec: ModelSpec, batch_size: int, trained: str):
+        self.name, self.model_id, self.revision = spec.name, spec.model_id, spec.revision or ""
+        self.batch_size = batch_size
+        saved = json.loads((Path(trained) / "settings.json").read_text())
+        settings = TrainSettings(**saved | {"target_modules": tuple(saved["target_modules"])})
+        self.scorer = load_scorer(spec, settings, trained=trained)
+        self.scorer.model.eval()
+
+    def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
+        import torch
+
+        scores = []
+        with torch.inference_mode():
+            for batch_prompts, batch_images in batches(self.name, prompts, images, self.batch_size):
+                scores.extend(Score(value) for value in self.scorer.scores(batch_prompts, batch_images).tolist())
+        return scores
