@@ -84,6 +84,8 @@ def test_gpu_requests_come_from_the_registry(paper_config):
         elif rule == "score_metric":
             models = metric_models(paper_config["evaluation"]["metrics"][wildcards["metric"]])
             assert int(resources["gpu"]) == max(paper_config["models"][m]["gpus"] for m in models), wildcards
+        elif rule == "train_protoscore":
+            assert int(resources["gpu"]) == paper_config["models"][paper_config["protoscore"]["model"]]["gpus"] == 1
         elif rule in {"check_prompt_quality", "measure_image_quality"}:
             assert int(resources["gpu"]) == 1, rule  # the largest GPU need among the stage's models
         elif rule != "all":
