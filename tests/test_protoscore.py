@@ -143,6 +143,7 @@ def test_a_resumed_run_ends_with_the_uninterrupted_weights(built_config, tmp_pat
                   stop_after_steps=6)  # fmt: skip
     assert len(first) == 6
     assert not (tmp_path / "resumed").exists()
+    assert [p.name for p in (tmp_path / "checkpoint").glob("position-*")] == ["position-000000008"]  # step 4
     history = train(load_scorer(spec, settings()), pairs, tmp_path / "resumed", tmp_path / "checkpoint")
     assert list(history["step"]) == list(range(1, len(history) + 1))
     for name in ("score_head.safetensors", "adapter/adapter_model.safetensors"):

@@ -179,15 +179,30 @@ def save_trained(scorer: PairwiseScorer, folder: Path) -> None:
 
 def _save_checkpoint(scorer: PairwiseScorer, optimizer: Any, scheduler: Any, position: int, history: list,
                      checkpoint: Path) -> None:  # fmt: skip
+    """A new folder per checkpoint, then `latest` names it (both written atomically), then the older
+    folders go: a kill at any moment leaves a complete checkpoint that `latest` names."""
+    import shutil
+
     import torch
 
-    with atomic_dir(checkpoint) as tmp:
+    name = f"position-{position:09d}"
+    with atomic_dir(checkpoint / name) as tmp:
         save_trained(scorer, tmp)
         torch.save(
             {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "position": position,
              "rng": torch.get_rng_state(), "history": history},
             tmp / "state.pt",
         )  # fmt: skip
+    write_text(checkpoint / "latest", name + "\n")
+    for old in checkpoint.glob("position-*"):
+        if old.name != name:
+            shutil.rmtree(old)
+
+
+def latest_checkpoint(checkpoint: str | Path) -> Path | None:
+    """The folder of the last complete checkpoint, if there is one."""
+    pointer = Path(checkpoint) / "latest"
+    return Path(checkpoint) / pointer.read_text().strip() if pointer.is_file() else None
 
 
 def _load_checkpoint(scorer: PairwiseScorer, optimizer: Any, scheduler: Any, checkpoint: Path) -> tuple[int, list]:
@@ -231,9 +246,9 @@ def train(
     scheduler = _schedule(optimizer, total_steps, settings.warmup_fraction)
     checkpoint = Path(checkpoint)
     position, history = (0, [])
-    if (checkpoint / "state.pt").exists():
-        position, history = _load_checkpoint(scorer, optimizer, scheduler, checkpoint)
-        log.info("resuming from %s at micro-batch %d of %d", checkpoint, position, len(micro))
+    if (last := latest_checkpoint(checkpoint)) is not None:
+        position, history = _load_checkpoint(scorer, optimizer, scheduler, last)
+        log.info("resuming from %s at micro-batch %d of %d", last, position, len(micro))
     steps_this_call, started, pairs_done, running = 0, time.monotonic(), 0, []
     scorer.model.train()
     while position < len(micro):
