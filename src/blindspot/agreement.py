@@ -1,0 +1,137 @@
+"""Agreement statistics behind the papers' human studies.
+
+Filter validation (ProtoBias 4.2, Appendix D): a person scores images 1-10 against their own
+description, as the VLM filter did; human and VLM keep/reject decisions and scores are compared.
+Pairwise preferences (Appendix E): annotators choose I_corr, I_adv or neither for a test pair; their
+agreement, the majority per pair (the human reference of Table 3) and the human row of Table 3.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# Pairwise choices on an ordinal scale for weighted kappa: "neither" lies between the two images.
+CHOICE_ORDER = {"adv": 0, "neither": 1, "corr": 2}
+
+
+def weighted_kappa(a: Sequence[Any], b: Sequence[Any], categories: Sequence[Any], weights: str | None = None) -> float:
+    """Cohen's kappa between two raters over `categories` (in order), unweighted or with `linear` or
+    `quadratic` disagreement weights; NaN when there is nothing to compare or no variation at all."""
+    index = {category: i for i, category in enumerate(categories)}
+    unknown = (set(a) | set(b)) - set(index)
+    if unknown:
+        raise ValueError(f"ratings {sorted(map(str, unknown))} are not among the categories {list(categories)}")
+    if len(a) != len(b):
+        raise ValueError(f"{len(a)} ratings against {len(b)}")
+    k = len(categories)
+    if not len(a):
+        return math.nan
+    observed = np.zeros((k, k))
+    for x, y in zip(a, b, strict=True):
+        observed[index[x], index[y]] += 1
+    observed /= observed.sum()
+    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0))
+    distance = np.abs(np.subtract.outer(np.arange(k), np.arange(k))).astype(float)
+    penalty = {None: (distance > 0).astype(float), "linear": distance, "quadratic": distance**2}[weights]
+    chance = float((penalty * expected).sum())
+    return 1.0 - float((penalty * observed).sum()) / chance if chance > 0 else math.nan
+
+
+def filter_validation(images: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """Per domain and overall: decision kappa and binary disagreement between the person and the VLM
+    filter, quadratic weighted kappa between the 1-10 scores (human against the rounded mean VLM score),
+    Pearson and Spearman between the human score and the mean VLM score, Pearson between each two VLMs,
+    and the mean human and VLM scores of accepted and rejected images.
+
+    `images` has `domain`, `human_score`, `vlm_scores` (a dict or JSON {vlm: score}), `mean_vlm_score`
+    and `accepted` (the filter's decision); the person keeps an image whose score is >= `threshold`.
+    For two categories every weighting gives the same kappa, so the decisions' kappa is also the
+    paper's "weighted" one."""
+    import json
+
+    from scipy.stats import pearsonr, spearmanr
+
+    frame = images.copy()
+    frame["vlm_scores"] = [json.loads(v) if isinstance(v, str) else v for v in frame["vlm_scores"]]
+    frame["human_keeps"] = frame["human_score"] >= threshold
+    vlms = sorted({name for scores in frame["vlm_scores"] for name in scores})
+    rows = []
+    for domain, part in [*frame.groupby("domain", sort=True), ("overall", frame)]:
+        row = {"domain": domain, "images": len(part)}
+        row["decision_kappa"] = weighted_kappa(list(part["human_keeps"]), list(part["accepted"]), [False, True])
+        row["disagreement"] = float((part["human_keeps"] != part["accepted"]).mean())
+        rounded = part["mean_vlm_score"].round().clip(1, 10).astype(int)
+        row["score_kappa_quadratic"] = weighted_kappa(
+            list(part["human_score"].astype(int)), list(rounded), range(1, 11), "quadratic"
+        )  # fmt: skip
+        varied = part["human_score"].nunique() > 1 and part["mean_vlm_score"].nunique() > 1
+        row["pearson_human_vlm"] = (
+            float(pearsonr(part["human_score"], part["mean_vlm_score"])[0]) if varied else math.nan
+        )
+        row["spearman_human_vlm"] = (
+            float(spearmanr(part["human_score"], part["mean_vlm_score"])[0]) if varied else math.nan
+        )
+        for first, second in itertools.combinations(vlms, 2):
+            x = [scores.get(first, math.nan) for scores in part["vlm_scores"]]
+            y = [scores.get(second, math.nan) for scores in part["vlm_scores"]]
+            both = ~(np.isnan(x) | np.isnan(y))
+            row[f"pearson_{first}_vs_{second}"] = (
+                float(pearsonr(np.asarray(x)[both], np.asarray(y)[both])[0]) if both.sum() > 2 else math.nan
+            )
+        for decision, name in ((True, "accepted"), (False, "rejected")):
+            chosen = part[part["accepted"] == decision]
+            row[f"human_mean_{name}"] = float(chosen["human_score"].mean()) if len(chosen) else math.nan
+            row[f"vlm_mean_{name}"] = float(chosen["mean_vlm_score"].mean()) if len(chosen) else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def annotator_kappas(choices: pd.DataFrame) -> pd.DataFrame:
+    """The matrix of quadratic weighted kappa between each two annotators on the pairs both judged
+    (`annotator`, `pair_id`, `choice` in corr/adv/neither), ordered adv < neither < corr; 1 on the diagonal."""
+    annotators = sorted(choices["annotator"].unique())
+    table = choices.pivot_table(index="pair_id", columns="annotator", values="choice", aggfunc="first")
+    matrix = pd.DataFrame(np.eye(len(annotators)), index=annotators, columns=annotators)
+    for first, second in itertools.combinations(annotators, 2):
+        both = table[[first, second]].dropna()
+        value = weighted_kappa(list(both[first]), list(both[second]), list(CHOICE_ORDER), "quadratic")
+        matrix.loc[first, second] = matrix.loc[second, first] = value
+    return matrix
+
+
+def mean_pairwise_kappa(matrix: pd.DataFrame) -> float:
+    """The mean over annotator pairs (the off-diagonal cells), NaN cells left out."""
+    values = matrix.to_numpy()[np.triu_indices(len(matrix), k=1)]
+    return float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
+
+
+def majority_choices(choices: pd.DataFrame) -> pd.DataFrame:
+    """The human majority per pair: the most frequent choice. A tie between the most frequent choices
+    (3 corr against 3 adv, or corr against neither) is "neither": no clear majority preference, which
+    Table 3's kappa leaves out and its accuracy counts as not preferring I_corr."""
+    rows = []
+    for pair_id, part in choices.groupby("pair_id", sort=True):
+        counts = part["choice"].value_counts()
+        top = counts[counts == counts.max()].index.tolist()
+        rows.append({"pair_id": pair_id, "choice": top[0] if len(top) == 1 else "neither", "votes": len(part),
+                     "tied": len(top) > 1})  # fmt: skip
+    return pd.DataFrame(rows, columns=["pair_id", "choice", "votes", "tied"])
+
+
+def human_row(choices: pd.DataFrame, domains: pd.Series) -> dict[str, dict[str, float]]:
+    """Table 3's Human row per domain and overall: accuracy is the share of pairs whose majority prefers
+    I_corr; kappa is the mean pairwise quadratic weighted kappa among annotators. `domains` maps
+    pair_id to its domain."""
+    choices = choices.assign(domain=choices["pair_id"].map(domains))
+    row = {}
+    for domain, part in [*choices.groupby("domain", sort=True), ("overall", choices)]:
+        majority = majority_choices(part)
+        row[domain] = {"accuracy": float((majority["choice"] == "corr").mean()),
+                       "kappa": mean_pairwise_kappa(annotator_kappas(part))}  # fmt: skip
+    return row
