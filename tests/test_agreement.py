@@ -107,3 +107,42 @@ def test_the_annotator_matrix_and_the_human_row():
     assert row["objects"]["accuracy"] == 0.0
     assert row["overall"]["accuracy"] == 0.25
     assert row["overall"]["kappa"] == pytest.approx(mean_pairwise_kappa(matrix))
+
+
+def test_the_stages_read_label_studio_exports(tmp_path):
+    from blindspot import tables
+    from blindspot.io import write_table
+    from blindspot.stages import human_preferences, validate_filter
+
+    pairs = pd.DataFrame({"pair_id": ["p1", "p2"], "triplet_id": "t", "domain": ["animals", "objects"], "t2i": "m",
+                          "neutral_prompt": "x", "left_role": ["corr", "adv"], "left_image_id": "a", "left_path": "a",
+                          "right_image_id": "b", "right_path": "b"})  # fmt: skip
+    write_table(tmp_path / "pairs.parquet", pairs, tables.ANNOTATION_PAIRS)
+    export = [{"id": 1, "data": {"item_id": pair}, "annotations": [
+        {"completed_by": {"email": who}, "result": [{"from_name": "choice", "value": {"choices": [side]}}]}
+        for who, side in (("ann1", "left"), ("ann2", "left"), ("ann3", "right"))]}
+        for pair in ("p1", "p2")]  # fmt: skip
+    (tmp_path / "choices.json").write_text(json.dumps(export))
+    out = {name: str(tmp_path / name) for name in ("majority.csv", "row.json", "k.csv", "k.md", "k.tex")}
+    human_preferences({}, str(tmp_path / "pairs.parquet"), str(tmp_path / "choices.json"), out["majority.csv"],
+                      out["row.json"], out["k.csv"], out["k.md"], out["k.tex"])  # fmt: skip
+    # two of three chose left: corr where corr is on the left (p1), adv where it is not (p2)
+    assert pd.read_csv(out["majority.csv"]).values.tolist() == [["p1", "corr"], ["p2", "adv"]]
+    row = json.loads((tmp_path / "row.json").read_text())
+    assert (row["animals"]["accuracy"], row["objects"]["accuracy"], row["overall"]["accuracy"]) == (1.0, 0.0, 0.5)
+
+    images = pd.DataFrame({"image_id": ["i1", "i2", "i3", "i4"], "path": "x", "pair_id": "p", "triplet_id": "t",
+                           "domain": "animals", "t2i": "m", "role": "corr", "description": "d",
+                           "vlm_scores": [json.dumps({"a": s}) for s in (9, 8, 2, 3)],
+                           "mean_vlm_score": [9.0, 8.0, 2.0, 3.0], "accepted": [True, True, False, False]})  # fmt: skip
+    write_table(tmp_path / "images.parquet", images, tables.ANNOTATION_IMAGES)
+    scores = [{"id": 1, "data": {"item_id": i}, "annotations": [
+        {"completed_by": 1, "result": [{"from_name": "score", "value": {"rating": s}}]}]}
+        for i, s in (("i1", 10), ("i2", 4), ("i3", 1), ("i4", 2))]  # fmt: skip
+    (tmp_path / "scores.json").write_text(json.dumps(scores))
+    config = {"annotation": {"human_keep_threshold": 8}}
+    validate_filter(config, str(tmp_path / "images.parquet"), str(tmp_path / "scores.json"), out["k.csv"],
+                    out["k.md"], out["k.tex"])  # fmt: skip
+    table = pd.read_csv(out["k.csv"]).set_index("domain")
+    assert table.loc["overall", "disagreement"] == 0.25  # i2: the filter kept it, the person did not
+    assert table.loc["overall", "human_mean_accepted"] == 7.0

@@ -1,5 +1,6 @@
 """The workflow as users drive it: `snakemake -n` plans, config errors, the tiny preset end to end."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -115,7 +116,9 @@ def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
     assert "results/tiny/tables/table6_humblebench_models.tex" in targets
     assert "results/tiny/tables/humblebench_nota_tradeoff.png" in targets
     assert not any("table7" in target for target in targets)  # no human answers in the tiny preset
-    assert len(targets) == 3 + 3 * 3 + 3 * 3 + 4
+    assert "results/tiny/annotation_projects" in targets
+    assert not any("agreement" in target for target in targets)  # no people's labels in the tiny preset
+    assert len(targets) == 3 + 3 * 3 + 3 * 3 + 4 + 1
 
 
 SCENE_GRAPHS = {
@@ -253,6 +256,52 @@ def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run
     renders = [o for o in planned_outputs(out) if "/renders/" in o or "/vlm_scores/" in o]
     assert renders
     assert all("/tiny-flux-b/" in o for o in renders)
+
+
+def label_studio_export(items: list[str], result) -> list[dict]:
+    """People's labels in Label Studio's export format: `result(annotator, item)` gives one result."""
+    return [
+        {"id": i + 1, "data": {"item_id": item},
+         "annotations": [{"completed_by": {"email": who}, "result": [result(who, item)]} for who in ("ann1", "ann2")]}
+        for i, item in enumerate(items)
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run_config):
+    """After the run, people's labels come in: only the human-study rules and Table 3 run again."""
+    work, _ = tiny_run
+    results = work / run_config["results_dir"]
+    annotation = results / "benchmark" / "annotation"
+    images = read_table(annotation / "filter_validation.parquet", tables.ANNOTATION_IMAGES)
+    pairs = read_table(annotation / "preference_pairs.parquet", tables.ANNOTATION_PAIRS)
+    assert len(images)
+    assert len(pairs)
+    projects = results / "annotation_projects"
+    assert {p.name for p in projects.iterdir()} == {"image_score", "pairwise", "question_check"}
+    scores = label_studio_export(
+        list(images["image_id"]), lambda who, item: {"from_name": "score", "type": "rating",
+                                                     "value": {"rating": 9 if who == "ann1" else 3}}
+    )  # fmt: skip
+    choices = label_studio_export(
+        list(pairs["pair_id"]), lambda who, item: {"from_name": "choice", "type": "choices",
+                                                   "value": {"choices": ["left" if who == "ann1" else "right"]}}
+    )  # fmt: skip
+    (work / "scores.json").write_text(json.dumps(scores))
+    (work / "choices.json").write_text(json.dumps(choices))
+    config = run_config | {"annotation": run_config["annotation"] | {
+        "image_score_labels": "scores.json", "pairwise_labels": "choices.json"}}  # fmt: skip
+    (work / "labelled.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    out = snakemake("-n", "--configfile", "labelled.yaml", cwd=work)
+    assert planned_jobs(out) == Counter({"validate_filter": 1, "human_preferences": 1, "make_table3": 1, "all": 1})
+    snakemake("--configfile", "labelled.yaml", "--profile", "profiles/local", "-c2", cwd=work)
+    table3 = pd.read_csv(results / "tables" / "table3_metrics.csv").set_index("Method")
+    # every pair: one person left, the other right -> a tie, so the majority is "neither" everywhere
+    assert table3.loc["Human (majority)", "Overall Acc."] == 0.0
+    agreement = pd.read_csv(results / "tables" / "annotator_agreement.csv")
+    assert list(agreement["Annotator"]) == ["ann1", "ann2", "mean (pairs)"]
+    validation = pd.read_csv(results / "tables" / "filter_validation_agreement.csv").set_index("domain")
+    assert validation.loc["overall", "images"] == len(images)  # the mean of 9 and 3 is 6: every image rejected
 
 
 @pytest.mark.slow

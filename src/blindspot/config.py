@@ -72,6 +72,11 @@ def validate_config(config: dict[str, Any]) -> None:
                     f"config key 'models.{name}.backend': '{models[name]['backend']}' cannot "
                     f"serve as {key.rsplit('.', 1)[1]} (expected one of {', '.join(backends)})"
                 )
+    if config["annotation"].get("pairwise_labels") and config["evaluation"].get("human_choices"):
+        raise ConfigError(
+            "config keys 'annotation.pairwise_labels' and 'evaluation.human_choices' both give Table 3's human "
+            "majority: keep one"
+        )
     humble = config["humblebench"]
     for use, setting in humble["tables"].items():
         if setting not in humble["settings"]:

@@ -360,6 +360,19 @@ def table3(
     return pd.DataFrame(rows, columns=columns, dtype=object)
 
 
+def with_human_row(
+    table: pd.DataFrame, human: Mapping[str, Mapping[str, float]], domains: Sequence[str]
+) -> pd.DataFrame:
+    """Table 3 with the paper's Human row last, under its own header: per domain and overall, the mean
+    pairwise quadratic weighted kappa among annotators and the share of pairs the majority prefers I_corr."""
+    row: list[Any] = ["Human (majority)"]
+    for domain in [*domains, "overall"]:
+        cell = human.get(domain, {})
+        row += [cell.get("kappa", float("nan")), cell.get("accuracy", float("nan"))]
+    header = ["Human reference"] + [""] * (len(table.columns) - 1)
+    return pd.concat([table, pd.DataFrame([header, row], columns=table.columns, dtype=object)], ignore_index=True)
+
+
 def write_table3(
     table: pd.DataFrame,
     csv: str | Path,

@@ -52,6 +52,9 @@ STAGES = {
     "make_humble_tables": "humblebench",
     "train_protoscore": "protoscore",
     "score_transfer": "protoscore",
+    "make_annotation_projects": "annotation",
+    "validate_filter": "annotation",
+    "human_preferences": "annotation",
     "all": "benchmark",
 }
 # The wildcards of each rule's `log:`/`benchmark:` job name, in order (workflow/rules/*.smk; a test
@@ -232,6 +235,11 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
     add("train_protoscore", p("protoscore"), round(pairs * (1 - config["benchmark"]["test_fraction"])), model=trainer)
     if config["protoscore"].get("transfer"):
         add("score_transfer", p("protoscore_transfer"), None, model=trainer)
+    add("make_annotation_projects", p("annotation_projects"), None)
+    if config["annotation"].get("image_score_labels"):
+        add("validate_filter", targets.table_targets(config, "filter_agreement")[0], None)
+    if config["annotation"].get("pairwise_labels"):
+        add("human_preferences", p("human_majority"), None)
     add("all", "", None)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame = frame.sort_values("rule", key=lambda rules: rules.map(list(STAGES).index), kind="stable")

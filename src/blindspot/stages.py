@@ -329,8 +329,8 @@ def score_metric(
 
 
 def make_table3(
-    config: dict[str, Any], scores: Sequence[str], benchmark: str, human_choices: Sequence[str], csv: str,
-    markdown: str, latex: str, breakdown: str, plot: str,
+    config: dict[str, Any], scores: Sequence[str], benchmark: str, human_choices: Sequence[str],
+    human_row: Sequence[str], csv: str, markdown: str, latex: str, breakdown: str, plot: str,
 ) -> None:  # fmt: skip
     """Pairwise accuracy with CIs per metric, domain, knob, T2I model and subcategory; Table 3 and its plot.
     With human choices, Table 3 is computed on the annotated pairs, as in the paper."""
@@ -350,7 +350,10 @@ def make_table3(
     )  # fmt: skip
     evaluation.write_breakdown(long, breakdown)
     domains = list(config["domains"])
-    evaluation.write_table3(evaluation.table3(long, metrics, domains), csv, markdown, latex)
+    table = evaluation.table3(long, metrics, domains)
+    if human_row:
+        table = evaluation.with_human_row(table, json.loads(Path(human_row[0]).read_text()), domains)
+    evaluation.write_table3(table, csv, markdown, latex)
     evaluation.plot_accuracy(long, metrics, plot, domains)
     log.info("Table 3 over %d scored rows of %d metrics", len(all_scores), len(metrics))
 
@@ -530,6 +533,68 @@ def score_transfer(config: dict[str, Any], transfer: str, trained: str, out: str
     log.info("transfer: %s", table.to_dict("records"))
 
 
+def make_annotation_projects(
+    config: dict[str, Any], filter_validation: str, preference_pairs: str, scene_candidates: Sequence[str], out: str
+) -> None:  # fmt: skip
+    """Annotation projects for the papers' human studies: Label Studio tasks and config, and a link per
+    annotator for the built-in page (`blindspot annotate serve`)."""
+    from blindspot.annotation import make_project
+    from blindspot.io import atomic_dir
+
+    settings = config["annotation"]
+    sources = {"image_score": read_table(filter_validation, tables.ANNOTATION_IMAGES),
+               "pairwise": read_table(preference_pairs, tables.ANNOTATION_PAIRS)}  # fmt: skip
+    if scene_candidates:
+        sources["question_check"] = read_table(scene_candidates[0], tables.HUMBLE_QUESTIONS)
+    with atomic_dir(out) as tmp:
+        for task, table in sources.items():
+            project = make_project(task, table, settings["annotators"], tmp / task, settings["image_url_prefix"], ".")
+            log.info("%s: %d items for %d annotators", task, len(project["items"]), len(project["annotators"]))
+
+
+def validate_filter(config: dict[str, Any], filter_validation: str, labels: str, csv: str, markdown: str,
+                    latex: str) -> None:  # fmt: skip
+    """Appendix D: the people's 1-10 scores against the VLM filter on the filter validation images."""
+    from blindspot.agreement import filter_validation as validation
+    from blindspot.annotation import read_labels
+    from blindspot.reporting import write_report_table
+
+    images = read_table(filter_validation, tables.ANNOTATION_IMAGES)
+    scores = read_labels("image_score", labels)
+    unknown = set(scores["item_id"]) - set(images["image_id"])
+    if unknown:
+        raise ValueError(f"{labels}: scores for images outside the filter validation subset: {sorted(unknown)[:5]}")
+    human = scores.groupby("item_id")["score"].mean()  # several people: their mean score
+    scored = images[images["image_id"].isin(human.index)].assign(human_score=lambda f: f["image_id"].map(human))
+    table = validation(scored, config["annotation"]["human_keep_threshold"])
+    log.info("filter validation: %d of %d images scored by people", len(scored), len(images))
+    write_report_table(table, csv, markdown, latex, caption="Filter validation: people against the VLM filter")
+
+
+def human_preferences(
+    config: dict[str, Any], preference_pairs: str, labels: str, majority: str, human_row: str, csv: str,
+    markdown: str, latex: str,
+) -> None:  # fmt: skip
+    """Appendix E: the annotators' pairwise kappa matrix, the majority per pair (Table 3's human
+    reference) and Table 3's Human row."""
+    from blindspot import agreement
+    from blindspot.annotation import pairwise_choices, read_labels
+    from blindspot.reporting import write_report_table
+
+    pairs = read_table(preference_pairs, tables.ANNOTATION_PAIRS)
+    choices = pairwise_choices(read_labels("pairwise", labels), pairs)
+    matrix = agreement.annotator_kappas(choices)
+    mean = pd.DataFrame([["mean (pairs)", agreement.mean_pairwise_kappa(matrix)] + [""] * (len(matrix) - 1)],
+                        columns=["Annotator", *matrix.columns])  # fmt: skip
+    shown = pd.concat([matrix.reset_index(names="Annotator").astype(object), mean], ignore_index=True)
+    write_report_table(shown, csv, markdown, latex, caption="Pairwise quadratic weighted kappa between annotators")
+    votes = agreement.majority_choices(choices)
+    write_text(majority, votes[["pair_id", "choice"]].to_csv(index=False))
+    row = agreement.human_row(choices, pairs.set_index("pair_id")["domain"])
+    write_json(human_row, row)
+    log.info("human preferences: %d labels on %d pairs; %d ties", len(choices), len(votes), int(votes["tied"].sum()))
+
+
 def build_model(recipe: dict[str, Any], seed: int, out: str) -> None:
     from blindspot.tiny_models import build_model as build
 
@@ -541,7 +606,8 @@ STEPS = {f.__name__: f for f in (make_seeds, generate_triplets, judge_triplets, 
                                  keep_consensus_pairs, measure_image_quality, make_table2, split_benchmark,
                                  export_dataset, score_metric, make_table3, write_scene_questions,
                                  make_humble_questions, answer_humble, make_humble_tables, train_protoscore,
-                                 score_transfer, build_model)}  # fmt: skip
+                                 score_transfer, make_annotation_projects, validate_filter, human_preferences,
+                                 build_model)}  # fmt: skip
 
 
 def step_arguments(step: Any, job: Any) -> dict[str, Any]:

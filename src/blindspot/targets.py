@@ -56,6 +56,11 @@ PATHS = {
     "table6": "{results}/tables/table6_humblebench_models.{ext}",
     "table7": "{results}/tables/table7_humblebench_humans.{ext}",
     "nota_plot": "{results}/tables/humblebench_nota_tradeoff.png",
+    "annotation_projects": "{results}/annotation_projects",
+    "filter_agreement": "{results}/tables/filter_validation_agreement.{ext}",
+    "annotator_agreement": "{results}/tables/annotator_agreement.{ext}",
+    "human_majority": "{results}/benchmark/annotation/human_majority.csv",
+    "human_row": "{results}/benchmark/annotation/human_row.json",
     "protoscore": "{results}/protoscore/trained",
     "protoscore_checkpoint": "{results}/protoscore/checkpoint",
     "protoscore_transfer": "{results}/tables/protoscore_transfer.csv",
@@ -145,10 +150,21 @@ def humble_table_targets(config: dict[str, Any]) -> list[str]:
 
 def final_targets(config: dict[str, Any]) -> list[str]:
     """What `rule all` builds: the exported dataset, the annotation subsets, Tables 1 to 3 and the
-    metrics' accuracy breakdown and plot, HumbleBench's tables, metrics and plot, and ProtoScore's transfer
-    accuracy when an external pairwise set is given."""
+    metrics' accuracy breakdown and plot, HumbleBench's tables, metrics and plot, ProtoScore's transfer
+    accuracy when an external pairwise set is given, and the annotation projects and agreement tables."""
     benchmark = [path(config, kind) for kind in ("dataset", "filter_validation", "preference_pairs")]
     tables = [target for kind in ("table1", "table2", "table3") for target in table_targets(config, kind)]
     figures = [path(config, kind) for kind in ("metric_breakdown", "accuracy_plot", "humble_metrics", "nota_plot")]
     transfer = [path(config, "protoscore_transfer")] if config["protoscore"].get("transfer") else []
-    return benchmark + tables + humble_table_targets(config) + figures + transfer
+    return benchmark + tables + humble_table_targets(config) + figures + transfer + annotation_targets(config)
+
+
+def annotation_targets(config: dict[str, Any]) -> list[str]:
+    """The annotation projects, and the agreement tables of the labels the config names."""
+    labels = config["annotation"]
+    found = [path(config, "annotation_projects")]
+    if labels.get("image_score_labels"):
+        found += table_targets(config, "filter_agreement")
+    if labels.get("pairwise_labels"):
+        found += table_targets(config, "annotator_agreement")
+    return found

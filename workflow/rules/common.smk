@@ -90,6 +90,14 @@ def get_model_params(role):
 
 
 SCENE_GRAPHS = config["humblebench"].get("scene_graphs") or {}
+ANNOTATION = config["annotation"]
+
+
+def get_human_choices(wildcards):
+    """Table 3's human majority: from people's pairwise labels, or a CSV the config names."""
+    if ANNOTATION.get("pairwise_labels"):
+        return [P("human_majority")]
+    return [config["evaluation"]["human_choices"]] if config["evaluation"].get("human_choices") else []
 
 
 def humble_input(kind):

@@ -37,7 +37,8 @@ rule make_table3:
     input:
         scores=targets.metric_score_targets(config),
         benchmark=P("benchmark_pairs"),
-        human_choices=config["evaluation"].get("human_choices") or [],
+        human_choices=get_human_choices,
+        human_row=[P("human_row")] if ANNOTATION.get("pairwise_labels") else [],
     output:
         csv=report(P("table3", ext="csv"), caption="../report/table3.rst", category="Metrics"),
         markdown=P("table3", ext="md"),

@@ -1,0 +1,61 @@
+# Human annotation: projects for the annotation subsets (Label Studio and the built-in page), and,
+# once people's labels are given in config, the agreement statistics and Table 3's human reference.
+
+
+rule make_annotation_projects:
+    input:
+        filter_validation=P("filter_validation"),
+        preference_pairs=P("preference_pairs"),
+        scene_candidates=humble_input("scene_questions"),
+    output:
+        out=directory(P("annotation_projects")),
+    params:
+        annotation=config["annotation"],
+    log:
+        LOG("make_annotation_projects", "all"),
+    resources:
+        gpu=get_gpus("make_annotation_projects"),
+    conda:
+        "../envs/base.yaml"
+    script:
+        "../scripts/run_stage.py"
+
+
+rule validate_filter:
+    input:
+        filter_validation=P("filter_validation"),
+        labels=ANNOTATION.get("image_score_labels") or [],
+    output:
+        csv=report(P("filter_agreement", ext="csv"), caption="../report/agreement.rst", category="Human studies"),
+        markdown=P("filter_agreement", ext="md"),
+        latex=P("filter_agreement", ext="tex"),
+    params:
+        threshold=ANNOTATION["human_keep_threshold"],
+    log:
+        LOG("validate_filter", "all"),
+    resources:
+        gpu=get_gpus("validate_filter"),
+    conda:
+        "../envs/base.yaml"
+    script:
+        "../scripts/run_stage.py"
+
+
+rule human_preferences:
+    input:
+        preference_pairs=P("preference_pairs"),
+        labels=ANNOTATION.get("pairwise_labels") or [],
+    output:
+        majority=P("human_majority"),
+        human_row=P("human_row"),
+        csv=report(P("annotator_agreement", ext="csv"), caption="../report/agreement.rst", category="Human studies"),
+        markdown=P("annotator_agreement", ext="md"),
+        latex=P("annotator_agreement", ext="tex"),
+    log:
+        LOG("human_preferences", "all"),
+    resources:
+        gpu=get_gpus("human_preferences"),
+    conda:
+        "../envs/base.yaml"
+    script:
+        "../scripts/run_stage.py"
