@@ -55,6 +55,7 @@ STAGES = {
     "make_annotation_projects": "annotation",
     "validate_filter": "annotation",
     "human_preferences": "annotation",
+    "make_report_items": "benchmark",
     "all": "benchmark",
 }
 # The wildcards of each rule's `log:`/`benchmark:` job name, in order (workflow/rules/*.smk; a test
@@ -236,6 +237,7 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
     if config["protoscore"].get("transfer"):
         add("score_transfer", p("protoscore_transfer"), None, model=trainer)
     add("make_annotation_projects", p("annotation_projects"), None)
+    add("make_report_items", p("example_grid"), None)
     if config["annotation"].get("image_score_labels"):
         add("validate_filter", targets.table_targets(config, "filter_agreement")[0], None)
     if config["annotation"].get("pairwise_labels"):

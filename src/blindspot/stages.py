@@ -267,8 +267,8 @@ def split_benchmark(
     write_json(counters_out, counters | {"provenance": provenance()})
 
 
-def export_dataset(config: dict[str, Any], benchmark: str, out: str) -> None:
-    """The benchmark as a `datasets`-loadable folder with a dataset card."""
+def export_dataset(config: dict[str, Any], benchmark: str, out: str, card: str) -> None:
+    """The benchmark as a `datasets`-loadable folder with a dataset card (also beside it, for the report)."""
     from blindspot.export import export_dataset as export
 
     roles = [("generator", name) for name in config["prompt_stage"]["generators"]]
@@ -284,6 +284,23 @@ def export_dataset(config: dict[str, Any], benchmark: str, out: str) -> None:
         "models": models,
     }
     export(read_table(benchmark, tables.BENCHMARK_PAIRS), out, about)
+    write_text(card, (Path(out) / "README.md").read_text())
+
+
+def make_report_items(
+    config: dict[str, Any], benchmark: str, scores: Sequence[str], counters: Sequence[str], grid: str, csv: str
+) -> None:  # fmt: skip
+    """The report's example grid (Figure 3) and the table of every stage's counters."""
+    from blindspot.figures import example_grid, example_pairs, stage_counters
+
+    metrics = {name: entry["label"] for name, entry in config["evaluation"]["metrics"].items()}
+    frames = [read_table(path, tables.METRIC_SCORES) for path in scores]
+    all_scores = pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
+    scored = {name: label for name, label in metrics.items() if name in set(all_scores["metric"])}
+    examples = example_pairs(read_table(benchmark, tables.BENCHMARK_PAIRS), config["report"]["examples_per_domain"])
+    example_grid(examples, all_scores, scored, grid)
+    stages = [(Path(path).name.removesuffix(".counters.json"), path) for path in counters]
+    write_text(csv, stage_counters(stages).to_csv(index=False))
 
 
 def score_metric(
@@ -607,7 +624,7 @@ STEPS = {f.__name__: f for f in (make_seeds, generate_triplets, judge_triplets, 
                                  export_dataset, score_metric, make_table3, write_scene_questions,
                                  make_humble_questions, answer_humble, make_humble_tables, train_protoscore,
                                  score_transfer, make_annotation_projects, validate_filter, human_preferences,
-                                 build_model)}  # fmt: skip
+                                 make_report_items, build_model)}  # fmt: skip
 
 
 def step_arguments(step: Any, job: Any) -> dict[str, Any]:

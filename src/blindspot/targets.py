@@ -61,6 +61,9 @@ PATHS = {
     "annotator_agreement": "{results}/tables/annotator_agreement.{ext}",
     "human_majority": "{results}/benchmark/annotation/human_majority.csv",
     "human_row": "{results}/benchmark/annotation/human_row.json",
+    "dataset_card": "{results}/benchmark/dataset_card.md",
+    "example_grid": "{results}/tables/example_grid.png",
+    "stage_counters": "{results}/tables/stage_counters.csv",
     "protoscore": "{results}/protoscore/trained",
     "protoscore_checkpoint": "{results}/protoscore/checkpoint",
     "protoscore_transfer": "{results}/tables/protoscore_transfer.csv",
@@ -154,9 +157,27 @@ def final_targets(config: dict[str, Any]) -> list[str]:
     accuracy when an external pairwise set is given, and the annotation projects and agreement tables."""
     benchmark = [path(config, kind) for kind in ("dataset", "filter_validation", "preference_pairs")]
     tables = [target for kind in ("table1", "table2", "table3") for target in table_targets(config, kind)]
-    figures = [path(config, kind) for kind in ("metric_breakdown", "accuracy_plot", "humble_metrics", "nota_plot")]
+    figures = [
+        path(config, kind)
+        for kind in (
+            "metric_breakdown",
+            "accuracy_plot",
+            "humble_metrics",
+            "nota_plot",
+            "example_grid",
+            "stage_counters",
+        )
+    ]
     transfer = [path(config, "protoscore_transfer")] if config["protoscore"].get("transfer") else []
     return benchmark + tables + humble_table_targets(config) + figures + transfer + annotation_targets(config)
+
+
+def counter_targets(config: dict[str, Any]) -> list[str]:
+    """The counters that say what each stage kept and dropped: per domain, then the benchmark's and HumbleBench's."""
+    per_domain = [
+        path(config, kind, domain=d) for d in config["domains"] for kind in ("triplet_counters", "pair_counters")
+    ]
+    return [*per_domain, path(config, "split_counters"), path(config, "humble_question_counters")]
 
 
 def annotation_targets(config: dict[str, Any]) -> list[str]:

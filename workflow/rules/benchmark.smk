@@ -29,6 +29,7 @@ rule export_dataset:
         benchmark=P("benchmark_pairs"),
     output:
         out=directory(P("dataset")),
+        card=report(P("dataset_card"), caption="../report/dataset_card.rst", category="Benchmark"),
     params:
         name=config["benchmark"]["name"],
     log:

@@ -56,3 +56,24 @@ rule make_table3:
         "../envs/base.yaml"
     script:
         "../scripts/run_stage.py"
+
+
+rule make_report_items:
+    input:
+        benchmark=P("benchmark_pairs"),
+        scores=targets.metric_score_targets(config),
+        counters=targets.counter_targets(config),
+    output:
+        grid=report(P("example_grid"), caption="../report/example_grid.rst", category="Benchmark"),
+        csv=report(P("stage_counters"), caption="../report/stage_counters.rst", category="Benchmark"),
+    params:
+        labels={name: entry["label"] for name, entry in METRICS.items()},
+        report=config["report"],
+    log:
+        LOG("make_report_items", "all"),
+    resources:
+        gpu=get_gpus("make_report_items"),
+    conda:
+        "../envs/base.yaml"
+    script:
+        "../scripts/run_stage.py"
