@@ -9,6 +9,8 @@ import yaml
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
+# Debian's chromium (./setup.sh --browser), which the `browser` tests drive through Playwright.
+CHROMIUM = os.environ.get("BLINDSPOT_CHROMIUM", "/usr/bin/chromium")
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import CHROMIUM
 from PIL import Image
 
 from blindspot.annotation import (
@@ -234,6 +235,3 @@ def test_each_task_clicked_through_in_chromium(tables, tmp_path):
     decisions = exported(tmp_path / "question_check", "question_check", tmp_path)
     assert decisions["decision"].tolist() == ["modify"]
     assert json.loads(decisions["edit"].iloc[0]) == edit
-
-
-CHROMIUM = os.environ.get("BLINDSPOT_CHROMIUM", "/usr/bin/chromium")

@@ -1,16 +1,18 @@
 """The workflow as users drive it: `snakemake -n` plans, config errors, the tiny preset end to end."""
 
+import base64
 import json
 import re
 import shutil
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO
+from conftest import CHROMIUM, REPO
 from scene_graphs import make_scene_graphs
 
 from blindspot import tables
@@ -302,6 +304,56 @@ def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run
     assert list(agreement["Annotator"]) == ["ann1", "ann2", "mean (pairs)"]
     validation = pd.read_csv(results / "tables" / "filter_validation_agreement.csv").set_index("domain")
     assert validation.loc["overall", "images"] == len(images)  # the mean of 9 and 3 is 6: every image rejected
+
+
+REPORTED = {
+    "Prompt quality": ["tables/table1_prompt_quality.csv"],
+    "Image quality": ["tables/table2_image_quality.csv"],
+    "Metrics": ["tables/table3_metrics.csv", "tables/metric_accuracy.png"],
+    "HumbleBench": ["tables/table4_humblebench_original.csv", "tables/table5_humblebench_settings.csv",
+                    "tables/table6_humblebench_models.csv", "tables/humblebench_nota_tradeoff.png"],
+    "Benchmark": ["tables/example_grid.png", "tables/stage_counters.csv", "benchmark/dataset_card.md"],
+    "Human studies": ["tables/filter_validation_agreement.csv", "tables/annotator_agreement.csv"],
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_report_holds_every_table_and_image(tiny_run, run_config):
+    """`snakemake --report` (after people's labels came in) is one self-contained HTML file: every table,
+    plot, the example grid, the counters and the dataset card are inside it, byte for byte, and Chromium
+    shows them under their categories."""
+    from PIL import Image
+    from playwright.sync_api import sync_playwright
+
+    work, _ = tiny_run
+    snakemake("--configfile", "labelled.yaml", "--report", "report.html", cwd=work)
+    html = (work / "report.html").read_text()
+    results = work / run_config["results_dir"]
+    for files in REPORTED.values():
+        for name in files:
+            found = re.search(rf"filename={re.escape(Path(name).name)};base64,([A-Za-z0-9+/=]+)", html)
+            assert found, name
+            assert base64.b64decode(found[1]) == (results / name).read_bytes(), name
+    counters = pd.read_csv(results / "tables" / "stage_counters.csv")
+    assert {"triplets", "pairs", "split", "questions"} <= set(counters["stage"])
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto((work / "report.html").as_uri())
+        page.get_by_text("Results", exact=True).click()
+        for category, files in REPORTED.items():
+            page.get_by_text(category, exact=True).first.click()
+            for name in files:
+                page.locator("tr", has_text=f"{run_config['results_dir']}/{name}").wait_for()
+            page.go_back()
+        page.get_by_text("Benchmark", exact=True).first.click()
+        page.locator("tr", has_text="example_grid.png").locator("a[iconname=eye]").click()
+        shown = page.locator("img[src^='data:image/png']")
+        shown.wait_for()
+        with Image.open(results / "tables" / "example_grid.png") as grid:
+            assert shown.evaluate("img => img.naturalWidth") == grid.width
+        browser.close()
 
 
 @pytest.mark.slow

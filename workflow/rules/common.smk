@@ -108,3 +108,9 @@ def humble_input(kind):
     if kind == "scene_questions":
         return [P("scene_questions")] if SCENE_GRAPHS else []
     return [settings["human_answers"]] if settings.get("human_answers") else []
+
+
+def humble_tables(kind):
+    """A HumbleBench table's CSV, Markdown and LaTeX files, the CSV shown in the report."""
+    csv, *others = targets.table_targets(config, kind)
+    return [report(csv, caption="../report/humblebench.rst", category="HumbleBench"), *others]

@@ -83,9 +83,9 @@ rule make_humble_tables:
         human_answers=humble_input("human_answers"),
     output:
         metrics=P("humble_metrics"),
-        table4=targets.table_targets(config, "table4"),
-        table5=targets.table_targets(config, "table5"),
-        table6=targets.table_targets(config, "table6"),
+        table4=humble_tables("table4"),
+        table5=humble_tables("table5"),
+        table6=humble_tables("table6"),
         table7=targets.table_targets(config, "table7") if config["humblebench"].get("human_answers") else [],
         plot=report(P("nota_plot"), caption="../report/humblebench.rst", category="HumbleBench"),
     params:
