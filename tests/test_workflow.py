@@ -120,7 +120,8 @@ def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
     assert not any("table7" in target for target in targets)  # no human answers in the tiny preset
     assert "results/tiny/annotation_projects" in targets
     assert not any("agreement" in target for target in targets)  # no people's labels in the tiny preset
-    assert len(targets) == 3 + 3 * 3 + 3 * 3 + 4 + 1
+    assert "results/tiny/tables/example_grid.png" in targets
+    assert len(targets) == 3 + 3 * 3 + 3 * 3 + 6 + 1
 
 
 SCENE_GRAPHS = {
