@@ -169,3 +169,16 @@ def test_transfer_pairs_need_their_columns_and_images(tmp_path):
     (tmp_path / "pairs.jsonl").write_text('{"prompt": "x", "preferred": "a.png", "other": "b.png"}\n')
     with pytest.raises(FileNotFoundError, match="1 other image"):
         read_transfer_pairs(tmp_path / "pairs.jsonl")
+
+
+@pytest.mark.slow
+def test_bf16_autocast_trains_with_float32_weights(built_config, tmp_path):
+    """The paper's precision: bf16 autocast for the forward pass, the adapters and head kept in float32."""
+    from safetensors.torch import load_file
+
+    spec = model_spec(built_config, "tiny-qwen3-vl")
+    history = train(load_scorer(spec, settings(precision="bf16")), synthetic_pairs(tmp_path / "pairs", 5),
+                    tmp_path / "out", tmp_path / "checkpoint")  # fmt: skip
+    assert np.isfinite(history["loss"]).all()
+    head = load_file(tmp_path / "out" / "score_head.safetensors")
+    assert {str(t.dtype) for t in head.values()} == {"torch.float32"}

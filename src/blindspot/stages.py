@@ -287,6 +287,15 @@ def export_dataset(config: dict[str, Any], benchmark: str, out: str, card: str) 
     write_text(card, (Path(out) / "README.md").read_text())
 
 
+def counter_stage(path: str) -> str:
+    """The stage a counters file belongs to, from where it lies: raw, judged, renders, vlm_scores, ..."""
+    parts = Path(path).parts
+    for stage in ("raw", "judged", "renders", "vlm_scores", "metric_scores", "answers"):
+        if stage in parts:
+            return stage
+    return Path(path).name.removesuffix(".counters.json")
+
+
 def make_report_items(
     config: dict[str, Any], benchmark: str, scores: Sequence[str], counters: Sequence[str], grid: str, csv: str
 ) -> None:  # fmt: skip
@@ -299,7 +308,7 @@ def make_report_items(
     scored = {name: label for name, label in metrics.items() if name in set(all_scores["metric"])}
     examples = example_pairs(read_table(benchmark, tables.BENCHMARK_PAIRS), config["report"]["examples_per_domain"])
     example_grid(examples, all_scores, scored, grid)
-    stages = [(Path(path).name.removesuffix(".counters.json"), path) for path in counters]
+    stages = [(counter_stage(path), path) for path in counters]
     write_text(csv, stage_counters(stages).to_csv(index=False))
 
 

@@ -173,11 +173,32 @@ def final_targets(config: dict[str, Any]) -> list[str]:
 
 
 def counter_targets(config: dict[str, Any]) -> list[str]:
-    """The counters that say what each stage kept and dropped: per domain, then the benchmark's and HumbleBench's."""
-    per_domain = [
-        path(config, kind, domain=d) for d in config["domains"] for kind in ("triplet_counters", "pair_counters")
+    """Every stage's counters, which say what it kept and dropped and why: each shard's, each domain's,
+    the benchmark's, and HumbleBench's."""
+    stage, image, humble = config["prompt_stage"], config["image_stage"], config["humblebench"]
+    metrics = list(config["evaluation"]["metrics"])
+    found = []
+    for domain in config["domains"]:
+        found += shard_targets(config, "raw_counters", domain, generator=stage["generators"])
+        found += shard_targets(
+            config, "judgment_counters", domain, judge=stage["judges"], generator=stage["generators"]
+        )
+        found.append(path(config, "triplet_counters", domain=domain))
+        found += shard_targets(config, "render_counters", domain, t2i=image["t2i_models"])
+        found += shard_targets(config, "vlm_score_counters", domain, t2i=image["t2i_models"], vlm=image["vlms"])
+        found.append(path(config, "pair_counters", domain=domain))
+        found += shard_targets(config, "metric_score_counters", domain, metric=metrics)
+    found.append(path(config, "split_counters"))
+    if humble.get("scene_graphs"):
+        found.append(path(config, "scene_counters"))
+    found.append(path(config, "humble_question_counters"))
+    found += [
+        path(config, "humble_answer_counters", vlm=vlm, setting=setting, shard=shard)
+        for vlm in humble["vlms"]
+        for setting in humble["settings"]
+        for shard in shard_names(humble["answer_shards"], 1)
     ]
-    return [*per_domain, path(config, "split_counters"), path(config, "humble_question_counters")]
+    return found
 
 
 def annotation_targets(config: dict[str, Any]) -> list[str]:
