@@ -210,7 +210,7 @@ def test_a_metric_without_its_api_key_is_skipped_not_failed(tiny_config, pairs_o
     }  # fmt: skip
     write_table(tmp_path / "pairs.parquet", pd.DataFrame([pair]), tables.PAIRS)
     score_metric(tiny_config, "objects", "api-judge", "00000", str(tmp_path / "pairs.parquet"),
-                 str(tmp_path / "triplets.parquet"), str(tmp_path / "seeds.parquet"), str(tmp_path / "cache"),
+                 str(tmp_path / "triplets.parquet"), str(tmp_path / "seeds.parquet"), str(tmp_path / "cache"), [],
                  str(tmp_path / "out.parquet"), str(tmp_path / "out.json"))  # fmt: skip
     assert read_table(tmp_path / "out.parquet", tables.METRIC_SCORES).empty
     assert "BLINDSPOT_TINY_API_KEY is not set" in json.loads((tmp_path / "out.json").read_text())["skipped"]

@@ -59,7 +59,7 @@ def test_plan_outputs_gpus_and_benchmark_files_equal_snakemake_dry_run(paper_con
         if job["rule"] in plan.JOB_WILDCARDS:
             bench = str(plan.benchmark_file("results/benchmarks", job["rule"], plan.job_name(job["rule"], job)))
         ours.add((job["rule"], job["output"], int(job["gpus"]), bench))
-    assert len(planned_by_snakemake) == len(jobs) - 1 == 708
+    assert len(planned_by_snakemake) == len(jobs) - 1 == 709
     assert ours == planned_by_snakemake
 
 
@@ -75,6 +75,7 @@ def small_config(tiny_config: dict) -> dict:
     """One domain of 6 seeds in shards of 4 (4 + 2 seeds); only the generator (1 GPU) and T2I model (2) use GPUs."""
     config = copy.deepcopy(tiny_config)
     config["domains"] = {"animals": {"taxonomy": "config/taxonomy/animals.yaml", "n_seeds": 6}}
+    config["shard_size"] = 4
     config["prompt_stage"]["judges"] = ["tiny-qwen2"]  # smollm2-135m also judges in the tiny preset
     config["image_stage"] |= {"t2i_models": ["tiny-flux"], "images_per_description": 2}
     config["models"]["smollm2-135m"]["gpus"] = 1
@@ -225,7 +226,7 @@ def test_cli_plan_as_a_subprocess():
     total = re.search(r"^Total: (\d+) jobs, ([\d.]+) GPU-hours$", result.stdout, flags=re.MULTILINE)
     assert total, result.stdout
     expected = plan.plan(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
-    assert int(total[1]) == expected["total_jobs"] == 709
+    assert int(total[1]) == expected["total_jobs"] == 710
     assert float(total[2]) == pytest.approx(expected["total_gpu_hours"], abs=0.005)
     assert "| judge_images" in result.stdout
     csv = subprocess.run(
@@ -234,4 +235,4 @@ def test_cli_plan_as_a_subprocess():
     )  # fmt: skip
     frame = pd.read_csv(pd.io.common.StringIO(csv.stdout))
     assert frame.iloc[-1]["rule"] == "total"
-    assert frame.iloc[-1]["jobs"] == 709
+    assert frame.iloc[-1]["jobs"] == 710
