@@ -140,14 +140,26 @@ def test_the_writers_json_becomes_questions_and_bad_output_is_reported():
                            "options": ["red", "blue", "green", "white"], "answer": "A"},
                           {"type": "Object", "question": "Which animal is there?",
                            "options": ["dog", "cat", "horse", "cow"], "answer": "none"}]}  # fmt: skip
-    questions, status = humble_questions.parse_scene_questions(json.dumps(good), graph)
+    graph |= {"file_name": "street.png"}
+    rows, status = humble_questions.parse_scene_questions(json.dumps(good), graph)
     assert status == "ok"
+    questions = [row_question(row) for row in rows]
     assert [(q.label, q.options[-1]) for q in questions] == [("A", "None of the above"), ("E", "None of the above")]
     assert humble_questions.parse_scene_questions("{not json", graph) == ([], "malformed")
-    repeated = {"questions": [good["questions"][0] | {"options": ["red", "Red", "blue", "green"]}]}
-    assert humble_questions.parse_scene_questions(json.dumps(repeated), graph) == ([], "bad_options")
+    assert humble_questions.parse_scene_questions(json.dumps({"questions": [good["questions"][0] | {"type": "x"}]}),
+                                                  graph) == ([], "malformed")  # fmt: skip
+    # A question with repeated options, or one that already reads NOTA, stays a candidate for people to fix.
+    repeated = {
+        "questions": [good["questions"][0] | {"options": ["red", "Red", "blue", "green"]}, good["questions"][1]]
+    }
+    rows, status = humble_questions.parse_scene_questions(json.dumps(repeated), graph)
+    assert status == "ok"
+    assert [humble_questions.problem(row) for row in rows] == ["bad_options", ""]
     nota = {"questions": [good["questions"][0] | {"options": ["red", "blue", "green", "None of the above"]}]}
-    assert humble_questions.parse_scene_questions(json.dumps(nota), graph) == ([], "bad_options")
+    rows, _ = humble_questions.parse_scene_questions(json.dumps(nota), graph)
+    assert humble_questions.problem(rows[0]) == "bad_options"
+    with pytest.raises(ValueError, match="None of the above"):
+        row_question(rows[0])
 
 
 def candidate_rows(n: int) -> list[dict]:
@@ -170,7 +182,7 @@ def test_verification_keeps_modifies_and_deletes(tmp_path):
     export_for_verification(rows, tmp_path / "verify.csv")
     sheet = pd.read_csv(tmp_path / "verify.csv", dtype=str, keep_default_na=False)
     assert list(sheet.columns) == ["question_id", "image_path", "type", "question", "A", "B", "C", "D", "E", "label",
-                                   "decision"]  # fmt: skip
+                                   "problem", "decision"]  # fmt: skip
     sheet["decision"] = ["keep", "modify", "delete", ""]
     sheet.loc[1, ["question", "B", "label"]] = ["What colour is the cup?", "purple", "B"]
     sheet.to_csv(tmp_path / "verify.csv", index=False)
@@ -185,6 +197,11 @@ def test_verification_keeps_modifies_and_deletes(tmp_path):
     sheet.to_csv(tmp_path / "verify.csv", index=False)
     with pytest.raises(ValueError, match=r"decisions must be one of keep, modify, delete .*\['maybe'\]"):
         apply_verification(rows, tmp_path / "verify.csv")
+    flawed = [rows[0] | {"origin": json.dumps({"problem": "bad_options"})}, *rows[1:]]
+    sheet.loc[0, "decision"] = "keep"
+    sheet.to_csv(tmp_path / "verify.csv", index=False)
+    with pytest.raises(ValueError, match="s0 is kept but has bad_options; modify or delete it"):
+        apply_verification(flawed, tmp_path / "verify.csv")
 
 
 @pytest.mark.slow
@@ -203,13 +220,14 @@ def test_scene_graph_questions_from_the_tiny_models(built_config, tmp_path):
     template = PromptTemplate.load("config/prompts/humble_scene_questions_v1.yaml")
     rows, counters = humble_questions.questions_from_scene_graphs(graphs, cues, writer, template)
     assert counters["images"] == 2
-    assert counters["ok"] + counters["malformed"] + counters["bad_options"] == 2
+    assert counters["ok"] + counters["malformed"] == 2
     assert counters["questions"] == len(rows)
     for row in rows:  # the grammar keeps the writer to the schema; NOTA is always option E
-        question = row_question(row)
-        assert question.options[-1] == "None of the above"
+        assert json.loads(row["options"])[-1] == "None of the above"
         assert not row["verified"]
         assert json.loads(row["origin"])["image_id"] in {"street", "kitchen"}
+        if not humble_questions.problem(row):
+            row_question(row)  # a valid question
 
 
 @pytest.mark.slow

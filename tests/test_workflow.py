@@ -17,6 +17,7 @@ from scene_graphs import make_scene_graphs
 
 from blindspot import tables
 from blindspot.config import metric_models, n_shards
+from blindspot.humble_questions import problem
 from blindspot.io import read_table
 from blindspot.targets import final_targets
 
@@ -125,7 +126,7 @@ def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
 
 
 SCENE_GRAPHS = {
-    "describer": "tiny-qwen2.5-vl", "writer": "smollm2-135m", "cue_tokens": 6,
+    "describer": "tiny-qwen2.5-vl", "writer": "smollm2-135m", "writer_max_tokens": 600, "cue_tokens": 6,
     "cue_instruction": "Describe the colour and material of the {category} in a few words.",
     "template": "config/prompts/humble_scene_questions_v1.yaml", "verification": None,
 }  # fmt: skip
@@ -217,7 +218,11 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     assert {"overall", "domain", "knob", "t2i", "subcategory"} <= set(breakdown["breakdown"])
     humble = tiny_config["humblebench"]
     questions = read_table(results / "humblebench" / "questions.parquet", tables.HUMBLE_QUESTIONS)
-    assert set(questions["source"]) == {"benchmark", "scene_graph"}
+    candidates = read_table(results / "humblebench" / "scene_graph_candidates.parquet", tables.HUMBLE_QUESTIONS)
+    assert len(candidates)  # the writer (real SmolLM2, under the JSON grammar) wrote questions about the scene graphs
+    # SmolLM2-135M writes options that repeat: without people's verification those are left out.
+    assert not any(problem(row) for row in questions.to_dict("records"))
+    assert set(questions["source"]) <= {"benchmark", "scene_graph"}
     assert (questions["source"] == "benchmark").sum() == 2 * 2 * len(kept)  # subject and knob, both images
     answers = pd.concat(
         [read_table(p, tables.HUMBLE_ANSWERS) for p in results.glob("humblebench/answers/*/*/*.parquet")]
@@ -259,6 +264,69 @@ def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run
     renders = [o for o in planned_outputs(out) if "/renders/" in o or "/vlm_scores/" in o]
     assert renders
     assert all("/tiny-flux-b/" in o for o in renders)
+
+
+@pytest.mark.slow
+def test_editing_one_taxonomy_reruns_only_that_domain(tiny_run):
+    work, _ = tiny_run
+    assert "Nothing to be done" in snakemake("-n", cwd=work)
+    taxonomy = work / "config" / "taxonomy" / "animals.yaml"
+    original = taxonomy.read_text()
+    taxonomy.write_text(original.replace("pine cone", "acorn"))
+    try:
+        out = snakemake("-n", cwd=work)
+    finally:
+        taxonomy.write_text(original)  # the tests after this one go on from the finished run
+    outputs = ", ".join(planned_outputs(out))
+    assert "/animals/" in outputs
+    assert "/demography/" not in outputs
+    assert "/objects/" not in outputs
+    jobs = planned_jobs(out)
+    assert jobs["make_seeds"] == 1
+    # What pools every domain runs once more: the tables and the benchmark.
+    assert jobs["make_table1"] == jobs["make_table2"] == jobs["split_benchmark"] == jobs["export_dataset"] == 1
+
+
+def test_another_configfile_replaces_the_tiny_default():
+    out = snakemake("-n", "--configfile", "config/config.yaml", "--", "resources/models/smollm2-135m", check=False)
+    assert "No rule to produce resources/models/smollm2-135m" in out
+
+
+def test_a_stage_runs_outside_snakemake(tmp_path):
+    out = tmp_path / "seeds.parquet"
+    subprocess.run(
+        [sys.executable, "-m", "blindspot.stages", "make_seeds", "--taxonomy", "config/taxonomy/objects.yaml",
+         "--domain", "objects", "--n-seeds", "5", "--seed", "1", "--out", str(out)],
+        cwd=REPO, check=True, capture_output=True,
+    )  # fmt: skip
+    seeds = read_table(out, tables.SEEDS)
+    assert len(seeds) == 5
+    assert set(seeds["domain"]) == {"objects"}
+
+
+def test_every_rule_maps_onto_its_step(tiny_config):
+    """Each rule names every argument its step needs (run_stage.py calls the step by rule name)."""
+    from types import SimpleNamespace
+
+    from blindspot.stages import STEPS, step_arguments
+
+    class Named(SimpleNamespace):
+        def keys(self):
+            return vars(self).keys()
+
+    out = snakemake("--list-rules", check=True)
+    rules = {line.split()[0] for line in out.splitlines() if line.strip()} - {"all"}
+    assert rules == set(STEPS)
+    job = SimpleNamespace(
+        rule="make_seeds", config=tiny_config, output=Named(out="o.parquet"), input=Named(taxonomy="t.yaml"),
+        params=Named(n_seeds=3, seed=1), wildcards=Named(domain="animals"),
+    )  # fmt: skip
+    assert step_arguments(STEPS["make_seeds"], job) == {
+        "taxonomy": "t.yaml", "domain": "animals", "n_seeds": 3, "seed": 1, "out": "o.parquet"
+    }  # fmt: skip
+    job.params = Named(n_seeds=3)
+    with pytest.raises(TypeError, match="needs 'seed'"):
+        step_arguments(STEPS["make_seeds"], job)
 
 
 def label_studio_export(items: list[str], result) -> list[dict]:
@@ -359,59 +427,30 @@ def test_the_report_holds_every_table_and_image(tiny_run, run_config):
 
 
 @pytest.mark.slow
-def test_editing_one_taxonomy_reruns_only_that_domain(tiny_run):
+def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, run_config):
+    """People fix the writer's candidates in the verification sheet (modify); the fixed questions join
+    HumbleBench and every VLM answers them in every setting."""
     work, _ = tiny_run
-    assert "Nothing to be done" in snakemake("-n", cwd=work)
-    taxonomy = work / "config" / "taxonomy" / "animals.yaml"
-    taxonomy.write_text(taxonomy.read_text().replace("pine cone", "acorn"))
-    out = snakemake("-n", cwd=work)
-    outputs = ", ".join(planned_outputs(out))
-    assert "/animals/" in outputs
-    assert "/demography/" not in outputs
-    assert "/objects/" not in outputs
-    jobs = planned_jobs(out)
-    assert jobs["make_seeds"] == 1
-    # What pools every domain runs once more: the tables and the benchmark.
-    assert jobs["make_table1"] == jobs["make_table2"] == jobs["split_benchmark"] == jobs["export_dataset"] == 1
-
-
-def test_another_configfile_replaces_the_tiny_default():
-    out = snakemake("-n", "--configfile", "config/config.yaml", "--", "resources/models/smollm2-135m", check=False)
-    assert "No rule to produce resources/models/smollm2-135m" in out
-
-
-def test_a_stage_runs_outside_snakemake(tmp_path):
-    out = tmp_path / "seeds.parquet"
-    subprocess.run(
-        [sys.executable, "-m", "blindspot.stages", "make_seeds", "--taxonomy", "config/taxonomy/objects.yaml",
-         "--domain", "objects", "--n-seeds", "5", "--seed", "1", "--out", str(out)],
-        cwd=REPO, check=True, capture_output=True,
-    )  # fmt: skip
-    seeds = read_table(out, tables.SEEDS)
-    assert len(seeds) == 5
-    assert set(seeds["domain"]) == {"objects"}
-
-
-def test_every_rule_maps_onto_its_step(tiny_config):
-    """Each rule names every argument its step needs (run_stage.py calls the step by rule name)."""
-    from types import SimpleNamespace
-
-    from blindspot.stages import STEPS, step_arguments
-
-    class Named(SimpleNamespace):
-        def keys(self):
-            return vars(self).keys()
-
-    out = snakemake("--list-rules", check=True)
-    rules = {line.split()[0] for line in out.splitlines() if line.strip()} - {"all"}
-    assert rules == set(STEPS)
-    job = SimpleNamespace(
-        rule="make_seeds", config=tiny_config, output=Named(out="o.parquet"), input=Named(taxonomy="t.yaml"),
-        params=Named(n_seeds=3, seed=1), wildcards=Named(domain="animals"),
-    )  # fmt: skip
-    assert step_arguments(STEPS["make_seeds"], job) == {
-        "taxonomy": "t.yaml", "domain": "animals", "n_seeds": 3, "seed": 1, "out": "o.parquet"
-    }  # fmt: skip
-    job.params = Named(n_seeds=3)
-    with pytest.raises(TypeError, match="needs 'seed'"):
-        step_arguments(STEPS["make_seeds"], job)
+    results = work / run_config["results_dir"]
+    sheet = pd.read_csv(results / "humblebench" / "scene_graph_verification.csv", dtype=str, keep_default_na=False)
+    fixed = dict(zip("ABCDE", ["car", "tree", "table", "cup", "None of the above"], strict=True))
+    sheet = sheet.assign(decision="modify", question="Which object is in the picture?", label="A", type="Object",
+                         **fixed)  # fmt: skip
+    sheet.to_csv(work / "verified.csv", index=False)
+    labelled = yaml.safe_load((work / "labelled.yaml").read_text())
+    labelled["humblebench"]["scene_graphs"]["verification"] = "verified.csv"
+    (work / "verified.yaml").write_text(yaml.safe_dump(labelled, sort_keys=False))
+    humble = run_config["humblebench"]
+    jobs = planned_jobs(snakemake("-n", "--configfile", "verified.yaml", cwd=work))
+    assert jobs == Counter({"make_humble_questions": 1, "answer_humble": len(humble["vlms"]) * len(humble["settings"]),
+                            "make_humble_tables": 1, "make_report_items": 1, "all": 1})  # fmt: skip
+    snakemake("--configfile", "verified.yaml", "--profile", "profiles/local", "-c2", cwd=work)
+    questions = read_table(results / "humblebench" / "questions.parquet", tables.HUMBLE_QUESTIONS)
+    scene = questions[questions["source"] == "scene_graph"]
+    assert len(scene) == len(sheet)
+    assert scene["verified"].all()
+    answers = pd.concat(
+        [read_table(p, tables.HUMBLE_ANSWERS) for p in results.glob("humblebench/answers/*/*/*.parquet")]
+    )
+    answered = answers[answers["question_id"].isin(scene["question_id"])]
+    assert len(answered) == len(scene) * len(humble["vlms"]) * len(humble["settings"])

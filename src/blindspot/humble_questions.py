@@ -229,27 +229,41 @@ def scene_description(graph: Mapping[str, Any], cues: Mapping[tuple[str, int], s
     return {"objects": "\n".join(objects), "relations": "\n".join(relations) or "- none"}
 
 
-def parse_scene_questions(text: str, graph: Mapping[str, Any]) -> tuple[list[Question], str]:
-    """The questions an LLM wrote for one image, NOTA appended as option E; ("", reason) problems are
-    reported, never repaired: malformed JSON, repeated options or an option that already reads NOTA."""
+def parse_scene_questions(text: str, graph: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """The questions an LLM wrote for one image, NOTA appended as option E, each as a candidate row with
+    the problem it has, if any ("bad_options": repeated options, or one that already reads NOTA). A
+    candidate with a problem is never repaired here: people can fix it (modify) in verification.
+    Returns the rows and the image's status: ok, or malformed (no JSON of the schema: no rows)."""
     try:
         written = json.loads(text)["questions"]
-    except (json.JSONDecodeError, KeyError, TypeError):
+        assert all(item["type"] in TYPES and item["answer"] in ("A", "B", "C", "D", "none") for item in written)
+    except (json.JSONDecodeError, KeyError, TypeError, AssertionError):
         return [], "malformed"
-    questions = []
+    rows = []
     for index, item in enumerate(written):
-        options = [str(option).strip() for option in item.get("options", [])]
-        if len(options) != 4 or len(set(map(str.lower, options))) != 4 or any(is_nota(o) for o in options):
-            return [], "bad_options"
-        if item.get("type") not in TYPES or item.get("answer") not in ("A", "B", "C", "D", "none"):
-            return [], "malformed"
+        options = [str(option).strip() for option in item["options"]]
         label = "E" if item["answer"] == "none" else item["answer"]
         question_id = stable_id("scene_graph", graph["image_id"], index, item["question"])
-        questions.append(Question(question_id, item["question"].strip(), (*options, NOTA_TEXT), label, item["type"]))
-    return questions, "ok"
+        origin = {"image_id": graph["image_id"]}
+        if len(options) != 4 or len(set(map(str.lower, options))) != 4 or any(is_nota(o) for o in options):
+            rows.append({
+                "question_id": question_id, "source": "scene_graph", "question": item["question"].strip(),
+                "options": json.dumps([*options, NOTA_TEXT]), "label": label, "type": item["type"],
+                "image_path": graph["file_name"], "origin": json.dumps(origin | {"problem": "bad_options"}),
+                "verified": False,
+            })  # fmt: skip
+            continue
+        question = Question(question_id, item["question"].strip(), (*options, NOTA_TEXT), label, item["type"])
+        rows.append(question_row(question, "scene_graph", graph["file_name"], origin, verified=False))
+    return rows, "ok"
 
 
-VERIFICATION_COLUMNS = ["question_id", "image_path", "type", "question", *LETTERS, "label", "decision"]
+def problem(row: Mapping[str, Any]) -> str:
+    """What is wrong with a candidate (empty when nothing is)."""
+    return json.loads(row["origin"]).get("problem", "")
+
+
+VERIFICATION_COLUMNS = ["question_id", "image_path", "type", "question", *LETTERS, "label", "problem", "decision"]
 DECISIONS = ("keep", "modify", "delete")
 
 
@@ -260,7 +274,7 @@ def export_for_verification(rows: Sequence[Mapping[str, Any]], path: str | Path)
         [
             {"question_id": r["question_id"], "image_path": r["image_path"], "type": r["type"],
              "question": r["question"], **dict(zip(LETTERS, json.loads(r["options"]), strict=False)),
-             "label": r["label"], "decision": ""}
+             "label": r["label"], "problem": problem(r), "decision": ""}
             for r in rows
         ],
         columns=VERIFICATION_COLUMNS,
@@ -283,6 +297,10 @@ def apply_verification(rows: Sequence[Mapping[str, Any]], path: str | Path) -> t
         decision = decided["decision"].get(row["question_id"], "") or "undecided"
         counts[decision] += 1
         if decision == "keep":
+            if problem(row):
+                raise ValueError(
+                    f"{path}: question {row['question_id']} is kept but has {problem(row)}; modify or delete it"
+                )
             kept.append(dict(row) | {"verified": True})
         elif decision == "modify":
             edit = decided.loc[row["question_id"]]
@@ -290,7 +308,7 @@ def apply_verification(rows: Sequence[Mapping[str, Any]], path: str | Path) -> t
             question = Question(
                 row["question_id"], edit["question"].strip(), options, edit["label"].strip(), edit["type"]
             )
-            origin = json.loads(row["origin"]) | {"modified": True}
+            origin = {k: v for k, v in json.loads(row["origin"]).items() if k != "problem"} | {"modified": True}
             kept.append(question_row(question, row["source"], row["image_path"], origin, verified=True))
     return kept, counts
 
@@ -302,11 +320,15 @@ def questions_from_scene_graphs(
     through `template` and answers with QUESTIONS_SCHEMA's JSON; NOTA is appended as option E."""
     conversations = [template.render(**scene_description(graph, cues)) for graph in graphs]
     texts = writer.generate_json(conversations, QUESTIONS_SCHEMA)
-    rows, counters = [], {"images": len(graphs), "ok": 0, "malformed": 0, "bad_options": 0}
+    rows, counters = [], {"images": len(graphs), "ok": 0, "malformed": 0}
     for graph, text in zip(graphs, texts, strict=True):
-        questions, status = parse_scene_questions(text, graph)
+        found, status = parse_scene_questions(text, graph)
         counters[status] += 1
-        origin = {"image_id": graph["image_id"], "writer_template": template.version}
-        rows.extend(question_row(q, "scene_graph", graph["file_name"], origin, verified=False) for q in questions)
+        for row in found:
+            row["origin"] = json.dumps(
+                json.loads(row["origin"]) | {"writer_template": template.version}, sort_keys=True
+            )
+        rows += found
     counters["questions"] = len(rows)
+    counters["with_problems"] = sum(bool(problem(row)) for row in rows)
     return rows, counters

@@ -8,6 +8,7 @@ rule's named inputs, outputs, params and wildcards as arguments. `python -m blin
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import json
 import logging
@@ -397,9 +398,12 @@ def write_scene_questions(config: dict[str, Any], scene_graphs: str, out: str, v
     describer = TransformersVLMScorer(model_spec(config, stage["describer"]), config["humblebench"]["batch_size"])
     cues = humble_questions.attribute_cues(graphs, describer, stage["cue_instruction"], stage["cue_tokens"])
     del describer  # one model at a time in memory
-    writer = load_text_generator(
-        model_spec(config, stage["writer"]), config["seed"], config["humblebench"]["batch_size"]
+    writer_spec = model_spec(config, stage["writer"])
+    # Up to three questions of JSON: the writer's own token budget (for triplets) may be too short.
+    writer_spec = dataclasses.replace(
+        writer_spec, generation=writer_spec.generation | {"max_tokens": stage["writer_max_tokens"]}
     )
+    writer = load_text_generator(writer_spec, config["seed"], config["humblebench"]["batch_size"])
     rows, counters = humble_questions.questions_from_scene_graphs(
         graphs, cues, writer, PromptTemplate.load(stage["template"])
     )
@@ -439,7 +443,11 @@ def make_humble_questions(
             candidates, decisions = humble_questions.apply_verification(candidates, verification[0])
             counters["scene_graph_decisions"] = decisions
         else:
-            log.warning("%d scene-graph questions are used unverified: no verification file is given", len(candidates))
+            flawed = [row for row in candidates if humble_questions.problem(row)]
+            candidates = [row for row in candidates if not humble_questions.problem(row)]
+            counters["scene_graph_left_out_with_problems"] = len(flawed)
+            log.warning("%d scene-graph questions are used unverified (no verification file); %d with problems are "
+                        "left out", len(candidates), len(flawed))  # fmt: skip
         rows += candidates
         counters["scene_graph"] = len(candidates)
     frame = pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names)
