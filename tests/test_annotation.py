@@ -235,3 +235,12 @@ def test_each_task_clicked_through_in_chromium(tables, tmp_path):
     decisions = exported(tmp_path / "question_check", "question_check", tmp_path)
     assert decisions["decision"].tolist() == ["modify"]
     assert json.loads(decisions["edit"].iloc[0]) == edit
+
+
+def test_the_image_root_defaults_to_the_folder_above_every_image(tables, tmp_path):
+    project = make_project("pairwise", tables["pairwise"], ["alice"], tmp_path / "p", "/files/?d=")
+    assert project["image_root"] == str((tmp_path / "images").resolve())
+    tasks = json.loads((tmp_path / "p" / "tasks.json").read_text())
+    assert tasks[0]["data"]["left_image"] == "/files/?d=red.png"
+    with pytest.raises(ValueError, match="is not under the image root"):
+        make_project("pairwise", tables["pairwise"], ["alice"], tmp_path / "q", "", tmp_path / "elsewhere")

@@ -18,6 +18,7 @@ which `read_labels` reads.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -95,20 +96,28 @@ def task_items(task: str, table: pd.DataFrame) -> list[dict[str, Any]]:
 
 def make_project(
     task: str, table: pd.DataFrame, annotators: Sequence[str], folder: str | Path, image_url_prefix: str,
-    image_root: str | Path,
+    image_root: str | Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Write a project folder: `project.json` (with a secret token per annotator, for the built-in
     page), and Label Studio's `tasks.json` and `label_config.xml`. Label Studio shows local images
     through a URL: `image_url_prefix` + the image's path relative to `image_root` (with local-file
-    serving, "/data/local-files/?d=")."""
+    serving, "/data/local-files/?d=", and LOCAL_FILES_DOCUMENT_ROOT set to `image_root`). Without an
+    `image_root`, the deepest folder above every image is used; `project.json` records it."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r} (tasks: {', '.join(TASKS)})")
     if len(set(annotators)) != len(annotators) or not annotators:
         raise ValueError("annotators must be one or more distinct names")
     folder = Path(folder)
     items = task_items(task, table)
-    project = {"task": task, "items": items, "annotators": {name: secrets.token_urlsafe(16) for name in annotators}}
-    root = Path(image_root).resolve()
+    images = [Path(path).resolve() for item in items for path in item["images"].values()]
+    root = (
+        Path(image_root).resolve() if image_root is not None else Path(os.path.commonpath([p.parent for p in images]))
+    )
+    outside = [path for path in images if not path.is_relative_to(root)]
+    if outside:
+        raise ValueError(f"image {outside[0]} is not under the image root {root}")
+    project = {"task": task, "items": items, "image_root": str(root),
+               "annotators": {name: secrets.token_urlsafe(16) for name in annotators}}  # fmt: skip
     tasks = [
         {"id": index + 1, "data": {"item_id": item["id"],
                                    **{k: v for k, v in item.items() if k not in ("id", "images", "left_role")},

@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "or a HumbleBench questions table)")  # fmt: skip
     make.add_argument("--annotators", required=True, help="comma-separated names")
     make.add_argument("--out", required=True, help="the project folder")
-    make.add_argument("--image-root", default=".", help="Label Studio image paths are relative to this folder")
+    make.add_argument("--image-root", help="Label Studio image paths are relative to this folder (its "
+                      "LOCAL_FILES_DOCUMENT_ROOT); default: the deepest folder above every image")  # fmt: skip
     make.add_argument("--image-url-prefix", default="/data/local-files/?d=", help="Label Studio's local-file URL")
     serve = actions.add_parser("serve", help="the built-in annotation page; prints one link per annotator")
     serve.add_argument("project")

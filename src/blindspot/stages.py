@@ -582,7 +582,7 @@ def make_annotation_projects(
         sources["question_check"] = read_table(scene_candidates[0], tables.HUMBLE_QUESTIONS)
     with atomic_dir(out) as tmp:
         for task, table in sources.items():
-            project = make_project(task, table, settings["annotators"], tmp / task, settings["image_url_prefix"], ".")
+            project = make_project(task, table, settings["annotators"], tmp / task, settings["image_url_prefix"])
             log.info("%s: %d items for %d annotators", task, len(project["items"]), len(project["annotators"]))
 
 
