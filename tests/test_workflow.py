@@ -258,7 +258,8 @@ def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run
         # The benchmark gains pairs, so every metric job runs again; the score cache makes that cheap.
         "score_metric": shards * len(config["evaluation"]["metrics"]), "make_table3": 1,
         # HumbleBench asks about the benchmark's images: new questions, answered again in every setting.
-        "make_humble_questions": 1, "make_humble_tables": 1,
+        "make_humble_questions": 1, "make_humble_tables": 1, "make_annotation_projects": 1, "make_report_items": 1,
+        "train_protoscore": 1,
         "answer_humble": len(config["humblebench"]["vlms"]) * len(config["humblebench"]["settings"]),
     })  # fmt: skip
     renders = [o for o in planned_outputs(out) if "/renders/" in o or "/vlm_scores/" in o]
