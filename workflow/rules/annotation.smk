@@ -10,7 +10,9 @@ rule make_annotation_projects:
     output:
         out=directory(P("annotation_projects")),
     params:
-        annotation=config["annotation"],
+        # What the projects are made from; people's labels coming in later do not remake them.
+        annotators=ANNOTATION["annotators"],
+        image_url_prefix=ANNOTATION["image_url_prefix"],
     log:
         LOG("make_annotation_projects", "all"),
     resources:
