@@ -1,6 +1,7 @@
 """The workflow as users drive it: `snakemake -n` plans, config errors, the tiny preset end to end."""
 
 import base64
+import copy
 import json
 import os
 import re
@@ -245,7 +246,7 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
 @pytest.mark.slow
 def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run, run_config):
     work, _ = tiny_run
-    config = run_config
+    config = copy.deepcopy(run_config)  # the fixture is shared with the tests after this one
     config["models"]["tiny-flux-b"] = dict(config["models"]["tiny-flux"])
     config["image_stage"]["t2i_models"].append("tiny-flux-b")
     (work / "added_t2i.yaml").write_text(yaml.safe_dump(config, sort_keys=False))  # key order is part of a param
