@@ -48,9 +48,10 @@ def cluster_profile(profile_dir):
         "slurm-init-seconds-before-status-checks": 5,
         "seconds-between-status-checks": 5,
     }
-    small = {"mem_mb": "1500 * attempt", "cpus_per_task": 1}
+    small = {"mem_mb": "1500 * attempt"}
     profile["default-resources"] |= small
     profile["set-resources"] = {rule: resources | small for rule, resources in profile["set-resources"].items()}
+    profile["set-threads"] = dict.fromkeys(profile["set-threads"], 1)
     profile_dir.mkdir()
     (profile_dir / "config.yaml").write_text(yaml.safe_dump(profile))
     return profile_dir

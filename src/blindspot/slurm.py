@@ -1,9 +1,11 @@
 """Run one stage on SLURM from Python (a notebook), through submitit.
 
 The resources come from the same places as for `snakemake --profile profiles/slurm`: memory, time,
-CPUs, partition and account from the profile (its `default-resources`, then the rule's
-`set-resources`, evaluated for the attempt), and GPUs from the model registry (`step_gpus`). So a
-stage submitted here asks SLURM for what the workflow's job of that stage would ask.
+partition and account from the profile (its `default-resources`, then the rule's `set-resources`,
+evaluated for the attempt), CPUs from its `set-threads`, and GPUs from the model registry
+(`step_gpus`). So a stage submitted here asks SLURM for what the workflow's job of that stage would
+ask, and runs with the thread count Snakemake would give it: CPU kernels sum in an order that
+depends on the thread count, so only then are its outputs bit for bit the workflow's.
 
     job = submit_stage("render_images", "config/config.yaml", domain="animals", t2i="flux.1-schnell",
                        shard="00000", triplets=..., out=..., images=..., counters_out=...)
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,9 @@ from blindspot.config import load_config, step_gpus
 DEFAULT_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "slurm" / "config.yaml"
 # Stage arguments that are wildcards in the rules; the GPU request depends on them.
 WILDCARDS = ("domain", "shard", "generator", "judge", "t2i", "vlm")
+# What Snakemake sets to a job's threads before running it (snakemake/shell.py).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
 
 
@@ -54,13 +60,18 @@ def profile_resources(rule: str, attempt: int = 1, profile: str | Path = DEFAULT
     return {name: _evaluate(expression, attempt) for name, expression in merged.items()}
 
 
-def submitit_parameters(resources: dict[str, Any], gpus: int, rule: str) -> dict[str, Any]:
-    """submitit's parameters for the profile's resources and a GPU count, spelled as the Snakemake
-    SLURM plugin spells them (`--gpus=N` or `--gpus=model:N`)."""
+def profile_threads(rule: str, profile: str | Path = DEFAULT_PROFILE) -> int:
+    """The threads, and so the CPUs, the profile gives a job of `rule` (Snakemake's default is 1)."""
+    return int(yaml.safe_load(Path(profile).read_text()).get("set-threads", {}).get(rule, 1))
+
+
+def submitit_parameters(resources: dict[str, Any], threads: int, gpus: int, rule: str) -> dict[str, Any]:
+    """submitit's parameters for the profile's resources, threads and a GPU count, spelled as the
+    Snakemake SLURM plugin spells them (`--cpus-per-task=threads`, `--gpus=N` or `--gpus=model:N`)."""
     parameters: dict[str, Any] = {
         "slurm_mem": f"{resources['mem_mb']}M",
         "timeout_min": int(resources["runtime"]),
-        "cpus_per_task": int(resources["cpus_per_task"]),
+        "cpus_per_task": threads,
         "slurm_comment": f"rule_{rule}",
         "name": rule,
     }
@@ -73,7 +84,9 @@ def submitit_parameters(resources: dict[str, Any], gpus: int, rule: str) -> dict
     return parameters
 
 
-def _run_stage(step: str, config_path: str, arguments: dict[str, Any]) -> None:
+def _run_stage(step: str, config_path: str, arguments: dict[str, Any], threads: int) -> None:
+    # Set before the stage imports torch, which reads them once.
+    os.environ.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
     from blindspot.stages import STEPS, setup_logging
 
     setup_logging()
@@ -95,5 +108,7 @@ def submit_stage(
     config = load_config(config_path)
     gpus = step_gpus(config, step, {k: v for k, v in arguments.items() if k in WILDCARDS})
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
-    executor.update_parameters(**submitit_parameters(profile_resources(step, attempt, profile), gpus, step))
-    return executor.submit(_run_stage, step, str(Path(config_path).resolve()), arguments)
+    threads = profile_threads(step, profile)
+    resources = profile_resources(step, attempt, profile)
+    executor.update_parameters(**submitit_parameters(resources, threads, gpus, step))
+    return executor.submit(_run_stage, step, str(Path(config_path).resolve()), arguments, threads)
