@@ -83,6 +83,13 @@ CHOICES = pd.DataFrame(
 )  # fmt: skip
 
 
+def test_a_mean_human_score_is_rounded_as_the_mean_vlm_score_is():
+    images = pd.DataFrame({"domain": ["animals"] * 3, "human_score": [7.5, 2.0, 9.0],  # 7.5: two annotators, 7 and 8
+                           "vlm_scores": [json.dumps({"a": s}) for s in (8.0, 2.0, 9.0)],
+                           "mean_vlm_score": [8.0, 2.0, 9.0], "accepted": [True, False, True]})  # fmt: skip
+    assert filter_validation(images, threshold=8).loc[0, "score_kappa_quadratic"] == 1.0
+
+
 def test_the_majority_breaks_ties_to_neither():
     majority = majority_choices(CHOICES).set_index("pair_id")
     assert majority["choice"].to_dict() == {"p1": "corr", "p2": "neither", "p3": "neither", "p4": "neither"}

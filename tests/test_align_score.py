@@ -118,3 +118,7 @@ def test_a_checkpoint_with_a_foreign_weight_is_refused_by_name(built_config, tmp
     torch.save(checkpoint, broken / CHECKPOINT_FILE)
     with pytest.raises(ValueError, match=r"tri-label head: 1 missing key\(s\): bias"):
         load_metric("align_score", spec, batch_size=1, cache_dir="", captioner=captioner)
+    # the release's checkpoint alone, without the config of the model it was fine-tuned from
+    (broken / "config.json").unlink()
+    with pytest.raises(ValueError, match=r"has no config\.json; name the base model in the metric's args"):
+        load_metric("align_score", spec, batch_size=1, cache_dir="", captioner=captioner)

@@ -244,3 +244,7 @@ def test_the_image_root_defaults_to_the_folder_above_every_image(tables, tmp_pat
     assert tasks[0]["data"]["left_image"] == "/files/?d=red.png"
     with pytest.raises(ValueError, match="is not under the image root"):
         make_project("pairwise", tables["pairwise"], ["alice"], tmp_path / "q", "", tmp_path / "elsewhere")
+    # no rows (every scene-graph candidate malformed, say): a project without items
+    empty = make_project("question_check", tables["question_check"].iloc[:0], ["alice"], tmp_path / "e", "/files/?d=")
+    assert empty["items"] == []
+    assert json.loads((tmp_path / "e" / "tasks.json").read_text()) == []

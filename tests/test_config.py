@@ -35,6 +35,7 @@ def test_paper_config_names_the_papers_models(paper_config):
         (lambda c: c.pop("shard_size"), "shard_size"),
         (lambda c: c["prompt_stage"]["judges"].append("gpt-7"), "prompt_stage.judges"),
         (lambda c: c["prompt_stage"].update(nli_model="qwen2.5-14b-instruct"), "models.qwen2.5-14b-instruct.backend"),
+        (lambda c: c["protoscore"].update(model="qwen2.5-vl-7b-instruct"), "evaluation.metrics.protoscore.model"),
     ],
 )
 def test_a_bad_key_stops_with_a_message_naming_it(paper_config, edit, key):

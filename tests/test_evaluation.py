@@ -17,6 +17,7 @@ from blindspot.evaluation import (
     plot_accuracy,
     read_human_choices,
     table3,
+    with_human_kappa,
     write_breakdown,
     write_table3,
 )
@@ -248,6 +249,14 @@ def test_table3_layout_and_files(tmp_path):
     assert table.set_index("Method").loc["Human", "Animals Acc."] == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="no family and label"):
         table3(out, {"clip": METRICS["clip"]})
+    agreeing = with_human_kappa(table, {"animals": {"kappa": 0.5}, "overall": {"kappa": 0.25}}, ["animals", "objects"])
+    human = agreeing.set_index("Method").loc["Human"]
+    assert (human["Animals κ"], human["Overall κ"]) == (0.5, 0.25)
+    assert np.isnan(human["Objects κ"])  # no annotated pairs there
+    assert human["Animals Acc."] == pytest.approx(2 / 3)
+    assert agreeing.drop(index=1).equals(table.drop(index=1))
+    with pytest.raises(ValueError, match="0 'Human' rows"):
+        with_human_kappa(table3(out.query("metric != 'human'"), METRICS), {}, ["animals"])
 
     paths = {kind: tmp_path / f"table3.{kind}" for kind in ("csv", "md", "tex")}
     write_table3(table, paths["csv"], paths["md"], paths["tex"])

@@ -216,14 +216,15 @@ def test_tables_4_5_and_6_from_answers(answered):
 
     metrics = metrics_table(answered)
     assert len(metrics) == 2 * 2 * 2  # vlm x setting x reading
-    t4 = table4(metrics, "text").set_index("Model")
+    t4 = table4(metrics, "text", "original").set_index("Model")
     # vlm-a, text: q1 right, q2 NOTA hit, q3 false NOTA, q4 unparseable -> 2/4 overall
     assert t4.loc["vlm-a"].to_dict() == {
         "Object": 50.0, "Relation": 100.0, "Attribute": 0.0, "Overall": 50.0,
         "Non-NOTA": 33.33, "NOTA hit": 100.0, "False-NOTA": 33.33, "HS": 83.33,
     }  # fmt: skip
     assert t4.loc["vlm-b", "Overall"] == 75.0
-    assert table4(metrics, "logits").set_index("Model").loc["vlm-a", "Overall"] == 75.0  # the other reading
+    assert table4(metrics, "logits", "original").set_index("Model").loc["vlm-a", "Overall"] == 75.0  # other reading
+    assert table4(metrics, "text", "noise").set_index("Model").loc["vlm-a", "Overall"] == 75.0  # 3 of 4 say NOTA
     t5 = table5(metrics, "text", SETTINGS).set_index("Setting")
     assert t5.loc["Original", "# Models"] == 2
     assert t5.loc["Original", "Avg. Overall"] == 62.5
@@ -265,3 +266,16 @@ def test_the_nota_plot_is_a_png(answered, tmp_path):
 
     plot_nota_tradeoff(metrics_table(answered), "text", SETTINGS, tmp_path / "nota.png")
     assert (tmp_path / "nota.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # more settings than marker shapes: the shapes repeat
+    original = answered[answered["setting"] == "original"]
+    many = {f"s{i}": {"label": f"Setting {i}", "headline": "overall"} for i in range(9)}
+    plot_nota_tradeoff(metrics_table(pd.concat([original.assign(setting=name) for name in many])), "text", many,
+                       tmp_path / "many.png")  # fmt: skip
+    assert (tmp_path / "many.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_no_answers_is_an_error_not_an_empty_table(answered):
+    from blindspot.humble_tables import metrics_table
+
+    with pytest.raises(ValueError, match="no HumbleBench answers"):
+        metrics_table(answered.iloc[:0])

@@ -202,6 +202,44 @@ def test_verification_keeps_modifies_and_deletes(tmp_path):
     sheet.to_csv(tmp_path / "verify.csv", index=False)
     with pytest.raises(ValueError, match="s0 is kept but has bad_options; modify or delete it"):
         apply_verification(flawed, tmp_path / "verify.csv")
+    sheet.loc[1, "C"] = ""  # a gap: D would become C, and the label would no longer name its option
+    sheet.to_csv(tmp_path / "verify.csv", index=False)
+    with pytest.raises(ValueError, match="question s1 has an empty option among A-E"):
+        apply_verification(rows, tmp_path / "verify.csv")
+    sheet.loc[1, ["C", "D", "E"]] = ["", "", ""]  # no NOTA left
+    sheet.to_csv(tmp_path / "verify.csv", index=False)
+    with pytest.raises(ValueError, match=r"verify\.csv: .*s1"):
+        apply_verification(rows, tmp_path / "verify.csv")
+
+
+def test_verification_labels_from_the_question_check_project(tmp_path):
+    from blindspot.annotation import label_studio_export
+
+    rows = candidate_rows(3)
+    project = {"task": "question_check", "items": [{"id": r["question_id"]} for r in rows]}
+    edit = json.dumps({"question": "Which colour?", "options": ["red", "pink", "None of the above"], "label": "B"})
+    labels = pd.DataFrame(
+        [("ann1", "s0", "keep", ""), ("ann1", "s1", "modify", edit), ("ann1", "s2", "delete", ""),
+         ("ann2", "s2", "delete", "")], columns=["annotator", "item_id", "decision", "edit"],
+    )  # fmt: skip
+
+    def export(frame):
+        path = tmp_path / "labels.json"
+        path.write_text(json.dumps(label_studio_export(project, frame)))
+        return path
+
+    kept, counts = apply_verification(rows, export(labels))
+    assert counts == {"keep": 1, "modify": 1, "delete": 1, "undecided": 0}
+    modified = row_question(kept[1])
+    assert (modified.question, modified.options, modified.label) == (
+        "Which colour?", ("red", "pink", "None of the above"), "B"
+    )  # fmt: skip
+    assert modified.type == "Attribute"  # the edit names no type: the candidate's stays
+    with pytest.raises(ValueError, match=r"people disagree on question\(s\) s0"):
+        apply_verification(rows, export(pd.concat([labels, labels.iloc[[0]].assign(annotator="ann2",
+                                                                                     decision="delete")])))  # fmt: skip
+    with pytest.raises(ValueError, match="question s1: a modify's edit must be JSON"):
+        apply_verification(rows, export(labels.assign(edit=labels["edit"].str.replace("{", "(", regex=False))))
 
 
 @pytest.mark.slow

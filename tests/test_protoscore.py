@@ -115,6 +115,8 @@ def test_training_learns_a_learnable_difference(built_config, tmp_path):
 
     # As a metric plug-in, and on an external pairwise set given as a file with relative paths.
     metric = ProtoScore(spec, batch_size=4, trained=str(tmp_path / "out"))
+    with pytest.raises(ValueError, match=r"was trained on built:tiny-qwen3-vl@, not on tiny-qwen2\.5-vl"):
+        ProtoScore(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=4, trained=str(tmp_path / "out"))
     prompts, images = list(testset["neutral_prompt"][:3]), [Image.open(p) for p in testset["corr_path"][:3]]
     expected = trained.scores(prompts, images).tolist()
     assert [s.raw for s in metric.score(prompts, images)] == pytest.approx(expected, abs=1e-5)
@@ -131,7 +133,7 @@ def test_training_learns_a_learnable_difference(built_config, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_resumed_run_ends_with_the_uninterrupted_weights(built_config, tmp_path):
+def test_a_resumed_run_ends_with_the_uninterrupted_weights(built_config, tmp_path, caplog):
     import torch
     from safetensors.torch import load_file
 
@@ -152,6 +154,15 @@ def test_a_resumed_run_ends_with_the_uninterrupted_weights(built_config, tmp_pat
         assert all(torch.equal(whole[key], resumed[key]) for key in whole), name
     assert any(v.abs().sum() > 0 for k, v in load_file(tmp_path / "whole" / "adapter/adapter_model.safetensors").items()
                if "lora_B" in k)  # training moved the adapters (LoRA's B starts at zero)  # fmt: skip
+    assert not (tmp_path / "checkpoint").exists()  # a finished run leaves no checkpoint behind
+
+    # Killed again, then started on other pairs (the split changed): the checkpoint is not this run's.
+    train(load_scorer(spec, settings()), pairs, tmp_path / "killed", tmp_path / "checkpoint", stop_after_steps=6)
+    fewer = pairs.iloc[:12]
+    alone = train(load_scorer(spec, settings()), fewer, tmp_path / "fewer-alone", tmp_path / "fewer-checkpoint")
+    after_kill = train(load_scorer(spec, settings()), fewer, tmp_path / "fewer", tmp_path / "checkpoint")
+    assert "checkpoint of another run" in caplog.text
+    pd.testing.assert_frame_equal(after_kill.drop(columns="pairs_per_second"), alone.drop(columns="pairs_per_second"))
 
 
 def test_a_logit_is_normalised_with_the_logistic_function():

@@ -110,6 +110,21 @@ def test_a_wrong_config_key_stops_the_run_naming_it(tmp_path, paper_config):
     assert "config key 'prompt_stage.judgez'" in out
 
 
+def test_a_local_copy_of_the_release_is_an_input_a_hub_id_is_not(tmp_path, paper_config):
+    def questions_inputs(config_path):
+        out = snakemake("-n", "--configfile", str(config_path), "--until", "make_humble_questions")
+        block = re.split(r"^(?:local)?rule ", out, flags=re.MULTILINE)[1:]
+        found = next(b for b in block if b.startswith("make_humble_questions:"))
+        return re.search(r"^\s+input: (.+)$", found, flags=re.MULTILINE)[1].split(", ")
+
+    assert not any("HumbleBench" in name for name in questions_inputs(REPO / "config" / "config.yaml"))
+    release = tmp_path / "humblebench.jsonl"
+    release.write_text("")
+    paper_config["humblebench"]["release"] = str(release)
+    (tmp_path / "local.yaml").write_text(yaml.safe_dump(paper_config))
+    assert str(release) in questions_inputs(tmp_path / "local.yaml")
+
+
 def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
     targets = final_targets(tiny_config)
     assert "results/tiny/benchmark/dataset" in targets
@@ -377,7 +392,8 @@ def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run
     snakemake("--configfile", "labelled.yaml", "--profile", "profiles/local", "-c2", cwd=work)
     table3 = pd.read_csv(results / "tables" / "table3_metrics.csv").set_index("Method")
     # every pair: one person left, the other right -> a tie, so the majority is "neither" everywhere
-    assert table3.loc["Human (majority)", "Overall Acc."] == 0.0
+    assert table3.loc["Human", "Overall Acc."] == 0.0
+    assert -1 <= table3.loc["Human", "Overall κ"] <= 1  # the annotators' agreement, filled in
     agreement = pd.read_csv(results / "tables" / "annotator_agreement.csv")
     assert list(agreement["Annotator"]) == ["ann1", "ann2", "mean (pairs)"]
     validation = pd.read_csv(results / "tables" / "filter_validation_agreement.csv").set_index("domain")

@@ -66,10 +66,9 @@ def filter_validation(images: pd.DataFrame, threshold: float) -> pd.DataFrame:
         row = {"domain": domain, "images": len(part)}
         row["decision_kappa"] = weighted_kappa(list(part["human_keeps"]), list(part["accepted"]), [False, True])
         row["disagreement"] = float((part["human_keeps"] != part["accepted"]).mean())
-        rounded = part["mean_vlm_score"].round().clip(1, 10).astype(int)
-        row["score_kappa_quadratic"] = weighted_kappa(
-            list(part["human_score"].astype(int)), list(rounded), range(1, 11), "quadratic"
-        )  # fmt: skip
+        # Both scores are means (of annotators, of VLMs): each is rounded to the 1-10 scale the same way.
+        human, vlm = (part[column].round().clip(1, 10).astype(int) for column in ("human_score", "mean_vlm_score"))
+        row["score_kappa_quadratic"] = weighted_kappa(list(human), list(vlm), range(1, 11), "quadratic")
         varied = part["human_score"].nunique() > 1 and part["mean_vlm_score"].nunique() > 1
         row["pearson_human_vlm"] = (
             float(pearsonr(part["human_score"], part["mean_vlm_score"])[0]) if varied else math.nan

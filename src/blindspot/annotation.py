@@ -26,10 +26,10 @@ from typing import Any
 
 import pandas as pd
 
+from blindspot.humble import lettered
 from blindspot.io import write_json, write_text
 
 TASKS = ("image_score", "pairwise", "question_check")
-DECISIONS = ("keep", "modify", "delete")
 PAIR_CHOICES = ("left", "right", "neither")
 
 LABEL_CONFIGS = {
@@ -69,10 +69,6 @@ LABEL_CONFIGS = {
 }
 
 
-def lettered(options: Sequence[str]) -> str:
-    return "\n".join(f"{letter}. {text}" for letter, text in zip("ABCDE", options, strict=False))
-
-
 def task_items(task: str, table: pd.DataFrame) -> list[dict[str, Any]]:
     """The items of a task from its table: an id, the image files it shows, and the text fields."""
     if task == "image_score":
@@ -102,7 +98,8 @@ def make_project(
     page), and Label Studio's `tasks.json` and `label_config.xml`. Label Studio shows local images
     through a URL: `image_url_prefix` + the image's path relative to `image_root` (with local-file
     serving, "/data/local-files/?d=", and LOCAL_FILES_DOCUMENT_ROOT set to `image_root`). Without an
-    `image_root`, the deepest folder above every image is used; `project.json` records it."""
+    `image_root`, the deepest folder above every image is used; `project.json` records it. A table
+    without rows makes a project without items."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r} (tasks: {', '.join(TASKS)})")
     if len(set(annotators)) != len(annotators) or not annotators:
@@ -110,9 +107,10 @@ def make_project(
     folder = Path(folder)
     items = task_items(task, table)
     images = [Path(path).resolve() for item in items for path in item["images"].values()]
-    root = (
-        Path(image_root).resolve() if image_root is not None else Path(os.path.commonpath([p.parent for p in images]))
-    )
+    if image_root is not None:
+        root = Path(image_root).resolve()
+    else:  # an empty project (no candidates, say) shows no image: any root will do
+        root = Path(os.path.commonpath([p.parent for p in images])) if images else folder.resolve()
     outside = [path for path in images if not path.is_relative_to(root)]
     if outside:
         raise ValueError(f"image {outside[0]} is not under the image root {root}")

@@ -25,7 +25,8 @@ from urllib.parse import parse_qs, urlsplit
 import pandas as pd
 from jinja2 import Environment
 
-from blindspot.annotation import DECISIONS, PAIR_CHOICES, label_studio_export, load_project
+from blindspot.annotation import PAIR_CHOICES, label_studio_export, load_project
+from blindspot.humble_questions import DECISIONS
 from blindspot.io import write_json
 
 DATABASE = "labels.sqlite"

@@ -98,6 +98,12 @@ def validate_config(config: dict[str, Any]) -> None:
                 f"config key 'evaluation.metrics.{name}.family': '{metric['family']}' is not one of the families "
                 f"({', '.join(evaluation['families'])})"
             )
+        # the trained scorer's adapters fit only the model they were trained on
+        if metric["plugin"] == "protoscore" and metric["model"] != config["protoscore"]["model"]:
+            raise ConfigError(
+                f"config key 'evaluation.metrics.{name}.model': '{metric['model']}' is not the model ProtoScore is "
+                f"trained on (protoscore.model: '{config['protoscore']['model']}')"
+            )
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

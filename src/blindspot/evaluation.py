@@ -360,17 +360,20 @@ def table3(
     return pd.DataFrame(rows, columns=columns, dtype=object)
 
 
-def with_human_row(
+def with_human_kappa(
     table: pd.DataFrame, human: Mapping[str, Mapping[str, float]], domains: Sequence[str]
 ) -> pd.DataFrame:
-    """Table 3 with the paper's Human row last, under its own header: per domain and overall, the mean
-    pairwise quadratic weighted kappa among annotators and the share of pairs the majority prefers I_corr."""
-    row: list[Any] = ["Human (majority)"]
+    """Table 3 with the paper's agreement among annotators in the Human row's κ cells: per domain and
+    overall, the mean pairwise quadratic weighted kappa (`human`, from `agreement.human_row`). The row's
+    accuracy, the share of pairs the majority prefers I_corr, comes from the breakdown as for a metric."""
+    found = table.index[table["Method"] == HUMAN_LABEL]
+    if len(found) != 1:
+        raise ValueError(f"Table 3 has {len(found)} '{HUMAN_LABEL}' rows; people's choices give it one")
+    table = table.copy()
     for domain in [*domains, "overall"]:
-        cell = human.get(domain, {})
-        row += [cell.get("kappa", float("nan")), cell.get("accuracy", float("nan"))]
-    header = ["Human reference"] + [""] * (len(table.columns) - 1)
-    return pd.concat([table, pd.DataFrame([header, row], columns=table.columns, dtype=object)], ignore_index=True)
+        column = f"{_domain_label('Overall' if domain == 'overall' else domain)} κ"
+        table.loc[found[0], column] = human.get(domain, {}).get("kappa", float("nan"))
+    return table
 
 
 def write_table3(

@@ -67,9 +67,14 @@ class Presented:
     def prompt_fields(self) -> dict[str, str]:
         return {
             "question": self.question,
-            "options": "\n".join(f"{letter}. {text}" for letter, text in zip(LETTERS, self.options, strict=False)),
+            "options": lettered(self.options),
             "letters": ", ".join(LETTERS[: len(self.options)]),
         }
+
+
+def lettered(options: Sequence[str]) -> str:
+    """Options as a question shows them, one per line: "A. red"."""
+    return "\n".join(f"{letter}. {text}" for letter, text in zip(LETTERS, options, strict=False))
 
 
 def is_nota(text: str) -> bool:

@@ -282,10 +282,46 @@ def export_for_verification(rows: Sequence[Mapping[str, Any]], path: str | Path)
     write_text(path, table.to_csv(index=False))
 
 
+def read_decisions(path: str | Path) -> pd.DataFrame:
+    """People's decisions, one row per question id: the verification CSV as edited, or the labels of a
+    `question_check` annotation project (Label Studio's JSON export), where a modify's edit is JSON with
+    the question, the options and the label. A question given different labels by two people is an
+    error: the sheet must say one thing."""
+    if Path(path).suffix != ".json":
+        return pd.read_csv(path, dtype=str, keep_default_na=False).set_index("question_id")
+    from blindspot.annotation import read_labels
+
+    labels = read_labels("question_check", path)
+    split = labels.groupby("item_id")[["decision", "edit"]].nunique().max(axis=1)
+    if (split > 1).any():
+        raise ValueError(f"{path}: people disagree on question(s) {', '.join(split[split > 1].index[:5])}")
+    rows = []
+    for label in labels.drop_duplicates("item_id").itertuples(index=False):
+        row = {"question_id": label.item_id, "decision": label.decision, "question": "", "label": "", "type": "",
+               **dict.fromkeys(LETTERS, "")}  # fmt: skip
+        if label.decision == "modify":
+            try:
+                edit = json.loads(label.edit)
+                options = [str(option) for option in edit["options"]]
+                row |= {"question": str(edit["question"]), "label": str(edit["label"]), "type": edit.get("type", "")}
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise ValueError(
+                    f"{path}: question {label.item_id}: a modify's edit must be JSON with question, options and label"
+                ) from None
+            if len(options) > len(LETTERS):
+                raise ValueError(f"{path}: question {label.item_id}: {len(options)} options (at most {len(LETTERS)})")
+            row |= dict(zip(LETTERS, options, strict=False))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["question_id", "decision", "question", *LETTERS, "label", "type"]).set_index(
+        "question_id"
+    )
+
+
 def apply_verification(rows: Sequence[Mapping[str, Any]], path: str | Path) -> tuple[list[dict[str, Any]], dict]:
-    """The candidates after the people's decisions: kept as they were, modified as edited (and checked
-    again), deleted, or, without a decision, left out. Returns the rows and a count per decision."""
-    decided = pd.read_csv(path, dtype=str, keep_default_na=False).set_index("question_id")
+    """The candidates after the people's decisions (`read_decisions`): kept as they were, modified as
+    edited (and checked again), deleted, or, without a decision, left out. Returns the rows and a count
+    per decision."""
+    decided = read_decisions(path)
     bad = sorted(set(decided["decision"]) - {*DECISIONS, ""})
     if bad:
         raise ValueError(f"{path}: decisions must be one of {', '.join(DECISIONS)} (or empty), not {bad}")
@@ -304,10 +340,20 @@ def apply_verification(rows: Sequence[Mapping[str, Any]], path: str | Path) -> t
             kept.append(dict(row) | {"verified": True})
         elif decision == "modify":
             edit = decided.loc[row["question_id"]]
-            options = tuple(edit[letter] for letter in LETTERS if edit[letter].strip())
-            question = Question(
-                row["question_id"], edit["question"].strip(), options, edit["label"].strip(), edit["type"]
-            )
+            filled = "".join(letter if edit[letter].strip() else " " for letter in LETTERS).rstrip()
+            if " " in filled:  # closing the gap would move the options after it, and the label with them
+                raise ValueError(f"{path}: question {row['question_id']} has an empty option among A-{filled[-1]}")
+            options = tuple(edit[letter].strip() for letter in filled)
+            try:
+                question = Question(
+                    row["question_id"],
+                    edit["question"].strip(),
+                    options,
+                    edit["label"].strip(),
+                    edit["type"] or row["type"],
+                )
+            except ValueError as error:
+                raise ValueError(f"{path}: {error}") from None
             origin = {k: v for k, v in json.loads(row["origin"]).items() if k != "problem"} | {"modified": True}
             kept.append(question_row(question, row["source"], row["image_path"], origin, verified=True))
     return kept, counts

@@ -29,6 +29,8 @@ TABLE4_COLUMNS = {
 
 def metrics_table(answers: pd.DataFrame) -> pd.DataFrame:
     """Every metric per VLM x setting x reading (the letter distribution's and the text's), as fractions."""
+    if answers.empty:
+        raise ValueError("no HumbleBench answers: no source gave questions (release, from_benchmark, scene_graphs)")
     rows = []
     for (vlm, setting), group in answers.groupby(["vlm", "setting"], sort=False):
         for reading in READINGS:
@@ -45,7 +47,7 @@ def _one_reading(metrics: pd.DataFrame, reading: str) -> pd.DataFrame:
     return metrics[metrics["reading"] == reading]
 
 
-def table4(metrics: pd.DataFrame, reading: str, setting: str = "original") -> pd.DataFrame:
+def table4(metrics: pd.DataFrame, reading: str, setting: str) -> pd.DataFrame:
     """Table 4: per type and overall accuracy, non-NOTA accuracy, NOTA hit, false-NOTA and the humility
     score of each model in one setting (the Original one in the paper)."""
     part = _one_reading(metrics, reading)
@@ -165,11 +167,11 @@ def plot_nota_tradeoff(
     figure = Figure(figsize=(6.5, 5.0), dpi=150, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    markers = dict(zip(settings, "os^vDP*", strict=False))
+    markers = {name: "os^vDP*"[i % 7] for i, name in enumerate(settings)}
     models = list(dict.fromkeys(part["vlm"]))
     colours = dict(zip(models, [f"C{i % 10}" for i in range(len(models))], strict=True))
     for row in part.itertuples(index=False):
-        axes.scatter(row.false_nota, row.nota_hit, marker=markers.get(row.setting, "o"), color=colours[row.vlm])
+        axes.scatter(row.false_nota, row.nota_hit, marker=markers[row.setting], color=colours[row.vlm])
     for name in settings:
         if name in set(part["setting"]):
             axes.scatter([], [], marker=markers[name], color="0.4", label=settings[name]["label"])

@@ -7,9 +7,10 @@ margin, log(1 + exp(margin - (s_corr - s_adv))). Training follows the paper's se
 `protoscore:`): AdamW, cosine schedule with linear warm-up, gradient clipping, bf16 autocast, batches of
 one pair with gradient accumulation, images resized to a square, the prompt cut to a token budget.
 
-Checkpoints (adapter, head, optimizer, scheduler, RNG state and position) are written atomically as
-training goes; a run that finds one resumes from it and ends with the weights an uninterrupted run
-would have.
+Checkpoints (adapter, head, optimizer, scheduler, RNG states and position) are written atomically as
+training goes; a run that finds one of the same run (base model, settings and training pairs) resumes
+from it and ends with the weights an uninterrupted run would have. A checkpoint of another run is
+discarded, and a finished run removes its checkpoint.
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ class TrainSettings:
 class PairwiseScorer:
     """The VLM (with its LoRA adapters) and the scalar head; `scores` gives s(T, I) per (prompt, image)."""
 
-    def __init__(self, model: Any, processor: Any, head: Any, settings: TrainSettings, device: Any):
+    def __init__(self, model: Any, processor: Any, head: Any, settings: TrainSettings, device: Any, base: str):
         self.model, self.processor, self.head, self.settings, self.device = model, processor, head, settings, device
+        self.base = base  # the base model's id@revision
         self.processor.tokenizer.padding_side = "left"  # the last position is every row's last token
 
     def prompt_text(self, prompt: str) -> str:
@@ -126,7 +128,11 @@ def load_scorer(spec: Any, settings: TrainSettings, trained: str | Path | None =
         model = PeftModel.from_pretrained(base, Path(trained) / ADAPTER_DIR)
         head.load_state_dict(load_file(Path(trained) / HEAD_FILE))
     device = torch.device(spec.device)
-    return PairwiseScorer(model.to(device), processor, head.to(device), settings, device)
+    return PairwiseScorer(model.to(device), processor, head.to(device), settings, device, base_model(spec))
+
+
+def base_model(spec: Any) -> str:
+    return f"{spec.model_id}@{spec.revision or ''}"
 
 
 def split_heldout(pairs: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -178,7 +184,7 @@ def save_trained(scorer: PairwiseScorer, folder: Path) -> None:
 
 
 def _save_checkpoint(scorer: PairwiseScorer, optimizer: Any, scheduler: Any, position: int, history: list,
-                     checkpoint: Path) -> None:  # fmt: skip
+                     checkpoint: Path, run_key: str) -> None:  # fmt: skip
     """A new folder per checkpoint, then `latest` names it (both written atomically), then the older
     folders go: a kill at any moment leaves a complete checkpoint that `latest` names."""
     import shutil
@@ -190,7 +196,9 @@ def _save_checkpoint(scorer: PairwiseScorer, optimizer: Any, scheduler: Any, pos
         save_trained(scorer, tmp)
         torch.save(
             {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "position": position,
-             "rng": torch.get_rng_state(), "history": history},
+             "rng": torch.get_rng_state(), "history": history, "run_key": run_key,
+             # LoRA dropout on a GPU draws from the CUDA generators
+             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
             tmp / "state.pt",
         )  # fmt: skip
     write_text(checkpoint / "latest", name + "\n")
@@ -205,6 +213,12 @@ def latest_checkpoint(checkpoint: str | Path) -> Path | None:
     return Path(checkpoint) / pointer.read_text().strip() if pointer.is_file() else None
 
 
+def _checkpoint_state(checkpoint: Path) -> dict[str, Any]:
+    import torch
+
+    return torch.load(checkpoint / "state.pt", weights_only=False)
+
+
 def _load_checkpoint(scorer: PairwiseScorer, optimizer: Any, scheduler: Any, checkpoint: Path) -> tuple[int, list]:
     import torch
     from peft import set_peft_model_state_dict
@@ -216,10 +230,12 @@ def _load_checkpoint(scorer: PairwiseScorer, optimizer: Any, scheduler: Any, che
         scorer.model, load_file(weights) if weights.suffix == ".safetensors" else torch.load(weights)
     )
     scorer.head.load_state_dict(load_file(checkpoint / HEAD_FILE))
-    state = torch.load(checkpoint / "state.pt", weights_only=False)
+    state = _checkpoint_state(checkpoint)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     torch.set_rng_state(state["rng"])
+    if state["cuda_rng"]:
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
     return state["position"], state["history"]
 
 
@@ -228,10 +244,12 @@ def train(
     stop_after_steps: int | None = None,
 ) -> pd.DataFrame:  # fmt: skip
     """Train on `pairs` (neutral_prompt, corr_path, adv_path, pair_id), resuming from `checkpoint` when it
-    holds one; write the adapter, the head and the training log to `out`. `stop_after_steps` stops
+    holds one of this run; write the adapter, the head and the training log to `out`. `stop_after_steps` stops
     after that many optimizer steps in this call (a preemption, for the resume test). Returns the log:
     one row per optimizer step (loss, learning rate, pairs per second) and per evaluation
     (held-out pairwise accuracy)."""
+    import shutil
+
     import torch
     from PIL import Image
 
@@ -245,8 +263,14 @@ def train(
     optimizer = torch.optim.AdamW(_trainable(scorer), lr=settings.learning_rate, weight_decay=settings.weight_decay)
     scheduler = _schedule(optimizer, total_steps, settings.warmup_fraction)
     checkpoint = Path(checkpoint)
+    run_key = stable_id(scorer.base, settings.__dict__, sorted(pairs["pair_id"]))
     position, history = (0, [])
-    if (last := latest_checkpoint(checkpoint)) is not None:
+    last = latest_checkpoint(checkpoint)
+    if last is not None and _checkpoint_state(last)["run_key"] != run_key:
+        log.warning("%s is a checkpoint of another run (base model, settings or pairs differ): starting afresh", last)
+        shutil.rmtree(checkpoint)
+        last = None
+    if last is not None:
         position, history = _load_checkpoint(scorer, optimizer, scheduler, last)
         log.info("resuming from %s at micro-batch %d of %d", last, position, len(micro))
     steps_this_call, started, pairs_done, running = 0, time.monotonic(), 0, []
@@ -276,7 +300,7 @@ def train(
         if step % settings.checkpoint_every == 0 or position == len(micro):
             history[-1]["heldout_accuracy"] = pairwise_accuracy(scorer, heldout, settings.batch_size)
             scorer.model.train()
-            _save_checkpoint(scorer, optimizer, scheduler, position, history, checkpoint)
+            _save_checkpoint(scorer, optimizer, scheduler, position, history, checkpoint, run_key)
         if stop_after_steps is not None and steps_this_call >= stop_after_steps and position < len(micro):
             return pd.DataFrame(history)
     out = Path(out)
@@ -284,8 +308,10 @@ def train(
         save_trained(scorer, tmp)
         frame = pd.DataFrame(history)
         write_text(tmp / "training_log.csv", frame.to_csv(index=False))
-        write_text(tmp / "settings.json", json.dumps(settings.__dict__, indent=2, default=list) + "\n")
+        trained = {**settings.__dict__, "base_model": scorer.base}
+        write_text(tmp / "settings.json", json.dumps(trained, indent=2, default=list) + "\n")
         plot_training(frame, tmp / "loss_curve.png")
+    shutil.rmtree(checkpoint, ignore_errors=True)
     return frame
 
 

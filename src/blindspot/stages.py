@@ -379,7 +379,7 @@ def make_table3(
     domains = list(config["domains"])
     table = evaluation.table3(long, metrics, domains)
     if human_row:
-        table = evaluation.with_human_row(table, json.loads(Path(human_row[0]).read_text()), domains)
+        table = evaluation.with_human_kappa(table, json.loads(Path(human_row[0]).read_text()), domains)
     evaluation.write_table3(table, csv, markdown, latex)
     evaluation.plot_accuracy(long, metrics, plot, domains)
     log.info("Table 3 over %d scored rows of %d metrics", len(all_scores), len(metrics))
@@ -485,7 +485,7 @@ def answer_humble(
             picture = humble.noise_image(row["question_id"], config["seed"], picture.size)
         items.append((shown, picture))
     spec = model_spec(config, vlm)
-    template = {setting: PromptTemplate.load(transforms["template"])}
+    template = {setting: PromptTemplate.load(templates[0])}
     answered = []
     if items:
         scorer = load_vlm_scorer(spec, settings["batch_size"])
@@ -518,8 +518,11 @@ def make_humble_tables(
     found = humble_tables.metrics_table(frame)
     write_text(metrics, found.to_csv(index=False))
     named = settings["settings"]
+    original = settings["tables"]["original"]
     write_report_table(
-        humble_tables.table4(found, reading), *table4, caption=f"Table 4: the Original setting ({reading} reading), %"
+        humble_tables.table4(found, reading, original),
+        *table4,
+        caption=f"Table 4: the {named[original]['label']} setting ({reading} reading), %",
     )
     write_report_table(
         humble_tables.table5(found, reading, named), *table5, caption=f"Table 5: the settings ({reading} reading), %"

@@ -90,6 +90,14 @@ def get_model_params(role):
 
 
 SCENE_GRAPHS = config["humblebench"].get("scene_graphs") or {}
+
+
+def get_release_input():
+    """HumbleBench's release when it is a local copy (a file or a saved folder), so that a new copy
+    re-runs the questions; a hub id is not a path and stays a param."""
+    release = config["humblebench"].get("release")
+    return [release] if release and Path(release).exists() else []
+
 ANNOTATION = config["annotation"]
 
 

@@ -32,6 +32,7 @@ rule make_humble_questions:
         benchmark=humble_input("benchmark"),
         scene_candidates=humble_input("scene_questions"),
         verification=SCENE_GRAPHS.get("verification") or [],
+        release=get_release_input(),
     output:
         out=P("humble_questions"),
         images=directory(P("humble_images")),

@@ -35,9 +35,6 @@ from blindspot.metrics import Score, batches, find_checkpoint, load_strictly, re
 from blindspot.vlm_scoring import TransformersVLMScorer
 
 HUB_CHECKPOINT = "AlignScore-large.ckpt"
-# The model the release was fine-tuned from: its config and tokenizer, when the checkpoint's folder
-# has none of its own.
-BASE_MODEL = "FacebookAI/roberta-large"
 CAPTION_INSTRUCTION = "Describe this image in one sentence."
 # Official `nli_sp` settings.
 CHUNK_WORDS = 350
@@ -83,11 +80,13 @@ class AlignScore:
 
     def __init__(
         self, spec: ModelSpec, batch_size: int, captioner: ModelSpec, checkpoint: str = HUB_CHECKPOINT,
-        base: str = BASE_MODEL, instruction: str = CAPTION_INSTRUCTION, caption_tokens: int = 40,
+        base: str | None = None, instruction: str = CAPTION_INSTRUCTION, caption_tokens: int = 40,
     ):  # fmt: skip
         """`spec.path` is the checkpoint file, a folder holding exactly one (with the config and
         tokenizer of a tiny model), or the hub id `yzha/AlignScore`, whose `checkpoint` file must be
-        in the local hub cache. `captioner` is the registry's VLM that writes the captions."""
+        in the local hub cache. `base` is the model the release was fine-tuned from (the metric entry's
+        `args`), whose config and tokenizer are read when the checkpoint's folder has none of its own.
+        `captioner` is the registry's VLM that writes the captions."""
         import torch
         from transformers import AutoConfig, AutoTokenizer, RobertaModel
 
@@ -95,6 +94,8 @@ class AlignScore:
         self.batch_size = batch_size
         path = find_checkpoint("AlignScore", spec.path, spec.revision, checkpoint)
         source = path.parent if (path.parent / "config.json").is_file() else base
+        if source is None:
+            raise ValueError(f"{spec.name}: {path.parent} has no config.json; name the base model in the metric's args")
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         config = AutoConfig.from_pretrained(source)
         self.encoder = RobertaModel(config, add_pooling_layer=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches
-from blindspot.protoscore import TrainSettings, load_scorer
+from blindspot.protoscore import TrainSettings, base_model, load_scorer
 
 
 class ProtoScore:
@@ -21,6 +21,9 @@ class ProtoScore:
         self.name, self.model_id, self.revision = spec.name, spec.model_id, spec.revision or ""
         self.batch_size = batch_size
         saved = json.loads((Path(trained) / "settings.json").read_text())
+        trained_on = saved.pop("base_model")
+        if trained_on != base_model(spec):
+            raise ValueError(f"{trained} was trained on {trained_on}, not on {spec.name} ({base_model(spec)})")
         settings = TrainSettings(**saved | {"target_modules": tuple(saved["target_modules"])})
         self.scorer = load_scorer(spec, settings, trained=trained)
         self.scorer.model.eval()
