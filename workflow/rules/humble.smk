@@ -31,7 +31,8 @@ rule make_humble_questions:
     input:
         benchmark=humble_input("benchmark"),
         scene_candidates=humble_input("scene_questions"),
-        verification=SCENE_GRAPHS.get("verification") or [],
+        # a list, empty or of one file, as the step reads it
+        verification=[SCENE_GRAPHS["verification"]] if SCENE_GRAPHS.get("verification") else [],
         release=get_release_input(),
     output:
         out=P("humble_questions"),
