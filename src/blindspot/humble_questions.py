@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -22,7 +23,11 @@ from blindspot.io import atomic_path, stable_id, write_text
 _OPTION_LINE = re.compile(r"^\s*\(?([A-E])[.)]\s*(.+?)\s*$")
 
 
-def question_row(question: Question, source: str, image_path: str, origin: Mapping[str, Any], verified: bool) -> dict:
+def question_row(
+    question: Question | SimpleNamespace, source: str, image_path: str, origin: Mapping[str, Any], verified: bool
+) -> dict:
+    """A row of the questions table; `question` is checked (a Question), or a flawed candidate's fields
+    kept as written for people to fix."""
     return {
         "question_id": question.question_id, "source": source, "question": question.question,
         "options": json.dumps(list(question.options)), "label": question.label, "type": question.type,
@@ -245,16 +250,13 @@ def parse_scene_questions(text: str, graph: Mapping[str, Any]) -> tuple[list[dic
         label = "E" if item["answer"] == "none" else item["answer"]
         question_id = stable_id("scene_graph", graph["image_id"], index, item["question"])
         origin = {"image_id": graph["image_id"]}
+        fields = (question_id, item["question"].strip(), (*options, NOTA_TEXT), label, item["type"])
         if len(options) != 4 or len(set(map(str.lower, options))) != 4 or any(is_nota(o) for o in options):
-            rows.append({
-                "question_id": question_id, "source": "scene_graph", "question": item["question"].strip(),
-                "options": json.dumps([*options, NOTA_TEXT]), "label": label, "type": item["type"],
-                "image_path": graph["file_name"], "origin": json.dumps(origin | {"problem": "bad_options"}),
-                "verified": False,
-            })  # fmt: skip
+            flawed = SimpleNamespace(**dict(zip(Question.__dataclass_fields__, fields, strict=True)))
+            rows.append(question_row(flawed, "scene_graph", graph["file_name"], origin | {"problem": "bad_options"},
+                                     verified=False))  # fmt: skip
             continue
-        question = Question(question_id, item["question"].strip(), (*options, NOTA_TEXT), label, item["type"])
-        rows.append(question_row(question, "scene_graph", graph["file_name"], origin, verified=False))
+        rows.append(question_row(Question(*fields), "scene_graph", graph["file_name"], origin, verified=False))
     return rows, "ok"
 
 
