@@ -4,7 +4,9 @@ Every image is content-addressed: its id hashes the model, revision, description
 sampling settings, and it is written (atomically) next to a sidecar holding its sha256. A job
 that was killed or preempted finds every finished image on disk, checks it against its sidecar,
 and renders only what is missing or corrupt. Each image has its own seeded generator, so any
-image can be re-made alone from its row, whatever batch it was first rendered in.
+image can be re-made alone from its row. A job renders in fixed batches of its planned images, and a
+resumed job renders a missing image in the same batch as before: the batch's make-up changes the
+floating-point sums, so only then are its pixels, on a CPU, bit for bit an uninterrupted job's.
 """
 
 from __future__ import annotations
@@ -152,11 +154,13 @@ def render_triplets(
     log.info("%s: %d images, %d to render (on disk: %s)", spec.name, len(jobs), len(pending), dict(found))
     if pending:
         renderer = renderer or DiffusersRenderer(spec)
-        for start in tqdm(range(0, len(pending), batch_size), desc=f"render {spec.name}", unit="batch"):
-            batch = pending[start : start + batch_size]
+        batches = [jobs[start : start + batch_size] for start in range(0, len(jobs), batch_size)]
+        unfinished = [batch for batch in batches if any(states[job.image_id] != "ok" for job in batch)]
+        for batch in tqdm(unfinished, desc=f"render {spec.name}", unit="batch"):
             images = renderer.render([job.description for job in batch], [job.seed for job in batch])
             for job, image in zip(batch, images, strict=True):
-                save_image(image, job.path)
+                if states[job.image_id] != "ok":
+                    save_image(image, job.path)
     settings = spec.render
     rows = [
         {
