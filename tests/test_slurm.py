@@ -51,7 +51,8 @@ def cluster_profile(profile_dir):
     small = {"mem_mb": "1500 * attempt"}
     profile["default-resources"] |= small
     profile["set-resources"] = {rule: resources | small for rule, resources in profile["set-resources"].items()}
-    profile["set-threads"] = dict.fromkeys(profile["set-threads"], 1)
+    # One rule with both CPUs: its jobs, the workflow's and submitit's, render with 2 threads.
+    profile["set-threads"] = dict.fromkeys(profile["set-threads"], 1) | {"render_images": 2}
     profile_dir.mkdir()
     (profile_dir / "config.yaml").write_text(yaml.safe_dump(profile))
     return profile_dir
@@ -130,12 +131,14 @@ def test_each_job_asked_slurm_for_its_models_gpus(slurm_run):
     assert submitted[("export_dataset", 0)] == 1
 
 
-def test_memory_and_time_come_from_the_profile(slurm_run):
+def test_memory_time_and_cpus_come_from_the_profile(slurm_run):
     _, _, jobs = slurm_run
     render = next(job for job in jobs if job["Comment"].startswith("rule_render_images"))
     resources = profile_resources("render_images", profile=slurm_run[0] / "profile" / "config.yaml")
     assert f"mem={resources['mem_mb']}M" in render["TRES"]
     assert render["TimeLimit"] == time.strftime("%H:%M:%S", time.gmtime(60 * resources["runtime"]))
+    assert render["NumCPUs"] == "2"  # the profile's set-threads
+    assert {job["NumCPUs"] for job in jobs if not job["Comment"].startswith("rule_render_images")} == {"1"}
 
 
 def test_submitit_runs_one_stage_with_the_profiles_resources(slurm_run, tmp_path):
@@ -153,6 +156,7 @@ def test_submitit_runs_one_stage_with_the_profiles_resources(slurm_run, tmp_path
     job.result()
     record = next(j for j in slurm_jobs() if j["JobId"] == str(job.job_id))
     assert requested_gpus(record) == TEST_GPUS["tiny-sd3"]
+    assert record["NumCPUs"] == "2"
     assert record["Comment"] == "rule_render_images"
     # The same stage, inputs and seeds render the same images as the workflow's job did.
     mine = read_table(tmp_path / "renders.parquet", tables.RENDERS)
