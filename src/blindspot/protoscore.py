@@ -213,13 +213,10 @@ def latest_checkpoint(checkpoint: str | Path) -> Path | None:
     return Path(checkpoint) / pointer.read_text().strip() if pointer.is_file() else None
 
 
-def _checkpoint_state(checkpoint: Path) -> dict[str, Any]:
-    import torch
-
-    return torch.load(checkpoint / "state.pt", weights_only=False)
-
-
-def _load_checkpoint(scorer: PairwiseScorer, optimizer: Any, scheduler: Any, checkpoint: Path) -> tuple[int, list]:
+def _load_checkpoint(
+    scorer: PairwiseScorer, optimizer: Any, scheduler: Any, checkpoint: Path, state: Mapping[str, Any]
+) -> tuple[int, list]:
+    """Weights from the `checkpoint` folder, and the rest from its `state` (state.pt, already read)."""
     import torch
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
@@ -230,7 +227,6 @@ def _load_checkpoint(scorer: PairwiseScorer, optimizer: Any, scheduler: Any, che
         scorer.model, load_file(weights) if weights.suffix == ".safetensors" else torch.load(weights)
     )
     scorer.head.load_state_dict(load_file(checkpoint / HEAD_FILE))
-    state = _checkpoint_state(checkpoint)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     torch.set_rng_state(state["rng"])
@@ -266,12 +262,13 @@ def train(
     run_key = stable_id(scorer.base, settings.__dict__, sorted(pairs["pair_id"]))
     position, history = (0, [])
     last = latest_checkpoint(checkpoint)
-    if last is not None and _checkpoint_state(last)["run_key"] != run_key:
+    state = torch.load(last / "state.pt", weights_only=False) if last is not None else None
+    if state is not None and state["run_key"] != run_key:
         log.warning("%s is a checkpoint of another run (base model, settings or pairs differ): starting afresh", last)
         shutil.rmtree(checkpoint)
-        last = None
-    if last is not None:
-        position, history = _load_checkpoint(scorer, optimizer, scheduler, last)
+        state = None
+    if state is not None:
+        position, history = _load_checkpoint(scorer, optimizer, scheduler, last, state)
         log.info("resuming from %s at micro-batch %d of %d", last, position, len(micro))
     steps_this_call, started, pairs_done, running = 0, time.monotonic(), 0, []
     scorer.model.train()

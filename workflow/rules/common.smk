@@ -98,6 +98,7 @@ def get_release_input():
     release = config["humblebench"].get("release")
     return [release] if release and Path(release).exists() else []
 
+
 ANNOTATION = config["annotation"]
 
 
