@@ -1,33 +1,44 @@
 """The API judge metric: score reading and back-off as pure functions, and the client for real
-against an OpenAI-compatible server (`transformers serve`) serving the tiny random Qwen2.5-VL."""
+against an OpenAI-compatible server (`transformers serve`) serving the tiny random Qwen2.5-VL.
+Replies that server cannot give (a content filter, reasoning tokens, a good reply after a bad one
+at temperature 0) come from a small OpenAI-format server on 127.0.0.1."""
 
+import dataclasses
 import json
 import math
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import requests
 from conftest import REPO
 from PIL import Image
 
-from blindspot.config import model_spec
+from blindspot.config import ConfigError, model_spec, validate_config
 from blindspot.metrics import MetricSkipped, Score
 from blindspot.metrics.api_judge import (
     APIJudgeError,
     APIJudgeMetric,
+    Unanswered,
     backoff_delay,
+    failure_detail,
     logprob_score,
     read_score,
+    reply_failure,
     retry_after_seconds,
 )
+from blindspot.metrics.scoring import NoAnswers, ScoreCache, score_pairs
 from blindspot.prompts import PromptTemplate
 from blindspot.vlm_scoring import text_score
 
@@ -46,8 +57,8 @@ def _position(token: str, candidates: dict[str, float]) -> dict:
     }  # fmt: skip
 
 
-def _response(text: str, *positions: dict) -> dict:
-    choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+def _response(text: str | None, *positions: dict, finish_reason: str = "stop") -> dict:
+    choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
     if positions:
         choice["logprobs"] = {"content": list(positions)}
     return {"choices": [choice]}
@@ -85,6 +96,33 @@ def test_without_digit_logprobs_the_text_decides_and_no_answer_is_nan():
         assert math.isnan(score.raw)
         assert score.detail == text
     assert math.isnan(read_score({"choices": [{"message": {"content": None}}]}).raw)
+
+
+def test_a_reply_without_an_answer_is_a_failure_with_its_reason():
+    for empty in [_response(""), _response("  \n"), _response(None), {"choices": []}, {}]:
+        assert reply_failure(empty) == "empty"
+    assert reply_failure(_response("", finish_reason="length")) == "length"
+    assert reply_failure(_response("Score:", finish_reason="length")) == "length"
+    assert reply_failure(_response("7", finish_reason="content_filter")) == "content_filter"
+    # Answers: a score written before the cut (max_tokens 1), and a whole reply, even one without a score.
+    assert reply_failure(_response("7", finish_reason="length")) is None
+    assert reply_failure(_response("x", _position("7", {"7": 0.9, "x": 0.1}), finish_reason="length")) is None
+    assert reply_failure(_response("8")) is None
+    assert reply_failure(_response("I cannot tell.")) is None
+
+
+def test_a_failure_says_what_the_reply_spent_and_what_to_change():
+    cut = _response("", finish_reason="length") | {
+        "usage": {"completion_tokens": 64, "completion_tokens_details": {"reasoning_tokens": 64}}
+    }
+    assert failure_detail(cut, "length") == (
+        "length: the reply was cut at the token budget before a score (raise request.max_completion_tokens or "
+        "lower request.reasoning_effort) (finish_reason 'length', 64 completion tokens, 64 of them reasoning)"
+    )
+    refused = {"choices": [{"message": {"content": None, "refusal": "I can't help with that."}}]}
+    assert failure_detail(refused, "empty") == (
+        'empty: the reply was empty (finish_reason None, refusal "I can\'t help with that.")'
+    )
 
 
 # ----- back-off ---------------------------------------------------------------------------------
@@ -141,6 +179,24 @@ def test_the_registry_entry_may_be_an_object_and_needs_its_endpoint(monkeypatch,
     assert KEY not in repr(metric)
     with pytest.raises(ValueError, match="endpoint"):
         APIJudgeMetric({"id": "gpt-5", "api_key_env": KEY_ENV}, tmp_path)
+
+
+def test_the_paper_judge_reasons_within_a_budget_the_schema_asks_for(paper_config):
+    request = paper_config["models"]["gpt-5"]["request"]
+    assert request["reasoning_effort"] in {"minimal", "low"}
+    assert request["max_completion_tokens"] >= 1024  # reasoning and the answer: 64 came back empty
+    del request["max_completion_tokens"]
+    with pytest.raises(ConfigError) as without_budget:
+        validate_config(paper_config)
+    assert str(without_budget.value) == (
+        "config key 'models.gpt-5.request': 'max_completion_tokens' is a dependency of 'reasoning_effort'"
+    )
+    request |= {"max_completion_tokens": 4096, "reasoning_effort": "lots"}
+    with pytest.raises(ConfigError) as unknown_effort:
+        validate_config(paper_config)
+    assert str(unknown_effort.value).startswith(
+        "config key 'models.gpt-5.request.reasoning_effort': 'lots' is not one of"
+    )
 
 
 def test_the_template_renders_the_prompt_with_the_image_first(monkeypatch, tmp_path):
@@ -228,12 +284,28 @@ def _pairs() -> tuple[list[str], list[Image.Image]]:
     return prompts, [Image.new("RGB", (56, 56), colour) for colour in colours]
 
 
-def _digit_bias(model_dir: str) -> dict[str, float]:
-    """logit_bias towards "1".."9": a random-weight model then answers with a digit (noise, but real)."""
+def _logit_bias(model_dir: str, characters: str | None = "123456789") -> dict[str, float]:
+    """logit_bias towards these characters, or towards the end of the text when None: a random-weight
+    model then writes one of them (noise, but real; "1".."9" is an answer) or nothing at all."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return {str(tokenizer.encode(str(d), add_special_tokens=False)[0]): 30.0 for d in range(1, 10)}
+    if characters is None:
+        return {str(tokenizer.eos_token_id): 30.0}
+    return {str(tokenizer.encode(c, add_special_tokens=False)[0]): 30.0 for c in characters}
+
+
+def _pairs_on_disk(folder: Path) -> pd.DataFrame:
+    """Two benchmark pairs of _pairs()'s first two prompts: four (prompt, image) items."""
+    prompts, _ = _pairs()
+    paths = [folder / f"image{index}.png" for index in range(4)]
+    for index, path in enumerate(paths):
+        Image.new("RGB", (56, 56), (60 * index, 100, 200 - 60 * index)).save(path)
+    return pd.DataFrame([
+        {"pair_id": f"p{n}", "domain": "objects", "neutral_prompt": prompts[n], "corr_path": str(paths[2 * n]),
+         "adv_path": str(paths[2 * n + 1])}
+        for n in range(2)
+    ])  # fmt: skip
 
 
 def _assert_no_key(*texts: str, folders: tuple[Path, ...] = ()) -> None:
@@ -251,33 +323,24 @@ def test_scores_from_a_served_vlm_then_from_the_cache(server, monkeypatch, tmp_p
     monkeypatch.setenv(KEY_ENV, KEY)
     caplog.set_level("DEBUG")
     prompts, images = _pairs()
-    digits = {"max_tokens": 1, "temperature": 0, "logit_bias": _digit_bias(server["model"])}
-    free_text = {"max_tokens": 4, "temperature": 0}
-    results = {}
-    for label, request in [("digits", digits), ("free", free_text)]:
-        metric = APIJudgeMetric(_entry(server["port"], server["model"], request=request, client=FAST_CLIENT), tmp_path)
-        results[label] = metric.score(prompts, images)
-        assert metric.requests_sent == len(prompts)
-        assert metric.cache_hits == 0
-    for scores in results.values():
-        assert len(scores) == len(prompts)
-        for score in scores:
-            if text_score(score.detail) is None:
-                assert math.isnan(score.raw)
-            else:
-                assert 1 <= score.raw <= 10
-                assert score.raw == text_score(score.detail)
-    assert all(1 <= s.raw <= 9 and s.detail.isdigit() for s in results["digits"])
+    # One token, a digit: cut at the budget (finish_reason "length") after its score, so an answer.
+    digits = {"max_tokens": 1, "temperature": 0, "logit_bias": _logit_bias(server["model"])}
+    metric = APIJudgeMetric(_entry(server["port"], server["model"], request=digits, client=FAST_CLIENT), tmp_path)
+    scores = metric.score(prompts, images)
+    assert metric.requests_sent == len(prompts)
+    assert metric.cache_hits == 0
+    assert len(scores) == len(prompts)
+    assert all(1 <= s.raw <= 9 and s.detail.isdigit() and s.raw == text_score(s.detail) for s in scores)
 
     # A second run over the same inputs, by a new instance, asks the server nothing.
     posts = _posts(server["log"])
     again = APIJudgeMetric(_entry(server["port"], server["model"], request=digits, client=FAST_CLIENT), tmp_path)
-    assert again.score(prompts, images) == results["digits"]
+    assert again.score(prompts, images) == scores
     assert again.requests_sent == 0
     assert again.cache_hits == len(prompts)
     assert _posts(server["log"]) == posts
     cached = [json.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
-    assert len(cached) == 2 * len(prompts)  # two request settings x four (prompt, image) pairs
+    assert len(cached) == len(prompts)
     assert {c["prompt"] for c in cached} == set(prompts)
     assert all(c["response"]["choices"] for c in cached)
     assert not list(tmp_path.rglob("*.tmp"))
@@ -308,7 +371,8 @@ def test_the_client_retries_until_a_starting_server_answers(tiny_vlm, monkeypatc
     port, log_path = _free_port(), tmp_path / "serve" / "serve.log"
     log_path.parent.mkdir()
     client = FAST_CLIENT | {"max_attempts": 200, "backoff_base_s": 0.2, "backoff_cap_s": 1.0}
-    metric = APIJudgeMetric(_entry(port, tiny_vlm, request={"max_tokens": 2}, client=client), tmp_path / "cache")
+    request = {"max_tokens": 1, "logit_bias": _logit_bias(tiny_vlm)}  # an answer, or the client would ask again
+    metric = APIJudgeMetric(_entry(port, tiny_vlm, request=request, client=client), tmp_path / "cache")
     prompts, images = _pairs()
     process = _start_server(tiny_vlm, port, log_path)  # not listening for seconds yet: connections are refused
     try:
@@ -321,6 +385,54 @@ def test_the_client_retries_until_a_starting_server_answers(tiny_vlm, monkeypatc
     assert retries
     assert metric.requests_sent == 2 + len(retries)
     _assert_no_key(caplog.text, folders=(tmp_path,))
+
+
+def _identity(model: str) -> dict[str, str]:
+    return {"model_id": model, "revision": "", "version": "test"}
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_empty_replies_are_asked_again_then_fail_the_shard_and_nothing_is_cached(server, monkeypatch, tmp_path,
+                                                                                  caplog):  # fmt: skip
+    monkeypatch.setenv(KEY_ENV, KEY)
+    request = {"max_tokens": 4, "temperature": 0, "logit_bias": _logit_bias(server["model"], None)}
+    entry = _entry(server["port"], server["model"], request=request, client=FAST_CLIENT | {"max_reply_attempts": 2})
+    posts = _posts(server["log"])
+    with pytest.raises(NoAnswers) as error:
+        score_pairs(_pairs_on_disk(tmp_path), "api-judge", _identity(server["model"]),
+                    lambda: APIJudgeMetric(entry, tmp_path / "responses"), ScoreCache(tmp_path / "scores"))  # fmt: skip
+    assert str(error.value).startswith(
+        f"api-judge: model '{server['model']}' answered none of the 4 items of this shard (empty: 4); nothing was "
+        "cached, a rerun asks again; the last: empty: the reply was empty (finish_reason 'stop'"
+    )
+    assert "\n" not in str(error.value)
+    assert _posts(server["log"]) - posts == 4 * 2
+    retries = [r.getMessage() for r in caplog.records if "no answer (empty" in r.getMessage()]
+    assert len(retries) == 4
+    assert not list(tmp_path.rglob("*.json"))  # neither the responses nor the scores
+    _assert_no_key(str(error.value), caplog.text, folders=(tmp_path,))
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_reply_cut_at_its_budget_before_a_score_is_a_length_failure(server, monkeypatch, tmp_path):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    request = {"reasoning_effort": "low", "max_completion_tokens": 3, "temperature": 0,
+               "logit_bias": _logit_bias(server["model"], "a")}  # fmt: skip
+    entry = _entry(server["port"], server["model"], request=request, client=FAST_CLIENT | {"max_reply_attempts": 1})
+    metric = APIJudgeMetric(entry, tmp_path)
+    prompts, images = _pairs()
+    posts = _posts(server["log"])
+    (score,) = metric.score(prompts[:1], images[:1])
+    assert isinstance(score, Unanswered)
+    assert (score.failure, math.isnan(score.raw)) == ("length", True)
+    # The budget reached the server (it stopped there) and so did the effort, which it ignores.
+    assert score.detail.startswith("length: the reply was cut at the token budget before a score")
+    assert "finish_reason 'length', 3 completion tokens, text 'aaa'" in score.detail
+    assert "Ignoring unsupported fields in the request: {'reasoning_effort'}" in server["log"].read_text()
+    assert _posts(server["log"]) - posts == metric.requests_sent == 1
+    assert not list(tmp_path.rglob("*.json"))
 
 
 # ----- retry statuses (the tiny server cannot be made to answer 429 or 503) -------------------
@@ -364,3 +476,114 @@ def test_429_and_5xx_are_retried_honouring_retry_after(monkeypatch, tmp_path, ca
     with pytest.raises(APIJudgeError, match="HTTP 401: Incorrect API key provided") as refused:
         metric.post({"model": "judge"}, sleep=waits.append)
     _assert_no_key(str(error.value), str(refused.value), caplog.text)
+
+
+# ----- replies the tiny server cannot give, from a small OpenAI-format server -------------------
+
+
+@dataclasses.dataclass
+class _Stub:
+    port: int
+    reply: Callable[[str], dict]  # the response to a request, from the prompt it judges
+    bodies: list[dict] = dataclasses.field(default_factory=list)
+
+
+def _prompt_of(body: dict) -> str:
+    return body["messages"][1]["content"][1]["text"].split("\n")[0].removeprefix("Prompt: ")
+
+
+@pytest.fixture
+def stub():
+    """A chat-completions endpoint on 127.0.0.1 that answers every request with `stub.reply` and
+    keeps the request bodies."""
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with lock:
+                state.bodies.append(body)
+                payload = json.dumps(state.reply(_prompt_of(body))).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            pass  # the tests read the bodies, not an access log
+
+    http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state = _Stub(http.server_address[1], lambda prompt: _response("5"))
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        http.shutdown()
+        http.server_close()
+        thread.join()
+
+
+def test_the_paper_judge_sends_its_reasoning_effort_and_budget(paper_config, stub, monkeypatch, tmp_path):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    spec = dataclasses.replace(model_spec(paper_config, "gpt-5"), endpoint=_entry(stub.port)["endpoint"],
+                               api_key_env=KEY_ENV)  # fmt: skip
+    prompts, images = _pairs()
+    assert APIJudgeMetric(spec, tmp_path).score(prompts[:1], images[:1]) == [Score(5.0, "5")]
+    (body,) = stub.bodies
+    assert {"reasoning_effort", "max_completion_tokens"} <= body.keys()
+    assert body | paper_config["models"]["gpt-5"]["request"] == body
+    assert body["model"] == "gpt-5"
+
+
+def test_a_good_reply_after_an_empty_and_a_cut_one_is_used_and_cached(stub, monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    thought_through = _response("", finish_reason="length") | {
+        "usage": {"completion_tokens": 64, "completion_tokens_details": {"reasoning_tokens": 64}}
+    }
+    replies = iter([_response(""), thought_through, _response("7")])
+    stub.reply = lambda prompt: next(replies)
+    prompts, images = _pairs()
+    metric = APIJudgeMetric(_entry(stub.port, client=FAST_CLIENT), tmp_path)
+    assert metric.score(prompts[:1], images[:1]) == [Score(7.0, "7")]
+    assert metric.requests_sent == len(stub.bodies) == 3
+    retries = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(retries) == 2
+    assert "no answer (empty: the reply was empty" in retries[0]
+    assert "no answer (length: " in retries[1]
+    assert "64 of them reasoning" in retries[1]
+    # The answer is cached: a new instance asks nothing.
+    again = APIJudgeMetric(_entry(stub.port, client=FAST_CLIENT), tmp_path)
+    assert again.score(prompts[:1], images[:1]) == [Score(7.0, "7")]
+    assert again.requests_sent == 0
+    assert len(stub.bodies) == 3
+
+
+def test_an_unanswered_item_is_counted_kept_out_of_both_caches_and_asked_again(stub, monkeypatch, tmp_path):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    pairs = _pairs_on_disk(tmp_path)
+    filtered = pairs["neutral_prompt"][1]
+    stub.reply = lambda p: _response("", finish_reason="content_filter") if p == filtered else _response("8")
+    entry = _entry(stub.port, client=FAST_CLIENT | {"max_reply_attempts": 2})
+    responses, cache = tmp_path / "responses", ScoreCache(tmp_path / "scores")
+
+    def run() -> tuple[pd.DataFrame, dict]:
+        return score_pairs(pairs, "api-judge", _identity("judge"), lambda: APIJudgeMetric(entry, responses), cache)
+
+    frame, counters = run()
+    assert (counters["failed"], counters["images_scored"], counters["cache_hits"]) == ({"content_filter": 2}, 2, 0)
+    assert len(stub.bodies) == 2 + 2 * 2
+    assert frame["corr_raw"][0] == frame["adv_raw"][0] == 8
+    assert frame[["corr_raw", "adv_raw"]].iloc[1].isna().all()
+    assert frame["corr_detail"][1].startswith("content_filter: the provider's content filter withheld the reply")
+    assert len(list(responses.rglob("*.json"))) == len(list(cache.folder.rglob("*.json"))) == 2
+
+    # The next run asks only for what has no answer yet.
+    stub.bodies.clear()
+    stub.reply = lambda p: _response("6")
+    frame, counters = run()
+    assert {_prompt_of(body) for body in stub.bodies} == {filtered}
+    assert len(stub.bodies) == 2
+    assert (counters["failed"], counters["images_scored"], counters["cache_hits"]) == ({}, 2, 2)
+    assert frame[["corr_raw", "adv_raw"]].to_numpy().tolist() == [[8, 8], [6, 6]]

@@ -1,3 +1,6 @@
+import copy
+from pathlib import Path
+
 import pytest
 
 from blindspot.config import ConfigError, model_spec, n_shards, shard_names, shard_slice, validate_config
@@ -61,3 +64,142 @@ def test_shards_cover_every_row_once():
     rows = list(range(10))
     covered = [row for shard in shard_names(10, 4) for row in rows[shard_slice(shard, 4)]]
     assert covered == rows
+
+
+# A GPU job without its GPUs. `judge_images` loads its VLM before it reads anything, so the job needs
+# no inputs: it stops at the model, or (allowed to use the CPU) goes on to fail on the missing renders.
+def gpu_job(tmp_path, config: dict, asks: int, visible: str | None):
+    """Run `python -m blindspot.stages judge_images` as a job would, its VLM asking for `asks` GPUs, with
+    CUDA_VISIBLE_DEVICES set to `visible` (None: unset)."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    config["models"]["tiny-qwen2.5-vl"]["gpus"] = asks
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    arguments = {"config": tmp_path / "config.yaml", "domain": "animals", "t2i": "tiny-flux", "vlm": "tiny-qwen2.5-vl",
+                 "shard": "00000", "renders": tmp_path / "renders.parquet", "out": tmp_path / "scores.parquet",
+                 "counters-out": tmp_path / "counters.json"}  # fmt: skip
+    command = [sys.executable, "-m", "blindspot.stages", "judge_images"]
+    command += [part for key, value in arguments.items() for part in (f"--{key}", str(value))]
+    repo = Path(__file__).resolve().parents[1]
+    return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def shortage_line(asks: int, seen: int, visible: str) -> str:
+    import torch
+
+    from blindspot.config import nvidia_driver
+
+    return (
+        f"rule judge_images: model 'tiny-qwen2.5-vl' asks for {asks} GPU(s), the job sees {seen} "
+        f"(CUDA_VISIBLE_DEVICES={visible}; torch {torch.__version__} built for CUDA {torch.version.cuda or 'none'}, "
+        f"{nvidia_driver()}); run it where its GPUs are, or set allow_cpu: true in the config to run GPU models on "
+        "the CPU"
+    )
+
+
+def test_the_driver_is_named_or_its_absence_said():
+    import shutil
+
+    from blindspot.config import nvidia_driver
+
+    driver = nvidia_driver()
+    if shutil.which("nvidia-smi") is None:
+        assert driver == "no driver"
+    else:
+        assert driver.startswith(("driver ", "no driver (nvidia-smi: "))
+
+
+@pytest.mark.slow
+def test_a_job_that_sees_no_gpu_stops_with_one_line_naming_rule_gpus_and_versions(tiny_config, tmp_path):
+    del tiny_config["allow_cpu"]  # as in the paper's config
+    done = gpu_job(tmp_path, tiny_config, asks=1, visible="")  # an empty list hides every GPU, on any machine
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == shortage_line(1, 0, "''")
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_job_given_fewer_gpus_than_its_model_asks_for_stops(tiny_config, tmp_path):
+    """CUDA_VISIBLE_DEVICES names two GPUs, as SLURM sets it on the test cluster's fake ones; torch sees
+    what is really there (none on a CPU host, no more than two elsewhere), fewer than the four asked for."""
+    import torch
+
+    seen = min(torch.cuda.device_count(), 2) if torch.cuda.is_available() else 0
+    tiny_config["allow_cpu"] = False
+    done = gpu_job(tmp_path, tiny_config, asks=4, visible="0,1")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == shortage_line(4, seen, "'0,1'")
+
+
+@pytest.mark.slow
+def test_allow_cpu_lets_the_job_run_its_gpu_model_on_the_cpu(built_config, tmp_path):
+    assert built_config["allow_cpu"] is True  # the tiny preset
+    done = gpu_job(tmp_path, copy.deepcopy(built_config), asks=1, visible="")
+    # the VLM loaded on the CPU, and the job went on to stop where a job without its input does
+    assert "loading tiny-qwen2.5-vl" in done.stderr
+    assert "GPU(s)" not in done.stderr
+    assert "renders.parquet" in done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif("not __import__('torch').cuda.is_available()", reason="needs CUDA")
+def test_on_a_gpu_host_a_job_given_one_gpu_of_two_stops(tiny_config, tmp_path):
+    del tiny_config["allow_cpu"]
+    done = gpu_job(tmp_path, tiny_config, asks=2, visible="0")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == shortage_line(2, 1, "'0'")
+
+
+def fake_gpus(monkeypatch, count: int) -> None:
+    """A CPU host cannot show torch some GPUs: torch.cuda's count is replaced (the one mock of torch here)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+def test_where_a_model_runs_follows_the_gpus_it_asks_for_and_sees(tiny_config, monkeypatch):
+    from blindspot.config import GPUUnavailable, running_step
+
+    tiny_config["allow_cpu"] = False
+    tiny_config["models"]["tiny-qwen2"]["gpus"] = 2
+    spec = model_spec(tiny_config, "tiny-qwen2")
+    fake_gpus(monkeypatch, 2)
+    assert (spec.device, spec.device_map) == ("cuda", "auto")  # spread over its GPUs
+    fake_gpus(monkeypatch, 1)
+    with running_step("generate_triplets"), pytest.raises(GPUUnavailable) as error:
+        spec.device_map  # noqa: B018 - the check is the point
+    assert str(error.value).startswith("rule generate_triplets: model 'tiny-qwen2' asks for 2 GPU(s), the job sees 1 (")
+    with pytest.raises(GPUUnavailable, match=r"^rule \(none\): "):  # outside a workflow step
+        spec.device  # noqa: B018
+    assert model_spec(tiny_config | {"allow_cpu": True}, "tiny-qwen2").device_map == "cpu"
+    tiny_config["models"]["tiny-qwen2"]["gpus"] = 1
+    assert model_spec(tiny_config, "tiny-qwen2").device_map == "cuda"
+    fake_gpus(monkeypatch, 0)
+    tiny_config["models"]["tiny-qwen2"]["gpus"] = 0
+    assert model_spec(tiny_config, "tiny-qwen2").device_map == "cpu"  # a model that asks for none
+
+
+def test_the_vllm_backend_checks_the_gpus_before_it_starts_an_engine(tiny_config, monkeypatch):
+    from blindspot.config import GPUUnavailable
+    from blindspot.textgen import vllm_engine
+
+    fake_gpus(monkeypatch, 0)
+    tiny_config["models"]["tiny-qwen2"].update(gpus=1, backend="vllm")
+    with pytest.raises(GPUUnavailable, match="asks for 1 GPU"):  # before vllm is imported (it is not in .venv)
+        vllm_engine(model_spec(tiny_config | {"allow_cpu": False}, "tiny-qwen2"))
+
+
+def test_allow_cpu_is_off_unless_the_config_sets_it(paper_config, tiny_config):
+    assert "allow_cpu" not in paper_config
+    assert model_spec(paper_config, "qwen2.5-32b-instruct").allow_cpu is False
+    assert model_spec(tiny_config, "tiny-qwen2").allow_cpu is True
+    with pytest.raises(ConfigError, match="'allow_cpu'"):
+        validate_config(paper_config | {"allow_cpu": "yes"})

@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.integration]
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
 # Local rules never reach SLURM (workflow/Snakefile).
 LOCAL_RULES = {"all", "build_model", "make_seeds", "accept_triplets", "make_table1", "keep_consensus_pairs",
-               "make_table2", "split_benchmark", "make_table3", "make_humble_questions", "make_humble_tables",
+               "make_table2", "split_benchmark", "make_table3", "make_humble_tables",
                "make_annotation_projects", "validate_filter", "human_preferences", "make_report_items"}  # fmt: skip
 # GPUs per model in the test run: several counts, so a job asking for the wrong model's GPUs shows.
 TEST_GPUS = {"smollm2-135m": 1, "tiny-qwen2": 2, "tiny-flux": 1, "tiny-sd3": 2, "tiny-sana": 1,

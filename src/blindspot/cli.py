@@ -4,6 +4,8 @@ human annotation of its subsets.
 blindspot plan --configfile config/config.yaml [--format md|csv]
 blindspot throughput --configfile config/config.yaml results/benchmarks
 blindspot targets --configfile config/config.yaml --domain animals --rule render_images
+blindspot fetch-models --configfile config/config.yaml [--dry-run]
+blindspot doctor --configfile config/config.yaml [--profile profiles/slurm]
 blindspot annotate make --task pairwise --items results/benchmark/annotation/preference_pairs.parquet \
     --annotators alice,bob --out annotation/pairwise
 blindspot annotate serve annotation/pairwise [--host 127.0.0.1] [--port 8765]
@@ -19,7 +21,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from blindspot import plan
+from blindspot import doctor, hub, plan
 from blindspot.annotation import TASKS
 from blindspot.config import ConfigError, load_config
 
@@ -43,7 +45,8 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
         frame = result["combinations"]
         rest = result["rules"][~result["rules"]["rule"].isin(list(plan.SHARDED))]
         frame = pd.concat([rest.drop(columns="stage"), frame], ignore_index=True)
-        frame = frame[["rule", "domain", "model", "jobs", "gpus_per_job", "items", "gpu_hours"]]
+        frame = frame[["rule", "domain", "model", "jobs", "gpus_per_job", "cpus_per_job", "mem_gb_per_job",
+                       "hours_per_job", "items", "gpu_hours"]]
         total_row = {"rule": "total", "jobs": result["total_jobs"], "gpu_hours": result["total_gpu_hours"]}
         frame = pd.concat([frame, pd.DataFrame([total_row])], ignore_index=True)
         frame["gpu_hours"] = frame["gpu_hours"].map(lambda h: "n/a" if pd.isna(h) else f"{h:.4f}")
@@ -53,7 +56,7 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
     lines = [
         f"# Plan for {configfile}",
         "",
-        "## Jobs and GPU-hours per rule",
+        "## Jobs, what each asks for, and GPU-hours per rule",
         "",
         _markdown(result["rules"]),
         "",
@@ -72,7 +75,10 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
             f"(the known part is {result['known_gpu_hours']:.2f} GPU-hours; missing throughput entries: "
             f"{', '.join(missing)} — add them under `throughput:` in the config)"
         )
-    lines += ["", "GPU-hours = items x seconds per item (`throughput:`) x GPUs per job / 3600. " + plan.ITEMS_NOTE]
+    lines += ["", "GPU-hours = items x seconds per item (`throughput:`) x GPUs per job / 3600. " + plan.ITEMS_NOTE,
+              "", "Per job: GPUs, CPUs, memory (GB) and time (hours) of its first attempt, from what it loads "
+              "(`job_resources` and the models' `weights_gb`); a retry asks for twice, then three times, the memory "
+              "and time. Local rules run on the submit host."]
     return "\n".join(lines) + "\n"
 
 
@@ -112,6 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--domain", action="append", default=[], help="repeatable; default every domain")
     sub.add_argument("--model", action="append", default=[], help="repeatable; a job matches if it uses the model")
     sub.add_argument("--rule", action="append", default=[], help="repeatable; default every sharded rule")
+    sub = command("fetch-models", "download the files of every hub model the config uses into the Hugging Face "
+                  "cache (HF_HOME), on a machine with internet; resumes, skips what is cached")  # fmt: skip
+    sub.add_argument("--dry-run", action="store_true", help="list what would be fetched, without the network")
+    sub = command("doctor", "preflight checks before a run; one verdict per line, exit 1 if any FAILs")
+    sub.add_argument("--profile", help="the Snakemake profile the run will use, e.g. profiles/slurm: checks its "
+                     "envvars and conda, and on SLURM sends one canary job per GPU count")  # fmt: skip
+    sub.add_argument("--canary-timeout", type=float, default=600, help="seconds to wait for the canary jobs")
     annotate = commands.add_parser("annotate", help="human annotation: make a project, serve it, export labels")
     actions = annotate.add_subparsers(dest="action", required=True)
     make = actions.add_parser("make", help="a project folder: Label Studio tasks and config, and annotator links")
@@ -164,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.configfile)
         if args.command == "plan":
             sys.stdout.write(render_plan(plan.plan(config), args.configfile, args.format))
+        elif args.command == "fetch-models":
+            return hub.fetch_models(config, dry_run=args.dry_run)
+        elif args.command == "doctor":
+            checks = doctor.run_checks(config, args.profile, canary_timeout_s=args.canary_timeout)
+            sys.stdout.write(doctor.render(checks))
+            return 1 if doctor.failed(checks) else 0
         elif args.command == "throughput":
             sys.stdout.write(
                 render_throughput(plan.measured_throughput(config, args.benchmark_dir), args.benchmark_dir)
@@ -171,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             selected = plan.select_targets(config, args.domain, args.model, args.rule)
             sys.stdout.write("".join(f"{target}\n" for target in selected))
-    except (ConfigError, ValueError, FileNotFoundError) as error:
+    except (ConfigError, ValueError, FileNotFoundError, hub.HubError) as error:
         parser.error(str(error))
     return 0
 

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +35,24 @@ SCENE_GRAPH_ROLES = {"describer": ("transformers",), "writer": ("vllm", "transfo
 
 class ConfigError(ValueError):
     """A configuration that cannot run; the message names the offending key."""
+
+
+class GPUUnavailable(RuntimeError):
+    """A model asks for more GPUs than the job sees, and the config does not let it run on the CPU."""
+
+
+# The workflow step (rule) this process runs, for messages about what its job was given.
+_RUNNING_STEP: ContextVar[str | None] = ContextVar("running_step", default=None)
+
+
+@contextmanager
+def running_step(step: str) -> Iterator[None]:
+    """Name the workflow step that runs inside the block (stages sets it for every job)."""
+    token = _RUNNING_STEP.set(step)
+    try:
+        yield
+    finally:
+        _RUNNING_STEP.reset(token)
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
@@ -77,6 +100,13 @@ def validate_config(config: dict[str, Any]) -> None:
             "config keys 'annotation.pairwise_labels' and 'evaluation.human_choices' both give Table 3's human "
             "majority: keep one"
         )
+    for name, entry in models.items():
+        # A job's host memory is sized by its weights (blindspot.resources); built models are tiny.
+        if "id" in entry and entry["backend"] != "openai_api" and "weights_gb" not in entry:
+            raise ConfigError(
+                f"config key 'models.{name}.weights_gb': missing; the size of the weight files its jobs read "
+                "(GB) sizes their memory on a cluster"
+            )
     humble = config["humblebench"]
     for use, setting in humble["tables"].items():
         if setting not in humble["settings"]:
@@ -138,18 +168,68 @@ class ModelSpec:
     api_key_env: str | None = None  # the NAME of the variable that holds the key, never the key
     request: dict[str, Any] = field(default_factory=dict)
     client: dict[str, Any] = field(default_factory=dict)
+    allow_cpu: bool = False  # the config's `allow_cpu`: a model that asks for GPUs may run on the CPU
 
     @property
     def device(self) -> str:
-        """Where the model runs: a GPU when it asks for one and one is there, else the CPU."""
-        import torch
+        """Where the model runs: "cuda" when it asks for GPUs and the job sees as many, the CPU when it
+        asks for none. A job that sees fewer stops (GPUUnavailable), unless the config allows the CPU."""
+        if self.gpus == 0:
+            return "cpu"
+        seen = visible_gpus()
+        if seen >= self.gpus:
+            return "cuda"
+        if self.allow_cpu:
+            return "cpu"
+        raise GPUUnavailable(gpu_shortage(self, seen))
 
-        return "cuda" if self.gpus > 0 and torch.cuda.is_available() else "cpu"
+    @property
+    def device_map(self) -> str:
+        """transformers' `device_map`: weights load straight onto the device, spread over the GPUs
+        ("auto") when the model asks for several."""
+        device = self.device
+        return "auto" if device == "cuda" and self.gpus > 1 else device
 
     @property
     def model_id(self) -> str:
         """What provenance records: the hub id, or the registry name for a built model."""
         return f"built:{self.name}" if self.built else self.path
+
+
+def visible_gpus() -> int:
+    """CUDA devices this process can use (none where the driver cannot run torch's CUDA build)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def nvidia_driver() -> str:
+    """The NVIDIA driver's version as nvidia-smi reports it, or why there is none."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return "no driver"
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    if done.returncode != 0:
+        return f"no driver (nvidia-smi: {lines[0] if lines else f'exit {done.returncode}'})"
+    return f"driver {lines[0]}" if lines else "no driver"
+
+
+def gpu_shortage(spec: ModelSpec, seen: int) -> str:
+    """One line: the rule, the model, the GPUs it asked for and those the job sees, and the versions."""
+    import torch
+
+    step = _RUNNING_STEP.get()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (
+        f"rule {step or '(none)'}: model '{spec.name}' asks for {spec.gpus} GPU(s), the job sees {seen} "
+        f"(CUDA_VISIBLE_DEVICES={'unset' if visible is None else repr(visible)}; torch {torch.__version__} "
+        f"built for CUDA {torch.version.cuda or 'none'}, {nvidia_driver()}); run it where its GPUs are, or set "
+        "allow_cpu: true in the config to run GPU models on the CPU"
+    )
 
 
 def model_spec(config: dict[str, Any], name: str) -> ModelSpec:
@@ -181,6 +261,7 @@ def model_spec(config: dict[str, Any], name: str) -> ModelSpec:
         request=entry.get("request", {}),
         client=entry.get("client", {}),
         build=entry.get("build", {}),
+        allow_cpu=config.get("allow_cpu", False),
     )
 
 
@@ -197,6 +278,7 @@ STEP_MODELS = {
     "judge_images": lambda config, wildcards: [wildcards["vlm"]],
     "measure_image_quality": lambda config, wildcards: list(config["image_stage"]["iqa_metrics"]),
     "score_metric": lambda config, wildcards: metric_models(config["evaluation"]["metrics"][wildcards["metric"]]),
+    "score_api_metric": lambda config, wildcards: metric_models(config["evaluation"]["metrics"][wildcards["metric"]]),
     "write_scene_questions": lambda config, wildcards: [
         config["humblebench"]["scene_graphs"][role] for role in ("describer", "writer")
     ],
@@ -204,6 +286,16 @@ STEP_MODELS = {
     "train_protoscore": lambda config, wildcards: [config["protoscore"]["model"]],
     "score_transfer": lambda config, wildcards: [config["protoscore"]["model"]],
 }
+
+
+def is_api_metric(config: dict[str, Any], metric: str) -> bool:
+    """Whether a metric is served over the internet (its jobs run where the network is)."""
+    return config["models"][config["evaluation"]["metrics"][metric]["model"]]["backend"] == "openai_api"
+
+
+def metric_rule(config: dict[str, Any], metric: str) -> str:
+    """The rule that scores a metric: an API judge's jobs run on the submit host (score_api_metric)."""
+    return "score_api_metric" if is_api_metric(config, metric) else "score_metric"
 
 
 def metric_models(entry: dict[str, Any]) -> list[str]:

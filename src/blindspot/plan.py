@@ -24,10 +24,11 @@ from blindspot.config import (
     SCENE_GRAPH_ROLES,
     ConfigError,
     metric_models,
+    metric_rule,
     shard_names,
     shard_slice,
-    step_gpus,
 )
+from blindspot.resources import JobResources, job_resources
 
 STAGES = {
     "build_model": "models",
@@ -45,6 +46,7 @@ STAGES = {
     "split_benchmark": "benchmark",
     "export_dataset": "benchmark",
     "score_metric": "metrics",
+    "score_api_metric": "metrics",
     "make_table3": "metrics",
     "write_scene_questions": "humblebench",
     "make_humble_questions": "humblebench",
@@ -71,6 +73,7 @@ JOB_WILDCARDS = {
     "measure_image_quality": ("domain", "shard"),
     "export_dataset": (),
     "score_metric": ("domain", "metric", "shard"),
+    "score_api_metric": ("domain", "metric", "shard"),
     "write_scene_questions": (),
     "make_humble_questions": (),
     "answer_humble": ("vlm", "setting", "shard"),
@@ -85,6 +88,7 @@ SHARDED = {
     "judge_images": ("vlm_scores", "vlm"),
     "measure_image_quality": ("image_quality", None),
     "score_metric": ("metric_scores", "metric"),
+    "score_api_metric": ("metric_scores", "metric"),
 }
 # The wildcard naming the one model a job runs (and is looked up by in `throughput:`).
 MODEL_WILDCARD = {
@@ -115,7 +119,8 @@ ITEMS_NOTE = (
     "quality that times the T2I models (every pair kept). Filtering before a stage only lowers them. "
     "HumbleBench answers: the release's questions (`release_questions`) and two per benchmark image, per shard."
 )
-COLUMNS = ["stage", "rule", "domain", "model", "models", "shard", "items", "gpus", "output"]
+COLUMNS = ["stage", "rule", "domain", "model", "models", "shard", "items", "gpus", "threads", "mem_mb", "runtime",
+           "output"]
 
 
 def _shard_seeds(config: dict[str, Any], domain: str) -> dict[str, int]:
@@ -155,7 +160,7 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
 
     def add(rule: str, output: str, items: int | None, domain: str = "", shard: str = "", **models: str):
         model = models.get(MODEL_WILDCARD.get(rule, ""), "")
-        gpus = step_gpus(config, rule, models)
+        resources = job_resources(config, rule, models, items, throughput_key=throughput_key(rule, model))
         rows.append(
             {
                 "stage": STAGES[rule],
@@ -165,7 +170,7 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
                 "models": ",".join(models.values()),
                 "shard": shard,
                 "items": items,
-                "gpus": gpus,
+                **resources.as_dict(),
                 "output": output,
             }
         )
@@ -200,9 +205,10 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
             for combination in itertools.product(*models.values()):
                 named = dict(zip(models, combination, strict=True))
                 extra = also_loads.get(rule, lambda named: {})(named)
+                job_rule = metric_rule(config, named["metric"]) if rule == "score_metric" else rule
                 for shard, seeds in shards.items():
                     output = p(SHARDED[rule][0], **d, **named, shard=shard)
-                    add(rule, output, seeds * per_seed, **d, shard=shard, **named, **extra)
+                    add(job_rule, output, seeds * per_seed, **d, shard=shard, **named, **extra)
         add("accept_triplets", p("triplets", **d), n_seeds * len(generators), **d)
         add(
             "check_prompt_quality",
@@ -301,10 +307,19 @@ def summarize(jobs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     groups = jobs.groupby(by, sort=False)
     return groups.agg(
         jobs=("rule", "size"),
-        gpus_per_job=("gpus", lambda g: str(g.min()) if g.min() == g.max() else f"{g.min()}-{g.max()}"),
+        gpus_per_job=("gpus", _span),
+        cpus_per_job=("threads", _span),
+        mem_gb_per_job=("mem_mb", lambda m: _span((m / 1024).round(1))),
+        hours_per_job=("runtime", lambda r: _span((r / 60).round(1))),
         items=("items", lambda i: i.sum() if i.notna().any() else pd.NA),
         gpu_hours=("gpu_hours", _hours),
     ).reset_index()
+
+
+def _span(values: pd.Series) -> str:
+    """One value, or the least and the most: "8" or "4-16"."""
+    low, high = values.min(), values.max()
+    return f"{low:g}" if low == high else f"{low:g}-{high:g}"
 
 
 def plan(config: dict[str, Any]) -> dict[str, Any]:
@@ -361,6 +376,22 @@ def job_name(rule: str, job: pd.Series) -> str:
     model_wildcards = [w for w in JOB_WILDCARDS[rule] if w not in fields]
     fields |= dict(zip(model_wildcards, names, strict=False))
     return "/".join(fields[w] for w in JOB_WILDCARDS[rule]) or "all"
+
+
+class PlannedJobs:
+    """The plan's jobs by rule and job name, so that a rule's job finds its items (for its time)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        jobs = job_table(config)
+        records = jobs[jobs["rule"].isin(list(JOB_WILDCARDS))].to_dict("records")
+        self.jobs = {(job["rule"], job_name(job["rule"], job)): job for job in records}
+
+    def resources(self, rule: str, wildcards: dict[str, str], attempt: int = 1) -> JobResources:
+        job = self.jobs.get((rule, "/".join(wildcards[w] for w in JOB_WILDCARDS.get(rule, ())) or "all"))
+        items = None if job is None or pd.isna(job["items"]) else int(job["items"])
+        model = job["model"] if job is not None else ""
+        return job_resources(self.config, rule, wildcards, items, attempt, throughput_key(rule, model))
 
 
 def benchmark_file(benchmark_dir: str | Path, rule: str, job: str) -> Path:

@@ -4,8 +4,9 @@ train split so that s(T, I_corr) > s(T, I_adv).
 The model is the VLM with LoRA adapters on its language model's projections and a learned scalar
 head on the last token's final hidden state. The loss is the pairwise softplus ranking loss with a
 margin, log(1 + exp(margin - (s_corr - s_adv))). Training follows the paper's settings (config
-`protoscore:`): AdamW, cosine schedule with linear warm-up, gradient clipping, bf16 autocast, batches of
-one pair with gradient accumulation, images resized to a square, the prompt cut to a token budget.
+`protoscore:`): AdamW, cosine schedule with linear warm-up, gradient clipping, the frozen base in bf16 under
+bf16 autocast with the trained adapters and head in float32, batches of one pair with gradient
+accumulation, images resized to a square, the prompt cut to a token budget.
 
 Checkpoints (adapter, head, optimizer, scheduler, RNG states and position) are written atomically as
 training goes; a run that finds one of the same run (base model, settings and training pairs) resumes
@@ -53,7 +54,7 @@ class TrainSettings:
     weight_decay: float
     warmup_fraction: float
     max_grad_norm: float
-    precision: str  # bf16 (autocast) or fp32
+    precision: str  # bf16 (frozen base in bf16, autocast) or fp32
     batch_size: int  # pairs per micro-batch
     accumulation: int  # micro-batches per optimizer step
     image_size: int
@@ -100,7 +101,8 @@ class PairwiseScorer:
             self.device.type, dtype=torch.bfloat16, enabled=self.settings.precision == "bf16"
         )  # fmt: skip
         with autocast:
-            output = self.model(**self.inputs(prompts, images), output_hidden_states=True)
+            # the head reads hidden states: the vocabulary projection is made for the last position only
+            output = self.model(**self.inputs(prompts, images), output_hidden_states=True, logits_to_keep=1)
             last = output.hidden_states[-1][:, -1]
             return self.head(last.float()).squeeze(-1)
 
@@ -113,9 +115,15 @@ def load_scorer(spec: Any, settings: TrainSettings, trained: str | Path | None =
     from safetensors.torch import load_file
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    device_map = spec.device_map  # first: a job without the GPUs its model asks for stops before reading weights
     torch.manual_seed(settings.seed)
     processor = AutoProcessor.from_pretrained(spec.path, revision=spec.revision)
-    base = AutoModelForImageTextToText.from_pretrained(spec.path, revision=spec.revision, dtype=torch.float32)
+    # The frozen base loads straight onto its device in the training's precision (bf16 halves its memory);
+    # what is trained, the LoRA adapters (peft's autocast_adapter_dtype) and the head, stays in float32.
+    base = AutoModelForImageTextToText.from_pretrained(
+        spec.path, revision=spec.revision, device_map=device_map,
+        dtype=torch.bfloat16 if settings.precision == "bf16" else torch.float32,
+    )  # fmt: skip
     hidden = base.config.get_text_config().hidden_size
     head = torch.nn.Linear(hidden, 1)
     if trained is None:
@@ -123,12 +131,12 @@ def load_scorer(spec: Any, settings: TrainSettings, trained: str | Path | None =
             r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
             target_modules=list(settings.target_modules), bias="none",
         )  # fmt: skip
-        model = get_peft_model(base, lora)
+        model = get_peft_model(base, lora, autocast_adapter_dtype=True)
     else:
-        model = PeftModel.from_pretrained(base, Path(trained) / ADAPTER_DIR)
+        model = PeftModel.from_pretrained(base, Path(trained) / ADAPTER_DIR, autocast_adapter_dtype=True)
         head.load_state_dict(load_file(Path(trained) / HEAD_FILE))
-    device = torch.device(spec.device)
-    return PairwiseScorer(model.to(device), processor, head.to(device), settings, device, base_model(spec))
+    device = base.device  # peft puts each adapter beside the weight it adapts
+    return PairwiseScorer(model, processor, head.to(device), settings, device, base_model(spec))
 
 
 def base_model(spec: Any) -> str:

@@ -22,10 +22,10 @@ def embed(texts: Sequence[str], spec: ModelSpec, batch_size: int) -> np.ndarray:
 
     model = SentenceTransformer(
         spec.path,
-        device=spec.device,
         revision=spec.revision,
         trust_remote_code=spec.trust_remote_code,
-        model_kwargs={"dtype": getattr(torch, spec.dtype)},
+        # weights load straight onto the device in their dtype
+        model_kwargs={"dtype": getattr(torch, spec.dtype), "device_map": spec.device_map},
     )
     vectors = model.encode(
         list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=True
@@ -39,10 +39,12 @@ def nli_probabilities(pairs: Sequence[tuple[str, str]], spec: ModelSpec, batch_s
     from tqdm import tqdm
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    device_map = spec.device_map  # first: a job without the GPUs its model asks for stops before reading weights
     tokenizer = AutoTokenizer.from_pretrained(spec.path, revision=spec.revision)
     model = AutoModelForSequenceClassification.from_pretrained(
-        spec.path, revision=spec.revision, dtype=getattr(torch, spec.dtype), trust_remote_code=spec.trust_remote_code
-    ).to(spec.device)
+        spec.path, revision=spec.revision, dtype=getattr(torch, spec.dtype), trust_remote_code=spec.trust_remote_code,
+        device_map=device_map,
+    )  # fmt: skip
     model.eval()
     label_index = {str(name).lower(): int(i) for i, name in model.config.id2label.items()}
     if not set(NLI_LABELS) <= set(label_index):

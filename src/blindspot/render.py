@@ -110,11 +110,14 @@ class DiffusersRenderer:
         import torch
 
         self.spec = spec
-        self.device = spec.device
+        self.device = spec.device  # first: a job without the GPUs its model asks for stops before reading weights
         pipeline_class = getattr(diffusers, spec.pipeline)
+        # Weights load straight onto the device in their dtype; a pipeline that asks for several GPUs
+        # has its components spread over them ("balanced", diffusers' one strategy for that).
         self.pipeline = pipeline_class.from_pretrained(
-            spec.path, revision=spec.revision, torch_dtype=getattr(torch, spec.dtype)
-        ).to(self.device)
+            spec.path, revision=spec.revision, dtype=getattr(torch, spec.dtype),
+            device_map="balanced" if self.device == "cuda" and spec.gpus > 1 else self.device,
+        )  # fmt: skip
         self.pipeline.set_progress_bar_config(disable=True)
 
     def render(self, descriptions: list[str], seeds: list[int]) -> list[Any]:

@@ -1,11 +1,12 @@
 """Run one stage on SLURM from Python (a notebook), through submitit.
 
-The resources come from the same places as for `snakemake --profile profiles/slurm`: memory, time,
-partition and account from the profile (its `default-resources`, then the rule's `set-resources`,
-evaluated for the attempt), CPUs from its `set-threads`, and GPUs from the model registry
-(`step_gpus`). So a stage submitted here asks SLURM for what the workflow's job of that stage would
-ask, and runs with the thread count Snakemake would give it: CPU kernels sum in an order that
-depends on the thread count, so only then are its outputs bit for bit the workflow's.
+The resources come from the same places as for `snakemake --profile profiles/slurm`: GPUs, CPUs,
+memory and time from what the job loads (`blindspot.resources`, as the rules ask), then partition,
+account and any override from the profile (its `default-resources`, then the rule's `set-resources`
+and `set-threads`, evaluated for the attempt). So a stage submitted here asks SLURM for what the
+workflow's job of that stage would ask, and runs with the thread count Snakemake would give it: CPU
+kernels sum in an order that depends on the thread count, so only then are its outputs bit for bit
+the workflow's.
 
     job = submit_stage("render_images", "config/config.yaml", domain="animals", t2i="flux.1-schnell",
                        shard="00000", triplets=..., out=..., images=..., counters_out=...)
@@ -22,11 +23,10 @@ from typing import Any
 
 import yaml
 
-from blindspot.config import load_config, step_gpus
+from blindspot.config import load_config
+from blindspot.plan import JOB_WILDCARDS, PlannedJobs
 
 DEFAULT_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "slurm" / "config.yaml"
-# Stage arguments that are wildcards in the rules; the GPU request depends on them.
-WILDCARDS = ("domain", "shard", "generator", "judge", "t2i", "vlm")
 # What Snakemake sets to a job's threads before running it (snakemake/shell.py).
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
@@ -54,15 +54,16 @@ def _evaluate(expression: Any, attempt: int) -> Any:
 
 
 def profile_resources(rule: str, attempt: int = 1, profile: str | Path = DEFAULT_PROFILE) -> dict[str, Any]:
-    """The resources the profile gives one job of `rule` on its `attempt`-th try."""
+    """The resources the profile adds to (or overrides for) one job of `rule` on its `attempt`-th try."""
     settings = yaml.safe_load(Path(profile).read_text())
-    merged = settings.get("default-resources", {}) | settings.get("set-resources", {}).get(rule, {})
+    merged = (settings.get("default-resources") or {}) | (settings.get("set-resources") or {}).get(rule, {})
     return {name: _evaluate(expression, attempt) for name, expression in merged.items()}
 
 
-def profile_threads(rule: str, profile: str | Path = DEFAULT_PROFILE) -> int:
-    """The threads, and so the CPUs, the profile gives a job of `rule` (Snakemake's default is 1)."""
-    return int(yaml.safe_load(Path(profile).read_text()).get("set-threads", {}).get(rule, 1))
+def profile_threads(rule: str, profile: str | Path = DEFAULT_PROFILE) -> int | None:
+    """The threads, and so the CPUs, the profile sets for a job of `rule`, if it overrides the job's own."""
+    threads = yaml.safe_load(Path(profile).read_text()).get("set-threads", {}).get(rule)
+    return None if threads is None else int(threads)
 
 
 def submitit_parameters(resources: dict[str, Any], threads: int, gpus: int, rule: str) -> dict[str, Any]:
@@ -106,9 +107,10 @@ def submit_stage(
     if step not in STEPS:
         raise ValueError(f"unknown stage '{step}' (stages: {', '.join(STEPS)})")
     config = load_config(config_path)
-    gpus = step_gpus(config, step, {k: v for k, v in arguments.items() if k in WILDCARDS})
+    wildcards = {name: str(arguments[name]) for name in JOB_WILDCARDS.get(step, ()) if name in arguments}
+    needs = PlannedJobs(config).resources(step, wildcards, attempt)
+    threads = profile_threads(step, profile) or needs.threads
+    resources = {"mem_mb": needs.mem_mb, "runtime": needs.runtime} | profile_resources(step, attempt, profile)
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
-    threads = profile_threads(step, profile)
-    resources = profile_resources(step, attempt, profile)
-    executor.update_parameters(**submitit_parameters(resources, threads, gpus, step))
+    executor.update_parameters(**submitit_parameters(resources, threads, needs.gpus, step))
     return executor.submit(_run_stage, step, str(Path(config_path).resolve()), arguments, threads)

@@ -21,7 +21,7 @@ import pandas as pd
 import yaml
 
 from blindspot import tables
-from blindspot.config import load_config, model_spec, shard_slice
+from blindspot.config import GPUUnavailable, load_config, model_spec, running_step, shard_slice
 from blindspot.io import provenance, read_table, write_json, write_table, write_text
 from blindspot.prompts import PromptTemplate
 
@@ -645,6 +645,8 @@ STEPS = {f.__name__: f for f in (make_seeds, generate_triplets, judge_triplets, 
                                  make_humble_questions, answer_humble, make_humble_tables, train_protoscore,
                                  score_transfer, make_annotation_projects, validate_filter, human_preferences,
                                  make_report_items, build_model)}  # fmt: skip
+# An API judge's jobs run the same step on the submit host (workflow/rules/metrics.smk).
+STEPS["score_api_metric"] = score_metric
 
 
 def step_arguments(step: Any, job: Any) -> dict[str, Any]:
@@ -663,10 +665,19 @@ def step_arguments(step: Any, job: Any) -> dict[str, Any]:
     return arguments
 
 
+def run_step(name: str, **arguments: Any) -> None:
+    """Run the step `name` as one job. Messages about the job's resources name it, and a job whose
+    model finds fewer GPUs than it asks for stops with that one line rather than a traceback."""
+    with running_step(name):
+        try:
+            STEPS[name](**arguments)
+        except GPUUnavailable as error:
+            raise SystemExit(str(error)) from None
+
+
 def run_from_snakemake(job: Any) -> None:
     setup_logging(job.log[0])
-    step = STEPS[job.rule]
-    step(**step_arguments(step, job))
+    run_step(job.rule, **step_arguments(STEPS[job.rule], job))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -685,7 +696,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
     args = vars(parser.parse_args(argv))
     setup_logging()
-    STEPS[args.pop("step")](**args)
+    run_step(args.pop("step"), **args)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ class TransformersTextGenerator:
         self.spec = spec
         self.seed = seed
         self.batch_size = batch_size
-        self.device = spec.device
+        device_map = spec.device_map  # first: a job without the GPUs its model asks for stops before reading weights
         self.tokenizer = AutoTokenizer.from_pretrained(
             spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code, padding_side="left"
         )
@@ -55,7 +55,9 @@ class TransformersTextGenerator:
             revision=spec.revision,
             trust_remote_code=spec.trust_remote_code,
             dtype=getattr(torch, spec.dtype),
-        ).to(self.device)
+            device_map=device_map,
+        )
+        self.device = self.model.device
         self.model.eval()
         self._compiled: dict[str, Any] = {}
 
@@ -108,6 +110,8 @@ class TransformersTextGenerator:
 def vllm_engine(spec: ModelSpec, seed: int = 0, **overrides: Any) -> Any:
     """A vLLM engine for a registry entry: its GPUs are the tensor parallelism, and the entry's
     `engine_args` (memory share, multimodal limits) go last so the registry has the final word."""
+    # `spec.device` stops a job that lacks the GPUs its model asks for before vLLM starts.
+    log.info("starting vLLM for %s on %s", spec.name, spec.device)
     from vllm import LLM
 
     engine_args: dict[str, Any] = {

@@ -99,19 +99,15 @@ class TransformersVLMScorer:
         self.spec = spec
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
-        self.device = spec.device
+        device_map = spec.device_map  # first: a job without the GPUs its model asks for stops before reading weights
         self.processor = AutoProcessor.from_pretrained(
             spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
         )
         self.processor.tokenizer.padding_side = "left"
-        # A model that needs several GPUs is spread over them; one that fits goes to one device.
-        placement = {"device_map": "auto"} if spec.gpus > 1 else {}
         self.model = AutoModelForImageTextToText.from_pretrained(
             spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code,
-            dtype=getattr(torch, spec.dtype), **placement,
+            dtype=getattr(torch, spec.dtype), device_map=device_map,
         )  # fmt: skip
-        if not placement:
-            self.model.to(self.device)
         self.device = self.model.device
         self.model.eval()
         self.tokenizer = self.processor.tokenizer
@@ -137,7 +133,8 @@ class TransformersVLMScorer:
             )
             prompt = self.inputs(batch_conv, batch_images)
             with torch.inference_mode():
-                probabilities = torch.softmax(self.model(**prompt).logits[:, -1].float(), dim=-1)[:, candidates]
+                logits = self.model(**prompt, logits_to_keep=1).logits[:, -1].float()  # the answer position only
+                probabilities = torch.softmax(logits, dim=-1)[:, candidates]
                 generated = self.model.generate(**prompt, max_new_tokens=max_new_tokens, do_sample=False)
             texts = self.processor.batch_decode(generated[:, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
             results.extend(zip(probabilities.cpu().tolist(), (t.strip() for t in texts), strict=True))
@@ -172,7 +169,8 @@ class TransformersVLMScorer:
             if not bool((with_one["input_ids"][:, -1] == self.one).all()):
                 raise ValueError(f"{self.spec.name}: the chat template's answer position does not tokenize '1' alone")
             with torch.inference_mode():
-                logprobs = torch.log_softmax(self.model(**with_one).logits[:, -2:].float(), dim=-1).cpu().numpy()
+                logits = self.model(**with_one, logits_to_keep=2).logits.float()  # the answer position and after "1"
+                logprobs = torch.log_softmax(logits, dim=-1).cpu().numpy()
                 prompt = self.inputs(batch_conv, batch_images, "")
                 generated = self.model.generate(**prompt, max_new_tokens=self.max_new_tokens, do_sample=False)
             texts = self.processor.batch_decode(generated[:, prompt["input_ids"].shape[1] :], skip_special_tokens=True)

@@ -15,8 +15,9 @@ rule make_annotation_projects:
         image_url_prefix=ANNOTATION["image_url_prefix"],
     log:
         LOG("make_annotation_projects", "all"),
+    threads: get_threads("make_annotation_projects")
     resources:
-        gpu=get_gpus("make_annotation_projects"),
+        **get_resources("make_annotation_projects"),
     conda:
         "../envs/base.yaml"
     script:
@@ -35,8 +36,9 @@ rule validate_filter:
         threshold=ANNOTATION["human_keep_threshold"],
     log:
         LOG("validate_filter", "all"),
+    threads: get_threads("validate_filter")
     resources:
-        gpu=get_gpus("validate_filter"),
+        **get_resources("validate_filter"),
     conda:
         "../envs/base.yaml"
     script:
@@ -55,8 +57,9 @@ rule human_preferences:
         latex=P("annotator_agreement", ext="tex"),
     log:
         LOG("human_preferences", "all"),
+    threads: get_threads("human_preferences")
     resources:
-        gpu=get_gpus("human_preferences"),
+        **get_resources("human_preferences"),
     conda:
         "../envs/base.yaml"
     script:

@@ -16,8 +16,9 @@ rule split_benchmark:
         seed=config["seed"],
     log:
         LOG("split_benchmark", "all"),
+    threads: get_threads("split_benchmark")
     resources:
-        gpu=get_gpus("split_benchmark"),
+        **get_resources("split_benchmark"),
     conda:
         "../envs/base.yaml"
     script:
@@ -36,8 +37,9 @@ rule export_dataset:
         LOG("export_dataset", "all"),
     benchmark:
         BENCH("export_dataset", "all")
+    threads: get_threads("export_dataset")
     resources:
-        gpu=get_gpus("export_dataset"),
+        **get_resources("export_dataset"),
     conda:
         "../envs/export.yaml"
     script:

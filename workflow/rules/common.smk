@@ -8,7 +8,8 @@ from pathlib import Path
 # workflow/scripts/blindspot -> src/blindspot (Snakemake puts a script's folder on sys.path).
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
-from blindspot.config import build_inputs, metric_models, resolved_recipe, step_gpus, validate_config
+from blindspot.config import build_inputs, metric_models, resolved_recipe, validate_config
+from blindspot.plan import PlannedJobs
 from blindspot import targets
 
 validate_config(config)
@@ -16,6 +17,8 @@ validate_config(config)
 STAGE = config["prompt_stage"]
 BUILT_MODELS = [name for name, entry in config["models"].items() if "build" in entry]
 METRICS = config["evaluation"]["metrics"]
+# Metrics served over the internet; compute nodes have none, so their jobs run on the submit host.
+API_METRICS = [name for name, entry in METRICS.items() if config["models"][entry["model"]]["backend"] == "openai_api"]
 
 
 def _one_of(names):
@@ -59,9 +62,27 @@ def get_role_model_input(role):
     return lambda wildcards: get_model_input(getattr(wildcards, role))
 
 
-def get_gpus(rule):
-    """A job's GPU request: what its models need (also vLLM's tensor parallelism); 0 for CPU rules."""
-    return lambda wildcards: step_gpus(config, rule, dict(wildcards.items()))
+# Every job of the run with its items, from `blindspot plan`: a job's time follows from its items.
+PLANNED = PlannedJobs(config)
+
+
+def _job_resources(rule, wildcards, attempt=1):
+    return PLANNED.resources(rule, dict(wildcards.items()), attempt)
+
+
+def get_threads(rule):
+    """A job's CPUs (`blindspot.resources`): Snakemake asks SLURM for them and sets OMP_NUM_THREADS to them."""
+    return lambda wildcards: _job_resources(rule, wildcards).threads
+
+
+def get_resources(rule):
+    """A job's GPUs (also vLLM's tensor parallelism), memory and time (`blindspot.resources`); memory
+    and time grow with the attempt."""
+    return {
+        "gpu": lambda wildcards: _job_resources(rule, wildcards).gpus,
+        "mem_mb": lambda wildcards, attempt: _job_resources(rule, wildcards, attempt).mem_mb,
+        "runtime": lambda wildcards, attempt: _job_resources(rule, wildcards, attempt).runtime,
+    }
 
 
 def vision_env(model):

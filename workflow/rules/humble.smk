@@ -18,8 +18,9 @@ rule write_scene_questions:
         LOG("write_scene_questions", "all"),
     benchmark:
         BENCH("write_scene_questions", "all")
+    threads: get_threads("write_scene_questions")
     resources:
-        gpu=get_gpus("write_scene_questions"),
+        **get_resources("write_scene_questions"),
     conda:
         # vLLM's env has transformers and xgrammar too: the describer and either kind of writer run there.
         "../envs/llm.yaml"
@@ -46,10 +47,12 @@ rule make_humble_questions:
         LOG("make_humble_questions", "all"),
     benchmark:
         BENCH("make_humble_questions", "all")
+    threads: get_threads("make_humble_questions")
     resources:
-        gpu=get_gpus("make_humble_questions"),
+        **get_resources("make_humble_questions"),
     conda:
-        "../envs/base.yaml"
+        # Reads the release through Hugging Face datasets and writes its images: a cluster job.
+        "../envs/export.yaml"
     script:
         "../scripts/run_stage.py"
 
@@ -72,8 +75,9 @@ rule answer_humble:
         LOG("answer_humble", "{vlm}/{setting}/{shard}"),
     benchmark:
         BENCH("answer_humble", "{vlm}/{setting}/{shard}")
+    threads: get_threads("answer_humble")
     resources:
-        gpu=get_gpus("answer_humble"),
+        **get_resources("answer_humble"),
     conda:
         get_vlm_env
     script:
@@ -95,8 +99,9 @@ rule make_humble_tables:
         humblebench=config["humblebench"],
     log:
         LOG("make_humble_tables", "all"),
+    threads: get_threads("make_humble_tables")
     resources:
-        gpu=get_gpus("make_humble_tables"),
+        **get_resources("make_humble_tables"),
     conda:
         "../envs/base.yaml"
     script:

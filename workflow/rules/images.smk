@@ -18,8 +18,9 @@ rule render_images:
         LOG("render_images", "{domain}/{t2i}/{shard}"),
     benchmark:
         BENCH("render_images", "{domain}/{t2i}/{shard}")
+    threads: get_threads("render_images")
     resources:
-        gpu=get_gpus("render_images"),
+        **get_resources("render_images"),
     conda:
         "../envs/t2i.yaml"
     script:
@@ -41,8 +42,9 @@ rule judge_images:
         LOG("judge_images", "{domain}/{t2i}/{vlm}/{shard}"),
     benchmark:
         BENCH("judge_images", "{domain}/{t2i}/{vlm}/{shard}")
+    threads: get_threads("judge_images")
     resources:
-        gpu=get_gpus("judge_images"),
+        **get_resources("judge_images"),
     conda:
         get_vlm_env
     script:
@@ -62,8 +64,9 @@ rule keep_consensus_pairs:
         score=config["image_stage"]["consensus_score"],
     log:
         LOG("keep_consensus_pairs", "{domain}"),
+    threads: get_threads("keep_consensus_pairs")
     resources:
-        gpu=get_gpus("keep_consensus_pairs"),
+        **get_resources("keep_consensus_pairs"),
     conda:
         "../envs/base.yaml"
     script:
@@ -84,8 +87,9 @@ rule measure_image_quality:
         LOG("measure_image_quality", "{domain}/{shard}"),
     benchmark:
         BENCH("measure_image_quality", "{domain}/{shard}")
+    threads: get_threads("measure_image_quality")
     resources:
-        gpu=get_gpus("measure_image_quality"),
+        **get_resources("measure_image_quality"),
     conda:
         "../envs/iqa.yaml"
     script:
@@ -101,8 +105,9 @@ rule make_table2:
         latex=P("table2", ext="tex"),
     log:
         LOG("make_table2", "all"),
+    threads: get_threads("make_table2")
     resources:
-        gpu=get_gpus("make_table2"),
+        **get_resources("make_table2"),
     conda:
         "../envs/base.yaml"
     script:

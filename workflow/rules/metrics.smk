@@ -2,6 +2,8 @@
 
 
 rule score_metric:
+    wildcard_constraints:
+        metric=_one_of(set(METRICS) - set(API_METRICS)),
     input:
         pairs=P("pairs"),
         triplets=P("triplets"),
@@ -25,12 +27,26 @@ rule score_metric:
         LOG("score_metric", "{domain}/{metric}/{shard}"),
     benchmark:
         BENCH("score_metric", "{domain}/{metric}/{shard}")
+    threads: get_threads("score_metric")
     resources:
-        gpu=get_gpus("score_metric"),
+        **get_resources("score_metric"),
     conda:
         get_metric_env
     script:
         "../scripts/run_stage.py"
+
+
+# An API judge's jobs: the same step, on the submit host (a local rule), where the network is.
+use rule score_metric as score_api_metric with:
+    wildcard_constraints:
+        metric=_one_of(API_METRICS),
+    log:
+        LOG("score_api_metric", "{domain}/{metric}/{shard}"),
+    benchmark:
+        BENCH("score_api_metric", "{domain}/{metric}/{shard}")
+    threads: get_threads("score_api_metric")
+    resources:
+        **get_resources("score_api_metric"),
 
 
 rule make_table3:
@@ -50,8 +66,9 @@ rule make_table3:
         seed=config["seed"],
     log:
         LOG("make_table3", "all"),
+    threads: get_threads("make_table3")
     resources:
-        gpu=get_gpus("make_table3"),
+        **get_resources("make_table3"),
     conda:
         "../envs/base.yaml"
     script:
@@ -71,8 +88,9 @@ rule make_report_items:
         report=config["report"],
     log:
         LOG("make_report_items", "all"),
+    threads: get_threads("make_report_items")
     resources:
-        gpu=get_gpus("make_report_items"),
+        **get_resources("make_report_items"),
     conda:
         "../envs/base.yaml"
     script:

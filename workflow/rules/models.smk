@@ -11,8 +11,9 @@ rule build_model:
         LOG("build_model", "{model}"),
     benchmark:
         BENCH("build_model", "{model}")
+    threads: get_threads("build_model")
     resources:
-        gpu=get_gpus("build_model"),
+        **get_resources("build_model"),
     conda:
         "../envs/build.yaml"
     script:

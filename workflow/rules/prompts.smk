@@ -13,8 +13,9 @@ rule make_seeds:
         LOG("make_seeds", "{domain}"),
     benchmark:
         BENCH("make_seeds", "{domain}")
+    threads: get_threads("make_seeds")
     resources:
-        gpu=get_gpus("make_seeds"),
+        **get_resources("make_seeds"),
     conda:
         "../envs/base.yaml"
     script:
@@ -38,8 +39,9 @@ rule generate_triplets:
         LOG("generate_triplets", "{domain}/{generator}/{shard}"),
     benchmark:
         BENCH("generate_triplets", "{domain}/{generator}/{shard}")
+    threads: get_threads("generate_triplets")
     resources:
-        gpu=get_gpus("generate_triplets"),
+        **get_resources("generate_triplets"),
     conda:
         "../envs/llm.yaml"
     script:
@@ -63,8 +65,9 @@ rule judge_triplets:
         LOG("judge_triplets", "{domain}/{judge}/{generator}/{shard}"),
     benchmark:
         BENCH("judge_triplets", "{domain}/{judge}/{generator}/{shard}")
+    threads: get_threads("judge_triplets")
     resources:
-        gpu=get_gpus("judge_triplets"),
+        **get_resources("judge_triplets"),
     conda:
         "../envs/llm.yaml"
     script:
@@ -83,8 +86,9 @@ rule accept_triplets:
         judges=STAGE["judges"],
     log:
         LOG("accept_triplets", "{domain}"),
+    threads: get_threads("accept_triplets")
     resources:
-        gpu=get_gpus("accept_triplets"),
+        **get_resources("accept_triplets"),
     conda:
         "../envs/base.yaml"
     script:
@@ -106,8 +110,9 @@ rule check_prompt_quality:
         LOG("check_prompt_quality", "{domain}"),
     benchmark:
         BENCH("check_prompt_quality", "{domain}")
+    threads: get_threads("check_prompt_quality")
     resources:
-        gpu=get_gpus("check_prompt_quality"),
+        **get_resources("check_prompt_quality"),
     conda:
         "../envs/nlp.yaml"
     script:
@@ -123,8 +128,9 @@ rule make_table1:
         latex=P("table1", ext="tex"),
     log:
         LOG("make_table1", "all"),
+    threads: get_threads("make_table1")
     resources:
-        gpu=get_gpus("make_table1"),
+        **get_resources("make_table1"),
     conda:
         "../envs/base.yaml"
     script:

@@ -18,8 +18,9 @@ rule train_protoscore:
         LOG("train_protoscore", "all"),
     benchmark:
         BENCH("train_protoscore", "all")
+    threads: get_threads("train_protoscore")
     resources:
-        gpu=get_gpus("train_protoscore"),
+        **get_resources("train_protoscore"),
     conda:
         "../envs/vlm.yaml"
     script:
@@ -36,8 +37,9 @@ rule score_transfer:
         LOG("score_transfer", "all"),
     benchmark:
         BENCH("score_transfer", "all")
+    threads: get_threads("score_transfer")
     resources:
-        gpu=get_gpus("score_transfer"),
+        **get_resources("score_transfer"),
     conda:
         "../envs/vlm.yaml"
     script:

@@ -92,22 +92,20 @@ class AlignScore:
 
         self.name, self.model_id, self.revision = spec.name, spec.model_id, spec.revision or ""
         self.batch_size = batch_size
+        self.device, self.dtype = torch.device(spec.device), getattr(torch, spec.dtype)
         path = find_checkpoint("AlignScore", spec.path, spec.revision, checkpoint)
         source = path.parent if (path.parent / "config.json").is_file() else base
         if source is None:
             raise ValueError(f"{spec.name}: {path.parent} has no config.json; name the base model in the metric's args")
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         config = AutoConfig.from_pretrained(source)
-        self.encoder = RobertaModel(config, add_pooling_layer=True)
-        self.head = torch.nn.Linear(config.hidden_size, 3)
+        with self.device:  # built where it runs and in its dtype, then the weights are copied in
+            self.encoder = RobertaModel(config, add_pooling_layer=True).to(self.dtype).eval()
+            self.head = torch.nn.Linear(config.hidden_size, 3).to(self.dtype).eval()
         encoder_weights, head_weights = model_weights(read_state_dict(path))
         mismatch = f"checkpoint {path} does not fit AlignScore's RoBERTa ({source})"
         load_strictly(self.encoder, encoder_weights, mismatch)
         load_strictly(self.head, head_weights, mismatch + " tri-label head")
-        self.device = torch.device(spec.device)
-        self.dtype = getattr(torch, spec.dtype)
-        self.encoder.to(self.device, self.dtype).eval()
-        self.head.to(self.device, self.dtype).eval()
         self.max_tokens = min(MAX_TOKENS, config.max_position_embeddings - 2)
         self.captioner = TransformersVLMScorer(captioner, batch_size)
         self.instruction, self.caption_tokens = instruction, caption_tokens

@@ -13,15 +13,25 @@ the answer began with "1", so when it did not, the (then small) mass on "1" stay
 logprobs the score is the first integer 1..10 written in the answer; an answer with neither is NaN
 (a failure), never a guess. The answer text is kept as the Score's detail.
 
+A reply that holds no answer is not one: empty text, a reply the provider's content filter withheld,
+or one cut at the token budget (`finish_reason` "length") before a score was written (a reasoning
+model can spend the whole budget thinking). It is asked again, with the client's back-off, up to
+`client.max_reply_attempts` times; then the item is an `Unanswered` score (NaN, with the reason),
+which neither this module's cache nor the score cache keeps, so the next run asks again. A reply
+cut after its score (`max_tokens: 1` read through logprobs) is an answer. A complete answer
+without a score ("I cannot tell") is the judge's answer: it is kept, and scores NaN.
+
 Registry entry (a dict, or any object with these attributes):
     id           the endpoint's model name (e.g. gpt-5)
     endpoint     base URL of the API (e.g. https://api.openai.com/v1); /chat/completions is added
     api_key_env  the NAME of the environment variable that holds the key; empty key -> MetricSkipped
     revision     optional: a pinned snapshot, recorded and part of the cache key
     request      optional: fields merged into every request body (max_completion_tokens,
-                 temperature, seed, logprobs, top_logprobs, reasoning_effort, logit_bias, ...)
+                 temperature, seed, logprobs, top_logprobs, reasoning_effort, logit_bias, ...);
+                 a reasoning model needs reasoning_effort and a max_completion_tokens that holds
+                 its reasoning and the answer (the config schema asks for both together)
     client       optional: concurrency, timeout_s, max_attempts, backoff_base_s, backoff_cap_s,
-                 retry_after_cap_s
+                 retry_after_cap_s, max_reply_attempts
 
 Answers are cached on disk, one JSON file per (model, revision, template version, request
 settings, image sha256, prompt), written atomically, so a rerun or a resumed shard asks the
@@ -75,10 +85,20 @@ class ClientSettings:
     backoff_base_s: float = 1.0  # the first retry waits about this long, doubling after
     backoff_cap_s: float = 60.0  # no back-off wait is longer
     retry_after_cap_s: float = 300.0  # the longest Retry-After honoured
+    # Tries per item while replies hold no answer; fewer than max_attempts, since a budget too small
+    # for the reasoning fails the same way each time and every try is billed.
+    max_reply_attempts: int = 3
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1 or self.max_attempts < 1:
-            raise ValueError(f"concurrency and max_attempts must be at least 1, not {self}")
+        if min(self.concurrency, self.max_attempts, self.max_reply_attempts) < 1:
+            raise ValueError(f"concurrency, max_attempts and max_reply_attempts must be at least 1, not {self}")
+
+
+@dataclass(frozen=True)
+class Unanswered(Score):
+    """An item the judge gave no answer for after every try: NaN, never cached, asked again next run."""
+
+    failure: str = ""  # why, one of FAILURES
 
 
 def backoff_delay(retry: int, base_s: float, cap_s: float, rng: Callable[[], float] = random.random) -> float:
@@ -142,15 +162,53 @@ def logprob_score(logprobs: Mapping[str, Any] | None) -> float | None:
     return summarise(probabilities)[0] if mass > 0 else None
 
 
+def _choice_text(response: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    choice = (response.get("choices") or [{}])[0]
+    return choice, ((choice.get("message") or {}).get("content") or "").strip()
+
+
 def read_score(response: Mapping[str, Any]) -> Score:
     """A Score from one chat-completion response: logprobs first, else the text, else NaN."""
-    choice = (response.get("choices") or [{}])[0]
-    text = ((choice.get("message") or {}).get("content") or "").strip()
+    choice, text = _choice_text(response)
     from_logprobs = logprob_score(choice.get("logprobs"))
     if from_logprobs is not None:
         return Score(from_logprobs, text)
     from_text = text_score(text)
     return Score(float(from_text) if from_text is not None else math.nan, text)
+
+
+# Why a reply holds no answer (the job's counters count each), and what to do about it.
+FAILURES = {
+    "content_filter": "the provider's content filter withheld the reply",
+    "length": "the reply was cut at the token budget before a score "
+    "(raise request.max_completion_tokens or lower request.reasoning_effort)",
+    "empty": "the reply was empty",
+}
+
+
+def reply_failure(response: Mapping[str, Any]) -> str | None:
+    """Why a chat-completion response holds no answer (a key of FAILURES), or None when it holds one."""
+    choice, text = _choice_text(response)
+    if choice.get("finish_reason") == "content_filter":
+        return "content_filter"
+    if choice.get("finish_reason") == "length" and math.isnan(read_score(response).raw):
+        return "length"
+    return None if text else "empty"
+
+
+def failure_detail(response: Mapping[str, Any], failure: str) -> str:
+    """The failure in words, with what the response tells about it (its token use, text or refusal)."""
+    choice, text = _choice_text(response)
+    usage = response.get("usage") or {}
+    facts = [f"finish_reason {choice.get('finish_reason')!r}"]
+    if usage.get("completion_tokens") is not None:
+        facts.append(f"{usage['completion_tokens']} completion tokens")
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    if reasoning:
+        facts.append(f"{reasoning} of them reasoning")
+    refusal = (choice.get("message") or {}).get("refusal")
+    facts += [f"{what} {value[:100]!r}" for what, value in (("text", text), ("refusal", refusal)) if value]
+    return f"{failure}: {FAILURES[failure]} ({', '.join(facts)})"
 
 
 def image_png(image: Any) -> bytes:
@@ -293,14 +351,26 @@ class APIJudgeMetric:
         )
 
     def _judge(self, prompt: str, png: bytes, key: str) -> Score:
-        response = self.post(self.body(prompt, png))
-        record = {
-            "model_id": self.model_id, "revision": self.revision, "template_version": self.template.version,
-            "request": self.request_settings, "image_sha256": hashlib.sha256(png).hexdigest(), "prompt": prompt,
-            "response": response,
-        }  # fmt: skip
-        write_json(self._cache_path(key), json.loads(self._scrub(json.dumps(record))))
-        return read_score(response)
+        """Ask until a reply holds an answer, which is cached; after the last try, an Unanswered score."""
+        body, tries = self.body(prompt, png), self.client.max_reply_attempts
+        for attempt in range(1, tries + 1):
+            response = self.post(body)
+            failure = reply_failure(response)
+            if failure is None:
+                record = {
+                    "model_id": self.model_id, "revision": self.revision, "template_version": self.template.version,
+                    "request": self.request_settings, "image_sha256": hashlib.sha256(png).hexdigest(),
+                    "prompt": prompt, "response": response,
+                }  # fmt: skip
+                write_json(self._cache_path(key), json.loads(self._scrub(json.dumps(record))))
+                return read_score(response)
+            detail = self._scrub(failure_detail(response, failure))
+            if attempt < tries:
+                wait = backoff_delay(attempt - 1, self.client.backoff_base_s, self.client.backoff_cap_s)
+                log.warning("%s: no answer (%s); retry %d of %d in %.1f s", self.name, detail, attempt, tries - 1, wait)
+                time.sleep(wait)
+        log.warning("%s: no answer after %d tries, recorded as failed and not cached: %s", self.name, tries, detail)
+        return Unanswered(math.nan, detail, failure)
 
     def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
         """One score per (prompt, image) pair, in order; cached answers are not asked again."""
@@ -330,8 +400,9 @@ class APIJudgeMetric:
                 finally:
                     pool.shutdown(cancel_futures=True)  # after a failure; answers received stay cached
                     self.close()
-        log.info("%s: %d scored, %d from the cache, %d HTTP requests", self.name, len(scores), self.cache_hits,
-                 self.requests_sent)  # fmt: skip
+        unanswered = sum(isinstance(score, Unanswered) for score in scores)
+        log.info("%s: %d scored, %d from the cache, %d without an answer, %d HTTP requests", self.name,
+                 len(scores) - unanswered, self.cache_hits, unanswered, self.requests_sent)  # fmt: skip
         return scores  # type: ignore[return-value]
 
 

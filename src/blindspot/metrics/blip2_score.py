@@ -39,10 +39,13 @@ class Blip2Score:
         self.name, self.model_id, self.revision = spec.name, spec.model_id, spec.revision or ""
         self.batch_size, self.head, self.bounds = batch_size, head, HEADS[head]
         self.dtype = getattr(torch, spec.dtype)
+        device_map = spec.device_map  # first: a job without the GPUs its model asks for stops before reading weights
         self.processor = AutoProcessor.from_pretrained(spec.path, revision=spec.revision)
         # transformers keeps the Q-Former and query tokens in float32 under float16, and casts between.
-        self.model = Blip2ForImageTextRetrieval.from_pretrained(spec.path, revision=spec.revision, dtype=self.dtype)
-        self.model.to(spec.device).eval()
+        self.model = Blip2ForImageTextRetrieval.from_pretrained(
+            spec.path, revision=spec.revision, dtype=self.dtype, device_map=device_map
+        )
+        self.model.eval()
 
     def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
         import torch

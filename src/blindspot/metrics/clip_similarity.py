@@ -22,11 +22,14 @@ class ClipSimilarity:
 
         self.name, self.model_id, self.revision = spec.name, spec.model_id, spec.revision or ""
         self.batch_size = batch_size
+        device_map = spec.device_map  # first: a job without the GPUs its model asks for stops before reading weights
         self.processor = CLIPProcessor.from_pretrained(
             processor or spec.path, revision=None if processor else spec.revision
         )
-        self.model = CLIPModel.from_pretrained(spec.path, revision=spec.revision, dtype=getattr(torch, spec.dtype))
-        self.model.to(spec.device).eval()
+        self.model = CLIPModel.from_pretrained(
+            spec.path, revision=spec.revision, dtype=getattr(torch, spec.dtype), device_map=device_map
+        )
+        self.model.eval()
         self.weight = float(self.model.logit_scale.detach().exp()) if weight is None else float(weight)
         self.floor_at_zero = floor_at_zero
         self.bounds = (0.0 if floor_at_zero else -self.weight, self.weight)

@@ -90,9 +90,11 @@ class HPSv2:
         self.batch_size = batch_size
         self.scale = float(scale)
         self.bounds = (-self.scale, self.scale)
+        self.device = torch.device(spec.device)
         path = find_checkpoint("HPSv2", spec.path, spec.revision, checkpoint)
         self.architecture = resolve_architecture(architecture, path.parent)
-        model = open_clip.create_model(self.architecture, pretrained=None)
+        with self.device:  # built where it runs, then the weights are copied in
+            model = open_clip.create_model(self.architecture, pretrained=None, device=self.device)
         size = model.visual.preprocess_cfg["size"]
         if size[0] != size[1]:
             raise ValueError(f"HPSv2 letterboxes to a square; '{self.architecture}' takes {size[0]}x{size[1]} images")
@@ -101,8 +103,7 @@ class HPSv2:
             model, read_state_dict(path), f"checkpoint {path} does not fit open_clip architecture '{self.architecture}'"
         )
         self.tokenizer = open_clip.get_tokenizer(self.architecture)
-        self.device = torch.device(spec.device)
-        self.model = model.to(self.device).eval()
+        self.model = model.eval()
         half = getattr(torch, spec.dtype, None)
         self.autocast_dtype = half if half in (torch.float16, torch.bfloat16) else None
 

@@ -211,10 +211,15 @@ class ImageReward:
 
         self.name, self.model_id, self.revision = spec.name, spec.model_id, spec.revision or ""
         self.batch_size, self.bounds = batch_size, BOUNDS
+        self.device, self.dtype = torch.device(spec.device), getattr(torch, spec.dtype)
         path = find_checkpoint(spec.path, spec.revision, checkpoint)
         sizes = read_sizes(path.parent)
-        model = build_model(sizes)
+        with self.device:  # built where it runs and in its dtype, then the weights are copied in
+            model = build_model(sizes)
+        model.vision.to(self.dtype)
+        model.text.to(self.dtype)
         load_official_state_dict(model, read_state_dict(path), path)
+        self.model = model.eval()
         if tokenizer is None and (path.parent / "tokenizer_config.json").is_file():
             tokenizer = str(path.parent)
         self.tokenizer = load_tokenizer(tokenizer)
@@ -223,10 +228,6 @@ class ImageReward:
                 f"{spec.name}: the tokenizer has {len(self.tokenizer)} tokens, the model {sizes['vocab_size']}"
             )
         self.preprocess = official_transform(sizes["image_size"])
-        self.device, self.dtype = torch.device(spec.device), getattr(torch, spec.dtype)
-        model.vision.to(self.dtype)
-        model.text.to(self.dtype)
-        self.model = model.to(self.device).eval()
 
     def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
         import torch

@@ -5,6 +5,10 @@ settings are the metric's config `args` and the version of its prompt template, 
 adding pairs, or re-running after a crash, scores only what is new, and the model is loaded only
 when something is. Each entry is one small JSON file written atomically, so parallel jobs of one
 metric share the cache safely.
+
+A metric may return a score with a `failure` (an API judge's reply that held no answer, after its
+retries): it goes into the table as NaN with its reason, is counted by reason, and is never cached,
+so the next run asks again. A shard with no answer at all fails: its metric is misconfigured.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import hashlib
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +33,10 @@ from blindspot.prompts import PromptTemplate
 ROLES = ("corr", "adv")
 # Registry keys that decide where or how fast a model runs, or who may call it, not its scores.
 RUN_ONLY_KEYS = {"gpus", "licence", "client", "api_key_env", "endpoint", "engine_args", "max_model_len", "build"}
+
+
+class NoAnswers(RuntimeError):
+    """A metric gave no item of a shard an answer: every one came back with a failure."""
 
 
 def image_sha256(path: str | Path) -> str:
@@ -94,7 +103,7 @@ def score_pairs(
     from PIL import Image
 
     started = time.monotonic()
-    keys, scores, missing = {}, {}, []
+    keys, scores, missing, failures = {}, {}, [], Counter()
     for pair in pairs.itertuples(index=False):
         for role in ROLES:
             image = getattr(pair, f"{role}_path")
@@ -111,8 +120,18 @@ def score_pairs(
         unique = list({key: (prompt, image) for key, prompt, image in missing}.items())
         fresh = metric.score([p for _, (p, _) in unique], [Image.open(i).convert("RGB") for _, (_, i) in unique])
         for (key, _), score in zip(unique, fresh, strict=True):
-            cache.put(key, score, metric.bounds)
+            failure = getattr(score, "failure", "")
+            if failure:
+                failures[failure] += 1
+            else:
+                cache.put(key, score, metric.bounds)
             scores[key] = score, metric.bounds
+        if failures.total() == len(set(keys.values())):
+            raise NoAnswers(
+                f"{name}: model '{identity['model_id']}' answered none of the {failures.total()} items of this shard "
+                f"({', '.join(f'{reason}: {n}' for reason, n in failures.most_common())}); nothing was cached, a "
+                f"rerun asks again; the last: {score.detail}"
+            )
     rows = []
     for pair in pairs.itertuples(index=False):
         row = {"pair_id": pair.pair_id, "domain": pair.domain, "metric": name, "model_id": identity["model_id"],
@@ -125,8 +144,9 @@ def score_pairs(
     frame = pd.DataFrame(rows, columns=[field.name for field in tables.METRIC_SCORES])
     counters = {
         "pairs": len(frame),
-        "images_scored": len({key for key, _, _ in missing}),
+        "images_scored": len({key for key, _, _ in missing}) - failures.total(),
         "cache_hits": 2 * len(frame) - len(missing),
+        "failed": dict(failures),
         "seconds": round(time.monotonic() - started, 3),
     }
     return frame, counters

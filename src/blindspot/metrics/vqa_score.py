@@ -32,6 +32,6 @@ class VQAScore:
         for batch_conversations, batch_images in batches(self.name, conversations, images, self.vlm.batch_size):
             inputs = self.vlm.inputs(batch_conversations, batch_images)
             with torch.inference_mode():
-                logits = self.vlm.model(**inputs).logits[:, -1].float()
+                logits = self.vlm.model(**inputs, logits_to_keep=1).logits[:, -1].float()  # the answer position only
             scores.extend(Score(p) for p in torch.softmax(logits, dim=-1)[:, self.answer].tolist())
         return scores

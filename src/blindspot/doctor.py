@@ -1,0 +1,349 @@
+"""`blindspot doctor`: a preflight before a run spends GPU-hours, one verdict per line.
+
+- models: every model the run loads is in the hub cache at its pinned revision with the files its
+  loader reads (`blindspot.hub`), or would be fetched (the hub answers here); built models are built
+  or will be (their archive is there); local weights exist;
+- tokens: a gated model not yet cached has a token (HF_TOKEN or the token file) that opens it;
+- API metrics: their key variable is set, and their endpoint answers (a short timeout; the key is
+  never printed);
+- disk: room in the hub cache for the models still to fetch (the registry's `weights_gb`), and in the
+  results folder for the planned images and tables (an estimate from `blindspot plan`'s counts);
+- with a profile: the variables it passes to jobs are set, conda (or its frontend) is on PATH when
+  it deploys conda envs, and, for a SLURM profile, one canary job per distinct GPU count the plan
+  asks for reports the GPUs it sees (nvidia-smi, else the CUDA_VISIBLE_DEVICES that SLURM sets).
+
+A problem is a line with its reason, never a traceback; `doctor` exits 1 when any line is FAIL.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from blindspot import hub, plan
+from blindspot.config import built_model_dir
+from blindspot.slurm import profile_resources
+
+OK, WARN, FAIL = "ok", "warn", "FAIL"
+PROBE_TIMEOUT_S = 5.0
+GB = 1e9
+# The disk estimate. A rendered PNG takes about half of its raw 3 bytes per pixel; the dataset export
+# embeds every kept image a second time; HumbleBench's release images are COCO-sized; a table row
+# (parquet, with its share of the counters and logs) takes about a kilobyte.
+PNG_BYTES_PER_PIXEL = 1.5
+RELEASE_IMAGE_PIXELS = 640 * 480
+ROW_BYTES = 1024
+# What a canary job prints: the GPUs nvidia-smi lists and its driver, and what SLURM made visible.
+CANARY_SCRIPT = (
+    'echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-}"; '
+    "if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -L; "
+    'nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1 | sed "s/^/driver=/"; fi'
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    check: str  # what kind of check: model, token, api key, disk, gpus, ...
+    subject: str  # what it is about: a registry name, a variable, a folder, a GPU count
+    verdict: str  # OK, WARN or FAIL
+    reason: str
+
+
+def failed(checks: list[Check]) -> bool:
+    return any(check.verdict == FAIL for check in checks)
+
+
+def render(checks: list[Check]) -> str:
+    """The checks as an aligned table, then a count of each verdict."""
+    rows = [("check", "subject", "verdict", "reason"), *((c.check, c.subject, c.verdict, c.reason) for c in checks)]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)) + "  " + row[3]
+             for row in rows]  # fmt: skip
+    counts = {verdict: sum(c.verdict == verdict for c in checks) for verdict in (FAIL, WARN, OK)}
+    lines += ["", f"{counts[FAIL]} failed, {counts[WARN]} warnings, {counts[OK]} ok"]
+    return "\n".join(lines) + "\n"
+
+
+def token_check(model: hub.HubModel, cached: bool, endpoint: str, hub_answers: bool) -> Check:
+    """A gated model: cached already, or a token is set and (where the hub answers) opens it."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError
+
+    if cached:
+        return Check("token", model.label, OK, "gated, and already in the hub cache")
+    if not hub.has_token():
+        return Check(
+            "token", model.label, FAIL, hub.gated_advice(model, endpoint).split(": ", 1)[1] + " (no token found)"
+        )
+    if not hub_answers:
+        return Check("token", model.label, OK, "gated; a token is set (HF_TOKEN or the token file)")
+    try:
+        HfApi(endpoint=endpoint).auth_check(model.repo_id)
+    except GatedRepoError:
+        return Check(
+            "token", model.label, FAIL, f"the token has no access: accept the terms at {endpoint}/{model.repo_id}"
+        )
+    except Exception as error:  # HTTP and connection errors alike (see hub.fetch)
+        return Check(
+            "token", model.label, WARN, f"a token is set; the hub did not confirm it opens the model ({error})"
+        )
+    return Check("token", model.label, OK, "gated; the token opens it")
+
+
+def model_checks(config: dict[str, Any], cache_dir: str | Path, endpoint: str) -> list[Check]:
+    """One line per model the run loads (hub models of several registry names share one), then one
+    per gated hub model on its token."""
+    unreachable: Callable[[], str | None] = cache(lambda: hub.unreachable(endpoint, PROBE_TIMEOUT_S))
+    checks = []
+    for name in hub.used_models(config):
+        entry = config["models"][name]
+        source = hub.model_source(entry)
+        if source == "built":
+            folder = built_model_dir(config, name)
+            archive = entry["build"].get("archive")
+            if folder.is_dir():
+                checks.append(Check("model", name, OK, f"built in {folder}"))
+            elif archive and not Path(archive).is_file():
+                checks.append(Check("model", name, FAIL, f"to be built, but its recipe's archive {archive} is missing"))
+            else:
+                checks.append(Check("model", name, OK, f"will be built by build_model ({entry['build']['recipe']})"))
+        elif source == "local":
+            verdict = OK if Path(entry["id"]).exists() else FAIL
+            checks.append(
+                Check("model", name, verdict, f"local {'file' if verdict == OK else 'path missing'}: {entry['id']}")
+            )
+    states = {}
+    for model in hub.hub_models(config):
+        state = states[model] = hub.cache_state(model, cache_dir)
+        if state.complete:
+            checks.append(Check("model", model.label, OK, f"in the hub cache: {model.at} ({state.commit[:12]})"))
+            continue
+        if state.commit:
+            what = f"{model.at} is incomplete in the hub cache (lacks {', '.join(state.lacking[:3])})"
+        elif state.other_commits:
+            what = f"{model.at} is not in the hub cache, only {', '.join(c[:12] for c in state.other_commits)}"
+        else:
+            what = f"{model.at} is not in the hub cache"
+        reason = unreachable()
+        if reason is None:
+            checks.append(Check("model", model.label, WARN, f"{what}; `blindspot fetch-models` would fetch it"))
+        else:
+            advice = f"{what}, and {reason}: run `blindspot fetch-models` where the hub answers"
+            checks.append(Check("model", model.label, FAIL, advice))
+    for model, state in states.items():
+        if model.gated:
+            checks.append(token_check(model, state.complete, endpoint, not state.complete and unreachable() is None))
+    return checks
+
+
+def api_checks(config: dict[str, Any]) -> list[Check]:
+    """Each API model's key variable and endpoint (GET {endpoint}/models)."""
+    import requests
+
+    checks = []
+    for name in hub.used_models(config):
+        entry = config["models"][name]
+        if entry["backend"] != "openai_api":
+            continue
+        variable, endpoint = entry["api_key_env"], entry["endpoint"].rstrip("/")
+        key = os.environ.get(variable, "")
+        metrics = ", ".join(m for m, metric in config["evaluation"]["metrics"].items() if metric["model"] == name)
+        if key:
+            checks.append(Check("api key", name, OK, f"${variable} is set"))
+        else:
+            checks.append(Check("api key", name, FAIL, f"${variable} is not set: metric {metrics} would be skipped"))
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        try:
+            answer = requests.get(f"{endpoint}/models", headers=headers, timeout=PROBE_TIMEOUT_S)
+        except requests.RequestException as error:
+            checks.append(Check("api endpoint", name, FAIL, f"{endpoint} does not answer ({type(error).__name__})"))
+            continue
+        if key and answer.status_code in (401, 403):
+            refused = f"{endpoint} refused the key in ${variable} (HTTP {answer.status_code})"
+            checks.append(Check("api endpoint", name, FAIL, refused))
+        else:
+            checks.append(Check("api endpoint", name, OK, f"{endpoint} answers (HTTP {answer.status_code})"))
+    return checks
+
+
+def _free_bytes(path: Path) -> tuple[Path, int]:
+    """Free bytes on the file system that `path` is (or will be) on: its nearest existing folder's."""
+    path = path.resolve()
+    while not path.exists():
+        path = path.parent
+    return path, shutil.disk_usage(path).free
+
+
+def planned_bytes(config: dict[str, Any]) -> tuple[float, str]:
+    """An upper estimate of what the run writes under its results folder, and how it was made."""
+    jobs = plan.job_table(config)
+    renders = jobs[jobs["rule"] == "render_images"].groupby("model")["items"].sum()
+    images = image_bytes = 0
+    sizes = set()
+    for t2i, count in renders.items():
+        render = config["models"][t2i].get("render", {})
+        height, width = render.get("height", 1024), render.get("width", 1024)
+        sizes.add(f"{height}x{width}")
+        images += int(count)
+        image_bytes += int(count) * height * width * PNG_BYTES_PER_PIXEL
+    questions = config["humblebench"].get("release_questions", 0) if config["humblebench"].get("release") else 0
+    rows = int(jobs["items"].fillna(0).sum())
+    total = 2 * image_bytes + questions * RELEASE_IMAGE_PIXELS * PNG_BYTES_PER_PIXEL + rows * ROW_BYTES
+    how = (
+        f"{images} images at {', '.join(sorted(sizes))} as PNG (~{PNG_BYTES_PER_PIXEL:g} bytes/pixel), twice with "
+        f"the dataset export; {questions} HumbleBench release images at 640x480; {rows} table rows at ~1 KB"
+    )
+    return total, how
+
+
+def disk_checks(config: dict[str, Any], cache_dir: str | Path) -> list[Check]:
+    checks = []
+    to_fetch = [m for m in hub.hub_models(config) if not hub.cache_state(m, cache_dir).complete]
+    if to_fetch:
+        need = sum(m.weights_gb for m in to_fetch) * GB
+        where, free = _free_bytes(Path(cache_dir))
+        reason = f"{free / GB:.1f} GB free at {where}; the {len(to_fetch)} models to fetch take ~{need / GB:.1f} GB"
+        checks.append(Check("disk", str(cache_dir), OK if free >= need else FAIL, reason + " (their weights_gb)"))
+    need, how = planned_bytes(config)
+    where, free = _free_bytes(Path(config["results_dir"]))
+    reason = f"{free / GB:.1f} GB free at {where}; the run writes up to ~{need / GB:.1f} GB ({how})"
+    checks.append(Check("disk", config["results_dir"], OK if free >= need else FAIL, reason))
+    return checks
+
+
+def profile_file(profile: str | Path) -> Path:
+    """The profile's settings file: a profile folder's config.yaml (Snakemake 8's config.v8+.yaml
+    first), or the file itself."""
+    path = Path(profile)
+    if path.is_dir():
+        path = next(
+            (path / n for n in ("config.v8+.yaml", "config.yaml") if (path / n).is_file()), path / "config.yaml"
+        )
+    if not path.is_file():
+        raise ValueError(f"profile {profile}: no {path.name} there")
+    return path
+
+
+def profile_checks(profile: dict[str, Any]) -> list[Check]:
+    """The variables the profile passes to jobs are set; conda is there when it deploys conda envs."""
+    checks = []
+    for variable in profile.get("envvars", []):
+        if os.environ.get(variable):
+            checks.append(Check("env", variable, OK, "set (the profile passes it to every job)"))
+        else:
+            reason = "not set: Snakemake refuses to start without it (the profile's envvars)"
+            checks.append(Check("env", variable, FAIL, reason))
+    methods = profile.get("software-deployment-method", [])
+    if "conda" in ([methods] if isinstance(methods, str) else methods):
+        frontend = profile.get("conda-frontend", "conda")
+        found = shutil.which(frontend)
+        if found:
+            checks.append(Check("conda", frontend, OK, f"{found} (the profile deploys conda envs)"))
+        else:
+            reason = (
+                f"`{frontend}` is not on PATH, and the profile deploys conda envs (software-deployment-method: "
+                "conda): install Miniforge or load its module"
+            )
+            checks.append(Check("conda", frontend, FAIL, reason))
+    return checks
+
+
+def gpus_seen(output: str) -> tuple[int, str]:
+    """GPUs a canary job saw, and what it said: nvidia-smi's list and driver, else CUDA_VISIBLE_DEVICES."""
+    lines = output.splitlines()
+    listed = [line for line in lines if re.match(r"GPU \d+:", line)]
+    driver = next((line.removeprefix("driver=") for line in lines if line.startswith("driver=")), None)
+    if driver is not None:
+        names = sorted({re.sub(r"^GPU \d+: | \(UUID.*$", "", line) for line in listed})
+        return len(listed), f"{', '.join(names) or 'no GPU'} (driver {driver})"
+    visible = next((line.split("=", 1)[1] for line in lines if line.startswith("CUDA_VISIBLE_DEVICES=")), "")
+    devices = [d for d in visible.split(",") if d.strip() and d != "NoDevFiles"]
+    return len(devices), f"no nvidia-smi; CUDA_VISIBLE_DEVICES={visible or '(unset)'}"
+
+
+def canary_command(gpus: int, resources: dict[str, Any], name: str, output: Path) -> list[str]:
+    """sbatch for a short job asking for `gpus`, spelled as the SLURM plugin spells the request."""
+    request = f"{resources['gpu_model']}:{gpus}" if resources.get("gpu_model") else str(gpus)
+    command = ["sbatch", "--wait", f"--job-name={name}", f"--output={output}", "--time=5", "--mem=500",
+               "--cpus-per-task=1", f"--gpus={request}"]  # fmt: skip
+    for key, flag in (("slurm_partition", "--partition"), ("slurm_account", "--account")):
+        if resources.get(key):
+            command.append(f"{flag}={resources[key]}")
+    return [*command, "--wrap", CANARY_SCRIPT]
+
+
+def canary_checks(config: dict[str, Any], profile: Path, timeout_s: float) -> list[Check]:
+    """One SLURM job per distinct GPU count of the plan's jobs, all at once, each with the partition,
+    account and GPU model the profile gives the first rule that asks for that count."""
+    jobs = plan.job_table(config)
+    rules: dict[int, str] = {}
+    for rule, gpus in zip(jobs["rule"], jobs["gpus"], strict=True):
+        if gpus > 0:
+            rules.setdefault(int(gpus), rule)
+    if not rules:
+        return []
+    if shutil.which("sbatch") is None:
+        return [Check("gpus", "canary", FAIL, "sbatch is not on PATH, and the profile's executor is slurm")]
+    folder = Path(config["results_dir"]) / "logs" / "doctor"
+    folder.mkdir(parents=True, exist_ok=True)
+    submitted = {}
+    for gpus, rule in sorted(rules.items()):
+        output = folder / f"canary-{gpus}gpu.out"
+        output.unlink(missing_ok=True)
+        name = f"blindspot-canary-{gpus}gpu-{os.getpid()}"
+        command = canary_command(gpus, profile_resources(rule, 1, profile), name, output)
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        submitted[gpus] = (rule, name, output, process)
+    deadline = time.monotonic() + timeout_s
+    checks = []
+    for gpus, (rule, name, output, process) in submitted.items():
+        subject = f"{gpus} GPU{'s' if gpus > 1 else ''} ({rule})"
+        try:
+            stdout, stderr = process.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            subprocess.run(["scancel", f"--name={name}"], capture_output=True, check=False)
+            late = f"the canary job did not finish within {timeout_s:g} s (still queued?); cancelled"
+            checks.append(Check("gpus", subject, WARN, late))
+            continue
+        if process.returncode != 0:
+            said = (stderr.strip() or stdout.strip() or "no message").splitlines()[-1]
+            checks.append(
+                Check("gpus", subject, FAIL, f"the canary job failed (sbatch exit {process.returncode}): {said}")
+            )
+            continue
+        seen, what = gpus_seen(output.read_text() if output.is_file() else "")
+        verdict = OK if seen == gpus else FAIL if seen < gpus else WARN
+        note = " (more than asked: the node does not confine jobs to their GPUs)" if seen > gpus else ""
+        checks.append(Check("gpus", subject, verdict, f"asked for {gpus}, the job sees {seen}: {what}{note}"))
+    return checks
+
+
+def run_checks(
+    config: dict[str, Any], profile: str | Path | None = None, cache_dir: str | Path | None = None,
+    endpoint: str | None = None, canary_timeout_s: float = 600,
+) -> list[Check]:  # fmt: skip
+    """Every check for a run of `config` (with `profile`, a Snakemake profile folder or file)."""
+    from huggingface_hub import constants
+
+    cache_dir = cache_dir or constants.HF_HUB_CACHE
+    endpoint = endpoint or constants.ENDPOINT
+    checks = model_checks(config, cache_dir, endpoint) + api_checks(config) + disk_checks(config, cache_dir)
+    if profile is not None:
+        path = profile_file(profile)
+        settings = yaml.safe_load(path.read_text()) or {}
+        checks += profile_checks(settings)
+        if settings.get("executor") == "slurm":
+            checks += canary_checks(config, path, canary_timeout_s)
+    return checks

@@ -1,0 +1,382 @@
+"""The registry's Hugging Face models on this machine: which hub repositories a run reads, which of
+their files the code loads, whether the local hub cache holds them at the pinned revision, and
+fetching them.
+
+Compute nodes have no internet, and the SLURM profile switches the hub off in jobs, so a job reads its
+weights from the cache under HF_HOME only. `blindspot fetch-models` fills that cache on the login
+node and `blindspot doctor` checks it; both decide what a model needs with `select_files`, so what
+is fetched is what is checked. Only the files the loaders read are fetched: configs, tokenizers and
+the weights in the format the libraries pick (safetensors over .bin, the shards an index names,
+never a release's single-file original, ONNX/GGUF copies or fp16 variants), and of a metric released
+as one checkpoint file (ImageReward, HPSv2, AlignScore) that file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from blindspot.config import MODEL_ROLES, SCENE_GRAPH_ROLES, built_model_dir
+from blindspot.metrics import align_score, hpsv2, image_reward
+
+# A hub repository id: organisation/name. Anything else in `id` is a local path.
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+COMMIT = re.compile(r"[0-9a-f]{40}")
+# Files that configure a model folder: configs, tokenizer vocabularies (JSON, text, sentencepiece and
+# tiktoken models) and chat templates. Python files only for a model that runs remote code.
+CONFIG_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".jinja")
+# The weight files transformers, diffusers and sentence-transformers look for in a folder, and their
+# shard indexes. Other weight files in the same folder (an fp16 variant, Mistral's consolidated.safetensors)
+# are not loaded.
+WEIGHTS = re.compile(r"(model|pytorch_model|diffusion_pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)")
+INDEX = "{stem}.{format}.index.json"
+WEIGHT_STEMS = ("model", "pytorch_model", "diffusion_pytorch_model")
+# A folder's marker, by how a backend finds the model's folders: the root file that must be there.
+LAYOUT_MARKERS = {
+    "transformers": ("config.json",),
+    "sentence_transformers": ("modules.json", "config.json"),
+    "diffusers": ("model_index.json",),
+}
+BACKEND_LAYOUTS = {"transformers": "transformers", "vllm": "transformers", "open_clip": "transformers",
+                   "sentence_transformers": "sentence_transformers", "diffusers": "diffusers"}  # fmt: skip
+# What a metric plug-in reads from its model's repository when not the whole model folder: the one
+# checkpoint file of the release (the plug-in's `checkpoint` argument renames it), and arguments that
+# name a file beside it (HPSv2's architecture, when a .json config).
+PLUGIN_CHECKPOINTS = {
+    "align_score": align_score.HUB_CHECKPOINT,
+    "image_reward": image_reward.HUB_CHECKPOINT,
+    "hpsv2": hpsv2.HUB_CHECKPOINT,
+}
+PLUGIN_FILE_ARGS = {"hpsv2": ("architecture",)}
+# Plug-in arguments that name another hub repository whose configs and tokenizer (not weights) the
+# plug-in reads at the default revision: PickScore's processor, AlignScore's base, ImageReward's tokenizer.
+PLUGIN_CONFIG_ARGS = {"clip_similarity": ("processor",), "align_score": ("base",), "image_reward": ("tokenizer",)}
+
+
+class HubError(RuntimeError):
+    """A model that cannot be fetched; the message is one line naming it and what to do."""
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """One hub repository at one revision, and what of it the run reads."""
+
+    names: tuple[str, ...]  # the registry entries (or `metric.args.name`) that read it
+    repo_id: str
+    revision: str | None  # None: the default branch
+    layout: str | None  # how its model folders are found (LAYOUT_MARKERS); None: only `files`
+    weights: bool = True  # the folders' weights too, or their configs and tokenizer only
+    files: tuple[str, ...] = ()  # single files read by name (a release checkpoint)
+    gated: bool = False
+    trust_remote_code: bool = False
+    weights_gb: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return ", ".join(self.names)
+
+    @property
+    def at(self) -> str:
+        return f"{self.repo_id}@{self.revision or 'main'}"
+
+
+@dataclass(frozen=True)
+class Selection:
+    files: tuple[str, ...]  # what the loaders read
+    lacking: tuple[str, ...] = ()  # what they would read that the listing does not have
+
+
+@dataclass(frozen=True)
+class CacheState:
+    commit: str | None  # the cached snapshot the revision resolves to, if any
+    lacking: tuple[str, ...] = ()  # what that snapshot lacks
+    other_commits: tuple[str, ...] = ()  # snapshots of other revisions
+
+    @property
+    def complete(self) -> bool:
+        return self.commit is not None and not self.lacking
+
+
+def model_source(entry: dict[str, Any]) -> str:
+    """Where a registry entry's model comes from: "api", "built" (a recipe), "local" (a path) or "hub"."""
+    if entry["backend"] == "openai_api":
+        return "api"
+    if "build" in entry:
+        return "built"
+    # pyiqa never downloads (iqa.weights_file); an existing path is read as one by every loader.
+    if entry["backend"] == "pyiqa" or Path(entry["id"]).exists() or not HUB_ID.fullmatch(entry["id"]):
+        return "local"
+    return "hub"
+
+
+def _reads(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """(registry name, what is read) for every model a job loads: "model" for its folders, or the
+    file name of a release checkpoint that a metric plug-in reads instead."""
+    reads = []
+    for stage, role in MODEL_ROLES:
+        value = config[stage][role]
+        reads.extend((name, "model") for name in ([value] if isinstance(value, str) else value))
+    for metric in config["evaluation"]["metrics"].values():
+        plugin, args = metric["plugin"], metric.get("args", {})
+        if plugin in PLUGIN_CHECKPOINTS:
+            reads.append((metric["model"], args.get("checkpoint", PLUGIN_CHECKPOINTS[plugin])))
+            reads.extend((metric["model"], str(args[arg])) for arg in PLUGIN_FILE_ARGS.get(plugin, ())
+                         if str(args.get(arg, "")).endswith(".json"))  # fmt: skip
+        else:
+            reads.append((metric["model"], "model"))
+        reads.extend((name, "model") for name in metric.get("models", {}).values())
+    scene_graphs = config["humblebench"].get("scene_graphs") or {}
+    reads.extend((scene_graphs[role], "model") for role in SCENE_GRAPH_ROLES if role in scene_graphs)
+    # build recipes that borrow another registry model's tokenizer
+    loaded = {name for name, _ in reads}
+    reads.extend((entry["build"]["tokenizer_from"], "model") for name, entry in config["models"].items()
+                 if name in loaded and "tokenizer_from" in entry.get("build", {}))  # fmt: skip
+    return reads
+
+
+def used_models(config: dict[str, Any]) -> list[str]:
+    """Registry names the run loads, in registry order: the stages' models, the metrics' models,
+    HumbleBench's scene-graph models, and the models that build recipes borrow a tokenizer from."""
+    loaded = {name for name, _ in _reads(config)}
+    return [name for name in config["models"] if name in loaded]
+
+
+def hub_models(config: dict[str, Any]) -> list[HubModel]:
+    """Every hub repository the run reads, one per repository and revision (two registry entries of
+    the same weights, one through vLLM and one through transformers, are fetched once)."""
+    reads: dict[str, set[str]] = {}
+    for name, read in _reads(config):
+        reads.setdefault(name, set()).add(read)
+    found: list[HubModel] = []
+    for name in used_models(config):
+        entry, read = config["models"][name], reads[name]
+        if model_source(entry) != "hub":
+            continue
+        found.append(
+            HubModel(
+                names=(name,), repo_id=entry["id"], revision=entry.get("revision"),
+                layout=BACKEND_LAYOUTS.get(entry["backend"], "transformers") if "model" in read else None,
+                files=tuple(sorted(read - {"model"})), gated=entry.get("gated", False),
+                trust_remote_code=entry.get("trust_remote_code", False), weights_gb=entry.get("weights_gb", 0.0),
+            )
+        )  # fmt: skip
+    for metric_name, metric in config["evaluation"]["metrics"].items():
+        for arg in PLUGIN_CONFIG_ARGS.get(metric["plugin"], ()):
+            repo = metric.get("args", {}).get(arg)
+            if repo and HUB_ID.fullmatch(repo) and not Path(repo).exists():
+                found.append(HubModel((f"{metric_name}.args.{arg}",), repo, None, "transformers", weights=False))
+    merged: dict[tuple, HubModel] = {}
+    for model in found:
+        key = (model.repo_id, model.revision, model.layout, model.weights)
+        if key in merged:
+            known = merged[key]
+            model = replace(known, names=known.names + model.names, files=tuple(sorted({*known.files, *model.files})),
+                            gated=known.gated or model.gated)  # fmt: skip
+        merged[key] = model
+    return list(merged.values())
+
+
+def _folder_files(listing: Collection[str], folder: str) -> list[str]:
+    prefix = f"{folder}/" if folder else ""
+    return sorted(p for p in listing if p.startswith(prefix) and "/" not in p[len(prefix) :])
+
+
+def _weights(listing: Collection[str], folder: str, read_json: Callable[[str], Any]) -> Selection:
+    """The weight files a library loads from `folder`: the shards of an index (safetensors first),
+    else the folder's standard single files, safetensors over .bin."""
+    prefix = f"{folder}/" if folder else ""
+    present = set(_folder_files(listing, folder))
+    for weight_format in ("safetensors", "bin"):
+        for stem in WEIGHT_STEMS:
+            index = prefix + INDEX.format(stem=stem, format=weight_format)
+            if index in present:
+                shards = sorted({prefix + shard for shard in read_json(index)["weight_map"].values()})
+                return Selection((index, *shards), tuple(s for s in shards if s not in present))
+        single = sorted(p for p in present if WEIGHTS.fullmatch(p[len(prefix) :]) and p.endswith(weight_format))
+        if single:
+            return Selection(tuple(single))
+    return Selection((), (f"{prefix}model.safetensors (or another weights file {', '.join(WEIGHT_STEMS)})",))
+
+
+def _model_folders(model: HubModel, listing: Collection[str], read_json: Callable[[str], Any]) -> dict[str, bool]:
+    """The folders a backend reads, each with whether it holds weights."""
+    if model.layout == "diffusers":
+        components = read_json("model_index.json")
+        folders = {name: f"{name}/config.json" in listing for name, value in components.items()
+                   if isinstance(value, list) and value[0] is not None}  # fmt: skip
+        return {"": False} | folders
+    if model.layout == "sentence_transformers" and "modules.json" in listing:
+        modules = read_json("modules.json")
+        return {"": False} | {m["path"].strip("/"): m["type"].rsplit(".", 1)[-1] == "Transformer" for m in modules}
+    return {"": True}
+
+
+def select_files(model: HubModel, listing: Collection[str], read_json: Callable[[str], Any]) -> Selection:
+    """The files of `model` its loaders read, from a listing of its repository (on the hub, or of a
+    cached snapshot), and what they would read that the listing lacks. `read_json` reads a listed
+    JSON file (model_index.json, modules.json, shard indexes)."""
+    listing = set(listing)
+    files: list[str] = [f for f in model.files if f in listing]
+    lacking: list[str] = [f for f in model.files if f not in listing]
+    if model.layout is None:
+        return Selection(tuple(files), tuple(lacking))
+    markers = LAYOUT_MARKERS[model.layout] if model.weights else ("tokenizer_config.json", "preprocessor_config.json",
+                                                                     "config.json")  # fmt: skip
+    if not any(marker in listing for marker in markers):
+        return Selection(tuple(files), (*lacking, " or ".join(markers)))
+    suffixes = CONFIG_SUFFIXES + ((".py",) if model.trust_remote_code else ())
+    folders = _model_folders(model, listing, read_json) if model.weights else {"": False}
+    for folder, has_weights in folders.items():
+        in_folder = _folder_files(listing, folder)
+        if not in_folder:
+            lacking.append(f"{folder}/")
+        files.extend(p for p in in_folder if p.endswith(suffixes))
+        if has_weights:
+            weights = _weights(listing, folder, read_json)
+            files.extend(weights.files)
+            lacking.extend(weights.lacking)
+    return Selection(tuple(dict.fromkeys(files)), tuple(lacking))
+
+
+def repo_folder(cache_dir: str | Path, repo_id: str) -> Path:
+    from huggingface_hub.file_download import repo_folder_name
+
+    return Path(cache_dir) / repo_folder_name(repo_id=repo_id, repo_type="model")
+
+
+def cache_state(model: HubModel, cache_dir: str | Path) -> CacheState:
+    """Whether the cache holds `model` at its revision (a commit, or the commit its branch or tag
+    pointed at when fetched) with every file the loaders read."""
+    folder = repo_folder(cache_dir, model.repo_id)
+    snapshots = folder / "snapshots"
+    held = sorted(p.name for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
+    revision = model.revision or "main"
+    ref = folder / "refs" / revision
+    commit = revision if COMMIT.fullmatch(revision) else (ref.read_text().strip() if ref.is_file() else None)
+    if commit not in held:
+        return CacheState(None, other_commits=tuple(held))
+    snapshot = snapshots / commit
+    # A file is there when its link resolves: an interrupted download leaves no link, only a partial blob.
+    listing = {p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file()}
+    selection = select_files(model, listing, lambda path: json.loads((snapshot / path).read_text()))
+    return CacheState(commit, selection.lacking, tuple(c for c in held if c != commit))
+
+
+def unreachable(endpoint: str, timeout_s: float = 5.0) -> str | None:
+    """Why the hub cannot be reached from here, or None when it answers. (The hub client retries a
+    refused connection for half a minute; this asks once.)"""
+    import requests
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    try:
+        requests.head(f"{endpoint}/api/models", timeout=timeout_s)
+    except requests.RequestException as error:
+        return f"{endpoint} does not answer ({type(error).__name__})"
+    return None
+
+
+def has_token() -> bool:
+    from huggingface_hub import get_token
+
+    return get_token() is not None
+
+
+def gated_advice(model: HubModel, endpoint: str) -> str:
+    return (
+        f"{model.label}: {model.repo_id} is gated on the hub: accept its terms at {endpoint}/{model.repo_id} "
+        "with your account, then set HF_TOKEN or run `hf auth login`"
+    )
+
+
+def fetch(model: HubModel, cache_dir: str | Path, endpoint: str | None = None) -> Path:
+    """Download the files of `model` its loaders read into the hub cache (resuming partial files, with
+    progress bars) and return the snapshot folder; HubError with one line on any hub error."""
+    from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    endpoint = endpoint or constants.ENDPOINT
+    if model.gated and not has_token():
+        raise HubError(gated_advice(model, endpoint) + " (no token found)")
+    where = {"cache_dir": str(cache_dir), "endpoint": endpoint, "revision": model.revision}
+    try:
+        listing = HfApi(endpoint=endpoint).list_repo_files(model.repo_id, revision=model.revision)
+        selection = select_files(
+            model, listing, lambda path: json.loads(Path(hf_hub_download(model.repo_id, path, **where)).read_text())
+        )
+        if selection.lacking:
+            raise HubError(f"{model.label}: {model.at} lacks {', '.join(selection.lacking)}, which its loader reads")
+        return Path(snapshot_download(model.repo_id, allow_patterns=list(selection.files), **where))
+    except GatedRepoError:
+        raise HubError(gated_advice(model, endpoint) + (" (the token has no access)" if has_token() else "")) from None
+    except RevisionNotFoundError:
+        raise HubError(f"{model.label}: revision '{model.revision}' of {model.repo_id} is not on the hub") from None
+    except RepositoryNotFoundError:
+        raise HubError(f"{model.label}: {model.repo_id} is not on the hub (or private to others)") from None
+    # The rest: HTTP errors, and connection errors, which come from the hub client's HTTP library
+    # (httpx2 here) without a base class in common with the hub's own.
+    except Exception as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise HubError(f"{model.label}: {model.at} could not be fetched from {endpoint}: {reason}") from None
+
+
+def skipped_reason(config: dict[str, Any], name: str) -> str | None:
+    """Why a used registry model needs no fetching (None for a hub model)."""
+    entry = config["models"][name]
+    source = model_source(entry)
+    if source == "api":
+        return f"an API model at {entry['endpoint']}"
+    if source == "built":
+        return f"built by build_model (recipe {entry['build']['recipe']}) into {built_model_dir(config, name)}"
+    if source == "local":
+        return f"read from the local path {entry['id']}"
+    return None
+
+
+def fetch_models(
+    config: dict[str, Any], cache_dir: str | Path | None = None, dry_run: bool = False, endpoint: str | None = None,
+    out: TextIO | None = None,
+) -> int:  # fmt: skip
+    """`blindspot fetch-models`: one line per model, fetch what the cache (by default HF_HOME's)
+    lacks; 1 if any failed."""
+    import sys
+
+    from huggingface_hub import constants
+
+    out = out or sys.stdout
+    cache_dir = cache_dir or constants.HF_HUB_CACHE
+    endpoint = endpoint or constants.ENDPOINT
+    if not dry_run and (reason := unreachable(endpoint)):
+        raise HubError(
+            f"cannot fetch: {reason} (on a login node with internet: HF_HUB_OFFLINE=0 blindspot fetch-models)"
+        )
+    out.write(f"Hugging Face cache: {cache_dir}\n")
+    for name in used_models(config):
+        if reason := skipped_reason(config, name):
+            out.write(f"skip     {name}: {reason}\n")
+    failed = 0
+    for model in hub_models(config):
+        state = cache_state(model, cache_dir)
+        if state.complete:
+            out.write(f"cached   {model.label}: {model.at} ({state.commit[:12]})\n")
+        elif dry_run:
+            gated = " (gated: no token found)" if model.gated and not has_token() else ""
+            out.write(f"to fetch {model.label}: {model.at}{gated}\n")
+        else:
+            out.write(f"fetching {model.label}: {model.at}\n")
+            out.flush()
+            try:
+                snapshot = fetch(model, cache_dir, endpoint)
+                out.write(f"fetched  {model.label}: {model.at} ({snapshot.name[:12]})\n")
+            except HubError as error:
+                failed += 1
+                out.write(f"FAILED   {error}\n")
+        out.flush()
+    if failed:
+        out.write(f"{failed} model(s) could not be fetched\n")
+    return 1 if failed else 0

@@ -1,0 +1,104 @@
+"""What one job asks the cluster for: GPUs, CPUs, host memory and time, from what the job loads.
+
+`job_resources` is the one place these are decided. The rules (workflow/rules/common.smk), `blindspot
+plan` and `blindspot.slurm.submit_stage` all call it, so a job asks SLURM for what the plan shows, and
+no rule that loads a model can be left on a profile's default.
+
+- GPUs: the most any of the job's models needs (`step_gpus`; also vLLM's tensor parallelism).
+- CPUs (threads): `threads_per_gpu` for each GPU; `cpu_threads` for a job that runs models or decodes
+  images without a GPU; 1 for the table rules. Snakemake sets OMP_NUM_THREADS to the same number.
+- Host memory: `base_mb` (interpreter, torch, CUDA context, the job's tables) + the largest model's
+  weights (the registry's `weights_gb`: weights pass through host memory on their way to the GPU, and
+  stay there on a CPU; models load one after another) + the images in flight (the stage's batch size,
+  twice for the batch being decoded, at the largest render size, `bytes_per_pixel` each). Images are
+  read batch by batch, so this does not grow with the shard.
+- Time: the job's items times the `throughput:` table's seconds per item, times `runtime_margin`, plus
+  `load_minutes`; at least `runtime_min`. A model job without a throughput entry gets `runtime_default`.
+
+Memory and time grow with the attempt, so a job that ran out of either gets more when retried.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from blindspot.config import STEP_MODELS, model_spec, step_gpus
+
+# The batch size a job of each step reads images in (stage key, batch key, images per item), for the
+# steps that hold images in memory.
+IMAGE_BATCHES = {
+    "render_images": ("image_stage", "render_batch_size", 1),
+    "judge_images": ("image_stage", "judge_batch_size", 1),
+    "measure_image_quality": ("image_stage", "iqa_batch_size", 2),
+    "score_metric": ("evaluation", "batch_size", 2),
+    "score_api_metric": ("evaluation", "batch_size", 2),
+    "answer_humble": ("humblebench", "batch_size", 1),
+    "write_scene_questions": ("humblebench", "batch_size", 1),
+    "train_protoscore": ("protoscore", "batch_size", 2),
+    "score_transfer": ("evaluation", "batch_size", 2),
+}
+# Steps without a model that still run on the cluster: they decode or write every image of the run.
+DATA_STEPS = ("export_dataset", "make_humble_questions")
+
+
+@dataclass(frozen=True)
+class JobResources:
+    gpus: int
+    threads: int
+    mem_mb: int
+    runtime: int  # minutes
+
+    def as_dict(self) -> dict[str, int]:
+        return {"gpus": self.gpus, "threads": self.threads, "mem_mb": self.mem_mb, "runtime": self.runtime}
+
+
+def job_models(config: dict[str, Any], step: str, wildcards: dict[str, str]) -> list[str]:
+    return STEP_MODELS[step](config, wildcards) if step in STEP_MODELS else []
+
+
+def weights_gb(config: dict[str, Any], names: list[str]) -> float:
+    """The largest `weights_gb` among the models (0 for tiny built models and APIs, which state none)."""
+    return max((config["models"][name].get("weights_gb", 0.0) for name in names), default=0.0)
+
+
+def render_pixels(config: dict[str, Any]) -> int:
+    """Pixels of the largest image the run renders: the size every image stage reads."""
+    sizes = [model_spec(config, name).render for name in config["image_stage"]["t2i_models"]]
+    return max((size.get("height", 1024) * size.get("width", 1024) for size in sizes), default=1024 * 1024)
+
+
+def images_in_flight(config: dict[str, Any], step: str) -> int:
+    """Images a job holds at once: the batch it works on and the one being decoded (or encoded)."""
+    if step not in IMAGE_BATCHES:
+        return 0
+    stage, key, per_item = IMAGE_BATCHES[step]
+    return 2 * config[stage][key] * per_item
+
+
+def job_resources(
+    config: dict[str, Any], step: str, wildcards: dict[str, str], items: int | None = None, attempt: int = 1,
+    throughput_key: str | None = None,
+) -> JobResources:  # fmt: skip
+    """What one job of `step` asks for. `items` is the job's work (from `blindspot.plan`), for its time;
+    `throughput_key` the `throughput:` entry its seconds per item are looked up by."""
+    settings = config["job_resources"]
+    models = job_models(config, step, wildcards)
+    gpus = step_gpus(config, step, wildcards)
+    loads_something = bool(models) or step in DATA_STEPS
+    threads = settings["threads_per_gpu"] * gpus if gpus else settings["cpu_threads"] if loads_something else 1
+    image_mb = images_in_flight(config, step) * render_pixels(config) * settings["bytes_per_pixel"] / 2**20
+    mem_mb = settings["base_mb"] + 1024 * weights_gb(config, models) + image_mb
+    entries = config.get("throughput", {}).get(step, {})
+    seconds = entries.get(throughput_key or "", entries.get("default"))
+    if seconds is not None and items:
+        runtime = settings["load_minutes"] + settings["runtime_margin"] * seconds * items / 60
+    else:
+        runtime = settings["runtime_default"] if loads_something else settings["runtime_min"]
+    return JobResources(
+        gpus=gpus,
+        threads=threads,
+        mem_mb=attempt * math.ceil(mem_mb),
+        runtime=attempt * max(settings["runtime_min"], math.ceil(runtime)),
+    )
