@@ -2,7 +2,8 @@
 
 Every rule runs `workflow/scripts/run_stage.py`, which calls the step named like the rule with the
 rule's named inputs, outputs, params and wildcards as arguments. `python -m blindspot.stages STEP
---help` runs one step outside Snakemake for debugging.
+--help` runs one step outside Snakemake for debugging, and every job leaves the arguments it ran with
+beside its log (`.job.json`), so `python -m blindspot.stages replay FILE` runs that job again.
 """
 
 from __future__ import annotations
@@ -675,14 +676,30 @@ def run_step(name: str, **arguments: Any) -> None:
             raise SystemExit(str(error)) from None
 
 
+def job_file(log: str) -> Path:
+    """Where a job leaves the arguments it ran with: beside its log."""
+    return Path(log).with_suffix(".job.json")
+
+
 def run_from_snakemake(job: Any) -> None:
     setup_logging(job.log[0])
-    run_step(job.rule, **step_arguments(STEPS[job.rule], job))
+    arguments = step_arguments(STEPS[job.rule], job)
+    # So that `python -m blindspot.stages replay FILE` can run the job again outside Snakemake.
+    write_json(job_file(job.log[0]), {"step": job.rule, "wildcards": dict(job.wildcards.items()), "arguments": arguments})
+    run_step(job.rule, **arguments)
+
+
+def replay(path: str) -> None:
+    """Run a job again from the arguments it left beside its log, in the folder Snakemake ran it in."""
+    job = json.loads(Path(path).read_text())
+    run_step(job["step"], **job["arguments"])
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m blindspot.stages", description=__doc__)
     commands = parser.add_subparsers(dest="step", required=True)
+    again = commands.add_parser("replay", help="run a job again from the .job.json file beside its log")
+    again.add_argument("job_file")
     readers = {"config": load_config, "recipe": yaml.safe_load}
     for name, step in STEPS.items():
         sub = commands.add_parser(name, help=(step.__doc__ or name).splitlines()[0])
@@ -696,7 +713,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
     args = vars(parser.parse_args(argv))
     setup_logging()
-    run_step(args.pop("step"), **args)
+    if args["step"] == "replay":
+        replay(args["job_file"])
+    else:
+        run_step(args.pop("step"), **args)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ rule make_annotation_projects:
     resources:
         **get_resources("make_annotation_projects"),
     conda:
-        "../envs/base.yaml"
+        get_env("make_annotation_projects")
     script:
         "../scripts/run_stage.py"
 
@@ -40,7 +40,7 @@ rule validate_filter:
     resources:
         **get_resources("validate_filter"),
     conda:
-        "../envs/base.yaml"
+        get_env("validate_filter")
     script:
         "../scripts/run_stage.py"
 
@@ -61,6 +61,6 @@ rule human_preferences:
     resources:
         **get_resources("human_preferences"),
     conda:
-        "../envs/base.yaml"
+        get_env("human_preferences")
     script:
         "../scripts/run_stage.py"

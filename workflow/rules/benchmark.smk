@@ -20,7 +20,7 @@ rule split_benchmark:
     resources:
         **get_resources("split_benchmark"),
     conda:
-        "../envs/base.yaml"
+        get_env("split_benchmark")
     script:
         "../scripts/run_stage.py"
 
@@ -41,6 +41,6 @@ rule export_dataset:
     resources:
         **get_resources("export_dataset"),
     conda:
-        "../envs/export.yaml"
+        get_env("export_dataset")
     script:
         "../scripts/run_stage.py"

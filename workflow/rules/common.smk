@@ -9,6 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
 from blindspot.config import build_inputs, metric_models, resolved_recipe, validate_config
+from blindspot.envs import step_env
 from blindspot.plan import PlannedJobs
 from blindspot import targets
 
@@ -85,17 +86,9 @@ def get_resources(rule):
     }
 
 
-def vision_env(model):
-    """A vision model served by vLLM runs in vLLM's env; the others in the vision env."""
-    return "../envs/llm.yaml" if config["models"][model]["backend"] == "vllm" else "../envs/vlm.yaml"
-
-
-def get_vlm_env(wildcards):
-    return vision_env(wildcards.vlm)
-
-
-def get_metric_env(wildcards):
-    return vision_env(METRICS[wildcards.metric]["model"])
+def get_env(rule):
+    """A job's conda env (`blindspot.envs`): by rule, and for VLMs and metrics by the model's backend."""
+    return lambda wildcards: f"../envs/{step_env(config, rule, dict(wildcards.items()))}.yaml"
 
 
 def get_api_key_is_set(wildcards):

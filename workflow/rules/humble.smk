@@ -22,8 +22,7 @@ rule write_scene_questions:
     resources:
         **get_resources("write_scene_questions"),
     conda:
-        # vLLM's env has transformers and xgrammar too: the describer and either kind of writer run there.
-        "../envs/llm.yaml"
+        get_env("write_scene_questions")
     script:
         "../scripts/run_stage.py"
 
@@ -51,8 +50,7 @@ rule make_humble_questions:
     resources:
         **get_resources("make_humble_questions"),
     conda:
-        # Reads the release through Hugging Face datasets and writes its images: a cluster job.
-        "../envs/export.yaml"
+        get_env("make_humble_questions")
     script:
         "../scripts/run_stage.py"
 
@@ -79,7 +77,7 @@ rule answer_humble:
     resources:
         **get_resources("answer_humble"),
     conda:
-        get_vlm_env
+        get_env("answer_humble")
     script:
         "../scripts/run_stage.py"
 
@@ -103,6 +101,6 @@ rule make_humble_tables:
     resources:
         **get_resources("make_humble_tables"),
     conda:
-        "../envs/base.yaml"
+        get_env("make_humble_tables")
     script:
         "../scripts/run_stage.py"

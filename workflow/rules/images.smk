@@ -22,7 +22,7 @@ rule render_images:
     resources:
         **get_resources("render_images"),
     conda:
-        "../envs/t2i.yaml"
+        get_env("render_images")
     script:
         "../scripts/run_stage.py"
 
@@ -46,7 +46,7 @@ rule judge_images:
     resources:
         **get_resources("judge_images"),
     conda:
-        get_vlm_env
+        get_env("judge_images")
     script:
         "../scripts/run_stage.py"
 
@@ -68,7 +68,7 @@ rule keep_consensus_pairs:
     resources:
         **get_resources("keep_consensus_pairs"),
     conda:
-        "../envs/base.yaml"
+        get_env("keep_consensus_pairs")
     script:
         "../scripts/run_stage.py"
 
@@ -91,7 +91,7 @@ rule measure_image_quality:
     resources:
         **get_resources("measure_image_quality"),
     conda:
-        "../envs/iqa.yaml"
+        get_env("measure_image_quality")
     script:
         "../scripts/run_stage.py"
 
@@ -109,6 +109,6 @@ rule make_table2:
     resources:
         **get_resources("make_table2"),
     conda:
-        "../envs/base.yaml"
+        get_env("make_table2")
     script:
         "../scripts/run_stage.py"

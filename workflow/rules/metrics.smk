@@ -31,7 +31,7 @@ rule score_metric:
     resources:
         **get_resources("score_metric"),
     conda:
-        get_metric_env
+        get_env("score_metric")
     script:
         "../scripts/run_stage.py"
 
@@ -70,7 +70,7 @@ rule make_table3:
     resources:
         **get_resources("make_table3"),
     conda:
-        "../envs/base.yaml"
+        get_env("make_table3")
     script:
         "../scripts/run_stage.py"
 
@@ -92,6 +92,6 @@ rule make_report_items:
     resources:
         **get_resources("make_report_items"),
     conda:
-        "../envs/base.yaml"
+        get_env("make_report_items")
     script:
         "../scripts/run_stage.py"

@@ -15,6 +15,6 @@ rule build_model:
     resources:
         **get_resources("build_model"),
     conda:
-        "../envs/build.yaml"
+        get_env("build_model")
     script:
         "../scripts/run_stage.py"

@@ -17,7 +17,7 @@ rule make_seeds:
     resources:
         **get_resources("make_seeds"),
     conda:
-        "../envs/base.yaml"
+        get_env("make_seeds")
     script:
         "../scripts/run_stage.py"
 
@@ -43,7 +43,7 @@ rule generate_triplets:
     resources:
         **get_resources("generate_triplets"),
     conda:
-        "../envs/llm.yaml"
+        get_env("generate_triplets")
     script:
         "../scripts/run_stage.py"
 
@@ -69,7 +69,7 @@ rule judge_triplets:
     resources:
         **get_resources("judge_triplets"),
     conda:
-        "../envs/llm.yaml"
+        get_env("judge_triplets")
     script:
         "../scripts/run_stage.py"
 
@@ -90,7 +90,7 @@ rule accept_triplets:
     resources:
         **get_resources("accept_triplets"),
     conda:
-        "../envs/base.yaml"
+        get_env("accept_triplets")
     script:
         "../scripts/run_stage.py"
 
@@ -114,7 +114,7 @@ rule check_prompt_quality:
     resources:
         **get_resources("check_prompt_quality"),
     conda:
-        "../envs/nlp.yaml"
+        get_env("check_prompt_quality")
     script:
         "../scripts/run_stage.py"
 
@@ -132,6 +132,6 @@ rule make_table1:
     resources:
         **get_resources("make_table1"),
     conda:
-        "../envs/base.yaml"
+        get_env("make_table1")
     script:
         "../scripts/run_stage.py"

@@ -22,7 +22,7 @@ rule train_protoscore:
     resources:
         **get_resources("train_protoscore"),
     conda:
-        "../envs/vlm.yaml"
+        get_env("train_protoscore")
     script:
         "../scripts/run_stage.py"
 
@@ -41,6 +41,6 @@ rule score_transfer:
     resources:
         **get_resources("score_transfer"),
     conda:
-        "../envs/vlm.yaml"
+        get_env("score_transfer")
     script:
         "../scripts/run_stage.py"
