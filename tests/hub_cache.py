@@ -4,6 +4,7 @@ for huggingface_hub's own downloads to run against it."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import threading
@@ -14,6 +15,25 @@ from urllib.parse import unquote, urlsplit
 
 COMMIT = "a" * 40
 OTHER_COMMIT = "b" * 40
+# The token FakeHub's gated repositories open to.
+OPEN_TOKEN = "hf_opens_gated"
+
+
+def with_hub_models(config: dict, entries: dict[str, dict]) -> dict:
+    """`config` with the registry entries `entries` (by name) replaced by hub models."""
+    config = copy.deepcopy(config)
+    for name, entry in entries.items():
+        config["models"][name] = {"backend": "transformers", "gpus": 0, "dtype": "float32", "weights_gb": 0.1} | entry
+    return config
+
+
+def clear_token(monkeypatch, tmp_path: Path) -> None:
+    """No hub token: neither HF_TOKEN nor a token file."""
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
 
 
 def lay_out(cache: Path, repo_id: str, files: dict[str, bytes], commit: str = COMMIT, ref: str | None = "main") -> Path:
@@ -57,7 +77,7 @@ def transformers_repo(shards: int = 2) -> dict[str, bytes]:
 
 class FakeHub:
     """The hub at `endpoint` while the `with` block runs. `gated` repositories answer a download or an
-    auth-check without a token with the hub's GatedRepo error. `downloads` counts GETs of each file."""
+    auth-check without OPEN_TOKEN with the hub's GatedRepo error. `downloads` counts GETs of each file."""
 
     def __init__(self, repos: dict[str, dict[str, bytes]], gated: tuple[str, ...] = (), commit: str = COMMIT):
         self.repos, self.gated, self.commit = repos, gated, commit
@@ -90,7 +110,7 @@ class FakeHub:
                 if repo_id not in hub.repos:
                     return self.refuse("RepoNotFound")
                 files = hub.repos[repo_id]
-                locked = repo_id in hub.gated and "authorization" not in {k.lower() for k in self.headers}
+                locked = repo_id in hub.gated and self.headers.get("Authorization") != f"Bearer {OPEN_TOKEN}"
                 if api and parts[4:5] == ["revision"]:
                     siblings = [{"rfilename": path} for path in files]
                     return self.send(200, json.dumps({"id": repo_id, "sha": hub.commit, "siblings": siblings}).encode())

@@ -14,6 +14,7 @@ from blindspot.config import model_spec
 from blindspot.io import read_table, write_table
 from blindspot.metrics import MetricSkipped, Score, load_metric, normalise
 from blindspot.metrics.scoring import ScoreCache, image_sha256, metric_identity, score_pairs
+from blindspot.metrics.vqa_score import QUESTION
 from blindspot.split import split_of
 
 PROMPTS = ["a red fox in the snow", "two cats asleep on a blue sofa", "a lighthouse at dusk", "a bowl of green apples"]
@@ -91,6 +92,17 @@ def test_vqa_score_is_the_probability_of_yes(built_config):
             logits = vlm.model(**vlm.inputs([conversation], [picture])).logits[0, -1].float()
         yes = vlm.processor.tokenizer.encode("Yes", add_special_tokens=False)[0]
         assert score == pytest.approx(torch.softmax(logits, dim=-1)[yes].item(), rel=1e-4)
+    # The metric asks for the answer position's logits only (`logits_to_keep`); the full logits of the
+    # same batches give the same probabilities.
+    questions = [
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION.format(prompt=p)}]}]
+        for p in PROMPTS[:3]
+    ]
+    for start in (0, 2):
+        with torch.inference_mode():
+            full = vlm.model(**vlm.inputs(questions[start : start + 2], pictures[start : start + 2])).logits
+        expected = torch.softmax(full[:, -1].float(), dim=-1)[:, metric.answer].tolist()
+        assert scores[start : start + 2] == pytest.approx(expected, abs=1e-5)
 
 
 @pytest.fixture

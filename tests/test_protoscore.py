@@ -182,14 +182,34 @@ def test_transfer_pairs_need_their_columns_and_images(tmp_path):
         read_transfer_pairs(tmp_path / "pairs.jsonl")
 
 
+def dtypes(scorer) -> tuple[set[str], set[str]]:
+    """The dtypes of the frozen parameters, and of the trained ones (adapters and head)."""
+    parameters = [*scorer.model.parameters(), *scorer.head.parameters()]
+    frozen = {str(p.dtype) for p in parameters if not p.requires_grad}
+    return frozen, {str(p.dtype) for p in parameters if p.requires_grad}
+
+
 @pytest.mark.slow
-def test_bf16_autocast_trains_with_float32_weights(built_config, tmp_path):
-    """The paper's precision: bf16 autocast for the forward pass, the adapters and head kept in float32."""
+def test_bf16_trains_a_bf16_base_with_float32_adapters_and_head(built_config, tmp_path):
+    """The paper's precision: the frozen base in bf16 under bf16 autocast, what is trained in float32;
+    fp32 keeps everything in float32."""
     from safetensors.torch import load_file
 
     spec = model_spec(built_config, "tiny-qwen3-vl")
-    history = train(load_scorer(spec, settings(precision="bf16")), synthetic_pairs(tmp_path / "pairs", 5),
-                    tmp_path / "out", tmp_path / "checkpoint")  # fmt: skip
+    scorer = load_scorer(spec, settings(precision="bf16"))
+    assert dtypes(scorer) == ({"torch.bfloat16"}, {"torch.float32"})
+    trained_names = [name for name, p in scorer.model.named_parameters() if p.requires_grad]
+    assert trained_names
+    assert all("lora_" in name for name in trained_names)  # the base is frozen
+    assert dtypes(load_scorer(spec, settings())) == ({"torch.float32"}, {"torch.float32"})
+    history = train(scorer, synthetic_pairs(tmp_path / "pairs", 5), tmp_path / "out", tmp_path / "checkpoint")
     assert np.isfinite(history["loss"]).all()
     head = load_file(tmp_path / "out" / "score_head.safetensors")
     assert {str(t.dtype) for t in head.values()} == {"torch.float32"}
+    adapter = load_file(tmp_path / "out" / "adapter" / "adapter_model.safetensors")
+    assert {str(t.dtype) for t in adapter.values()} == {"torch.float32"}
+    # a trained scorer loads the same way: its base in bf16, its adapters and head in float32
+    trained = load_scorer(spec, settings(precision="bf16"), trained=tmp_path / "out")
+    frozen = {str(p.dtype) for name, p in trained.model.named_parameters() if "lora_" not in name}
+    assert frozen == {"torch.bfloat16"}
+    assert {str(p.dtype) for name, p in trained.model.named_parameters() if "lora_" in name} == {"torch.float32"}

@@ -109,6 +109,35 @@ def test_a_tiny_vlm_scores_images_against_their_descriptions(built_config, vlm, 
     assert alone["expected_score"].iloc[0] == pytest.approx(frame["expected_score"].iloc[2], abs=1e-4)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("vlm", ["tiny-qwen2.5-vl", "tiny-internvl3"])
+def test_reading_only_the_answer_positions_logits_equals_reading_them_all(built_config, vlm):
+    """`score` and `choose` ask the model for the last positions' logits only (`logits_to_keep`); on the
+    same batches, the full logits give the same numbers."""
+    import torch
+    from PIL import Image
+
+    from blindspot.vlm_scoring import image_question, scored
+
+    scorer = TransformersVLMScorer(model_spec(built_config, vlm), batch_size=2)
+    rng = np.random.default_rng(1)
+    pictures = [Image.fromarray(rng.integers(0, 255, (48, 48, 3), dtype=np.uint8)) for _ in range(3)]
+    conversations = [image_question(f"Rate 1 to 10: {text}") for text in ("a fox", "two cats on a sofa", "a boat")]
+    letters = [scorer.tokenizer.encode(letter, add_special_tokens=False)[0] for letter in "ABCDE"]
+    rows, chosen = scorer.score(conversations, pictures), scorer.choose(conversations, pictures, letters, 2)
+    for start in (0, 2):  # the batches of two the scorer made
+        batch = conversations[start : start + 2], pictures[start : start + 2]
+        with torch.inference_mode():
+            full = scorer.model(**scorer.inputs(*batch, "1")).logits[:, -2:].float()
+            answer = scorer.model(**scorer.inputs(*batch)).logits[:, -1].float()
+        for i, (first, after_one) in enumerate(torch.log_softmax(full, dim=-1).numpy()):
+            expected = scored(first, after_one, rows[start + i]["text"], scorer.tokens)
+            assert rows[start + i]["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-5)
+            assert rows[start + i]["valid_mass"] == pytest.approx(expected["valid_mass"], abs=1e-5)
+        for i, probabilities in enumerate(torch.softmax(answer, dim=-1)[:, letters].tolist()):
+            assert chosen[start + i][0] == pytest.approx(probabilities, abs=1e-5)
+
+
 def test_vllm_messages_carry_the_image_in_its_placeholder():
     from PIL import Image
 

@@ -41,6 +41,8 @@ LAYOUT_MARKERS = {
     "sentence_transformers": ("modules.json", "config.json"),
     "diffusers": ("model_index.json",),
 }
+# The marker of a repository read for its configs and tokenizer only.
+CONFIG_MARKERS = ("tokenizer_config.json", "preprocessor_config.json", "config.json")
 BACKEND_LAYOUTS = {"transformers": "transformers", "vllm": "transformers", "open_clip": "transformers",
                    "sentence_transformers": "sentence_transformers", "diffusers": "diffusers"}  # fmt: skip
 # What a metric plug-in reads from its model's repository when not the whole model folder: the one
@@ -199,7 +201,9 @@ def _weights(listing: Collection[str], folder: str, read_json: Callable[[str], A
         single = sorted(p for p in present if WEIGHTS.fullmatch(p[len(prefix) :]) and p.endswith(weight_format))
         if single:
             return Selection(tuple(single))
-    return Selection((), (f"{prefix}model.safetensors (or another weights file {', '.join(WEIGHT_STEMS)})",))
+    return Selection(
+        (), (f"weights in {folder or 'the top folder'} (model.safetensors, pytorch_model.bin or an index)",)
+    )
 
 
 def _model_folders(model: HubModel, listing: Collection[str], read_json: Callable[[str], Any]) -> dict[str, bool]:
@@ -210,8 +214,13 @@ def _model_folders(model: HubModel, listing: Collection[str], read_json: Callabl
                    if isinstance(value, list) and value[0] is not None}  # fmt: skip
         return {"": False} | folders
     if model.layout == "sentence_transformers" and "modules.json" in listing:
-        modules = read_json("modules.json")
-        return {"": False} | {m["path"].strip("/"): m["type"].rsplit(".", 1)[-1] == "Transformer" for m in modules}
+        # A module without settings (Normalize) has no folder in the repository.
+        modules = {
+            m["path"].strip("/"): m["type"].rsplit(".", 1)[-1] == "Transformer" for m in read_json("modules.json")
+        }
+        return {"": False} | {
+            path: weights for path, weights in modules.items() if weights or _folder_files(listing, path)
+        }
     return {"": True}
 
 
@@ -224,8 +233,7 @@ def select_files(model: HubModel, listing: Collection[str], read_json: Callable[
     lacking: list[str] = [f for f in model.files if f not in listing]
     if model.layout is None:
         return Selection(tuple(files), tuple(lacking))
-    markers = LAYOUT_MARKERS[model.layout] if model.weights else ("tokenizer_config.json", "preprocessor_config.json",
-                                                                     "config.json")  # fmt: skip
+    markers = LAYOUT_MARKERS[model.layout] if model.weights else CONFIG_MARKERS
     if not any(marker in listing for marker in markers):
         return Selection(tuple(files), (*lacking, " or ".join(markers)))
     suffixes = CONFIG_SUFFIXES + ((".py",) if model.trust_remote_code else ())
@@ -334,7 +342,8 @@ def skipped_reason(config: dict[str, Any], name: str) -> str | None:
     if source == "built":
         return f"built by build_model (recipe {entry['build']['recipe']}) into {built_model_dir(config, name)}"
     if source == "local":
-        return f"read from the local path {entry['id']}"
+        missing = "" if Path(entry["id"]).exists() else " (missing: put the file there)"
+        return f"read from the local path {entry['id']}{missing}"
     return None
 
 

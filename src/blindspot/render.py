@@ -24,6 +24,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from blindspot.config import ModelSpec
+from blindspot.images import BackgroundWrites
 from blindspot.io import atomic_path, stable_id, write_text
 
 log = logging.getLogger(__name__)
@@ -159,11 +160,13 @@ def render_triplets(
         renderer = renderer or DiffusersRenderer(spec)
         batches = [jobs[start : start + batch_size] for start in range(0, len(jobs), batch_size)]
         unfinished = [batch for batch in batches if any(states[job.image_id] != "ok" for job in batch)]
-        for batch in tqdm(unfinished, desc=f"render {spec.name}", unit="batch"):
-            images = renderer.render([job.description for job in batch], [job.seed for job in batch])
-            for job, image in zip(batch, images, strict=True):
-                if states[job.image_id] != "ok":
-                    save_image(image, job.path)
+        # One batch's PNGs encode and hash while the next renders; at most a batch waits to be written.
+        with BackgroundWrites(limit=batch_size) as writes:
+            for batch in tqdm(unfinished, desc=f"render {spec.name}", unit="batch"):
+                images = renderer.render([job.description for job in batch], [job.seed for job in batch])
+                for job, image in zip(batch, images, strict=True):
+                    if states[job.image_id] != "ok":
+                        writes.submit(save_image, image, job.path)
     settings = spec.render
     rows = [
         {

@@ -685,7 +685,8 @@ def run_from_snakemake(job: Any) -> None:
     setup_logging(job.log[0])
     arguments = step_arguments(STEPS[job.rule], job)
     # So that `python -m blindspot.stages replay FILE` can run the job again outside Snakemake.
-    write_json(job_file(job.log[0]), {"step": job.rule, "wildcards": dict(job.wildcards.items()), "arguments": arguments})
+    record = {"step": job.rule, "wildcards": dict(job.wildcards.items()), "arguments": arguments}
+    write_json(job_file(job.log[0]), record)
     run_step(job.rule, **arguments)
 
 

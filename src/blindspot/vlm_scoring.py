@@ -20,6 +20,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from blindspot.config import ModelSpec
+from blindspot.images import image_batches, read_rgb
 from blindspot.prompts import PromptTemplate
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,12 @@ class TransformersVLMScorer:
         self.tokens = ScoreTokens.from_tokenizer(self.tokenizer)
         self.one = self.tokenizer.encode("1", add_special_tokens=False)[0]
 
+    def batch_starts(self, n: int, what: str) -> Any:
+        """Where each of the model's batches starts among `n` inputs; a progress bar when there are several
+        (callers that read images hand over one batch at a time, and show their own)."""
+        return tqdm(range(0, n, self.batch_size), desc=f"{what} {self.spec.name}", unit="batch",
+                    disable=n <= self.batch_size)  # fmt: skip
+
     def inputs(self, conversations: list[list[dict]], images: list[Any], suffix: str = "") -> Any:
         texts = [self.processor.apply_chat_template(c, add_generation_prompt=True) + suffix for c in conversations]
         return self.processor(text=texts, images=images, return_tensors="pt", padding=True).to(self.device)
@@ -126,7 +133,7 @@ class TransformersVLMScorer:
         import torch
 
         results = []
-        for start in tqdm(range(0, len(images), self.batch_size), desc=f"answer {self.spec.name}", unit="batch"):
+        for start in self.batch_starts(len(images), "answer"):
             batch_conv, batch_images = (
                 conversations[start : start + self.batch_size],
                 images[start : start + self.batch_size],
@@ -145,7 +152,7 @@ class TransformersVLMScorer:
         import torch
 
         texts = []
-        for start in tqdm(range(0, len(images), self.batch_size), desc=f"describe {self.spec.name}", unit="batch"):
+        for start in self.batch_starts(len(images), "describe"):
             batch = images[start : start + self.batch_size]
             conversations = [image_question(text) for text in instructions[start : start + self.batch_size]]
             prompt = self.inputs(conversations, batch)
@@ -159,7 +166,7 @@ class TransformersVLMScorer:
         import torch
 
         results = []
-        for start in tqdm(range(0, len(images), self.batch_size), desc=f"judge {self.spec.name}", unit="batch"):
+        for start in self.batch_starts(len(images), "judge"):
             batch_conv, batch_images = (
                 conversations[start : start + self.batch_size],
                 images[start : start + self.batch_size],
@@ -191,6 +198,9 @@ class VLLMVLMScorer:
         self.spec = spec
         self.max_new_tokens = max_new_tokens
         self.llm = vllm_engine(spec)
+        # Callers hand over images this many at a time: as many as vLLM runs at once, so its batches stay
+        # full while a job's images (and vLLM's copies of them) stay bounded.
+        self.batch_size = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
         self.tokenizer = self.llm.get_tokenizer()
         self.tokens = ScoreTokens.from_tokenizer(self.tokenizer)
         self.one = self.tokenizer.encode("1", add_special_tokens=False)[0]
@@ -280,15 +290,17 @@ def image_conversation(template: PromptTemplate, **fields: str) -> list[dict]:
 def judge_images(
     renders: pd.DataFrame, scorer: TransformersVLMScorer | VLLMVLMScorer, template: PromptTemplate
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Score each image against its own description only (I_corr with D_c, I_adv with D_a)."""
-    from PIL import Image
-
+    """Score each image against its own description only (I_corr with D_c, I_adv with D_a), a batch of
+    the scorer's at a time: the next batch decodes while the model scores this one."""
     started = time.monotonic()
     records = renders.to_dict("records")
-    conversations = [image_conversation(template, description=record["description"]) for record in records]
-    images = [Image.open(record["path"]).convert("RGB") for record in records]
-    scores = scorer.score(conversations, images)
     spec = scorer.spec
+    scores = []
+    for batch, images in image_batches(
+        records, scorer.batch_size, lambda record: read_rgb(record["path"]), desc=f"judge {spec.name}"
+    ):
+        conversations = [image_conversation(template, description=record["description"]) for record in batch]
+        scores += scorer.score(conversations, images)
     frame = pd.DataFrame(
         [
             {
