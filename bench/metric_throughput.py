@@ -8,17 +8,13 @@ Run: .venv/bin/python bench/metric_throughput.py [--pairs 16] [--batch 8]
 import argparse
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
-import yaml
 from PIL import Image
+from tiny_preset import build_models, tiny_config
 
-from blindspot.config import model_spec, resolved_recipe
+from blindspot.config import model_spec
 from blindspot.metrics import load_metric
-from blindspot.tiny_models import build_model
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
@@ -26,17 +22,13 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=16)
     parser.add_argument("--batch", type=int, default=8)
     args = parser.parse_args()
-    config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
     rng = np.random.default_rng(0)
     prompts = [f"a penguin on a rock with exactly {i % 4 + 1} stones" for i in range(2 * args.pairs)]
     images = [Image.fromarray(rng.integers(0, 255, (96, 96, 3), dtype=np.uint8)) for _ in prompts]
-    metrics = {n: m for n, m in config["evaluation"]["metrics"].items() if m["plugin"] != "api_judge"}
     with tempfile.TemporaryDirectory() as resources:
-        config["resources_dir"] = resources
-        needed = {m["model"] for m in metrics.values()}
-        needed |= {config["models"][n]["build"].get("tokenizer_from") for n in needed} - {None}
-        for name in sorted(needed, key=lambda n: "tokenizer_from" in config["models"][n]["build"]):
-            build_model(Path(resources) / "models" / name, resolved_recipe(config, name), config["seed"])
+        config = tiny_config(resources)
+        metrics = {n: m for n, m in config["evaluation"]["metrics"].items() if m["plugin"] != "api_judge"}
+        build_models(config, {m["model"] for m in metrics.values()})
         print(f"{'metric':12} {'one at a time':>14} {'batched':>10} {'ratio':>6}   (pairs/s, {args.pairs} pairs)")
         for name, entry in metrics.items():
             spec = model_spec(config, entry["model"])

@@ -7,15 +7,11 @@ Run: .venv/bin/python bench/render_throughput.py [--images 16] [--batch 8]
 import argparse
 import tempfile
 import time
-from pathlib import Path
 
-import yaml
+from tiny_preset import build_models, tiny_config
 
-from blindspot.config import model_spec, resolved_recipe
+from blindspot.config import model_spec
 from blindspot.render import DiffusersRenderer
-from blindspot.tiny_models import build_model
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
@@ -23,14 +19,13 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=16)
     parser.add_argument("--batch", type=int, default=8)
     args = parser.parse_args()
-    config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
     prompts = [f"a penguin on a rock with exactly {i % 4 + 1} stones" for i in range(args.images)]
     seeds = list(range(args.images))
     with tempfile.TemporaryDirectory() as resources:
-        config["resources_dir"] = resources
+        config = tiny_config(resources)
         print(f"{'model':12} {'one at a time':>14} {'batched':>10} {'ratio':>6}   (images/s, {args.images} images)")
         for name in config["image_stage"]["t2i_models"]:
-            build_model(Path(resources) / "models" / name, resolved_recipe(config, name), config["seed"])
+            build_models(config, {name})
             renderer = DiffusersRenderer(model_spec(config, name))
             renderer.render(prompts[:1], seeds[:1])  # warm-up
             started = time.perf_counter()

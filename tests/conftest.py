@@ -1,9 +1,14 @@
 import copy
 import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from scene_graphs import make_scene_graphs
 
 # Hub ids must fail fast, never hang on a network that is not there.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -11,6 +16,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 # Debian's chromium (./setup.sh --browser), which the `browser` tests drive through Playwright.
 CHROMIUM = os.environ.get("BLINDSPOT_CHROMIUM", "/usr/bin/chromium")
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def snakemake(*args, cwd=REPO, check=True):
+    result = subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=2400)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    return result.stdout + result.stderr
+
+
+def local_rules() -> set[str]:
+    """The rules that run on the submit host, never on SLURM (workflow/Snakefile's `localrules`)."""
+    snakefile = (REPO / "workflow" / "Snakefile").read_text()
+    return set(re.findall(r"^    (\w+),$", snakefile.split("localrules:")[1].split("\n\n")[0], flags=re.M))
 
 
 @pytest.fixture
@@ -40,3 +59,34 @@ def built_config(tmp_path_factory) -> dict:
     for name in sorted(built, key=lambda n: "tokenizer_from" in built[n]["build"]):
         build_model(Path(config["resources_dir"]) / "models" / name, resolved_recipe(config, name), config["seed"])
     return config
+
+
+SCENE_GRAPHS = {
+    "describer": "tiny-qwen2.5-vl", "writer": "smollm2-135m", "writer_max_tokens": 600, "cue_tokens": 6,
+    "cue_instruction": "Describe the colour and material of the {category} in a few words.",
+    "template": "config/prompts/humble_scene_questions_v1.yaml", "verification": None,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def run_config(tmp_path_factory) -> dict:
+    """The tiny preset as the run uses it: HumbleBench also writes questions from a test scene-graph file."""
+    config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
+    graphs = make_scene_graphs(tmp_path_factory.mktemp("scene_graphs"))
+    config["humblebench"]["scene_graphs"] = SCENE_GRAPHS | {"file": str(graphs)}
+    return config
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, run_config):
+    """The README quick start, in a copy of the checkout: the tiny preset end to end. One run per
+    session, shared by tests/test_rule_envs.py (which copies it first) and tests/test_workflow.py
+    (whose tests go on from it)."""
+    work = tmp_path_factory.mktemp("checkout")
+    for part in ("workflow", "config", "profiles", "src"):
+        shutil.copytree(REPO / part, work / part, symlinks=True)
+    (work / "config" / "tiny.yaml").write_text(yaml.safe_dump(run_config, sort_keys=False))
+    (work / "resources").mkdir()
+    (work / "resources" / "downloads").symlink_to(REPO / "resources" / "downloads")
+    log = snakemake("--profile", "profiles/local", "-c2", cwd=work)
+    return work, log

@@ -6,9 +6,13 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import REPO
+from PIL import Image
 
 from blindspot.humble import (
     Question,
+    answer_in_batches,
+    answer_questions,
     d_prime,
     humility_metrics,
     macro_f1,
@@ -279,3 +283,29 @@ def test_no_answers_is_an_error_not_an_empty_table(answered):
 
     with pytest.raises(ValueError, match="no HumbleBench answers"):
         metrics_table(answered.iloc[:0])
+
+
+@pytest.mark.slow
+def test_answers_read_a_batch_at_a_time_are_those_of_the_images_in_memory(built_config, tmp_path):
+    from blindspot.config import model_spec
+    from blindspot.prompts import PromptTemplate
+    from blindspot.vlm_scoring import TransformersVLMScorer
+
+    scorer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=2)
+    template = PromptTemplate.load(REPO / "config" / "prompts" / "humble_original_v1.yaml")
+    templates = {"original": template, "noise": template}
+    questions = []
+    for i, colour in enumerate(["red", "green", "blue"]):
+        path = tmp_path / f"{i}.png"
+        Image.new("RGB", (40 + 8 * i, 32), colour).save(path)
+        question = Question(f"q{i}", "What colour is the car?", OPTIONS, label="ABC"[i], type="Attribute")
+        setting, transforms = ("noise", {"noise_image": True}) if i == 1 else ("original", {})
+        questions.append((present(question, setting, transforms, seed=3), str(path)))
+    rows = answer_in_batches(questions, scorer, templates, max_new_tokens=4, seed=3)
+    # The second question is shown noise of its image's size, not its image.
+    pictures = [Image.open(questions[0][1]).convert("RGB"), noise_image("q1", 3, (48, 32)),
+                Image.open(questions[2][1]).convert("RGB")]  # fmt: skip
+    shown = [presented for presented, _ in questions]
+    assert rows == answer_questions(list(zip(shown, pictures, strict=True)), scorer, templates, max_new_tokens=4)
+    assert [row["question_id"] for row in rows] == ["q0", "q1", "q2"]
+    assert [row["noise_image"] for row in rows] == [False, True, False]

@@ -228,3 +228,27 @@ def test_a_metric_without_its_api_key_is_skipped_not_failed(tiny_config, pairs_o
     assert "BLINDSPOT_TINY_API_KEY is not set" in json.loads((tmp_path / "out.json").read_text())["skipped"]
     with pytest.raises(MetricSkipped):
         load_metric("api_judge", model_spec(tiny_config, "local-api-judge"), 1, str(tmp_path / "cache"))
+
+
+@pytest.mark.slow
+def test_pairs_are_scored_a_batch_at_a_time_and_each_batch_is_cached_at_once(built_config, pairs_on_disk, tmp_path):
+    spec = model_spec(built_config, "tiny-clip")
+    identity = {"model_id": spec.model_id, "revision": "", "version": '{"weight": 2.5}'}
+    metric = CountingMetric(spec)
+    whole, _ = score_pairs(pairs_on_disk, "clipscore", identity, lambda: metric, ScoreCache(tmp_path / "whole"))
+    batches = []
+
+    class CrashesOnItsSecondBatch(CountingMetric):
+        def score(self, prompts, pictures):
+            batches.append(len(pictures))
+            if len(batches) == 2:
+                raise RuntimeError("preempted")
+            return super().score(prompts, pictures)
+
+    cache = ScoreCache(tmp_path / "cache")
+    with pytest.raises(RuntimeError, match="preempted"):
+        score_pairs(pairs_on_disk, "clipscore", identity, lambda: CrashesOnItsSecondBatch(spec), cache, batch_size=2)
+    assert batches == [2, 2]  # five distinct images: the first batch is scored, the second crashes
+    resumed, counters = score_pairs(pairs_on_disk, "clipscore", identity, lambda: metric, cache, batch_size=2)
+    assert counters["images_scored"] == 3  # the first batch was cached before the crash
+    pd.testing.assert_frame_equal(resumed, whole, atol=1e-5)

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, local_rules
 
 from blindspot import plan
 from blindspot.config import ConfigError, validate_config
@@ -13,11 +13,6 @@ from blindspot.resources import job_resources
 from blindspot.slurm import profile_resources, submitit_parameters
 
 PROFILE = REPO / "profiles" / "slurm" / "config.yaml"
-
-
-def local_rules() -> set[str]:
-    snakefile = (REPO / "workflow" / "Snakefile").read_text()
-    return set(re.findall(r"^    (\w+),$", snakefile.split("localrules:")[1].split("\n\n")[0], flags=re.M))
 
 
 def test_a_model_jobs_memory_is_its_base_weights_and_images_in_flight(paper_config):

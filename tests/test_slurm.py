@@ -16,30 +16,26 @@ from collections import Counter
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, local_rules
 
 from blindspot import tables
 from blindspot.io import read_table
-from blindspot.plan import job_table
-from blindspot.slurm import profile_resources, submit_stage
+from blindspot.plan import JOB_WILDCARDS, job_name, job_table
+from blindspot.slurm import submit_stage
 from blindspot.targets import final_targets, path
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.integration]
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
-# Local rules never reach SLURM (workflow/Snakefile).
-LOCAL_RULES = {"all", "build_model", "make_seeds", "accept_triplets", "make_table1", "keep_consensus_pairs",
-               "make_table2", "split_benchmark", "make_table3", "make_humble_tables",
-               "make_annotation_projects", "validate_filter", "human_preferences", "make_report_items"}  # fmt: skip
 # GPUs per model in the test run: several counts, so a job asking for the wrong model's GPUs shows.
 TEST_GPUS = {"smollm2-135m": 1, "tiny-qwen2": 2, "tiny-flux": 1, "tiny-sd3": 2, "tiny-sana": 1,
              "tiny-qwen2.5-vl": 2, "tiny-internvl3": 1, "tiny-deberta-v2-nli": 1, "tiny-qwen3-vl": 1}  # fmt: skip
 
 
 def cluster_profile(profile_dir):
-    """What a test cluster must change in profiles/slurm: one node of 2 CPUs and about 20 GB, no
-    conda channels, no accounting daemon (so `squeue` for status and no account), and short jobs
-    (so status checks start early)."""
+    """What a test cluster must change in profiles/slurm: no conda channels, no accounting daemon (so
+    `squeue` for status and no account), and short jobs (so status checks start early). Memory, time
+    and CPUs are the jobs' own (blindspot.resources, from the tiny config's `job_resources`)."""
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     del profile["software-deployment-method"]
     profile |= {
@@ -48,11 +44,6 @@ def cluster_profile(profile_dir):
         "slurm-init-seconds-before-status-checks": 5,
         "seconds-between-status-checks": 5,
     }
-    small = {"mem_mb": "1500 * attempt"}
-    profile["default-resources"] |= small
-    profile["set-resources"] = {rule: resources | small for rule, resources in profile["set-resources"].items()}
-    # One rule with both CPUs: its jobs, the workflow's and submitit's, render with 2 threads.
-    profile["set-threads"] = dict.fromkeys(profile["set-threads"], 1) | {"render_images": 2}
     profile_dir.mkdir()
     (profile_dir / "config.yaml").write_text(yaml.safe_dump(profile))
     return profile_dir
@@ -101,7 +92,10 @@ def slurm_run(cluster, tmp_path_factory):
     profile = cluster_profile(work / "profile")
     before = {job["JobId"] for job in slurm_jobs()}
     command = [sys.executable, "-m", "snakemake", "--profile", str(profile), "--configfile", "config.yaml"]
-    with subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as run:
+    # The profile passes the hub cache on to every job, and Snakemake refuses to start without it.
+    hub = os.environ | {"HF_HOME": str(work / "huggingface"), "HF_HUB_OFFLINE": "1"}
+    with subprocess.Popen(command, cwd=work, env=hub, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as run:  # fmt: skip
         try:
             log, _ = run.communicate(timeout=1500)
         except subprocess.TimeoutExpired:
@@ -125,20 +119,47 @@ def test_each_job_asked_slurm_for_its_models_gpus(slurm_run):
                         for job in jobs)  # fmt: skip
     plan = job_table(config)
     expected = Counter(zip(plan["rule"], plan["gpus"], strict=True))
-    assert submitted == Counter({key: n for key, n in expected.items() if key[0] not in LOCAL_RULES})
+    assert submitted == Counter({key: n for key, n in expected.items() if key[0] not in local_rules()})
     assert submitted[("judge_images", 2)] == submitted[("judge_images", 1)] > 0  # tiny-qwen2.5-vl, tiny-internvl3
     assert submitted[("check_prompt_quality", 1)] == 1  # the NLI model's GPU, the larger need of the stage
     assert submitted[("export_dataset", 0)] == 1
 
 
-def test_memory_time_and_cpus_come_from_the_profile(slurm_run):
-    _, _, jobs = slurm_run
-    render = next(job for job in jobs if job["Comment"].startswith("rule_render_images"))
-    resources = profile_resources("render_images", profile=slurm_run[0] / "profile" / "config.yaml")
-    assert f"mem={resources['mem_mb']}M" in render["TRES"]
-    assert render["TimeLimit"] == time.strftime("%H:%M:%S", time.gmtime(60 * resources["runtime"]))
-    assert render["NumCPUs"] == "2"  # the profile's set-threads
-    assert {job["NumCPUs"] for job in jobs if not job["Comment"].startswith("rule_render_images")} == {"1"}
+def test_each_job_asked_slurm_for_the_cpus_memory_and_time_it_needs(slurm_run):
+    """What SLURM recorded for each job is what `blindspot plan` says that job needs (from its models)."""
+    _, config, jobs = slurm_run
+    planned = job_table(config)
+    needs = {}
+    for job in planned[planned["rule"].isin(list(JOB_WILDCARDS))].to_dict("records"):
+        name = job_name(job["rule"], job)
+        comment = f"rule_{job['rule']}" + ("" if name == "all" else "_wildcards_" + name.replace("/", "_"))
+        needs[comment] = job
+    for job in jobs:
+        need = needs[job["Comment"]]
+        assert f"mem={need['mem_mb']}M" in job["TRES"], job["Comment"]
+        assert job["TimeLimit"] == time.strftime("%H:%M:%S", time.gmtime(60 * need["runtime"])), job["Comment"]
+        assert job["NumCPUs"] == str(need["threads"]), job["Comment"]
+    # The 2-GPU render jobs (tiny-sd3) get a CPU per GPU, the 1-GPU ones one.
+    cpus = {job["Comment"].split("_wildcards_")[1]: job["NumCPUs"] for job in jobs
+            if job["Comment"].startswith("rule_render_images")}  # fmt: skip
+    assert cpus == {"animals_tiny-flux_00000": "1", "animals_tiny-sd3_00000": "2", "animals_tiny-sana_00000": "1"}
+
+
+def test_a_job_that_outgrows_its_memory_is_killed(cluster, tmp_path):
+    """The test cluster enforces --mem as a real one does, so a job that needs more than it asked for fails here."""
+    hog = tmp_path / "hog.py"
+    hog.write_text("import time\nheld = [bytearray(50 * 2**20) for _ in range(12)]\ntime.sleep(4)\nprint('survived')\n")
+    out = tmp_path / "hog.out"
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "--wait", "--mem=200M", "-t", "2", "-o", str(out),
+         "--wrap", f"{sys.executable} {hog}"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert submitted.returncode != 0
+    record = next(job for job in slurm_jobs() if job["JobId"] == submitted.stdout.strip())
+    assert record["JobState"] in {"FAILED", "OUT_OF_MEMORY"}
+    assert "Exceeded job memory limit" in out.read_text()
+    assert "survived" not in out.read_text()
 
 
 def test_submitit_runs_one_stage_with_the_profiles_resources(slurm_run, tmp_path):

@@ -3,7 +3,7 @@
 import re
 
 import yaml
-from conftest import REPO
+from conftest import REPO, local_rules
 
 PROFILE = REPO / "profiles" / "slurm" / "config.yaml"
 
@@ -12,9 +12,7 @@ def workflow_rules():
     text = "".join(smk.read_text() for smk in (REPO / "workflow" / "rules").glob("*.smk"))
     rules = set(re.findall(r"^rule (\w+):", text, flags=re.M))
     rules |= set(re.findall(r"^use rule \w+ as (\w+)", text, flags=re.M))
-    snakefile = (REPO / "workflow" / "Snakefile").read_text()
-    local = set(re.findall(r"^    (\w+),$", snakefile.split("localrules:")[1].split("\n\n")[0], flags=re.M))
-    return rules, local
+    return rules, local_rules()
 
 
 def test_the_profile_names_only_rules_that_reach_slurm():

@@ -5,7 +5,6 @@ import copy
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -14,23 +13,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import CHROMIUM, REPO
-from scene_graphs import make_scene_graphs
+from conftest import CHROMIUM, REPO, snakemake
 
 from blindspot import tables
 from blindspot.config import metric_models, n_shards
 from blindspot.humble_questions import problem
 from blindspot.io import read_table
 from blindspot.targets import final_targets
-
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-
-
-def snakemake(*args, cwd=REPO, check=True):
-    result = subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=2400)
-    if check and result.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
-    return result.stdout + result.stderr
 
 
 def planned_jobs(output: str) -> Counter:
@@ -140,35 +129,6 @@ def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
     assert not any("agreement" in target for target in targets)  # no people's labels in the tiny preset
     assert "results/tiny/tables/example_grid.png" in targets
     assert len(targets) == 3 + 3 * 3 + 3 * 3 + 6 + 1
-
-
-SCENE_GRAPHS = {
-    "describer": "tiny-qwen2.5-vl", "writer": "smollm2-135m", "writer_max_tokens": 600, "cue_tokens": 6,
-    "cue_instruction": "Describe the colour and material of the {category} in a few words.",
-    "template": "config/prompts/humble_scene_questions_v1.yaml", "verification": None,
-}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def run_config(tmp_path_factory) -> dict:
-    """The tiny preset as the run uses it: HumbleBench also writes questions from a test scene-graph file."""
-    config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
-    graphs = make_scene_graphs(tmp_path_factory.mktemp("scene_graphs"))
-    config["humblebench"]["scene_graphs"] = SCENE_GRAPHS | {"file": str(graphs)}
-    return config
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory, run_config):
-    """The README quick start, in a copy of the checkout: the tiny preset end to end."""
-    work = tmp_path_factory.mktemp("checkout")
-    for part in ("workflow", "config", "profiles", "src"):
-        shutil.copytree(REPO / part, work / part, symlinks=True)
-    (work / "config" / "tiny.yaml").write_text(yaml.safe_dump(run_config, sort_keys=False))
-    (work / "resources").mkdir()
-    (work / "resources" / "downloads").symlink_to(REPO / "resources" / "downloads")
-    log = snakemake("--profile", "profiles/local", "-c2", cwd=work)
-    return work, log
 
 
 @pytest.mark.slow

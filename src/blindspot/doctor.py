@@ -176,6 +176,10 @@ def api_checks(config: dict[str, Any]) -> list[Check]:
     return checks
 
 
+def _size(size: float) -> str:
+    return f"{size / GB:.1f} GB" if size >= GB / 10 else f"{size / 1e6:.1f} MB"
+
+
 def _free_bytes(path: Path) -> tuple[Path, int]:
     """Free bytes on the file system that `path` is (or will be) on: its nearest existing folder's."""
     path = path.resolve()
@@ -212,12 +216,12 @@ def disk_checks(config: dict[str, Any], cache_dir: str | Path) -> list[Check]:
     if to_fetch:
         need = sum(m.weights_gb for m in to_fetch) * GB
         where, free = _free_bytes(Path(cache_dir))
-        reason = f"{free / GB:.1f} GB free at {where}; the {len(to_fetch)} models to fetch take ~{need / GB:.1f} GB"
-        checks.append(Check("disk", str(cache_dir), OK if free >= need else FAIL, reason + " (their weights_gb)"))
+        reason = f"{_size(free)} free at {where}; the {len(to_fetch)} models to fetch take ~{_size(need)}"
+        checks.append(Check("disk", "hub cache", OK if free >= need else FAIL, reason + " (their weights_gb)"))
     need, how = planned_bytes(config)
     where, free = _free_bytes(Path(config["results_dir"]))
-    reason = f"{free / GB:.1f} GB free at {where}; the run writes up to ~{need / GB:.1f} GB ({how})"
-    checks.append(Check("disk", config["results_dir"], OK if free >= need else FAIL, reason))
+    reason = f"{_size(free)} free at {where}; the run writes up to ~{_size(need)} ({how})"
+    checks.append(Check("disk", "results", OK if free >= need else FAIL, reason))
     return checks
 
 
@@ -230,7 +234,7 @@ def profile_file(profile: str | Path) -> Path:
             (path / n for n in ("config.v8+.yaml", "config.yaml") if (path / n).is_file()), path / "config.yaml"
         )
     if not path.is_file():
-        raise ValueError(f"profile {profile}: no {path.name} there")
+        raise ValueError(f"profile {profile}: no such folder, or no config.yaml in it")
     return path
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,13 +30,13 @@ COMMIT = re.compile(r"[0-9a-f]{40}")
 # Files that configure a model folder: configs, tokenizer vocabularies (JSON, text, sentencepiece and
 # tiktoken models) and chat templates. Python files only for a model that runs remote code.
 CONFIG_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".jinja")
-# The weight files transformers, diffusers and sentence-transformers look for in a folder, and their
-# shard indexes. Other weight files in the same folder (an fp16 variant, Mistral's consolidated.safetensors)
-# are not loaded.
-WEIGHTS = re.compile(r"(model|pytorch_model|diffusion_pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)")
-INDEX = "{stem}.{format}.index.json"
+# The weight files transformers, diffusers and sentence-transformers look for in a folder, whole or in
+# shards, and the shard indexes. Other weight files in the same folder (an fp16 variant, Mistral's
+# consolidated.safetensors) are not loaded.
 WEIGHT_STEMS = ("model", "pytorch_model", "diffusion_pytorch_model")
-# A folder's marker, by how a backend finds the model's folders: the root file that must be there.
+WEIGHTS = re.compile(rf"({'|'.join(WEIGHT_STEMS)})(-\d{{5}}-of-\d{{5}})?\.(safetensors|bin)")
+INDEX = "{stem}.{format}.index.json"
+# How a backend finds a model's folders, by the file at the top of the repository that it needs first.
 LAYOUT_MARKERS = {
     "transformers": ("config.json",),
     "sentence_transformers": ("modules.json", "config.json"),
@@ -303,8 +304,9 @@ def gated_advice(model: HubModel, endpoint: str) -> str:
 
 
 def fetch(model: HubModel, cache_dir: str | Path, endpoint: str | None = None) -> Path:
-    """Download the files of `model` its loaders read into the hub cache (resuming partial files, with
-    progress bars) and return the snapshot folder; HubError with one line on any hub error."""
+    """Download the files of `model` its loaders read into the hub cache, with progress bars, and return
+    the snapshot folder; HubError with one line on any hub error. Files already in the cache are not
+    downloaded again, so a fetch that was stopped goes on with the files still missing."""
     from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
@@ -320,6 +322,8 @@ def fetch(model: HubModel, cache_dir: str | Path, endpoint: str | None = None) -
         if selection.lacking:
             raise HubError(f"{model.label}: {model.at} lacks {', '.join(selection.lacking)}, which its loader reads")
         return Path(snapshot_download(model.repo_id, allow_patterns=list(selection.files), **where))
+    except HubError:
+        raise
     except GatedRepoError:
         raise HubError(gated_advice(model, endpoint) + (" (the token has no access)" if has_token() else "")) from None
     except RevisionNotFoundError:
@@ -353,14 +357,14 @@ def fetch_models(
 ) -> int:  # fmt: skip
     """`blindspot fetch-models`: one line per model, fetch what the cache (by default HF_HOME's)
     lacks; 1 if any failed."""
-    import sys
-
     from huggingface_hub import constants
 
     out = out or sys.stdout
     cache_dir = cache_dir or constants.HF_HUB_CACHE
     endpoint = endpoint or constants.ENDPOINT
-    if not dry_run and (reason := unreachable(endpoint)):
+    states = {model: cache_state(model, cache_dir) for model in hub_models(config)}
+    missing = not all(state.complete for state in states.values())
+    if missing and not dry_run and (reason := unreachable(endpoint)):
         raise HubError(
             f"cannot fetch: {reason} (on a login node with internet: HF_HUB_OFFLINE=0 blindspot fetch-models)"
         )
@@ -369,8 +373,7 @@ def fetch_models(
         if reason := skipped_reason(config, name):
             out.write(f"skip     {name}: {reason}\n")
     failed = 0
-    for model in hub_models(config):
-        state = cache_state(model, cache_dir)
+    for model, state in states.items():
         if state.complete:
             out.write(f"cached   {model.label}: {model.at} ({state.commit[:12]})\n")
         elif dry_run:

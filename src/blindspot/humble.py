@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from blindspot.images import image_batches, read_rgb
 from blindspot.prompts import PromptTemplate
 from blindspot.vlm_scoring import image_conversation
 
@@ -136,6 +137,12 @@ def noise_image(question_id: str, seed: int, size: tuple[int, int]) -> Any:
     width, height = size
     pixels = draw(seed, question_id, "noise").integers(0, 256, (height, width, 3), dtype=np.uint8)
     return Image.fromarray(pixels)
+
+
+def shown_image(shown: Presented, image_path: str, seed: int) -> Any:
+    """The image a question is shown with: its file's, or noise of the same size in a noise setting."""
+    image = read_rgb(image_path)
+    return noise_image(shown.question_id, seed, image.size) if shown.noise_image else image
 
 
 # The answer parser. Only capital letters count: "a" is an article, never option A, and neither is
@@ -275,4 +282,19 @@ def answer_questions(
             "prediction_text": parse_answer(text, shown.options) or "",
             "template_version": templates[shown.setting].version,
         })  # fmt: skip
+    return rows
+
+
+def answer_in_batches(
+    questions: Sequence[tuple[Presented, str]], scorer: Any, templates: Mapping[str, PromptTemplate],
+    max_new_tokens: int, seed: int,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """`answer_questions` for each (shown question, image file), a batch of the scorer's at a time: the
+    next batch's images (or their noise) are made while the model answers this one."""
+    rows = []
+    for batch, images in image_batches(
+        questions, scorer.batch_size, lambda question: shown_image(*question, seed), desc=f"answer {scorer.spec.name}"
+    ):
+        shown = [(presented, image) for (presented, _), image in zip(batch, images, strict=True)]
+        rows += answer_questions(shown, scorer, templates, max_new_tokens)
     return rows

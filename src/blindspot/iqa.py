@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
 from blindspot.config import ModelSpec
+from blindspot.images import image_batches, read_rgb
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +43,15 @@ class PyiqaMetric:
         self.higher_is_better = not self.metric.lower_better
 
     def score(self, paths: list[str]) -> np.ndarray:
+        """One score per image file, a batch at a time; the next batch decodes while this one is scored."""
         import torch
-        from PIL import Image
         from torchvision.transforms.functional import to_tensor
 
         out = []
-        for start in tqdm(range(0, len(paths), self.batch_size), desc=f"iqa {self.spec.name}", unit="batch"):
-            batch = torch.stack(
-                [to_tensor(Image.open(p).convert("RGB")) for p in paths[start : start + self.batch_size]]
-            )
+        batches = image_batches(paths, self.batch_size, lambda path: to_tensor(read_rgb(path)), f"iqa {self.spec.name}")
+        for _, pixels in batches:
             with torch.inference_mode():
-                out.append(self.metric(batch).reshape(-1).float().cpu().numpy())
+                out.append(self.metric(torch.stack(pixels)).reshape(-1).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros(0)
 
 

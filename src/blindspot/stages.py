@@ -346,7 +346,7 @@ def score_metric(
     if trained:  # a retrained scorer is another metric: its weights are part of the cache key
         identity["version"] += " trained:" + trained_sha256(trained[0])
     try:
-        frame, counters = score_pairs(test, metric, identity, load, ScoreCache(cache))
+        frame, counters = score_pairs(test, metric, identity, load, ScoreCache(cache), evaluation["batch_size"])
     except MetricSkipped as skipped:
         # A metric that cannot run here (an API judge without its key) leaves its rows out, not the run.
         log.warning("%s", skipped)
@@ -466,9 +466,7 @@ def answer_humble(
     config: dict[str, Any], vlm: str, setting: str, shard: str, questions: str, templates: Sequence[str], out: str,
     counters_out: str,
 ) -> None:  # fmt: skip
-    """One VLM answers one shard of the questions as one setting shows them."""
-    from PIL import Image
-
+    """One VLM answers one shard of the questions as one setting shows them, its images read a batch at a time."""
     from blindspot import humble
     from blindspot.humble_questions import row_question
     from blindspot.vlm_scoring import load_vlm_scorer
@@ -477,20 +475,14 @@ def answer_humble(
     transforms = settings["settings"][setting]
     rows = read_table(questions, tables.HUMBLE_QUESTIONS)
     mine = rows[rows["question_id"].map(lambda q: humble.shard_of(q, settings["answer_shards"])) == int(shard)]
-    items = []
-    for row in mine.to_dict("records"):
-        shown = humble.present(row_question(row), setting, transforms, config["seed"])
-        with Image.open(row["image_path"]) as image:
-            picture = image.convert("RGB")
-        if shown.noise_image:
-            picture = humble.noise_image(row["question_id"], config["seed"], picture.size)
-        items.append((shown, picture))
+    shown = [(humble.present(row_question(row), setting, transforms, config["seed"]), row["image_path"])
+             for row in mine.to_dict("records")]  # fmt: skip
     spec = model_spec(config, vlm)
     template = {setting: PromptTemplate.load(templates[0])}
     answered = []
-    if items:
+    if shown:
         scorer = load_vlm_scorer(spec, settings["batch_size"])
-        answered = humble.answer_questions(items, scorer, template, settings["max_new_tokens"])
+        answered = humble.answer_in_batches(shown, scorer, template, settings["max_new_tokens"], config["seed"])
     frame = pd.DataFrame(
         [row | {"vlm": vlm, "model_id": spec.model_id, "model_revision": spec.revision or ""} for row in answered],
         columns=tables.HUMBLE_ANSWERS.names,

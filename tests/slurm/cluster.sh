@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A one-node SLURM cluster on this machine for the tests: slurmctld and slurmd on localhost,
 # munge authentication, no cgroups, no accounting daemon, and fake GPUs (GRES backed by links to
-# /dev/null) so that GPU requests are scheduled and recorded like on a real cluster.
+# /dev/null) so that GPU requests are scheduled and recorded like on a real cluster. Memory is
+# enforced as on a real cluster: without cgroups, slurmd samples each job's processes every second
+# (jobacct_gather/linux) and kills a job whose memory outgrows its --mem (OverMemoryKill).
 #
 #   tests/slurm/cluster.sh start | stop | status      (as root; `start` installs the packages)
 #
@@ -60,7 +62,9 @@ CredType=cred/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1
+JobAcctGatherParams=OverMemoryKill
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres

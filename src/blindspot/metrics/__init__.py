@@ -75,10 +75,11 @@ def normalise(raw: float, bounds: tuple[float, float]) -> float:
 
 
 def batches(name: str, prompts: Sequence[Any], images: Sequence[Any], size: int) -> Iterator[tuple[list, list]]:
-    """(prompts, images) in batches of `size`, with a progress bar; the two lists must pair up."""
+    """(prompts, images) in batches of `size`, with a progress bar when there are several (a job hands
+    over one batch at a time, and shows its own); the two lists must pair up."""
     if len(prompts) != len(images):
         raise ValueError(f"{name}: {len(prompts)} prompts for {len(images)} images")
-    for start in tqdm(range(0, len(images), size), desc=f"score {name}", unit="batch"):
+    for start in tqdm(range(0, len(images), size), desc=f"score {name}", unit="batch", disable=len(images) <= size):
         yield list(prompts[start : start + size]), list(images[start : start + size])
 
 

@@ -14,11 +14,12 @@ so the next run asks again. A shard with no answer at all fails: its metric is m
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import pandas as pd
 
 from blindspot import tables
 from blindspot.config import model_spec
+from blindspot.images import image_batches, read_rgb
 from blindspot.io import stable_id, write_json
 from blindspot.metrics import Metric, Score, normalise
 from blindspot.prompts import PromptTemplate
@@ -94,14 +96,24 @@ def metric_identity(config: dict[str, Any], name: str) -> dict[str, str]:
     return {"model_id": spec.model_id, "revision": spec.revision or "", "version": version}
 
 
+def score_batches(
+    metric: Metric, name: str, prompts: Sequence[str], paths: Sequence[str], batch_size: int
+) -> Iterator[list[Score]]:
+    """The metric's scores of each (prompt, image file), `batch_size` at a time and in order: the next
+    batch's images decode while the metric scores this one, and no others are held."""
+    pairs = list(zip(prompts, paths, strict=True))
+    for batch, images in image_batches(pairs, batch_size, lambda pair: read_rgb(pair[1]), desc=f"score {name}"):
+        yield metric.score([prompt for prompt, _ in batch], images)
+
+
 def score_pairs(
-    pairs: pd.DataFrame, name: str, identity: dict[str, str], load: Callable[[], Metric], cache: ScoreCache
-) -> tuple[pd.DataFrame, dict[str, Any]]:
+    pairs: pd.DataFrame, name: str, identity: dict[str, str], load: Callable[[], Metric], cache: ScoreCache,
+    batch_size: int = 8,
+) -> tuple[pd.DataFrame, dict[str, Any]]:  # fmt: skip
     """M(T, I_corr) and M(T, I_adv) for each pair (`pair_id`, `domain`, `neutral_prompt`,
     `corr_path`, `adv_path`). `identity` is the metric's model_id, revision and version as the
-    cache knows them before loading; `load` builds the metric, and is called only on a cache miss."""
-    from PIL import Image
-
+    cache knows them before loading; `load` builds the metric, and is called only on a cache miss.
+    Images are read and scored `batch_size` at a time, and each score is cached as its batch ends."""
     started = time.monotonic()
     keys, scores, missing, failures = {}, {}, [], Counter()
     for pair in pairs.itertuples(index=False):
@@ -118,7 +130,9 @@ def score_pairs(
     if missing:
         metric = load()
         unique = list({key: (prompt, image) for key, prompt, image in missing}.items())
-        fresh = metric.score([p for _, (p, _) in unique], [Image.open(i).convert("RGB") for _, (_, i) in unique])
+        fresh = itertools.chain.from_iterable(
+            score_batches(metric, name, [p for _, (p, _) in unique], [i for _, (_, i) in unique], batch_size)
+        )
         for (key, _), score in zip(unique, fresh, strict=True):
             failure = getattr(score, "failure", "")
             if failure:

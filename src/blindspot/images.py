@@ -1,0 +1,95 @@
+"""Images in and out of a model stage a batch at a time, so a job's memory follows its batch, not its shard.
+
+`image_batches` decodes the next batch in a small thread pool while the model works on the current
+one; `BackgroundWrites` encodes and hashes the last batch's PNGs while the model makes the next. Pillow
+releases the GIL while it decodes and encodes, so two threads keep up with a model without taking
+its cores for long.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tqdm import tqdm
+
+Item = TypeVar("Item")
+WORKERS = 2  # threads that decode (or encode) beside the model
+PREFETCH = 1  # batches decoded ahead of the one the model works on
+
+
+class ImageReadError(OSError):
+    """An image file that is missing or does not decode."""
+
+
+def read_rgb(path: str | Path) -> Any:
+    """The image at `path` as an RGB PIL image, its file closed; an error names the file."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except OSError as error:  # missing, not an image, truncated
+        raise ImageReadError(f"cannot read image {path}: {error}") from error
+
+
+def image_batches(
+    items: Sequence[Item], batch_size: int, read: Callable[[Item], Any] = read_rgb, desc: str | None = None
+) -> Iterator[tuple[list[Item], list[Any]]]:
+    """(items, their images) `batch_size` at a time, in order; `read` makes one item's image (by
+    default the item is a path). While the caller works on one batch, the next `PREFETCH` batches are
+    read in `WORKERS` threads, and nothing else: the loader holds at most batch_size x (1 + PREFETCH)
+    images. A read error is raised here, when its batch is due. `desc` shows a progress bar."""
+    if batch_size < 1:
+        raise ValueError(f"batch size must be at least 1, not {batch_size}")
+    chunks = [list(items[start : start + batch_size]) for start in range(0, len(items), batch_size)]
+    with ThreadPoolExecutor(WORKERS, thread_name_prefix="read-images") as pool:
+
+        def submit(chunk: list[Item]) -> list[Future]:
+            return [pool.submit(read, item) for item in chunk]
+
+        upcoming = iter(chunks)
+        ahead: deque[list[Future]] = deque()
+        try:
+            for chunk in tqdm(chunks, desc=desc, unit="batch", disable=desc is None):
+                ahead.extend(submit(later) for later in itertools.islice(upcoming, 1 + PREFETCH - len(ahead)))
+                images = [future.result() for future in ahead.popleft()]
+                yield chunk, images
+                del images  # the caller's now: the next batch is read only once the loader holds it no more
+        finally:  # an error, or a caller that stopped early: read nothing more
+            for futures in ahead:
+                for future in futures:
+                    future.cancel()
+
+
+class BackgroundWrites:
+    """Image writes (PNG encoding, hashing) in `WORKERS` threads while the model makes the next images.
+    `submit` returns at once unless `limit` writes are still pending; then it waits for the oldest, so
+    at most `limit` images wait in memory. Leaving the block waits for every write, also when the block
+    failed (so a failed job keeps what it made); a failed write is raised, and the writes behind it dropped."""
+
+    def __init__(self, limit: int):
+        if limit < 1:
+            raise ValueError(f"at least one write must be allowed to wait, not {limit}")
+        self.limit = limit
+        self.pending: deque[Future] = deque()
+        self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="write-images")
+
+    def __enter__(self) -> BackgroundWrites:
+        return self
+
+    def submit(self, write: Callable[..., Any], *args: Any) -> None:
+        while len(self.pending) >= self.limit:
+            self.pending.popleft().result()
+        self.pending.append(self.pool.submit(write, *args))
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            while self.pending:
+                self.pending.popleft().result()
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)

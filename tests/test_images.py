@@ -1,0 +1,123 @@
+import re
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from blindspot import images
+from blindspot.images import BackgroundWrites, ImageReadError, image_batches, read_rgb
+
+
+def write_pngs(folder, n, size=16):
+    """n PNG files, image i filled with grey level i (so each can be told from the others)."""
+    paths = []
+    for i in range(n):
+        path = folder / f"{i:03d}.png"
+        Image.new("L", (size, size), i).save(path)
+        paths.append(path)
+    return paths
+
+
+class LiveImages:
+    """Counts the decoded images that are still alive anywhere, and the most there ever were."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.live = self.peak = self.read = 0
+
+    def __call__(self, path):
+        image = read_rgb(path)
+        with self.lock:
+            self.live += 1
+            self.read += 1
+            self.peak = max(self.peak, self.live)
+        weakref.finalize(image, self.gone)
+        return image
+
+    def gone(self):
+        with self.lock:
+            self.live -= 1
+
+
+def test_batches_come_in_order_and_keep_their_items(tmp_path):
+    paths = write_pngs(tmp_path, 10)
+    got = list(image_batches(paths, 4))
+    assert [batch for batch, _ in got] == [paths[0:4], paths[4:8], paths[8:10]]
+    levels = [int(np.asarray(image)[0, 0, 0]) for _, batch in got for image in batch]
+    assert levels == list(range(10))
+    assert {image.mode for _, batch in got for image in batch} == {"RGB"}
+    assert list(image_batches([], 4)) == []
+
+
+@pytest.mark.parametrize("n", [12, 48])
+def test_the_loader_holds_its_batch_and_one_batch_ahead_whatever_the_shard(tmp_path, n):
+    batch_size = 3
+    paths = write_pngs(tmp_path, n)
+    counted = LiveImages()
+    batches = 0
+    for _, decoded in image_batches(paths, batch_size, counted):
+        assert len(decoded) == batch_size
+        if counted.read < n:  # the next batch is read while this one is worked on ...
+            deadline = time.monotonic() + 10
+            while counted.read < (batches + 1 + images.PREFETCH) * batch_size and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.05)  # ... and nothing beyond it
+            assert counted.read == (batches + 1 + images.PREFETCH) * batch_size
+        batches += 1
+        del decoded  # a caller done with its batch keeps none of it
+    assert batches == n // batch_size
+    assert counted.peak == batch_size * (1 + images.PREFETCH)
+    assert counted.live == 0
+
+
+def test_a_file_that_does_not_decode_is_named_when_its_batch_is_due(tmp_path):
+    paths = write_pngs(tmp_path, 6)
+    noise = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(paths[4])
+    paths[4].write_bytes(paths[4].read_bytes()[:2000])  # its header is whole, its pixels are cut short
+    loader = image_batches(paths, 2)
+    assert len(next(loader)[1]) == 2
+    assert len(next(loader)[1]) == 2
+    with pytest.raises(ImageReadError, match=re.escape(f"cannot read image {paths[4]}")):
+        next(loader)
+
+
+def test_a_missing_file_is_named(tmp_path):
+    with pytest.raises(ImageReadError, match=re.escape(f"cannot read image {tmp_path / 'absent.png'}")):
+        list(image_batches([tmp_path / "absent.png"], 2))
+
+
+def test_background_writes_keep_at_most_the_limit_waiting_and_finish_all(tmp_path):
+    release = threading.Event()
+    written = []
+
+    def write(image, path):
+        release.wait(10)
+        image.save(path)
+        written.append(path)
+
+    paths = [tmp_path / f"{i}.png" for i in range(5)]
+    with BackgroundWrites(limit=2) as writes:
+        for i, path in enumerate(paths[:2]):
+            writes.submit(write, Image.new("RGB", (4, 4), (i, 0, 0)), path)
+        blocked = threading.Thread(target=writes.submit, args=(write, Image.new("RGB", (4, 4)), paths[2]))
+        blocked.start()
+        blocked.join(0.2)
+        assert blocked.is_alive()  # a third image waits until one of the two is written
+        release.set()
+        blocked.join(10)
+        for path in paths[3:]:
+            writes.submit(write, Image.new("RGB", (4, 4)), path)
+    assert sorted(written) == sorted(paths)
+    assert all(path.exists() for path in paths)
+
+
+def test_a_failed_write_is_raised_when_the_block_ends(tmp_path):
+    def write(image, path):
+        raise OSError(f"disk full writing {path}")
+
+    with pytest.raises(OSError, match="disk full writing"), BackgroundWrites(limit=4) as writes:
+        writes.submit(write, Image.new("RGB", (4, 4)), tmp_path / "a.png")
