@@ -88,10 +88,10 @@ def submitit_parameters(resources: dict[str, Any], threads: int, gpus: int, rule
 def _run_stage(step: str, config_path: str, arguments: dict[str, Any], threads: int) -> None:
     # Set before the stage imports torch, which reads them once.
     os.environ.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
-    from blindspot.stages import STEPS, setup_logging
+    from blindspot.stages import run_step, setup_logging
 
     setup_logging()
-    STEPS[step](config=load_config(config_path), **arguments)
+    run_step(step, config=load_config(config_path), **arguments)
 
 
 def submit_stage(
