@@ -103,7 +103,8 @@ def slurm_run(cluster, tmp_path_factory):
             log, _ = run.communicate(timeout=120)
             pytest.fail(f"snakemake on SLURM timed out:\n{log[-4000:]}")
     assert run.returncode == 0, log[-6000:]
-    jobs = [job for job in slurm_jobs() if job["JobId"] not in before]
+    # The workflow's jobs only (another test's sbatch may have run meanwhile).
+    jobs = [job for job in slurm_jobs() if job["JobId"] not in before and job.get("Comment", "").startswith("rule_")]
     return work, config, jobs
 
 
