@@ -16,7 +16,7 @@ import yaml
 from conftest import CHROMIUM, REPO, snakemake
 
 from blindspot import tables
-from blindspot.config import metric_models, n_shards
+from blindspot.config import is_api_metric, metric_models, n_shards
 from blindspot.humble_questions import problem
 from blindspot.io import read_table
 from blindspot.targets import final_targets
@@ -49,7 +49,11 @@ def test_paper_dry_run_has_one_job_per_domain_model_and_shard(paper_config):
     assert jobs["keep_consensus_pairs"] == domains
     assert jobs["measure_image_quality"] == shards
     assert jobs["build_model"] == 1  # only NIQE's parameters are built; every other model comes from its id
-    assert jobs["score_metric"] == shards * len(paper_config["evaluation"]["metrics"])
+    metrics = paper_config["evaluation"]["metrics"]
+    api = [name for name in metrics if is_api_metric(paper_config, name)]
+    assert api == ["gpt-5"]  # its jobs run on the submit host, where the network is
+    assert jobs["score_metric"] == shards * (len(metrics) - len(api))
+    assert jobs["score_api_metric"] == shards * len(api)
     assert jobs["make_table3"] == 1
 
 
@@ -233,7 +237,9 @@ def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run
         "keep_consensus_pairs": len(config["domains"]), "measure_image_quality": shards, "make_table2": 1,
         "split_benchmark": 1, "export_dataset": 1, "all": 1,
         # The benchmark gains pairs, so every metric job runs again; the score cache makes that cheap.
-        "score_metric": shards * len(config["evaluation"]["metrics"]), "make_table3": 1,
+        "score_metric": shards * sum(not is_api_metric(config, m) for m in config["evaluation"]["metrics"]),
+        "score_api_metric": shards * sum(is_api_metric(config, m) for m in config["evaluation"]["metrics"]),
+        "make_table3": 1,
         # HumbleBench asks about the benchmark's images: new questions, answered again in every setting.
         "make_humble_questions": 1, "make_humble_tables": 1, "make_annotation_projects": 1, "make_report_items": 1,
         "train_protoscore": 1,
