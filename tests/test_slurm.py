@@ -136,7 +136,7 @@ def test_each_job_asked_slurm_for_the_cpus_memory_and_time_it_needs(slurm_run):
         comment = f"rule_{job['rule']}" + ("" if name == "all" else "_wildcards_" + name.replace("/", "_"))
         needs[comment] = job
     for job in jobs:
-        need = needs[job["Comment"]]
+        need = needs[job["Comment"].removesuffix("_wildcards_")]
         assert f"mem={need['mem_mb']}M" in job["TRES"], job["Comment"]
         assert job["TimeLimit"] == time.strftime("%H:%M:%S", time.gmtime(60 * need["runtime"])), job["Comment"]
         assert job["NumCPUs"] == str(need["threads"]), job["Comment"]
