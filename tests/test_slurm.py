@@ -157,7 +157,12 @@ def test_a_job_that_outgrows_its_memory_is_killed(cluster, tmp_path):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert submitted.returncode != 0
-    record = next(job for job in slurm_jobs() if job["JobId"] == submitted.stdout.strip())
+    deadline = time.monotonic() + 60
+    while True:  # `sbatch --wait` returns while SLURM may still be COMPLETING the killed job
+        record = next(job for job in slurm_jobs() if job["JobId"] == submitted.stdout.strip())
+        if record["JobState"] != "COMPLETING" or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     assert record["JobState"] in {"FAILED", "OUT_OF_MEMORY"}
     assert "Exceeded job memory limit" in out.read_text()
     assert "survived" not in out.read_text()
