@@ -1,6 +1,5 @@
 import copy
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -27,9 +26,10 @@ def snakemake(*args, cwd=REPO, check=True):
 
 
 def local_rules() -> set[str]:
-    """The rules that run on the submit host, never on SLURM (workflow/Snakefile's `localrules`)."""
-    snakefile = (REPO / "workflow" / "Snakefile").read_text()
-    return set(re.findall(r"^    (\w+),$", snakefile.split("localrules:")[1].split("\n\n")[0], flags=re.M))
+    """The rules that run on the submit host, never on SLURM: the catalogue's local steps and `all`."""
+    from blindspot.catalogue import LOCAL_STEPS
+
+    return {"all", *LOCAL_STEPS}
 
 
 @pytest.fixture

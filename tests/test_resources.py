@@ -18,7 +18,8 @@ PROFILE = REPO / "profiles" / "slurm" / "config.yaml"
 def test_a_model_jobs_memory_is_its_base_weights_and_images_in_flight(paper_config):
     settings = paper_config["job_resources"]
     wildcards = {"domain": "animals", "t2i": "flux.1-schnell", "shard": "00000"}
-    needs = job_resources(paper_config, "render_images", wildcards, items=2400, throughput_key="flux.1-schnell")
+    needs = job_resources(paper_config, "render_images", wildcards)
+    items = 2 * len(paper_config["prompt_stage"]["generators"]) * paper_config["shard_size"]  # images of a full shard
     pixels = 1024 * 1024
     images = 2 * paper_config["image_stage"]["render_batch_size"]
     expected_mb = settings["base_mb"] + 1024 * 34 + images * pixels * settings["bytes_per_pixel"] / 2**20
@@ -26,18 +27,21 @@ def test_a_model_jobs_memory_is_its_base_weights_and_images_in_flight(paper_conf
     assert needs.gpus == 1
     assert needs.threads == settings["threads_per_gpu"]
     seconds = paper_config["throughput"]["render_images"]["flux.1-schnell"]
-    minutes = settings["load_minutes"] + settings["runtime_margin"] * seconds * 2400 / 60
+    minutes = settings["load_minutes"] + settings["runtime_margin"] * seconds * items / 60
     assert needs.runtime == pytest.approx(minutes, abs=1)
     # A retry asks for twice the memory and time.
-    again = job_resources(paper_config, "render_images", wildcards, 2400, attempt=2, throughput_key="flux.1-schnell")
+    again = job_resources(paper_config, "render_images", wildcards, attempt=2)
     assert (again.mem_mb, again.runtime) == (2 * needs.mem_mb, 2 * needs.runtime)
 
 
 def test_a_two_gpu_judge_gets_the_cpus_of_two_gpus_and_a_table_rule_one(paper_config):
     threads = paper_config["job_resources"]["threads_per_gpu"]
-    judge = job_resources(paper_config, "judge_triplets", {"judge": "qwen2.5-32b-instruct", "generator": "x"})
+    wildcards = {"domain": "animals", "judge": "qwen2.5-32b-instruct", "generator": "x", "shard": "00000"}
+    judge = job_resources(paper_config, "judge_triplets", wildcards)
     assert (judge.gpus, judge.threads) == (2, 2 * threads)
-    assert judge.runtime == paper_config["job_resources"]["runtime_default"]  # no items: the default time
+    del paper_config["throughput"]["judge_triplets"]
+    untimed = job_resources(paper_config, "judge_triplets", wildcards)
+    assert untimed.runtime == paper_config["job_resources"]["runtime_default"]  # no throughput: the default time
     table = job_resources(paper_config, "make_table3", {})
     assert (table.gpus, table.threads, table.runtime) == (0, 1, paper_config["job_resources"]["runtime_min"])
 

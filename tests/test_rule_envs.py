@@ -1,7 +1,7 @@
 """Every rule's step runs in its own env (workflow/envs/*.yaml) with nothing else installed.
 
 Each env is built as a virtual environment from its pip section (tests/rule_envs.py; cached, so only
-an edited env is built again), and the jobs of the tiny run that ran in it (blindspot.envs.step_env)
+an edited env is built again), and the jobs of the tiny run that ran in it (blindspot.catalogue.job_env)
 run again there from the arguments they left beside their logs (`python -m blindspot.stages replay`),
 in a copy of the run, after their outputs and their resumable state are removed: a job does all its
 work, and a module its env lacks fails it with an ImportError that the failure shows. One job of
@@ -32,8 +32,7 @@ import rule_envs
 from conftest import REPO, SNAKEMAKE
 from packaging.requirements import Requirement
 
-from blindspot.envs import step_env
-from blindspot.resources import job_models
+from blindspot.catalogue import job_env, job_models
 from blindspot.stages import STEPS, job_file
 
 # Steps whose jobs the tiny run has none of, and why (their code is covered elsewhere).
@@ -96,7 +95,7 @@ def jobs_to_replay(config: dict, jobs: list[RecordedJob], work: Path) -> dict[st
         first.setdefault(code_key(config, job), job)
     by_env: dict[str, list[RecordedJob]] = {}
     for job in sorted(first.values(), key=lambda job: (work / job.file).stat().st_mtime_ns):
-        by_env.setdefault(step_env(config, job.step, job.wildcards), []).append(job)
+        by_env.setdefault(job_env(config, job.step, job.wildcards), []).append(job)
     return by_env
 
 

@@ -20,7 +20,7 @@ from conftest import REPO, local_rules
 
 from blindspot import tables
 from blindspot.io import read_table
-from blindspot.plan import JOB_WILDCARDS, job_name, job_table
+from blindspot.plan import job_table
 from blindspot.slurm import submit_stage
 from blindspot.targets import final_targets, path
 
@@ -131,8 +131,8 @@ def test_each_job_asked_slurm_for_the_cpus_memory_and_time_it_needs(slurm_run):
     _, config, jobs = slurm_run
     planned = job_table(config)
     needs = {}
-    for job in planned[planned["rule"].isin(list(JOB_WILDCARDS))].to_dict("records"):
-        name = job_name(job["rule"], job)
+    for job in planned.to_dict("records"):
+        name = job["job"]
         comment = f"rule_{job['rule']}" + ("" if name == "all" else "_wildcards_" + name.replace("/", "_"))
         needs[comment] = job
     for job in jobs:

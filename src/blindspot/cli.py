@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from blindspot import doctor, hub, plan
+from blindspot import catalogue, doctor, hub, plan
 from blindspot.annotation import TASKS
 from blindspot.config import ConfigError, load_config
 
@@ -43,7 +43,7 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
     total = _hours(result["total_gpu_hours"])
     if fmt == "csv":
         frame = result["combinations"]
-        rest = result["rules"][~result["rules"]["rule"].isin(list(plan.SHARDED))]
+        rest = result["rules"][~result["rules"]["rule"].isin(list(catalogue.SHARDED_STEPS))]
         frame = pd.concat([rest.drop(columns="stage"), frame], ignore_index=True)
         frame = frame[["rule", "domain", "model", "jobs", "gpus_per_job", "cpus_per_job", "mem_gb_per_job",
                        "hours_per_job", "items", "gpu_hours"]]

@@ -114,6 +114,10 @@ def validate_config(config: dict[str, Any]) -> None:
                 f"config key 'humblebench.tables.{use}': '{setting}' is not one of the settings "
                 f"({', '.join(humble['settings'])})"
             )
+    # The steps timed per item are the catalogue's, which itself reads the config's models.
+    from blindspot.catalogue import check_throughput
+
+    check_throughput(config)
     evaluation = config["evaluation"]
     for name, metric in evaluation["metrics"].items():
         named = {"model": metric["model"]} | {f"models.{arg}": m for arg, m in metric.get("models", {}).items()}
@@ -265,50 +269,15 @@ def model_spec(config: dict[str, Any], name: str) -> ModelSpec:
     )
 
 
-# The models a job of each step loads: a job's wildcard names one (`generator`, `t2i`, ...), or the
-# stage config lists them. Steps not listed load no model.
-STEP_MODELS = {
-    "generate_triplets": lambda config, wildcards: [wildcards["generator"]],
-    "judge_triplets": lambda config, wildcards: [wildcards["judge"]],
-    "check_prompt_quality": lambda config, wildcards: [
-        config["prompt_stage"]["embedding_model"],
-        config["prompt_stage"]["nli_model"],
-    ],
-    "render_images": lambda config, wildcards: [wildcards["t2i"]],
-    "judge_images": lambda config, wildcards: [wildcards["vlm"]],
-    "measure_image_quality": lambda config, wildcards: list(config["image_stage"]["iqa_metrics"]),
-    "score_metric": lambda config, wildcards: metric_models(config["evaluation"]["metrics"][wildcards["metric"]]),
-    "score_api_metric": lambda config, wildcards: metric_models(config["evaluation"]["metrics"][wildcards["metric"]]),
-    "write_scene_questions": lambda config, wildcards: [
-        config["humblebench"]["scene_graphs"][role] for role in ("describer", "writer")
-    ],
-    "answer_humble": lambda config, wildcards: [wildcards["vlm"]],
-    "train_protoscore": lambda config, wildcards: [config["protoscore"]["model"]],
-    "score_transfer": lambda config, wildcards: [config["protoscore"]["model"]],
-}
-
-
 def is_api_metric(config: dict[str, Any], metric: str) -> bool:
     """Whether a metric is served over the internet (its jobs run where the network is)."""
     return config["models"][config["evaluation"]["metrics"][metric]["model"]]["backend"] == "openai_api"
-
-
-def metric_rule(config: dict[str, Any], metric: str) -> str:
-    """The rule that scores a metric: an API judge's jobs run on the submit host (score_api_metric)."""
-    return "score_api_metric" if is_api_metric(config, metric) else "score_metric"
 
 
 def metric_models(entry: dict[str, Any]) -> list[str]:
     """The registry models a metric loads: its own, then the ones its plug-in takes as arguments
     (`models`, e.g. AlignScore's captioner)."""
     return [entry["model"], *entry.get("models", {}).values()]
-
-
-def step_gpus(config: dict[str, Any], step: str, wildcards: dict[str, str]) -> int:
-    """GPUs one job of `step` asks for: the most any of its models needs (a job loads its models
-    one after the other). The same number is vLLM's tensor parallelism."""
-    models = STEP_MODELS.get(step, lambda config, wildcards: [])(config, wildcards)
-    return max((model_spec(config, name).gpus for name in models), default=0)
 
 
 def built_model_dir(config: dict[str, Any], name: str) -> Path:

@@ -4,7 +4,7 @@
 plan` and `blindspot.slurm.submit_stage` all call it, so a job asks SLURM for what the plan shows, and
 no rule that loads a model can be left on a profile's default.
 
-- GPUs: the most any of the job's models needs (`step_gpus`; also vLLM's tensor parallelism).
+- GPUs: the most any of the job's models needs (`catalogue.job_gpus`; also vLLM's tensor parallelism).
 - CPUs (threads): `threads_per_gpu` for each GPU; `cpu_threads` for a job that runs models or decodes
   images without a GPU; 1 for the table rules. Snakemake sets OMP_NUM_THREADS to the same number.
 - Host memory: `base_mb` (interpreter, torch, CUDA context, the job's tables) + the largest model's
@@ -12,8 +12,9 @@ no rule that loads a model can be left on a profile's default.
   stay there on a CPU; models load one after another) + the images in flight (the stage's batch size,
   twice for the batch being decoded, at the largest render size, `bytes_per_pixel` each). Images are
   read batch by batch, so this does not grow with the shard.
-- Time: the job's items times the `throughput:` table's seconds per item, times `runtime_margin`, plus
-  `load_minutes`; at least `runtime_min`. A model job without a throughput entry gets `runtime_default`.
+- Time: the job's items (`catalogue.job_items`) times the `throughput:` table's seconds per item,
+  times `runtime_margin`, plus `load_minutes`; at least `runtime_min`. A model job without a
+  throughput entry gets `runtime_default`.
 
 Memory and time grow with the attempt, so a job that ran out of either gets more when retried.
 """
@@ -24,23 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from blindspot.config import STEP_MODELS, model_spec, step_gpus
-
-# The batch size a job of each step reads images in (stage key, batch key, images per item), for the
-# steps that hold images in memory.
-IMAGE_BATCHES = {
-    "render_images": ("image_stage", "render_batch_size", 1),
-    "judge_images": ("image_stage", "judge_batch_size", 1),
-    "measure_image_quality": ("image_stage", "iqa_batch_size", 2),
-    "score_metric": ("evaluation", "batch_size", 2),
-    "score_api_metric": ("evaluation", "batch_size", 2),
-    "answer_humble": ("humblebench", "batch_size", 1),
-    "write_scene_questions": ("humblebench", "batch_size", 1),
-    "train_protoscore": ("protoscore", "batch_size", 2),
-    "score_transfer": ("evaluation", "batch_size", 2),
-}
-# Steps without a model that still run on the cluster: they decode or write every image of the run.
-DATA_STEPS = ("export_dataset", "make_humble_questions")
+from blindspot import catalogue
+from blindspot.config import model_spec
 
 
 @dataclass(frozen=True)
@@ -52,10 +38,6 @@ class JobResources:
 
     def as_dict(self) -> dict[str, int]:
         return {"gpus": self.gpus, "threads": self.threads, "mem_mb": self.mem_mb, "runtime": self.runtime}
-
-
-def job_models(config: dict[str, Any], step: str, wildcards: dict[str, str]) -> list[str]:
-    return STEP_MODELS[step](config, wildcards) if step in STEP_MODELS else []
 
 
 def weights_gb(config: dict[str, Any], names: list[str]) -> float:
@@ -71,27 +53,25 @@ def render_pixels(config: dict[str, Any]) -> int:
 
 def images_in_flight(config: dict[str, Any], step: str) -> int:
     """Images a job holds at once: the batch it works on and the one being decoded (or encoded)."""
-    if step not in IMAGE_BATCHES:
+    batch = catalogue.STEPS[step].image_batch
+    if batch is None:
         return 0
-    stage, key, per_item = IMAGE_BATCHES[step]
-    return 2 * config[stage][key] * per_item
+    key, per_item = batch
+    return 2 * catalogue.config_value(config, key) * per_item
 
 
-def job_resources(
-    config: dict[str, Any], step: str, wildcards: dict[str, str], items: int | None = None, attempt: int = 1,
-    throughput_key: str | None = None,
-) -> JobResources:  # fmt: skip
-    """What one job of `step` asks for. `items` is the job's work (from `blindspot.plan`), for its time;
-    `throughput_key` the `throughput:` entry its seconds per item are looked up by."""
+def job_resources(config: dict[str, Any], step: str, wildcards: dict[str, str], attempt: int = 1) -> JobResources:
+    """What one job of `step` (with these wildcards) asks for at its `attempt`."""
     settings = config["job_resources"]
-    models = job_models(config, step, wildcards)
-    gpus = step_gpus(config, step, wildcards)
-    loads_something = bool(models) or step in DATA_STEPS
+    models = catalogue.job_models(config, step, wildcards)
+    gpus = catalogue.job_gpus(config, step, wildcards)
+    items = catalogue.job_items(config, step, wildcards)
+    loads_something = bool(models) or catalogue.STEPS[step].data
     threads = settings["threads_per_gpu"] * gpus if gpus else settings["cpu_threads"] if loads_something else 1
     image_mb = images_in_flight(config, step) * render_pixels(config) * settings["bytes_per_pixel"] / 2**20
     mem_mb = settings["base_mb"] + 1024 * weights_gb(config, models) + image_mb
     entries = config.get("throughput", {}).get(step, {})
-    seconds = entries.get(throughput_key or "", entries.get("default"))
+    seconds = entries.get(catalogue.throughput_key(config, step, wildcards), entries.get("default"))
     if seconds is not None and items:
         runtime = settings["load_minutes"] + settings["runtime_margin"] * seconds * items / 60
     else:

@@ -23,8 +23,9 @@ from typing import Any
 
 import yaml
 
+from blindspot.catalogue import STEPS
 from blindspot.config import load_config
-from blindspot.plan import JOB_WILDCARDS, PlannedJobs
+from blindspot.resources import job_resources
 
 DEFAULT_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "slurm" / "config.yaml"
 # What Snakemake sets to a job's threads before running it (snakemake/shell.py).
@@ -102,13 +103,11 @@ def submit_stage(
     SLURM's output and the pickled result go to `folder`."""
     import submitit
 
-    from blindspot.stages import STEPS
-
     if step not in STEPS:
         raise ValueError(f"unknown stage '{step}' (stages: {', '.join(STEPS)})")
     config = load_config(config_path)
-    wildcards = {name: str(arguments[name]) for name in JOB_WILDCARDS.get(step, ()) if name in arguments}
-    needs = PlannedJobs(config).resources(step, wildcards, attempt)
+    wildcards = {name: str(arguments[name]) for name in STEPS[step].wildcards if name in arguments}
+    needs = job_resources(config, step, wildcards, attempt)
     threads = profile_threads(step, profile) or needs.threads
     resources = {"mem_mb": needs.mem_mb, "runtime": needs.runtime} | profile_resources(step, attempt, profile)
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")

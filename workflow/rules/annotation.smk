@@ -14,7 +14,7 @@ rule make_annotation_projects:
         annotators=ANNOTATION["annotators"],
         image_url_prefix=ANNOTATION["image_url_prefix"],
     log:
-        LOG("make_annotation_projects", "all"),
+        LOG("make_annotation_projects"),
     threads: get_threads("make_annotation_projects")
     resources:
         **get_resources("make_annotation_projects"),
@@ -35,7 +35,7 @@ rule validate_filter:
     params:
         threshold=ANNOTATION["human_keep_threshold"],
     log:
-        LOG("validate_filter", "all"),
+        LOG("validate_filter"),
     threads: get_threads("validate_filter")
     resources:
         **get_resources("validate_filter"),
@@ -56,7 +56,7 @@ rule human_preferences:
         markdown=P("annotator_agreement", ext="md"),
         latex=P("annotator_agreement", ext="tex"),
     log:
-        LOG("human_preferences", "all"),
+        LOG("human_preferences"),
     threads: get_threads("human_preferences")
     resources:
         **get_resources("human_preferences"),

@@ -15,7 +15,7 @@ rule split_benchmark:
         threshold=config["image_stage"]["consensus_threshold"],
         seed=config["seed"],
     log:
-        LOG("split_benchmark", "all"),
+        LOG("split_benchmark"),
     threads: get_threads("split_benchmark")
     resources:
         **get_resources("split_benchmark"),
@@ -34,9 +34,9 @@ rule export_dataset:
     params:
         name=config["benchmark"]["name"],
     log:
-        LOG("export_dataset", "all"),
+        LOG("export_dataset"),
     benchmark:
-        BENCH("export_dataset", "all")
+        BENCH("export_dataset")
     threads: get_threads("export_dataset")
     resources:
         **get_resources("export_dataset"),

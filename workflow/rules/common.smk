@@ -8,10 +8,9 @@ from pathlib import Path
 # workflow/scripts/blindspot -> src/blindspot (Snakemake puts a script's folder on sys.path).
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
-from blindspot.config import build_inputs, metric_models, resolved_recipe, validate_config
-from blindspot.envs import step_env
-from blindspot.plan import PlannedJobs
-from blindspot import targets
+from blindspot.config import build_inputs, is_api_metric, metric_models, resolved_recipe, validate_config
+from blindspot import catalogue, targets
+from blindspot.resources import job_resources
 
 validate_config(config)
 
@@ -19,7 +18,7 @@ STAGE = config["prompt_stage"]
 BUILT_MODELS = [name for name, entry in config["models"].items() if "build" in entry]
 METRICS = config["evaluation"]["metrics"]
 # Metrics served over the internet; compute nodes have none, so their jobs run on the submit host.
-API_METRICS = [name for name, entry in METRICS.items() if config["models"][entry["model"]]["backend"] == "openai_api"]
+API_METRICS = [name for name in METRICS if is_api_metric(config, name)]
 
 
 def _one_of(names):
@@ -42,12 +41,13 @@ def P(kind, **fields):
     return targets.path(config, kind, **fields)
 
 
-def LOG(rule, job):
-    return P("log", rule=rule, job=job)
+def LOG(rule):
+    """A job's log: its name is the step's wildcards (`blindspot.catalogue`)."""
+    return P("log", rule=rule, job=catalogue.job_name(rule))
 
 
-def BENCH(rule, job):
-    return P("benchmark", rule=rule, job=job)
+def BENCH(rule):
+    return P("benchmark", rule=rule, job=catalogue.job_name(rule))
 
 
 def get_final_output():
@@ -63,12 +63,8 @@ def get_role_model_input(role):
     return lambda wildcards: get_model_input(getattr(wildcards, role))
 
 
-# Every job of the run with its items, from `blindspot plan`: a job's time follows from its items.
-PLANNED = PlannedJobs(config)
-
-
 def _job_resources(rule, wildcards, attempt=1):
-    return PLANNED.resources(rule, dict(wildcards.items()), attempt)
+    return job_resources(config, rule, dict(wildcards.items()), attempt)
 
 
 def get_threads(rule):
@@ -87,8 +83,8 @@ def get_resources(rule):
 
 
 def get_env(rule):
-    """A job's conda env (`blindspot.envs`): by rule, and for VLMs and metrics by the model's backend."""
-    return lambda wildcards: f"../envs/{step_env(config, rule, dict(wildcards.items()))}.yaml"
+    """A job's conda env (`blindspot.catalogue`): by step, and for VLMs and metrics by the model's backend."""
+    return lambda wildcards: f"../envs/{catalogue.job_env(config, rule, dict(wildcards.items()))}.yaml"
 
 
 def get_api_key_is_set(wildcards):

@@ -15,9 +15,9 @@ rule write_scene_questions:
         # Everything but the people's verification file, which only make_humble_questions reads.
         scene_graphs={key: value for key, value in SCENE_GRAPHS.items() if key != "verification"},
     log:
-        LOG("write_scene_questions", "all"),
+        LOG("write_scene_questions"),
     benchmark:
-        BENCH("write_scene_questions", "all")
+        BENCH("write_scene_questions")
     threads: get_threads("write_scene_questions")
     resources:
         **get_resources("write_scene_questions"),
@@ -43,9 +43,9 @@ rule make_humble_questions:
         from_benchmark=config["humblebench"].get("from_benchmark"),
         seed=config["seed"],
     log:
-        LOG("make_humble_questions", "all"),
+        LOG("make_humble_questions"),
     benchmark:
-        BENCH("make_humble_questions", "all")
+        BENCH("make_humble_questions")
     threads: get_threads("make_humble_questions")
     resources:
         **get_resources("make_humble_questions"),
@@ -70,9 +70,9 @@ rule answer_humble:
         answering={key: config["humblebench"][key] for key in ("answer_shards", "max_new_tokens")},
         seed=config["seed"],
     log:
-        LOG("answer_humble", "{vlm}/{setting}/{shard}"),
+        LOG("answer_humble"),
     benchmark:
-        BENCH("answer_humble", "{vlm}/{setting}/{shard}")
+        BENCH("answer_humble")
     threads: get_threads("answer_humble")
     resources:
         **get_resources("answer_humble"),
@@ -96,7 +96,7 @@ rule make_humble_tables:
     params:
         humblebench=config["humblebench"],
     log:
-        LOG("make_humble_tables", "all"),
+        LOG("make_humble_tables"),
     threads: get_threads("make_humble_tables")
     resources:
         **get_resources("make_humble_tables"),

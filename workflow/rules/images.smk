@@ -15,9 +15,9 @@ rule render_images:
         images_per_description=config["image_stage"]["images_per_description"],
         seed=config["seed"],
     log:
-        LOG("render_images", "{domain}/{t2i}/{shard}"),
+        LOG("render_images"),
     benchmark:
-        BENCH("render_images", "{domain}/{t2i}/{shard}")
+        BENCH("render_images")
     threads: get_threads("render_images")
     resources:
         **get_resources("render_images"),
@@ -39,9 +39,9 @@ rule judge_images:
         model=get_model_params("vlm"),
         batch_size=config["image_stage"]["judge_batch_size"],
     log:
-        LOG("judge_images", "{domain}/{t2i}/{vlm}/{shard}"),
+        LOG("judge_images"),
     benchmark:
-        BENCH("judge_images", "{domain}/{t2i}/{vlm}/{shard}")
+        BENCH("judge_images")
     threads: get_threads("judge_images")
     resources:
         **get_resources("judge_images"),
@@ -63,7 +63,7 @@ rule keep_consensus_pairs:
         threshold=config["image_stage"]["consensus_threshold"],
         score=config["image_stage"]["consensus_score"],
     log:
-        LOG("keep_consensus_pairs", "{domain}"),
+        LOG("keep_consensus_pairs"),
     threads: get_threads("keep_consensus_pairs")
     resources:
         **get_resources("keep_consensus_pairs"),
@@ -84,9 +84,9 @@ rule measure_image_quality:
     params:
         models=[config["models"][name] for name in config["image_stage"]["iqa_metrics"]],
     log:
-        LOG("measure_image_quality", "{domain}/{shard}"),
+        LOG("measure_image_quality"),
     benchmark:
-        BENCH("measure_image_quality", "{domain}/{shard}")
+        BENCH("measure_image_quality")
     threads: get_threads("measure_image_quality")
     resources:
         **get_resources("measure_image_quality"),
@@ -104,7 +104,7 @@ rule make_table2:
         markdown=P("table2", ext="md"),
         latex=P("table2", ext="tex"),
     log:
-        LOG("make_table2", "all"),
+        LOG("make_table2"),
     threads: get_threads("make_table2")
     resources:
         **get_resources("make_table2"),

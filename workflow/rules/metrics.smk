@@ -24,9 +24,9 @@ rule score_metric:
         # The test split is a function of the triplet id and these (as in split_benchmark).
         split=dict(seed=config["seed"], test_fraction=config["benchmark"]["test_fraction"]),
     log:
-        LOG("score_metric", "{domain}/{metric}/{shard}"),
+        LOG("score_metric"),
     benchmark:
-        BENCH("score_metric", "{domain}/{metric}/{shard}")
+        BENCH("score_metric")
     threads: get_threads("score_metric")
     resources:
         **get_resources("score_metric"),
@@ -41,9 +41,9 @@ use rule score_metric as score_api_metric with:
     wildcard_constraints:
         metric=_one_of(API_METRICS),
     log:
-        LOG("score_api_metric", "{domain}/{metric}/{shard}"),
+        LOG("score_api_metric"),
     benchmark:
-        BENCH("score_api_metric", "{domain}/{metric}/{shard}")
+        BENCH("score_api_metric")
     threads: get_threads("score_api_metric")
     resources:
         **get_resources("score_api_metric"),
@@ -65,7 +65,7 @@ rule make_table3:
         evaluation=config["evaluation"],
         seed=config["seed"],
     log:
-        LOG("make_table3", "all"),
+        LOG("make_table3"),
     threads: get_threads("make_table3")
     resources:
         **get_resources("make_table3"),
@@ -87,7 +87,7 @@ rule make_report_items:
         labels={name: entry["label"] for name, entry in METRICS.items()},
         report=config["report"],
     log:
-        LOG("make_report_items", "all"),
+        LOG("make_report_items"),
     threads: get_threads("make_report_items")
     resources:
         **get_resources("make_report_items"),

@@ -8,9 +8,9 @@ rule build_model:
         recipe=lambda wildcards: resolved_recipe(config, wildcards.model),
         seed=config["seed"],
     log:
-        LOG("build_model", "{model}"),
+        LOG("build_model"),
     benchmark:
-        BENCH("build_model", "{model}")
+        BENCH("build_model")
     threads: get_threads("build_model")
     resources:
         **get_resources("build_model"),

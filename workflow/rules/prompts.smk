@@ -10,9 +10,9 @@ rule make_seeds:
         n_seeds=lambda wildcards: config["domains"][wildcards.domain]["n_seeds"],
         seed=config["seed"],
     log:
-        LOG("make_seeds", "{domain}"),
+        LOG("make_seeds"),
     benchmark:
-        BENCH("make_seeds", "{domain}")
+        BENCH("make_seeds")
     threads: get_threads("make_seeds")
     resources:
         **get_resources("make_seeds"),
@@ -36,9 +36,9 @@ rule generate_triplets:
         batch_size=STAGE["batch_size"],
         seed=config["seed"],
     log:
-        LOG("generate_triplets", "{domain}/{generator}/{shard}"),
+        LOG("generate_triplets"),
     benchmark:
-        BENCH("generate_triplets", "{domain}/{generator}/{shard}")
+        BENCH("generate_triplets")
     threads: get_threads("generate_triplets")
     resources:
         **get_resources("generate_triplets"),
@@ -62,9 +62,9 @@ rule judge_triplets:
         batch_size=STAGE["batch_size"],
         seed=config["seed"],
     log:
-        LOG("judge_triplets", "{domain}/{judge}/{generator}/{shard}"),
+        LOG("judge_triplets"),
     benchmark:
-        BENCH("judge_triplets", "{domain}/{judge}/{generator}/{shard}")
+        BENCH("judge_triplets")
     threads: get_threads("judge_triplets")
     resources:
         **get_resources("judge_triplets"),
@@ -85,7 +85,7 @@ rule accept_triplets:
     params:
         judges=STAGE["judges"],
     log:
-        LOG("accept_triplets", "{domain}"),
+        LOG("accept_triplets"),
     threads: get_threads("accept_triplets")
     resources:
         **get_resources("accept_triplets"),
@@ -107,9 +107,9 @@ rule check_prompt_quality:
         nli_model=config["models"][STAGE["nli_model"]],
         batch_size=STAGE["batch_size"],
     log:
-        LOG("check_prompt_quality", "{domain}"),
+        LOG("check_prompt_quality"),
     benchmark:
-        BENCH("check_prompt_quality", "{domain}")
+        BENCH("check_prompt_quality")
     threads: get_threads("check_prompt_quality")
     resources:
         **get_resources("check_prompt_quality"),
@@ -127,7 +127,7 @@ rule make_table1:
         markdown=P("table1", ext="md"),
         latex=P("table1", ext="tex"),
     log:
-        LOG("make_table1", "all"),
+        LOG("make_table1"),
     threads: get_threads("make_table1")
     resources:
         **get_resources("make_table1"),

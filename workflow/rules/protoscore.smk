@@ -15,9 +15,9 @@ rule train_protoscore:
         model=config["models"][config["protoscore"]["model"]],
         seed=config["seed"],
     log:
-        LOG("train_protoscore", "all"),
+        LOG("train_protoscore"),
     benchmark:
-        BENCH("train_protoscore", "all")
+        BENCH("train_protoscore")
     threads: get_threads("train_protoscore")
     resources:
         **get_resources("train_protoscore"),
@@ -34,9 +34,9 @@ rule score_transfer:
     output:
         out=P("protoscore_transfer"),
     log:
-        LOG("score_transfer", "all"),
+        LOG("score_transfer"),
     benchmark:
-        BENCH("score_transfer", "all")
+        BENCH("score_transfer")
     threads: get_threads("score_transfer")
     resources:
         **get_resources("score_transfer"),

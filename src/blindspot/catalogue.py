@@ -1,0 +1,234 @@
+"""Every step of the workflow, said once: the one place that lists them.
+
+A step is one rule of `workflow/rules/<stage>.smk`, run by the function of its name (or of `function`)
+in `blindspot.steps.<stage>`. Its entry says what the rest of the project derives from it: the rule's
+log and benchmark names (its `wildcards`), `localrules`, its conda env, the models it loads (and so
+its GPUs, memory and time, `blindspot.resources`), its work per job (`blindspot plan`), the config's
+`throughput:` keys, and the kind of output `blindspot targets` selects it by. Adding a step is a rule,
+an entry here and its function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from blindspot.config import ConfigError, metric_models, model_spec, shard_slice
+
+Config = dict[str, Any]
+Wildcards = dict[str, str]
+# Wildcards that say where a job's items come from, not which model it runs.
+DATA_WILDCARDS = ("domain", "shard", "setting")
+# A step's `env` that depends on its model: vLLM's env for a model it serves, else the vision env.
+BY_MODEL_BACKEND = "by_model_backend"
+_BACKEND_ENVS = {"vllm": "llm"}
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    stage: str  # its rules file, workflow/rules/<stage>.smk, and its module, blindspot.steps.<stage>
+    env: str = "base"  # workflow/envs/<env>.yaml, or BY_MODEL_BACKEND
+    wildcards: tuple[str, ...] = ()  # the job's name in its log and benchmark paths, in this order
+    # The models it loads, one after another: a wildcard that names one (`metric`: the metric's models),
+    # or a dotted config key that holds a name or a list of names.
+    loads: tuple[str, ...] = ()
+    local: bool = False  # runs on the submit host: seconds of work, or the internet
+    data: bool = False  # loads no model but decodes or writes every image of the run (CPUs, time)
+    image_batch: tuple[str, int] | None = None  # config key of the batch its images pass in, and images per item
+    throughput: bool = False  # its time: items x the `throughput:` table's seconds per item
+    output: str | None = None  # the kind (`blindspot.targets.PATHS`) of the output of a domain's shard
+    items: Callable[[Config, Wildcards], int] | None = None  # one job's work, for its time and the plan
+    function: str | None = None  # the step function when it is another step's
+
+
+def _seeds(config: Config, wildcards: Wildcards) -> int:
+    return config["domains"][wildcards["domain"]]["n_seeds"]
+
+
+def _shard_seeds(config: Config, wildcards: Wildcards) -> int:
+    """Seeds in the job's shard: the size of the slice the step takes."""
+    return len(range(_seeds(config, wildcards))[shard_slice(wildcards["shard"], config["shard_size"])])
+
+
+def _images_per_seed(config: Config) -> int:
+    """Images of one seed per T2I model: both descriptions of every generator's triplet (an upper bound)."""
+    return 2 * len(config["prompt_stage"]["generators"]) * config["image_stage"]["images_per_description"]
+
+
+def _shard_images(config: Config, wildcards: Wildcards) -> int:
+    return _shard_seeds(config, wildcards) * _images_per_seed(config)
+
+
+def _shard_pair_images(config: Config, wildcards: Wildcards) -> int:
+    """Images of a shard's pairs over every T2I model: every pair kept."""
+    return _shard_images(config, wildcards) * len(config["image_stage"]["t2i_models"])
+
+
+def _domain_triplets(config: Config, wildcards: Wildcards) -> int:
+    return _seeds(config, wildcards) * len(config["prompt_stage"]["generators"])
+
+
+def _domain_pairs(config: Config, wildcards: Wildcards) -> int:
+    return _seeds(config, wildcards) * _images_per_seed(config) // 2 * len(config["image_stage"]["t2i_models"])
+
+
+def run_images(config: Config) -> int:
+    """Images of the whole run over every T2I model (an upper bound)."""
+    seeds = sum(spec["n_seeds"] for spec in config["domains"].values())
+    return seeds * _images_per_seed(config) * len(config["image_stage"]["t2i_models"])
+
+
+def _humble_shard_questions(config: Config, wildcards: Wildcards) -> int:
+    """The release's questions (`release_questions`) and two per benchmark image, over the shards."""
+    humble = config["humblebench"]
+    questions = humble.get("release_questions", 0) + (2 * run_images(config) if humble.get("from_benchmark") else 0)
+    return -(-questions // humble["answer_shards"])
+
+
+def _training_pairs(config: Config, wildcards: Wildcards) -> int:
+    return round(run_images(config) // 2 * (1 - config["benchmark"]["test_fraction"]))
+
+
+# fmt: off
+_ENTRIES = [
+    Step("build_model", "models", "build", ("model",), local=True, items=lambda config, wildcards: 1),
+    Step("make_seeds", "prompts", wildcards=("domain",), local=True, items=_seeds),
+    Step("generate_triplets", "prompts", "llm", ("domain", "generator", "shard"), ("generator",), throughput=True,
+          output="raw_triplets", items=_shard_seeds),
+    Step("judge_triplets", "prompts", "llm", ("domain", "judge", "generator", "shard"), ("judge",), throughput=True,
+          output="judgments", items=_shard_seeds),
+    Step("accept_triplets", "prompts", wildcards=("domain",), local=True, items=_domain_triplets),
+    Step("check_prompt_quality", "prompts", "nlp", ("domain",),
+          ("prompt_stage.embedding_model", "prompt_stage.nli_model"), throughput=True, items=_domain_triplets),
+    Step("make_table1", "prompts", local=True),
+    Step("render_images", "images", "t2i", ("domain", "t2i", "shard"), ("t2i",), throughput=True,
+          image_batch=("image_stage.render_batch_size", 1), output="renders", items=_shard_images),
+    Step("judge_images", "images", BY_MODEL_BACKEND, ("domain", "t2i", "vlm", "shard"), ("vlm",), throughput=True,
+          image_batch=("image_stage.judge_batch_size", 1), output="vlm_scores", items=_shard_images),
+    Step("keep_consensus_pairs", "images", wildcards=("domain",), local=True, items=_domain_pairs),
+    Step("measure_image_quality", "images", "iqa", ("domain", "shard"), ("image_stage.iqa_metrics",), throughput=True,
+          image_batch=("image_stage.iqa_batch_size", 2), output="image_quality", items=_shard_pair_images),
+    Step("make_table2", "images", local=True),
+    Step("split_benchmark", "benchmark", local=True),
+    Step("export_dataset", "benchmark", "export", data=True),
+    Step("score_metric", "metrics", BY_MODEL_BACKEND, ("domain", "metric", "shard"), ("metric",), throughput=True,
+          image_batch=("evaluation.batch_size", 2), output="metric_scores", items=_shard_pair_images),
+    # An API judge's jobs: the same step on the submit host, where the internet is.
+    Step("score_api_metric", "metrics", BY_MODEL_BACKEND, ("domain", "metric", "shard"), ("metric",), local=True,
+          image_batch=("evaluation.batch_size", 2), output="metric_scores", items=_shard_pair_images,
+          function="score_metric"),
+    Step("make_table3", "metrics", local=True),
+    Step("make_report_items", "metrics", local=True),
+    # vLLM's env has transformers and xgrammar too: the describer and either kind of writer run there.
+    Step("write_scene_questions", "humble", "llm",
+          loads=("humblebench.scene_graphs.describer", "humblebench.scene_graphs.writer"), throughput=True,
+          image_batch=("humblebench.batch_size", 1)),
+    # It reads the release through Hugging Face datasets.
+    Step("make_humble_questions", "humble", "export", data=True),
+    Step("answer_humble", "humble", BY_MODEL_BACKEND, ("vlm", "setting", "shard"), ("vlm",), throughput=True,
+          image_batch=("humblebench.batch_size", 1), items=_humble_shard_questions),
+    Step("make_humble_tables", "humble", local=True),
+    Step("train_protoscore", "protoscore", "vlm", loads=("protoscore.model",), throughput=True,
+          image_batch=("protoscore.batch_size", 2), items=_training_pairs),
+    Step("score_transfer", "protoscore", "vlm", loads=("protoscore.model",), throughput=True,
+          image_batch=("evaluation.batch_size", 2)),
+    Step("make_annotation_projects", "annotation", local=True),
+    Step("validate_filter", "annotation", local=True),
+    Step("human_preferences", "annotation", local=True),
+]
+# fmt: on
+STEPS: dict[str, Step] = {step.name: step for step in _ENTRIES}
+STAGES = tuple(dict.fromkeys(step.stage for step in _ENTRIES))
+LOCAL_STEPS = tuple(name for name, step in STEPS.items() if step.local)
+THROUGHPUT_STEPS = tuple(name for name, step in STEPS.items() if step.throughput)
+# Steps sharded by domain, with the kind of their shards' outputs: what `blindspot targets` selects.
+SHARDED_STEPS = {name: step.output for name, step in STEPS.items() if step.output}
+
+
+def config_value(config: Config, key: str) -> Any:
+    """The value at a dotted config key, e.g. "image_stage.judge_batch_size"."""
+    value: Any = config
+    for part in key.split("."):
+        value = value[part]
+    return value
+
+
+def job_name(step: str) -> str:
+    """The `{job}` part of a step's log and benchmark paths, as a pattern: "{domain}/{t2i}/{shard}"."""
+    return "/".join(f"{{{name}}}" for name in STEPS[step].wildcards) or "all"
+
+
+def job_models(config: Config, step: str, wildcards: Wildcards) -> list[str]:
+    """The registry models one job of `step` loads, in the order it loads them."""
+    names: list[str] = []
+    for role in STEPS[step].loads:
+        if role == "metric":
+            names += metric_models(config["evaluation"]["metrics"][wildcards["metric"]])
+        elif role in STEPS[step].wildcards:
+            names.append(wildcards[role])
+        else:
+            value = config_value(config, role)
+            names += [value] if isinstance(value, str) else list(value)
+    return names
+
+
+def job_model(config: Config, step: str, wildcards: Wildcards) -> str:
+    """The one model (or metric) a job is known by, in the plan and in `throughput:`; "" for a job that
+    loads several in turn or none."""
+    loads = STEPS[step].loads
+    if len(loads) != 1:
+        return ""
+    if loads[0] in STEPS[step].wildcards:
+        return wildcards[loads[0]]
+    value = config_value(config, loads[0])
+    return value if isinstance(value, str) else ""
+
+
+def throughput_key(config: Config, step: str, wildcards: Wildcards) -> str:
+    """The `throughput:` entry a job's seconds per item are looked up by: its model, or `default`."""
+    return job_model(config, step, wildcards) or "default"
+
+
+def throughput_names(config: Config, step: str) -> set[str]:
+    """The names a step's `throughput:` entries may have besides `default`: metrics for a step known by
+    its metric, registry models for the others."""
+    return set(config["evaluation"]["metrics"] if STEPS[step].loads == ("metric",) else config["models"])
+
+
+def check_throughput(config: dict[str, Any]) -> None:
+    """Refuse entries for steps that are not timed per item, and for models (or metrics) that are not in
+    the config: a typo would otherwise read as missing."""
+    for rule, entries in config.get("throughput", {}).items():
+        if rule not in THROUGHPUT_STEPS:
+            raise ConfigError(f"config key 'throughput.{rule}': '{rule}' is not one of {', '.join(THROUGHPUT_STEPS)}")
+        known = throughput_names(config, rule)
+        for name in entries:
+            if name != "default" and name not in known:
+                raise ConfigError(
+                    f"config key 'throughput.{rule}.{name}': '{name}' is not one of "
+                    f"{', '.join(sorted(known))} nor 'default'"
+                )
+
+
+def job_gpus(config: Config, step: str, wildcards: Wildcards) -> int:
+    """GPUs one job asks for: the most any of its models needs (a job loads its models one after the
+    other). The same number is vLLM's tensor parallelism."""
+    return max((model_spec(config, name).gpus for name in job_models(config, step, wildcards)), default=0)
+
+
+def job_env(config: Config, step: str, wildcards: Wildcards) -> str:
+    """The env a job runs in, as its file's name under workflow/envs (e.g. "t2i")."""
+    env = STEPS[step].env
+    if env != BY_MODEL_BACKEND:
+        return env
+    model = job_models(config, step, wildcards)[0]
+    return _BACKEND_ENVS.get(config["models"][model]["backend"], "vlm")
+
+
+def job_items(config: Config, step: str, wildcards: Wildcards) -> int | None:
+    """One job's work (seeds, triplets, images, pairs or questions: an upper bound); None where the step
+    states none."""
+    items = STEPS[step].items
+    return None if items is None else items(config, wildcards)
