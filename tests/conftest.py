@@ -1,4 +1,6 @@
 import copy
+import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +25,21 @@ def snakemake(*args, cwd=REPO, check=True):
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
     return result.stdout + result.stderr
+
+
+def step_command(folder: Path, step: str, **arguments) -> list[str]:
+    """The arguments of `python` that run one step with these arguments, as a job is replayed from the
+    file it leaves beside its log (`python -m blindspot.steps replay`)."""
+    path = folder / f"{step}.job.json"
+    path.write_text(json.dumps({"step": step, "arguments": arguments}, default=str))
+    return ["-m", "blindspot.steps", "replay", str(path)]
+
+
+def spec_of(config: dict, name: str) -> dict:
+    """A model as its rule hands it to a step: the resolved registry entry."""
+    from blindspot.config import model_spec
+
+    return dataclasses.asdict(model_spec(config, name))
 
 
 def local_rules() -> set[str]:

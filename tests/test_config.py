@@ -69,26 +69,27 @@ def test_shards_cover_every_row_once():
 # A GPU job without its GPUs. `judge_images` loads its VLM before it reads anything, so the job needs
 # no inputs: it stops at the model, or (allowed to use the CPU) goes on to fail on the missing renders.
 def gpu_job(tmp_path, config: dict, asks: int, visible: str | None):
-    """Run `python -m blindspot.stages judge_images` as a job would, its VLM asking for `asks` GPUs, with
-    CUDA_VISIBLE_DEVICES set to `visible` (None: unset)."""
+    """Run `judge_images` as a job would (`python -m blindspot.steps replay`), its VLM asking for `asks`
+    GPUs, with CUDA_VISIBLE_DEVICES set to `visible` (None: unset)."""
     import os
     import subprocess
     import sys
 
-    import yaml
+    from conftest import spec_of, step_command
 
     config["models"]["tiny-qwen2.5-vl"]["gpus"] = asks
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
-    arguments = {"config": tmp_path / "config.yaml", "domain": "animals", "t2i": "tiny-flux", "vlm": "tiny-qwen2.5-vl",
-                 "shard": "00000", "renders": tmp_path / "renders.parquet", "out": tmp_path / "scores.parquet",
-                 "counters-out": tmp_path / "counters.json"}  # fmt: skip
-    command = [sys.executable, "-m", "blindspot.stages", "judge_images"]
-    command += [part for key, value in arguments.items() for part in (f"--{key}", str(value))]
+    command = step_command(
+        tmp_path, "judge_images", domain="animals", t2i="tiny-flux", vlm="tiny-qwen2.5-vl", shard="00000",
+        renders=str(tmp_path / "renders.parquet"), template="config/prompts/judge_image_v1.yaml",
+        out=str(tmp_path / "scores.parquet"), counters_out=str(tmp_path / "counters.json"),
+        model=spec_of(config, "tiny-qwen2.5-vl"), batch_size=config["image_stage"]["judge_batch_size"],
+    )  # fmt: skip
     repo = Path(__file__).resolve().parents[1]
-    return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run([sys.executable, *command], cwd=repo, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)  # fmt: skip
 
 
 def shortage_line(asks: int, seen: int, visible: str) -> str:

@@ -4,14 +4,12 @@ import pytest
 from PIL import Image
 from sklearn.metrics import cohen_kappa_score
 
+from blindspot.bootstrap import bootstrap_accuracy, bootstrap_kappa, cohen_kappa
 from blindspot.evaluation import (
     BREAKDOWN_COLUMNS,
     HUMAN,
     HUMAN_FAMILY,
     accuracy_breakdown,
-    bootstrap_accuracy,
-    bootstrap_kappa,
-    cohen_kappa,
     pairwise_correct,
     pairwise_outcomes,
     plot_accuracy,

@@ -1,21 +1,17 @@
 """T2I metric plug-ins on tiny models of the real architectures, the score cache, and the stage."""
 
-import json
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REPO
 from PIL import Image
 
 from blindspot import tables
 from blindspot.config import model_spec
-from blindspot.io import read_table, write_table
-from blindspot.metrics import MetricSkipped, Score, load_metric, normalise
-from blindspot.metrics.scoring import ScoreCache, image_sha256, metric_identity, score_pairs
+from blindspot.metrics import Score, load_metric, normalise
+from blindspot.metrics.scoring import ScoreCache, image_sha256, score_pairs
 from blindspot.metrics.vqa_score import QUESTION
-from blindspot.split import split_of
 
 PROMPTS = ["a red fox in the snow", "two cats asleep on a blue sofa", "a lighthouse at dusk", "a bowl of green apples"]
 
@@ -183,51 +179,6 @@ def test_cached_nan_stays_nan(tmp_path):
     score, bounds = cache.get("ab12")
     assert math.isnan(score.raw)
     assert (score.detail, bounds) == ("no digit", (1.0, 10.0))
-
-
-def test_metric_identity_changes_with_the_template(tiny_config, tmp_path):
-    template = tmp_path / "judge.yaml"
-    template.write_text((REPO / "config" / "prompts" / "judge_semantic_v1.yaml").read_text())
-    tiny_config["evaluation"]["metrics"]["vlm-judge"]["args"]["template"] = str(template)
-    before = metric_identity(tiny_config, "vlm-judge")
-    template.write_text(template.read_text().replace("Answer with the number only.", "Answer with one number."))
-    assert metric_identity(tiny_config, "vlm-judge")["version"] != before["version"]
-
-
-def test_metric_identity_follows_score_settings_not_run_settings(tiny_config):
-    before = metric_identity(tiny_config, "api-judge")
-    tiny_config["models"]["local-api-judge"] |= {"client": {"concurrency": 16}, "endpoint": "http://10.0.0.1/v1"}
-    assert metric_identity(tiny_config, "api-judge") == before  # same answers, another route
-    tiny_config["models"]["local-api-judge"]["request"] = {"temperature": 0.7}
-    assert metric_identity(tiny_config, "api-judge")["version"] != before["version"]
-    clip = metric_identity(tiny_config, "clipscore")
-    tiny_config["models"]["tiny-clip"]["dtype"] = "float16"
-    assert metric_identity(tiny_config, "clipscore")["version"] != clip["version"]
-
-
-def test_a_metric_without_its_api_key_is_skipped_not_failed(tiny_config, pairs_on_disk, tmp_path, monkeypatch):
-    from blindspot.stages import score_metric
-
-    monkeypatch.delenv("BLINDSPOT_TINY_API_KEY", raising=False)
-    seeds = pd.DataFrame({c: ["s0"] if c == "seed_id" else ["x"] for c in tables.SEEDS.names}).assign(sample_seed=1)
-    write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
-    # A kept pair of a triplet that the hash puts in the test split.
-    triplet_id = next(t for t in (f"t{i}" for i in range(100)) if split_of(t, tiny_config["seed"], 0.5) == "test")
-    tiny_config["benchmark"]["test_fraction"] = 0.5
-    triplet = {f.name: "x" for f in tables.TRIPLETS} | {"triplet_id": triplet_id, "seed_id": "s0", "domain": "objects"}
-    write_table(tmp_path / "triplets.parquet", pd.DataFrame([triplet]), tables.TRIPLETS)
-    pair = {f.name: "x" for f in tables.PAIRS} | {
-        "triplet_id": triplet_id, "seed": 1, "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True,
-        "corr_path": pairs_on_disk["corr_path"][0], "adv_path": pairs_on_disk["adv_path"][0],
-    }  # fmt: skip
-    write_table(tmp_path / "pairs.parquet", pd.DataFrame([pair]), tables.PAIRS)
-    score_metric(tiny_config, "objects", "api-judge", "00000", str(tmp_path / "pairs.parquet"),
-                 str(tmp_path / "triplets.parquet"), str(tmp_path / "seeds.parquet"), str(tmp_path / "cache"), [],
-                 str(tmp_path / "out.parquet"), str(tmp_path / "out.json"))  # fmt: skip
-    assert read_table(tmp_path / "out.parquet", tables.METRIC_SCORES).empty
-    assert "BLINDSPOT_TINY_API_KEY is not set" in json.loads((tmp_path / "out.json").read_text())["skipped"]
-    with pytest.raises(MetricSkipped):
-        load_metric("api_judge", model_spec(tiny_config, "local-api-judge"), 1, str(tmp_path / "cache"))
 
 
 @pytest.mark.slow

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
-from conftest import REPO
+from conftest import REPO, spec_of, step_command
 from PIL import Image
 
 from blindspot import tables
@@ -91,10 +90,7 @@ def test_a_corrupt_image_is_detected_rerendered_and_counted(built_config, tmp_pa
 
 
 def test_a_killed_render_resumes_without_redoing_finished_images(built_config, tmp_path):
-    config = dict(built_config) | {"shard_size": 8}
-    (tmp_path / "config.yaml").write_text(
-        yaml.safe_dump(config | {"image_stage": config["image_stage"] | {"render_batch_size": 2}})
-    )  # killed after 3 images: most likely in the middle of the second batch
+    config = built_config  # in batches of 2, killed after 3 images: most likely in the middle of the second batch
     triplets = triplet_rows(4).assign(
         domain="animals", generator="g", subcategory="s", label="bird", qualifier="", correct_instance="penguin",
         adversarial_instance="robin", scene="x", aux_element="stone", knob="count", correct_value="1",
@@ -108,13 +104,15 @@ def test_a_killed_render_resumes_without_redoing_finished_images(built_config, t
     write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
 
     def command(run):
-        return [
-            sys.executable, "-m", "blindspot.stages", "render_images", "--config", str(tmp_path / "config.yaml"),
-            "--domain", "animals", "--t2i", "tiny-sana", "--shard", "00000",
-            "--triplets", str(tmp_path / "triplets.parquet"), "--seeds", str(tmp_path / "seeds.parquet"),
-            "--images-dir", str(tmp_path / run / "images"), "--out", str(tmp_path / run / "renders.parquet"),
-            "--counters-out", str(tmp_path / run / "counters.json"),
-        ]  # fmt: skip
+        (tmp_path / run).mkdir(exist_ok=True)
+        return [sys.executable, *step_command(
+            tmp_path / run, "render_images", domain="animals", t2i="tiny-sana", shard="00000",
+            triplets=str(tmp_path / "triplets.parquet"), seeds=str(tmp_path / "seeds.parquet"),
+            images_dir=str(tmp_path / run / "images"), out=str(tmp_path / run / "renders.parquet"),
+            counters_out=str(tmp_path / run / "counters.json"), model=spec_of(config, "tiny-sana"),
+            images_per_description=config["image_stage"]["images_per_description"], seed=config["seed"],
+            batch_size=2, shard_size=8,
+        )]  # fmt: skip
 
     subprocess.run(command("whole"), cwd=REPO, check=True, capture_output=True)
     proc = subprocess.Popen(command("killed"), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

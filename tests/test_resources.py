@@ -71,7 +71,9 @@ def test_every_submitted_job_asks_for_what_the_plan_says(paper_config):
         asked = dict(kv.split("=", 1) for kv in fields["resources"].split(", "))
         job = jobs.loc[fields["output"].split(", ")[0]]
         assert (int(asked["gpu"]), int(asked["mem_mb"]), int(asked["runtime"])) == (
-            job["gpus"], job["mem_mb"], job["runtime"]
+            job["gpus"],
+            job["mem_mb"],
+            job["runtime"],
         ), (rule, fields["output"])
         models = job["models"].split(",")
         weights = max(paper_config["models"].get(m, {}).get("weights_gb", 0) for m in models)

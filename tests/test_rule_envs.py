@@ -2,7 +2,7 @@
 
 Each env is built as a virtual environment from its pip section (tests/rule_envs.py; cached, so only
 an edited env is built again), and the jobs of the tiny run that ran in it (blindspot.catalogue.job_env)
-run again there from the arguments they left beside their logs (`python -m blindspot.stages replay`),
+run again there from the arguments they left beside their logs (`python -m blindspot.steps replay`),
 in a copy of the run, after their outputs and their resumable state are removed: a job does all its
 work, and a module its env lacks fails it with an ImportError that the failure shows. One job of
 each step is run for each model or metric it runs with (a metric's plug-in, a T2I model's pipeline
@@ -32,8 +32,8 @@ import rule_envs
 from conftest import REPO, SNAKEMAKE
 from packaging.requirements import Requirement
 
-from blindspot.catalogue import job_env, job_models
-from blindspot.stages import STEPS, job_file
+from blindspot.catalogue import STEPS, job_env, job_models
+from blindspot.steps import job_file
 
 # Steps whose jobs the tiny run has none of, and why (their code is covered elsewhere).
 NOT_IN_THE_TINY_RUN = {
@@ -155,7 +155,7 @@ def test_every_rule_runs_in_its_env(env, recorded_run, run_config, tmp_path):
         arguments = json.loads((work / job.file).read_text())["arguments"]
         for path in state_to_remove(job, arguments, run_config["results_dir"]):
             remove(work / path)
-        result = rule_envs.run_in_env(python, ["-m", "blindspot.stages", "replay", job.file], work)
+        result = rule_envs.run_in_env(python, ["-m", "blindspot.steps", "replay", job.file], work)
         missing = [output for output in job.outputs if not (work / output).exists()]
         if result.returncode or missing:
             failures.append(f"{job.step} ({job.file}): exit {result.returncode}, outputs missing: {missing}\n"

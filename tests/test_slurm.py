@@ -168,12 +168,12 @@ def test_a_job_that_outgrows_its_memory_is_killed(cluster, tmp_path):
     assert "survived" not in out.read_text()
 
 
-def test_submitit_runs_one_stage_with_the_profiles_resources(slurm_run, tmp_path):
+def test_submitit_runs_one_stage_with_the_profiles_resources(slurm_run, tmp_path, monkeypatch):
     work, config, _ = slurm_run
+    monkeypatch.chdir(work)  # where the workflow ran: the job's inputs are the workflow's
     fields = {"domain": "animals", "t2i": "tiny-sd3", "shard": "00000"}
     job = submit_stage(
         "render_images", work / "config.yaml", folder=tmp_path / "submitit", profile=work / "profile" / "config.yaml",
-        triplets=path(config, "triplets", domain="animals"), seeds=path(config, "seeds", domain="animals"),
         images_dir=str(tmp_path / "images"), out=str(tmp_path / "renders.parquet"),
         counters_out=str(tmp_path / "renders.json"), **fields,
     )  # fmt: skip

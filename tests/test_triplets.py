@@ -1,21 +1,16 @@
 import copy
 import json
 
-import pandas as pd
 import pytest
 from conftest import REPO
 
-from blindspot import tables
 from blindspot.config import model_spec
-from blindspot.io import read_table, write_table
 from blindspot.prompts import PromptTemplate
-from blindspot.stages import generate_triplets as generate_stage
 from blindspot.taxonomy import sample_seeds
 from blindspot.textgen import load_text_generator
 from blindspot.triplets import (
     FAILURE_REASONS,
     TRIPLET_FIELDS,
-    ShardFailedError,
     generate_triplets,
     mentions,
     validate_triplet,
@@ -111,33 +106,3 @@ def test_a_real_small_llm_writes_valid_triplets(built_config, objects_seeds):
     seeds = objects_seeds.set_index("seed_id")
     for row in ok.itertuples():
         assert mentions(row.correct_description, seeds.loc[row.seed_id, "correct_instance"])
-
-
-@pytest.mark.slow
-def test_a_shard_where_everything_failed_is_an_error_and_writes_nothing(built_config, objects_seeds, tmp_path):
-    seeds_path = tmp_path / "seeds.parquet"
-    write_table(seeds_path, objects_seeds, tables.SEEDS)
-    config = built_config | {"shard_size": 2}
-    out, counters = tmp_path / "raw.parquet", tmp_path / "raw.counters.json"
-    # The random-weight model never names the subjects, so every row fails validation.
-    with pytest.raises(ShardFailedError, match="all 2 rows failed"):
-        generate_stage(config, "objects", "tiny-qwen2", "00001", str(seeds_path), str(out), str(counters))
-    assert not out.exists()
-    assert not counters.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["seeds.parquet"]
-
-
-@pytest.mark.slow
-def test_generate_stage_writes_the_shard_table_and_counters(built_config, objects_seeds, tmp_path):
-    seeds_path = tmp_path / "seeds.parquet"
-    write_table(seeds_path, objects_seeds, tables.SEEDS)
-    out, counters = tmp_path / "raw.parquet", tmp_path / "raw.counters.json"
-    config = built_config | {"shard_size": 2}
-    generate_stage(config, "objects", "smollm2-135m", "00000", str(seeds_path), str(out), str(counters))
-    frame = read_table(out, tables.RAW_TRIPLETS)
-    assert list(frame["seed_id"]) == list(objects_seeds["seed_id"][:2])
-    written = json.loads(counters.read_text())
-    assert written["rows"] == 2
-    assert written["ok"] + sum(written["failed"].values()) == 2
-    assert "transformers" in written["provenance"]["packages"]
-    assert isinstance(frame, pd.DataFrame)

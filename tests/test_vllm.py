@@ -8,8 +8,7 @@ import json
 import subprocess
 
 import pytest
-import yaml
-from conftest import REPO
+from conftest import REPO, spec_of, step_command
 from test_envs import lock
 
 from blindspot import tables
@@ -39,24 +38,23 @@ def vllm_run(built_config, vllm_python, tmp_path_factory):
     config = copy.deepcopy(built_config)
     entry = config["models"]["smollm2-135m"]
     entry |= {"backend": "vllm", "max_model_len": 2048, "engine_args": {"gpu_memory_utilization": 0.25}}
-    config["shard_size"] = 4
-    (work / "config.yaml").write_text(yaml.safe_dump(config))
     seeds = sample_seeds(REPO / "config" / "taxonomy" / "objects.yaml", "objects", 4, 3)
     write_table(work / "seeds.parquet", seeds, tables.SEEDS)
+    stage = config["prompt_stage"]
+    job = {
+        "domain": "objects", "shard": "00000", "generator": "smollm2-135m", "seeds": str(work / "seeds.parquet"),
+        "model": spec_of(config, "smollm2-135m"), "batch_size": stage["batch_size"], "seed": config["seed"],
+    }  # fmt: skip
 
-    def stage(*args):
-        result = subprocess.run(
-            [vllm_python, "-m", "blindspot.stages", *args, "--config", str(work / "config.yaml")],
-            cwd=REPO, capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
+    def run(step, **arguments):
+        command = [vllm_python, *step_command(work, step, **job, **arguments)]
+        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, result.stderr[-5000:]
 
-    common = ["--domain", "objects", "--shard", "00000", "--seeds", str(work / "seeds.parquet")]
-    stage("generate_triplets", *common, "--generator", "smollm2-135m",
-          "--out", str(work / "raw.parquet"), "--counters-out", str(work / "raw.json"))  # fmt: skip
-    stage("judge_triplets", *common, "--generator", "smollm2-135m", "--judge", "smollm2-135m",
-          "--triplets", str(work / "raw.parquet"), "--out", str(work / "judged.parquet"),
-          "--counters-out", str(work / "judged.json"))  # fmt: skip
+    run("generate_triplets", template=stage["generate_template"], shard_size=4, out=str(work / "raw.parquet"),
+        counters_out=str(work / "raw.json"))  # fmt: skip
+    run("judge_triplets", template=stage["judge_template"], judge="smollm2-135m", triplets=str(work / "raw.parquet"),
+        out=str(work / "judged.parquet"), counters_out=str(work / "judged.json"))  # fmt: skip
     return work
 
 

@@ -250,6 +250,49 @@ def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run
     assert all("/tiny-flux-b/" in o for o in renders)
 
 
+def rerun_reasons(dry_run: str) -> dict[str, set[str]]:
+    """Each rule of a dry run with the reasons its jobs run for."""
+    reasons: dict[str, set[str]] = {}
+    for block in re.split(r"^(?:local)?rule ", dry_run, flags=re.MULTILINE)[1:]:
+        found = re.search(r"^\s+reason: (.+)$", block, flags=re.MULTILINE)
+        if found:
+            reasons.setdefault(block.split(":", 1)[0], set()).update(found[1].split("; "))
+    return reasons
+
+
+def read_it(reasons: set[str]) -> bool:
+    """Whether a job runs again for what it reads itself, not only because a job before it does."""
+    return any(not reason.startswith("Input files updated by another job") for reason in reasons)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("key", "value", "readers"),
+    [
+        ("image_stage.consensus_threshold", 8, {"keep_consensus_pairs", "split_benchmark", "export_dataset"}),
+        ("image_stage.render_batch_size", 1, {"render_images"}),
+        ("evaluation.bootstrap_samples", 50, {"make_table3"}),
+        ("image_stage.judge_template", "edited", {"judge_images"}),
+    ],
+)
+def test_changing_a_value_reruns_exactly_the_jobs_that_read_it(tiny_run, run_config, key, value, readers):
+    """A value a step reads is its rule's param (or input, for a file), so a dry run after changing it
+    runs again the jobs that read it, and after them only what depends on their outputs."""
+    work, _ = tiny_run
+    config = copy.deepcopy(run_config)
+    section, name = key.split(".")
+    if value == "edited":  # the file's text changes, under another name
+        template = work / config[section][name]
+        edited = template.with_name("edited_" + template.name)
+        edited.write_text(template.read_text().replace("Score how well", "Rate how well", 1))
+        assert edited.read_text() != template.read_text()
+        value = str(edited.relative_to(work))
+    config[section][name] = value
+    (work / "changed.yaml").write_text(yaml.safe_dump(config, sort_keys=False))  # key order is part of a param
+    reasons = rerun_reasons(snakemake("-n", "--configfile", "changed.yaml", cwd=work))
+    assert {rule for rule, why in reasons.items() if read_it(why)} == readers
+
+
 @pytest.mark.slow
 def test_editing_one_taxonomy_reruns_only_that_domain(tiny_run):
     work, _ = tiny_run
@@ -280,41 +323,19 @@ def test_another_configfile_replaces_the_tiny_default():
     assert "No rule to produce resources/models/smollm2-135m" in out
 
 
-def test_a_stage_runs_outside_snakemake(tmp_path):
-    out = tmp_path / "seeds.parquet"
-    subprocess.run(
-        [sys.executable, "-m", "blindspot.stages", "make_seeds", "--taxonomy", "config/taxonomy/objects.yaml",
-         "--domain", "objects", "--n-seeds", "5", "--seed", "1", "--out", str(out)],
-        cwd=REPO, check=True, capture_output=True,
-    )  # fmt: skip
-    seeds = read_table(out, tables.SEEDS)
-    assert len(seeds) == 5
+def test_a_job_runs_by_hand_with_the_arguments_the_workflow_gives_it(tiny_config, tmp_path):
+    tiny_config["results_dir"] = str(tmp_path / "results")
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(tiny_config))
+    command = [sys.executable, "-m", "blindspot.steps", "run", "make_seeds", "--configfile", str(configfile)]
+    subprocess.run([*command, "domain=objects"], cwd=REPO, check=True, capture_output=True)
+    seeds = read_table(tmp_path / "results" / "objects" / "seeds.parquet", tables.SEEDS)
+    assert len(seeds) == tiny_config["domains"]["objects"]["n_seeds"]
     assert set(seeds["domain"]) == {"objects"}
-
-
-def test_every_rule_maps_onto_its_step(tiny_config):
-    """Each rule names every argument its step needs (run_stage.py calls the step by rule name)."""
-    from types import SimpleNamespace
-
-    from blindspot.stages import STEPS, step_arguments
-
-    class Named(SimpleNamespace):
-        def keys(self):
-            return vars(self).keys()
-
-    out = snakemake("--list-rules", check=True)
-    rules = {line.split()[0] for line in out.splitlines() if line.strip()} - {"all"}
-    assert rules == set(STEPS)
-    job = SimpleNamespace(
-        rule="make_seeds", config=tiny_config, output=Named(out="o.parquet"), input=Named(taxonomy="t.yaml"),
-        params=Named(n_seeds=3, seed=1), wildcards=Named(domain="animals"),
-    )  # fmt: skip
-    assert step_arguments(STEPS["make_seeds"], job) == {
-        "taxonomy": "t.yaml", "domain": "animals", "n_seeds": 3, "seed": 1, "out": "o.parquet"
-    }  # fmt: skip
-    job.params = Named(n_seeds=3)
-    with pytest.raises(TypeError, match="needs 'seed'"):
-        step_arguments(STEPS["make_seeds"], job)
+    unknown = subprocess.run([*command, "domain=plants"], cwd=REPO, capture_output=True, text=True)
+    assert unknown.returncode == 2
+    message = unknown.stderr.strip().splitlines()[-1]
+    assert message.startswith("no job of make_seeds with wildcards {'domain': 'plants'}; its jobs: domain=")
 
 
 def label_studio_export(items: list[str], result) -> list[dict]:

@@ -110,6 +110,15 @@ def mean_pairwise_kappa(matrix: pd.DataFrame) -> float:
     return float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
 
 
+def annotator_table(choices: pd.DataFrame) -> pd.DataFrame:
+    """The annotators' kappa matrix (`annotator_kappas`) as a report table: a row per annotator, and a
+    last row with the mean over annotator pairs (`mean_pairwise_kappa`)."""
+    matrix = annotator_kappas(choices)
+    mean = pd.DataFrame([["mean (pairs)", mean_pairwise_kappa(matrix)] + [""] * (len(matrix) - 1)],
+                        columns=["Annotator", *matrix.columns])  # fmt: skip
+    return pd.concat([matrix.reset_index(names="Annotator").astype(object), mean], ignore_index=True)
+
+
 def majority_choices(choices: pd.DataFrame) -> pd.DataFrame:
     """The human majority per pair: the most frequent choice. A tie between the most frequent choices
     (3 corr against 3 adv, or corr against neither) is "neither": no clear majority preference, which

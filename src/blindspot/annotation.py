@@ -129,6 +129,17 @@ def make_project(
     return project
 
 
+def make_projects(
+    sources: Mapping[str, pd.DataFrame], annotators: Sequence[str], folder: str | Path, image_url_prefix: str
+) -> dict[str, dict[str, Any]]:
+    """A project per task (`make_project`), each in its own folder under `folder` named like the task;
+    `sources` maps a task to its table."""
+    return {
+        task: make_project(task, table, annotators, Path(folder) / task, image_url_prefix)
+        for task, table in sources.items()
+    }
+
+
 def load_project(folder: str | Path) -> dict[str, Any]:
     return json.loads((Path(folder) / "project.json").read_text())
 
@@ -188,6 +199,17 @@ def pairwise_choices(labels: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
 
     return pd.DataFrame({"annotator": labels["annotator"], "pair_id": labels["item_id"],
                          "choice": [role(r) for r in labels.itertuples(index=False)]})  # fmt: skip
+
+
+def scored_images(labels: pd.DataFrame, images: pd.DataFrame, source: str | Path) -> pd.DataFrame:
+    """The filter validation images people scored (`read_labels("image_score", ...)` from the file
+    `source`), each with its annotators' mean score as `human_score`. A score for an image outside the
+    subset is an error."""
+    unknown = set(labels["item_id"]) - set(images["image_id"])
+    if unknown:
+        raise ValueError(f"{source}: scores for images outside the filter validation subset: {sorted(unknown)[:5]}")
+    human = labels.groupby("item_id")["score"].mean()
+    return images[images["image_id"].isin(human.index)].assign(human_score=lambda f: f["image_id"].map(human))
 
 
 def label_studio_export(project: Mapping[str, Any], labels: pd.DataFrame) -> list[dict[str, Any]]:

@@ -45,8 +45,20 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
         frame = result["combinations"]
         rest = result["rules"][~result["rules"]["rule"].isin(list(catalogue.SHARDED_STEPS))]
         frame = pd.concat([rest.drop(columns="stage"), frame], ignore_index=True)
-        frame = frame[["rule", "domain", "model", "jobs", "gpus_per_job", "cpus_per_job", "mem_gb_per_job",
-                       "hours_per_job", "items", "gpu_hours"]]
+        frame = frame[
+            [
+                "rule",
+                "domain",
+                "model",
+                "jobs",
+                "gpus_per_job",
+                "cpus_per_job",
+                "mem_gb_per_job",
+                "hours_per_job",
+                "items",
+                "gpu_hours",
+            ]
+        ]
         total_row = {"rule": "total", "jobs": result["total_jobs"], "gpu_hours": result["total_gpu_hours"]}
         frame = pd.concat([frame, pd.DataFrame([total_row])], ignore_index=True)
         frame["gpu_hours"] = frame["gpu_hours"].map(lambda h: "n/a" if pd.isna(h) else f"{h:.4f}")
@@ -75,10 +87,14 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
             f"(the known part is {result['known_gpu_hours']:.2f} GPU-hours; missing throughput entries: "
             f"{', '.join(missing)} — add them under `throughput:` in the config)"
         )
-    lines += ["", "GPU-hours = items x seconds per item (`throughput:`) x GPUs per job / 3600. " + plan.ITEMS_NOTE,
-              "", "Per job: GPUs, CPUs, memory (GB) and time (hours) of its first attempt, from what it loads "
-              "(`job_resources` and the models' `weights_gb`); a retry asks for twice, then three times, the memory "
-              "and time. Local rules run on the submit host."]
+    lines += [
+        "",
+        "GPU-hours = items x seconds per item (`throughput:`) x GPUs per job / 3600. " + plan.ITEMS_NOTE,
+        "",
+        "Per job: GPUs, CPUs, memory (GB) and time (hours) of its first attempt, from what it loads "
+        "(`job_resources` and the models' `weights_gb`); a retry asks for twice, then three times, the memory "
+        "and time. Local rules run on the submit host.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -4,13 +4,7 @@ A metric is right on a pair only when M(T, I_corr) > M(T, I_adv) on its raw scor
 score or a test pair the metric has no row for counts as a failure. Pairwise accuracy is the
 fraction of right pairs; Cohen's kappa is the chance-corrected agreement between that binary choice
 and the human majority choice (corr vs adv). Both come with 95% percentile-bootstrap intervals over
-pairs.
-
-Bootstrap over pairs, vectorised: accuracy is the mean of a 0/1 vector and kappa depends only on
-the 2x2 table of (metric, human) choices, so resampling n pairs with replacement is exactly a
-Binomial(n, acc) draw for accuracy and a Multinomial(n, cell shares) draw for the kappa table. We
-draw those (n_boot at a time) instead of an n_boot x n index matrix, which would not fit in memory
-for a 30k-pair test split. Pairs from one prompt triplet (several T2I models and seeds) are
+pairs (`blindspot.bootstrap`). Pairs from one prompt triplet (several T2I models and seeds) are
 resampled independently, as in the paper; the intervals ignore that clustering.
 """
 
@@ -19,12 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from blindspot.io import atomic_path, stable_id, write_text
+from blindspot import tables
+from blindspot.bootstrap import NAN_ESTIMATE, bootstrap_accuracy, bootstrap_kappa
+from blindspot.io import atomic_path, read_table, stable_id, write_text
 from blindspot.reporting import to_latex, to_markdown
 
 log = logging.getLogger(__name__)
@@ -46,15 +42,6 @@ TABLE3_CAPTION = (
 )
 
 
-class Estimate(NamedTuple):
-    value: float
-    low: float
-    high: float
-
-
-_NAN_ESTIMATE = Estimate(float("nan"), float("nan"), float("nan"))
-
-
 # --- pairwise correctness ---------------------------------------------------------------------------------------
 
 
@@ -65,85 +52,14 @@ def pairwise_correct(scores: pd.DataFrame) -> pd.Series:
     return pd.Series(corr > adv, index=scores.index, name="correct")  # any comparison with NaN is False
 
 
-# --- statistics -------------------------------------------------------------------------------------------------
-
-
-def _rng(seed: int | np.random.Generator) -> np.random.Generator:
-    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-
-
-def _percentiles(samples: np.ndarray, level: float) -> tuple[float, float]:
-    samples = samples[~np.isnan(samples)]
-    if not len(samples):
-        return float("nan"), float("nan")
-    low, high = np.quantile(samples, [(1 - level) / 2, (1 + level) / 2])
-    return float(low), float(high)
-
-
-def bootstrap_accuracy(
-    correct: Iterable[bool], n_boot: int = 2000, seed: int | np.random.Generator = 0, level: float = 0.95
-) -> Estimate:
-    """Pairwise accuracy with a percentile-bootstrap interval over pairs (NaN for no pairs)."""
-    correct = _binary(correct, "correct")
-    n = len(correct)
-    if n == 0:
-        return _NAN_ESTIMATE
-    accuracy = float(correct.mean())
-    resampled = _rng(seed).binomial(n, accuracy, size=n_boot) / n  # = the mean of n pairs drawn with replacement
-    return Estimate(accuracy, *_percentiles(resampled, level))
-
-
-def _binary(values: Any, name: str) -> np.ndarray:
-    array = np.asarray(values)
-    if array.dtype != bool:
-        if not np.isin(array, (0, 1)).all():
-            raise ValueError(f"{name} must be binary (bool or 0/1), got values {sorted(set(array.tolist()))[:5]}")
-        array = array.astype(bool)
-    return array
-
-
-def _counts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The 2x2 table flattened: (a&b, a&~b, ~a&b, ~a&~b)."""
-    return np.array([(a & b).sum(), (a & ~b).sum(), (~a & b).sum(), (~a & ~b).sum()], dtype=np.int64)
-
-
-def _kappa_from_counts(counts: np.ndarray) -> np.ndarray:
-    """Cohen's kappa of 2x2 tables given as (..., 4) counts; NaN where undefined (no pairs, or both raters constant
-    and equal, so that chance agreement is 1). Integer arithmetic keeps the undefined case exact."""
-    counts = np.asarray(counts, dtype=np.int64)
-    both, a_only, b_only, neither = np.moveaxis(counts, -1, 0)
-    n = both + a_only + b_only + neither
-    chance = (both + a_only) * (both + b_only) + (b_only + neither) * (a_only + neither)  # n^2 * p_e
-    numerator = (n * (both + neither) - chance).astype(float)
-    denominator = (n * n - chance).astype(float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1), np.nan)
-
-
-def cohen_kappa(a: Any, b: Any) -> float:
-    """Cohen's kappa between two binary ratings of the same items; NaN when undefined."""
-    a, b = _binary(a, "a"), _binary(b, "b")
-    if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"ratings must be two 1-D arrays of one length, got shapes {a.shape} and {b.shape}")
-    return float(_kappa_from_counts(_counts(a, b)))
-
-
-def bootstrap_kappa(
-    a: Any, b: Any, n_boot: int = 2000, seed: int | np.random.Generator = 0, level: float = 0.95
-) -> Estimate:
-    """Cohen's kappa with a percentile-bootstrap interval over items (resamples where kappa is undefined are
-    left out of the percentiles); all NaN when kappa itself is undefined."""
-    a, b = _binary(a, "a"), _binary(b, "b")
-    counts = _counts(a, b)
-    kappa = float(_kappa_from_counts(counts))
-    if np.isnan(kappa):
-        return _NAN_ESTIMATE
-    n = int(counts.sum())
-    tables = _rng(seed).multinomial(n, counts / n, size=n_boot)  # = the 2x2 table of n items drawn with replacement
-    return Estimate(kappa, *_percentiles(_kappa_from_counts(tables), level))
-
-
 # --- inputs -----------------------------------------------------------------------------------------------------
+
+
+def read_scores(paths: Sequence[str | Path]) -> pd.DataFrame:
+    """Every metric's score shards in one table, in the order given. A skipped metric's shards (an API
+    judge without its key) are empty and add nothing."""
+    frames = [read_table(path, tables.METRIC_SCORES) for path in paths]
+    return pd.concat([frame for frame in frames if len(frame)] or frames[:1], ignore_index=True)
 
 
 def _check_choices(frame: pd.DataFrame, source: str, unit: str = "row", first: int = 0) -> pd.DataFrame:
@@ -286,14 +202,14 @@ def accuracy_breakdown(
                 kappa = (
                     bootstrap_kappa(right[in_kappa], human_corr[idx][in_kappa], n_boot, rng, level)
                     if in_kappa.any()
-                    else _NAN_ESTIMATE
+                    else NAN_ESTIMATE
                 )
                 rows.append([metric, breakdown, group, len(idx), *acc, *kappa, int(in_kappa.sum()),
                              int(unscored[metric].to_numpy()[idx].sum())])  # fmt: skip
             if humans is not None:
                 on = annotated[idx]
                 acc = bootstrap_accuracy(human_corr[idx][on], n_boot, _cell_seed(seed, HUMAN, breakdown, group), level)
-                rows.append([HUMAN, breakdown, group, int(on.sum()), *acc, *_NAN_ESTIMATE, 0, 0])
+                rows.append([HUMAN, breakdown, group, int(on.sum()), *acc, *NAN_ESTIMATE, 0, 0])
     frame = pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
     metric_rank = {m: i for i, m in enumerate([HUMAN, *correct.columns])}
     breakdown_rank = {b: i for i, b in enumerate(breakdowns)}

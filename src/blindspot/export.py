@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
 
+from blindspot.config import ModelSpec
 from blindspot.io import atomic_dir
 
 SPLITS = ("train", "test")
@@ -45,6 +46,11 @@ def _dataset(frame: pd.DataFrame) -> Any:
     for name, path_column in IMAGES.items():
         columns[name] = [{"bytes": Path(p).read_bytes(), "path": Path(p).name} for p in frame[path_column]]
     return Dataset.from_dict(columns, features=features)
+
+
+def model_rows(models: Mapping[str, Sequence[ModelSpec]]) -> list[tuple[str, str, str]]:
+    """The card's (role, model, licence) rows, in the order the roles and their models are given."""
+    return [(role, spec.model_id, spec.licence or "see model card") for role, specs in models.items() for spec in specs]
 
 
 def dataset_card(benchmark: pd.DataFrame, about: Mapping[str, Any]) -> str:

@@ -23,11 +23,14 @@ def example_grid(
 ) -> None:  # fmt: skip
     """One row per example: the neutral prompt T, I_corr, I_adv, and each metric's verdict: a check
     when it scores I_corr strictly above I_adv, a cross otherwise (ties and missing scores fail).
-    `labels` maps metric names to their Table 3 labels, in order."""
+    `labels` maps metric names to their Table 3 labels, in order; a metric without a single score (an
+    API judge skipped without its key) has no verdicts and is left out."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from PIL import Image
 
+    scored = set(scores["metric"])
+    labels = {metric: label for metric, label in labels.items() if metric in scored}
     verdicts = scores.set_index(["pair_id", "metric"])
     rows = max(len(examples), 1)
     figure = Figure(figsize=(11, 2.4 * rows), dpi=110, layout="constrained")
@@ -55,9 +58,22 @@ def example_grid(
         figure.savefig(tmp, format="png")
 
 
-def stage_counters(files: Sequence[tuple[str, str]]) -> pd.DataFrame:
+# The folders of the sharded stages' counters; any other counters file is named after its stage.
+SHARDED_COUNTER_STAGES = ("raw", "judged", "renders", "vlm_scores", "metric_scores", "answers")
+
+
+def counter_stage(path: str | Path) -> str:
+    """The stage a counters file belongs to, from where it lies: raw, judged, renders, vlm_scores, ..."""
+    parts = Path(path).parts
+    for stage in SHARDED_COUNTER_STAGES:
+        if stage in parts:
+            return stage
+    return Path(path).name.removesuffix(".counters.json")
+
+
+def stage_counters(paths: Sequence[str | Path]) -> pd.DataFrame:
     """Every counter of the stages' `.counters.json` files, flattened: one row per (stage, file, counter),
-    provenance left out. `files` are (stage, path)."""
+    provenance left out, files in the order given."""
     import json
 
     rows: list[dict[str, Any]] = []
@@ -70,6 +86,6 @@ def stage_counters(files: Sequence[tuple[str, str]]) -> pd.DataFrame:
         else:
             rows.append({"stage": stage, "file": source, "counter": prefix, "value": value})
 
-    for stage, source in files:
-        flatten(stage, source, "", json.loads(Path(source).read_text()))
+    for source in paths:
+        flatten(counter_stage(source), str(source), "", json.loads(Path(source).read_text()))
     return pd.DataFrame(rows, columns=["stage", "file", "counter", "value"])

@@ -125,6 +125,12 @@ def present(question: Question, setting: str, transforms: Mapping[str, Any], see
     )  # fmt: skip
 
 
+def setting_transforms(setting: Mapping[str, Any]) -> dict[str, Any]:
+    """The transforms of a setting's config entry: what `present` does with it, without its label and
+    headline (which only name it in the tables) and its template (a file the job reads)."""
+    return {key: value for key, value in setting.items() if key in TRANSFORMS}
+
+
 def shard_of(question_id: str, shards: int) -> int:
     """A question's answer shard, from its id alone: adding questions never moves the others."""
     return int(hashlib.sha256(question_id.encode()).hexdigest()[:8], 16) % shards

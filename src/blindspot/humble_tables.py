@@ -155,6 +155,30 @@ def table7(
     return pd.DataFrame(rows)
 
 
+def report_tables(
+    answers: pd.DataFrame, humans: pd.DataFrame | None, reading: str, settings: Mapping[str, Mapping[str, Any]],
+    original: str, stress: str,
+) -> tuple[pd.DataFrame, dict[str, tuple[pd.DataFrame, str]]]:  # fmt: skip
+    """Every metric per VLM x setting x reading (`metrics_table`), and by name Tables 4 to 6, and 7 given
+    people's answers (`read_human_answers`), each with its caption; `original` is the setting of Table 4
+    and of Table 7's normal columns, `stress` that of Table 7's NOTA hit under stress."""
+    found = metrics_table(answers)
+    report = {
+        "table4": (
+            table4(found, reading, original),
+            f"Table 4: the {settings[original]['label']} setting ({reading} reading), %",
+        ),
+        "table5": (table5(found, reading, settings), f"Table 5: the settings ({reading} reading), %"),
+        "table6": (table6(found, reading, settings), f"Table 6: models across settings ({reading} reading), %"),
+    }
+    if humans is not None:
+        report["table7"] = (
+            table7(answers, humans, reading, original, stress),
+            "Table 7: humans and models on the same questions, %",
+        )
+    return found, report
+
+
 def plot_nota_tradeoff(
     metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]], path: str | Path
 ) -> None:

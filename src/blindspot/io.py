@@ -63,8 +63,9 @@ def write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text)
 
 
-def write_json(path: str | Path, obj: Any) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+def write_json(path: str | Path, obj: Any, sort_keys: bool = True) -> None:
+    """`obj` as indented JSON; `sort_keys=False` where the order of a mapping is meaningful."""
+    write_text(path, json.dumps(obj, indent=2, sort_keys=sort_keys, default=str) + "\n")
 
 
 def write_table(path: str | Path, frame: pd.DataFrame, schema: pa.Schema) -> None:

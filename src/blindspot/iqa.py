@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +11,7 @@ import pandas as pd
 
 from blindspot.config import ModelSpec
 from blindspot.images import image_batches, read_rgb
+from blindspot.render import triplets_of_seeds
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,17 @@ def measure_pairs(pairs: pd.DataFrame, metric: PyiqaMetric) -> pd.DataFrame:
             "adv_score": scores[n:].astype(np.float64),
         }
     )
+
+
+def pairs_to_measure(pairs: pd.DataFrame, triplets: pd.DataFrame, seed_ids: pd.Series) -> pd.DataFrame:
+    """The kept pairs of the accepted triplets written from the given seeds (a seed shard's)."""
+    in_shard = triplets_of_seeds(triplets, seed_ids)["triplet_id"]
+    return pairs[pairs["kept"] & pairs["triplet_id"].isin(in_shard)]
+
+
+def measure_quality(pairs: pd.DataFrame, specs: Sequence[ModelSpec], batch_size: int) -> pd.DataFrame:
+    """Every metric on both images of each pair; the metrics are loaded one after another."""
+    return pd.concat([measure_pairs(pairs, PyiqaMetric(spec, batch_size)) for spec in specs], ignore_index=True)
 
 
 def table2(quality: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:

@@ -9,23 +9,20 @@ number. `measured_throughput` turns the benchmark files of a finished run into s
 
 from __future__ import annotations
 
-import functools
 import statistics
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
-import yaml
 
 from blindspot import catalogue, targets
 from blindspot.catalogue import DATA_WILDCARDS, SHARDED_STEPS, STEPS, THROUGHPUT_STEPS
 from blindspot.config import MODEL_ROLES, SCENE_GRAPH_ROLES, metric_models
+from blindspot.dag import dag_jobs
 from blindspot.resources import job_resources
 
-CHECKOUT = Path(__file__).resolve().parents[2]
 ITEMS_NOTE = (
     "Items are upper bounds: seeds per shard for the prompt stage; for images 2 x seeds x generators x "
     "images_per_description per T2I model (every generator's triplet of a seed accepted), and for image "
@@ -54,34 +51,6 @@ def needed_built_models(config: dict[str, Any]) -> list[str]:
             if "tokenizer_from" in entry["build"]:
                 names.append(entry["build"]["tokenizer_from"])
     return sorted(needed)
-
-
-def dag_jobs(config: dict[str, Any]) -> list[tuple[str, dict[str, str], str]]:
-    """(rule, wildcards, first output) of every job of a run from scratch, from Snakemake's DAG."""
-    return [(rule, dict(wildcards), output) for rule, wildcards, output in _dag_jobs(yaml.safe_dump(config))]
-
-
-@functools.lru_cache(maxsize=8)
-def _dag_jobs(config_yaml: str) -> tuple[tuple[str, tuple[tuple[str, str], ...], str], ...]:
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, Quietness, ResourceSettings
-
-    with tempfile.TemporaryDirectory(prefix="blindspot-plan-") as folder:
-        configfile = Path(folder) / "config.yaml"
-        configfile.write_text(config_yaml)
-        with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
-            workflow_api = api.workflow(
-                ResourceSettings(), ConfigSettings(configfiles=[configfile]),
-                snakefile=CHECKOUT / "workflow" / "Snakefile", workdir=CHECKOUT,
-            )  # fmt: skip
-            # The DAG API runs or prints a DAG, but hands out none: build it as `snakemake --d3dag` does.
-            workflow = workflow_api.dag(DAGSettings(forceall=True)).workflow_api._workflow
-            workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True)
-            workflow._build_dag()
-            return tuple(
-                (job.rule.name, tuple(job.wildcards.items()), str(job.output[0]) if job.output else "")
-                for job in workflow.dag.jobs
-            )
 
 
 def job_table(config: dict[str, Any]) -> pd.DataFrame:

@@ -357,7 +357,7 @@ def transfer_accuracy(metric: Any, pairs: pd.DataFrame, n_boot: int, seed: int) 
     group, with a 95% bootstrap interval."""
     from PIL import Image
 
-    from blindspot.evaluation import bootstrap_accuracy
+    from blindspot.bootstrap import bootstrap_accuracy
 
     prompts = list(pairs["prompt"])
     preferred = metric.score(prompts, [Image.open(p).convert("RGB") for p in pairs["preferred"]])

@@ -52,6 +52,11 @@ def image_seed(triplet_id: str, index: int, base_seed: int) -> int:
     return int(stable_id(triplet_id, index, base_seed)[:8], 16)
 
 
+def triplets_of_seeds(triplets: pd.DataFrame, seed_ids: pd.Series) -> pd.DataFrame:
+    """The accepted triplets written from the given seeds: a seed shard's share, every generator's."""
+    return triplets[triplets["seed_id"].isin(seed_ids)]
+
+
 def plan_renders(
     triplets: pd.DataFrame, spec: ModelSpec, images_dir: Path, n_per_description: int, base_seed: int
 ) -> list[RenderJob]:

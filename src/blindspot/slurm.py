@@ -9,7 +9,7 @@ kernels sum in an order that depends on the thread count, so only then are its o
 the workflow's.
 
     job = submit_stage("render_images", "config/config.yaml", domain="animals", t2i="flux.1-schnell",
-                       shard="00000", triplets=..., out=..., images=..., counters_out=...)
+                       shard="00000")  # the job's wildcards; other keywords override its arguments
     job.result()  # blocks; raises with the job's traceback if the stage failed
 """
 
@@ -86,30 +86,35 @@ def submitit_parameters(resources: dict[str, Any], threads: int, gpus: int, rule
     return parameters
 
 
-def _run_stage(step: str, config_path: str, arguments: dict[str, Any], threads: int) -> None:
+def _run_stage(step: str, arguments: dict[str, Any], threads: int) -> None:
     # Set before the stage imports torch, which reads them once.
     os.environ.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
-    from blindspot.stages import run_step, setup_logging
+    from blindspot.steps import run_step, setup_logging
 
     setup_logging()
-    run_step(step, config=load_config(config_path), **arguments)
+    run_step(step, **arguments)
 
 
 def submit_stage(
     step: str, config_path: str | Path, *, folder: str | Path = "results/submitit", attempt: int = 1,
     profile: str | Path = DEFAULT_PROFILE, **arguments: Any,
 ) -> Any:  # fmt: skip
-    """Submit one job of `step` (a rule name) with its stage arguments; returns the submitit Job.
+    """Submit one job of `step` (a rule name), named by its wildcards as keywords; returns the submitit
+    Job. The job runs with the arguments the workflow gives it (`blindspot.dag.job_arguments`, from
+    the current folder), but for the other keywords, which replace them (e.g. `out=` elsewhere).
     SLURM's output and the pickled result go to `folder`."""
     import submitit
+
+    from blindspot.dag import job_arguments
 
     if step not in STEPS:
         raise ValueError(f"unknown stage '{step}' (stages: {', '.join(STEPS)})")
     config = load_config(config_path)
-    wildcards = {name: str(arguments[name]) for name in STEPS[step].wildcards if name in arguments}
+    wildcards = {name: str(arguments.pop(name)) for name in STEPS[step].wildcards if name in arguments}
+    arguments = job_arguments(config, step, wildcards) | arguments
     needs = job_resources(config, step, wildcards, attempt)
     threads = profile_threads(step, profile) or needs.threads
     resources = {"mem_mb": needs.mem_mb, "runtime": needs.runtime} | profile_resources(step, attempt, profile)
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
     executor.update_parameters(**submitit_parameters(resources, threads, needs.gpus, step))
-    return executor.submit(_run_stage, step, str(Path(config_path).resolve()), arguments, threads)
+    return executor.submit(_run_stage, step, arguments, threads)

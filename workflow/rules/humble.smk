@@ -1,19 +1,31 @@
 # HumbleBench: questions (official release, our benchmark's images, scene graphs), answers per
 # VLM x setting x shard, then Tables 4 to 7 and the NOTA plot.
 
+from blindspot.humble import setting_transforms
+
+HUMBLE = config["humblebench"]
+FROM_BENCHMARK = HUMBLE.get("from_benchmark")
+
 
 rule write_scene_questions:
     input:
         scene_graphs=SCENE_GRAPHS.get("file", []),
         template=SCENE_GRAPHS.get("template", []),
-        models=[path for role in ("describer", "writer") if role in SCENE_GRAPHS for path in get_model_input(SCENE_GRAPHS[role])],
+        built_models=[path for role in ("describer", "writer") if role in SCENE_GRAPHS for path in get_model_input(SCENE_GRAPHS[role])],
     output:
         out=P("scene_questions"),
         verification_out=P("scene_verification"),
         counters_out=P("scene_counters"),
     params:
-        # Everything but the people's verification file, which only make_humble_questions reads.
-        scene_graphs={key: value for key, value in SCENE_GRAPHS.items() if key != "verification"},
+        # Made with the job: the rule runs only when scene graphs are configured.
+        describer=lambda wildcards: model_spec_params(SCENE_GRAPHS["describer"]),
+        writer=lambda wildcards: model_spec_params(SCENE_GRAPHS["writer"]),
+        # a function: Snakemake would read the instruction's {category} as a wildcard
+        cue_instruction=lambda wildcards: SCENE_GRAPHS["cue_instruction"],
+        cue_tokens=SCENE_GRAPHS.get("cue_tokens"),
+        writer_max_tokens=SCENE_GRAPHS.get("writer_max_tokens"),
+        batch_size=HUMBLE["batch_size"],
+        seed=config["seed"],
     log:
         LOG("write_scene_questions"),
     benchmark:
@@ -30,17 +42,21 @@ rule write_scene_questions:
 rule make_humble_questions:
     input:
         benchmark=humble_input("benchmark"),
+        # the domains' taxonomies give the benchmark questions' distractors
+        taxonomies=[entry["taxonomy"] for entry in config["domains"].values()] if FROM_BENCHMARK else [],
         scene_candidates=humble_input("scene_questions"),
         # a list, empty or of one file, as the step reads it
         verification=[SCENE_GRAPHS["verification"]] if SCENE_GRAPHS.get("verification") else [],
-        release=get_release_input(),
+        release_copy=get_release_input(),
     output:
         out=P("humble_questions"),
         images=directory(P("humble_images")),
         counters_out=P("humble_question_counters"),
     params:
-        release=config["humblebench"].get("release"),
-        from_benchmark=config["humblebench"].get("from_benchmark"),
+        # a hub id, or the local copy's path
+        release=HUMBLE.get("release"),
+        from_benchmark=FROM_BENCHMARK,
+        domains=list(config["domains"]) if FROM_BENCHMARK else [],
         seed=config["seed"],
     log:
         LOG("make_humble_questions"),
@@ -58,16 +74,17 @@ rule make_humble_questions:
 rule answer_humble:
     input:
         questions=P("humble_questions"),
-        templates=lambda wildcards: [config["humblebench"]["settings"][wildcards.setting]["template"]],
-        model=get_role_model_input("vlm"),
+        template=lambda wildcards: HUMBLE["settings"][wildcards.setting]["template"],
+        built_model=get_role_model_input("vlm"),
     output:
         out=P("humble_answers"),
         counters_out=P("humble_answer_counters"),
     params:
-        # The setting's and the model's entries are params, so editing either re-runs their jobs.
-        setting_entry=lambda wildcards: config["humblebench"]["settings"][wildcards.setting],
-        vlm_entry=lambda wildcards: config["models"][wildcards.vlm],
-        answering={key: config["humblebench"][key] for key in ("answer_shards", "max_new_tokens")},
+        model=get_model_spec("vlm"),
+        transforms=lambda wildcards: setting_transforms(HUMBLE["settings"][wildcards.setting]),
+        answer_shards=HUMBLE["answer_shards"],
+        batch_size=HUMBLE["batch_size"],
+        max_new_tokens=HUMBLE["max_new_tokens"],
         seed=config["seed"],
     log:
         LOG("answer_humble"),
@@ -94,7 +111,11 @@ rule make_humble_tables:
         table7=targets.table_targets(config, "table7") if config["humblebench"].get("human_answers") else [],
         plot=report(P("nota_plot"), caption="../report/humblebench.rst", category="HumbleBench"),
     params:
-        humblebench=config["humblebench"],
+        reading=HUMBLE["reading"],
+        # what the tables call each setting, and the metric it is ranked by
+        settings={name: {key: setting[key] for key in ("label", "headline")} for name, setting in HUMBLE["settings"].items()},
+        original=HUMBLE["tables"]["original"],
+        stress=HUMBLE["tables"]["stress"],
     log:
         LOG("make_humble_tables"),
     threads: get_threads("make_humble_tables")

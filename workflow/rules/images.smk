@@ -5,15 +5,18 @@ rule render_images:
     input:
         triplets=P("triplets"),
         seeds=P("seeds"),
-        model=get_role_model_input("t2i"),
+        built_model=get_role_model_input("t2i"),
     output:
         out=P("renders"),
         counters_out=P("render_counters"),
     params:
-        model=get_model_params("t2i"),
+        model=get_model_spec("t2i"),
         images_dir=lambda wildcards: P("images", domain=wildcards.domain, t2i=wildcards.t2i),
         images_per_description=config["image_stage"]["images_per_description"],
         seed=config["seed"],
+        # The batch's make-up changes the floating-point sums, and so the pixels (blindspot.render).
+        batch_size=config["image_stage"]["render_batch_size"],
+        shard_size=config["shard_size"],
     log:
         LOG("render_images"),
     benchmark:
@@ -30,13 +33,13 @@ rule render_images:
 rule judge_images:
     input:
         renders=P("renders"),
-        model=get_role_model_input("vlm"),
+        built_model=get_role_model_input("vlm"),
         template=config["image_stage"]["judge_template"],
     output:
         out=P("vlm_scores"),
         counters_out=P("vlm_score_counters"),
     params:
-        model=get_model_params("vlm"),
+        model=get_model_spec("vlm"),
         batch_size=config["image_stage"]["judge_batch_size"],
     log:
         LOG("judge_images"),
@@ -78,11 +81,13 @@ rule measure_image_quality:
         pairs=P("pairs"),
         triplets=P("triplets"),
         seeds=P("seeds"),
-        models=[get_model_input(name) for name in config["image_stage"]["iqa_metrics"]],
+        built_models=[get_model_input(name) for name in config["image_stage"]["iqa_metrics"]],
     output:
         out=P("image_quality"),
     params:
-        models=[config["models"][name] for name in config["image_stage"]["iqa_metrics"]],
+        models=[model_spec_params(name) for name in config["image_stage"]["iqa_metrics"]],
+        batch_size=config["image_stage"]["iqa_batch_size"],
+        shard_size=config["shard_size"],
     log:
         LOG("measure_image_quality"),
     benchmark:

@@ -1,6 +1,5 @@
 # Scoring T2I metrics on the test split: one job per metric x domain x seed shard, then Table 3.
 
-
 rule score_metric:
     wildcard_constraints:
         metric=_one_of(set(METRICS) - set(API_METRICS)),
@@ -8,8 +7,10 @@ rule score_metric:
         pairs=P("pairs"),
         triplets=P("triplets"),
         seeds=P("seeds"),
-        models=lambda wildcards: [path for name in metric_models(METRICS[wildcards.metric]) for path in get_model_input(name)],
-        template=lambda wildcards: METRICS[wildcards.metric].get("args", {}).get("template", []),
+        built_models=lambda wildcards: [
+            path for name in metric_models(METRICS[wildcards.metric]) for path in get_model_input(name)
+        ],
+        template=get_metric_template,
         # A trained metric (ProtoScore) scores with the workflow's own training output.
         trained=lambda wildcards: [P("protoscore")] if METRICS[wildcards.metric]["plugin"] == "protoscore" else [],
     output:
@@ -19,10 +20,18 @@ rule score_metric:
         cache=lambda wildcards: P("metric_cache", metric=wildcards.metric),
         # The metric's entry and its models' are params, so editing any re-runs its jobs.
         metric_entry=lambda wildcards: METRICS[wildcards.metric],
-        models=lambda wildcards: [config["models"][name] for name in metric_models(METRICS[wildcards.metric])],
+        model=lambda wildcards: model_spec_params(METRICS[wildcards.metric]["model"]),
+        # Helper models by the plug-in argument that takes them (AlignScore's captioner).
+        models=lambda wildcards: {
+            arg: model_spec_params(name) for arg, name in METRICS[wildcards.metric].get("models", {}).items()
+        },
+        # What the score cache knows the models by: the registry settings that change a score.
+        score_settings=lambda wildcards: metric_score_settings(config["models"], METRICS[wildcards.metric]),
         api_key_is_set=get_api_key_is_set,
         # The test split is a function of the triplet id and these (as in split_benchmark).
         split=dict(seed=config["seed"], test_fraction=config["benchmark"]["test_fraction"]),
+        batch_size=config["evaluation"]["batch_size"],
+        shard_size=config["shard_size"],
     log:
         LOG("score_metric"),
     benchmark:
@@ -62,7 +71,13 @@ rule make_table3:
         breakdown=P("metric_breakdown"),
         plot=report(P("accuracy_plot"), caption="../report/table3.rst", category="Metrics"),
     params:
-        evaluation=config["evaluation"],
+        # Each metric's Table 3 label and family title, in config order.
+        metrics={
+            name: {"label": entry["label"], "family": config["evaluation"]["families"][entry["family"]]}
+            for name, entry in METRICS.items()
+        },
+        domains=list(config["domains"]),
+        bootstrap_samples=config["evaluation"]["bootstrap_samples"],
         seed=config["seed"],
     log:
         LOG("make_table3"),
@@ -85,7 +100,7 @@ rule make_report_items:
         csv=report(P("stage_counters"), caption="../report/stage_counters.rst", category="Benchmark"),
     params:
         labels={name: entry["label"] for name, entry in METRICS.items()},
-        report=config["report"],
+        examples_per_domain=config["report"]["examples_per_domain"],
     log:
         LOG("make_report_items"),
     threads: get_threads("make_report_items")

@@ -6,7 +6,8 @@ rule build_model:
         out=directory(P("model")),
     params:
         recipe=lambda wildcards: resolved_recipe(config, wildcards.model),
-        seed=config["seed"],
+        # Only a recipe of random weights reads the seed: a new one rebuilds no real model.
+        seed=lambda wildcards: recipe_seed(resolved_recipe(config, wildcards.model), config["seed"]),
     log:
         LOG("build_model"),
     benchmark:

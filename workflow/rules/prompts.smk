@@ -26,12 +26,12 @@ rule generate_triplets:
     input:
         seeds=P("seeds"),
         template=STAGE["generate_template"],
-        model=get_role_model_input("generator"),
+        built_model=get_role_model_input("generator"),
     output:
         out=P("raw_triplets"),
         counters_out=P("raw_counters"),
     params:
-        model=get_model_params("generator"),
+        model=get_model_spec("generator"),
         shard_size=config["shard_size"],
         batch_size=STAGE["batch_size"],
         seed=config["seed"],
@@ -53,12 +53,12 @@ rule judge_triplets:
         triplets=P("raw_triplets"),
         seeds=P("seeds"),
         template=STAGE["judge_template"],
-        model=get_role_model_input("judge"),
+        built_model=get_role_model_input("judge"),
     output:
         out=P("judgments"),
         counters_out=P("judgment_counters"),
     params:
-        model=get_model_params("judge"),
+        model=get_model_spec("judge"),
         batch_size=STAGE["batch_size"],
         seed=config["seed"],
     log:
@@ -98,13 +98,12 @@ rule accept_triplets:
 rule check_prompt_quality:
     input:
         triplets=P("triplets"),
-        embedding_model=get_model_input(STAGE["embedding_model"]),
-        nli_model=get_model_input(STAGE["nli_model"]),
+        built_models=[*get_model_input(STAGE["embedding_model"]), *get_model_input(STAGE["nli_model"])],
     output:
         out=P("prompt_quality"),
     params:
-        embedding_model=config["models"][STAGE["embedding_model"]],
-        nli_model=config["models"][STAGE["nli_model"]],
+        embedding_model=model_spec_params(STAGE["embedding_model"]),
+        nli_model=model_spec_params(STAGE["nli_model"]),
         batch_size=STAGE["batch_size"],
     log:
         LOG("check_prompt_quality"),

@@ -5,14 +5,16 @@
 rule train_protoscore:
     input:
         benchmark=P("benchmark_pairs"),
-        model=get_model_input(config["protoscore"]["model"]),
+        built_model=get_model_input(config["protoscore"]["model"]),
     output:
         out=directory(P("protoscore")),
     params:
         # Not an output: Snakemake would delete it when a job fails, and resuming needs it.
         checkpoint=P("protoscore_checkpoint"),
-        protoscore=config["protoscore"],
-        model=config["models"][config["protoscore"]["model"]],
+        # The training settings: the section without the model (a param of its own) and the transfer
+        # set, which only score_transfer reads (naming another set must not train again).
+        settings={key: value for key, value in config["protoscore"].items() if key not in ("model", "transfer")},
+        model=model_spec_params(config["protoscore"]["model"]),
         seed=config["seed"],
     log:
         LOG("train_protoscore"),
@@ -33,6 +35,11 @@ rule score_transfer:
         trained=P("protoscore"),
     output:
         out=P("protoscore_transfer"),
+    params:
+        model=model_spec_params(config["protoscore"]["model"]),
+        batch_size=config["evaluation"]["batch_size"],
+        bootstrap_samples=config["evaluation"]["bootstrap_samples"],
+        seed=config["seed"],
     log:
         LOG("score_transfer"),
     benchmark:

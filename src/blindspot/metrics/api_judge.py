@@ -42,14 +42,12 @@ cached or put into an error message (any text that goes out of this module is sc
 from __future__ import annotations
 
 import base64
-import email.utils
 import hashlib
 import io
 import json
 import logging
 import math
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -64,34 +62,20 @@ from tqdm import tqdm
 
 from blindspot.io import stable_id, write_json
 from blindspot.metrics import MetricSkipped, Score
+from blindspot.metrics.api_client import (
+    RETRY_STATUSES,
+    APIJudgeError,
+    ClientSettings,
+    backoff_delay,
+    error_message,
+    retry_after_seconds,
+)
 from blindspot.prompts import PromptTemplate
 from blindspot.vlm_scoring import SCORES, ScoreTokens, score_distribution, summarise, text_score
 
 log = logging.getLogger(__name__)
 
 TEMPLATE = Path(__file__).resolve().parents[3] / "config" / "prompts" / "judge_semantic_v1.yaml"
-RETRY_STATUSES = frozenset({429}) | frozenset(range(500, 600))
-
-
-class APIJudgeError(RuntimeError):
-    """The endpoint refused a request (a 4xx other than 429) or stayed unreachable after all retries."""
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    concurrency: int = 4  # requests in flight at once
-    timeout_s: float = 120.0  # per request (connect and read)
-    max_attempts: int = 6  # the first try included
-    backoff_base_s: float = 1.0  # the first retry waits about this long, doubling after
-    backoff_cap_s: float = 60.0  # no back-off wait is longer
-    retry_after_cap_s: float = 300.0  # the longest Retry-After honoured
-    # Tries per item while replies hold no answer; fewer than max_attempts, since a budget too small
-    # for the reasoning fails the same way each time and every try is billed.
-    max_reply_attempts: int = 3
-
-    def __post_init__(self) -> None:
-        if min(self.concurrency, self.max_attempts, self.max_reply_attempts) < 1:
-            raise ValueError(f"concurrency, max_attempts and max_reply_attempts must be at least 1, not {self}")
 
 
 @dataclass(frozen=True)
@@ -99,29 +83,6 @@ class Unanswered(Score):
     """An item the judge gave no answer for after every try: NaN, never cached, asked again next run."""
 
     failure: str = ""  # why, one of FAILURES
-
-
-def backoff_delay(retry: int, base_s: float, cap_s: float, rng: Callable[[], float] = random.random) -> float:
-    """Seconds to wait before retry number `retry` (0 for the first): "equal jitter", half of the
-    capped exponential step fixed and half random, so waits grow and spread but never vanish."""
-    step = min(cap_s, base_s * 2.0**retry)
-    return step / 2 + rng() * step / 2
-
-
-def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
-    """The wait a Retry-After header asks for (seconds or an HTTP date), None if absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def _logsumexp(values: list[float]) -> float:
@@ -223,6 +184,11 @@ def image_png(image: Any) -> bytes:
     return buffer.getvalue()
 
 
+def key_not_set(name: str, key_env: str) -> MetricSkipped:
+    """Why a judge without its key is skipped (the variable's name, never a value)."""
+    return MetricSkipped(f"{name}: the API key variable {key_env} is not set or empty; skipping this metric")
+
+
 def _field(entry: Any, key: str, default: Any = None) -> Any:
     value = entry.get(key, default) if isinstance(entry, Mapping) else getattr(entry, key, default)
     return default if value is None else value
@@ -254,9 +220,7 @@ class APIJudgeMetric:
         self.url = self.endpoint.rstrip("/") + "/chat/completions"
         self._key = os.environ.get(key_env, "").strip()
         if not self._key:
-            raise MetricSkipped(
-                f"{self.name}: the API key variable {key_env} is not set or empty; skipping this metric"
-            )
+            raise key_not_set(self.name, key_env)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._sessions: list[requests.Session] = []
@@ -327,13 +291,13 @@ class APIJudgeMetric:
                     except ValueError:
                         reason = f"HTTP 200 with a body that is not JSON: {response.text[:200]!r}"
                 elif response.status_code in RETRY_STATUSES:
-                    reason = f"HTTP {response.status_code}: {_message(response)}"
+                    reason = f"HTTP {response.status_code}: {error_message(response)}"
                     retry_after = retry_after_seconds(response.headers.get("Retry-After"))
                 else:
                     raise APIJudgeError(
                         self._scrub(
                             f"{self.name}: {self.url} refused the request for model '{self.model_id}' with "
-                            f"HTTP {response.status_code}: {_message(response)}"
+                            f"HTTP {response.status_code}: {error_message(response)}"
                         )
                     )
             if attempt == settings.max_attempts:
@@ -404,22 +368,6 @@ class APIJudgeMetric:
         log.info("%s: %d scored, %d from the cache, %d without an answer, %d HTTP requests", self.name,
                  len(scores) - unanswered, self.cache_hits, unanswered, self.requests_sent)  # fmt: skip
         return scores  # type: ignore[return-value]
-
-
-def _message(response: requests.Response) -> str:
-    """The endpoint's own error message (OpenAI's error.message, FastAPI's detail) or the body's start."""
-    try:
-        payload = response.json()
-    except ValueError:
-        return response.text[:300].strip() or response.reason
-    if isinstance(payload, Mapping):
-        error = payload.get("error")
-        if isinstance(error, Mapping) and error.get("message"):
-            return str(error["message"])
-        for key in ("detail", "message", "error"):
-            if payload.get(key):
-                return str(payload[key])
-    return json.dumps(payload)[:300]
 
 
 def api_judge_plugin(

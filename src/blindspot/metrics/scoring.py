@@ -16,21 +16,24 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from blindspot import tables
-from blindspot.config import model_spec
+from blindspot.config import ModelSpec
 from blindspot.images import image_batches, read_rgb
 from blindspot.io import stable_id, write_json
-from blindspot.metrics import Metric, Score, normalise
+from blindspot.metrics import Metric, MetricSkipped, Score, load_metric, normalise
 from blindspot.prompts import PromptTemplate
+
+log = logging.getLogger(__name__)
 
 ROLES = ("corr", "adv")
 # Registry keys that decide where or how fast a model runs, or who may call it, not its scores.
@@ -73,27 +76,67 @@ class ScoreCache:
         write_json(self._path(key), {"raw": raw, "detail": score.detail, "bounds": list(bounds)})
 
 
-def metric_identity(config: dict[str, Any], name: str) -> dict[str, str]:
-    """What the cache knows a metric by, from config alone (no model loaded): its plug-in and
-    `args`, its template's version, and the settings of its model entries that change a score (dtype,
-    an API's request fields; a helper model's too, such as AlignScore's captioner), not where or how
-    fast they run."""
-    entry = config["evaluation"]["metrics"][name]
-    spec = model_spec(config, entry["model"])
-    args = entry.get("args", {})
+def metric_score_settings(registry: Mapping[str, Mapping[str, Any]], entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a metric's registry models that change a score (dtype, an API's request fields;
+    a helper model's too, such as AlignScore's captioner), not where or how fast they run: `model`, and
+    `models` by argument when the metric has helpers. The workflow passes them to `score_metric`."""
 
     def settings(model: str) -> dict[str, Any]:
-        return {key: value for key, value in config["models"][model].items() if key not in RUN_ONLY_KEYS}
+        return {key: value for key, value in registry[model].items() if key not in RUN_ONLY_KEYS}
 
     helpers = {arg: settings(model) for arg, model in entry.get("models", {}).items()}
-    version = json.dumps(
-        {"plugin": entry["plugin"], "args": args, "model": settings(entry["model"])}
-        | ({"models": helpers} if helpers else {}),
-        sort_keys=True,
-    )
-    if "template" in args:
-        version += " " + PromptTemplate.load(args["template"]).version
+    return {"model": settings(entry["model"])} | ({"models": helpers} if helpers else {})
+
+
+def metric_identity(
+    entry: Mapping[str, Any], spec: ModelSpec, score_settings: Mapping[str, Any], template: str | None = None,
+    trained: str | None = None,
+) -> dict[str, str]:  # fmt: skip
+    """What the cache knows a metric by, with no model loaded: its model's id and revision; as its
+    version, its plug-in and `args`, its models' `score_settings` (`metric_score_settings`), the
+    version of its prompt `template` and the weights of a `trained` scorer (a retrained scorer is
+    another metric)."""
+    version = json.dumps({"plugin": entry["plugin"], "args": entry.get("args", {})} | dict(score_settings),
+                         sort_keys=True)  # fmt: skip
+    if template:
+        version += " " + PromptTemplate.load(template).version
+    if trained:
+        from blindspot.protoscore import trained_sha256
+
+        version += " trained:" + trained_sha256(trained)
     return {"model_id": spec.model_id, "revision": spec.revision or "", "version": version}
+
+
+def metric_loader(
+    entry: Mapping[str, Any], spec: ModelSpec, helpers: Mapping[str, ModelSpec], batch_size: int, cache_dir: str,
+    trained: str | None, api_key_is_set: bool,
+) -> Callable[[], Metric]:  # fmt: skip
+    """How `score_pairs` builds a metric when it has something to score: its plug-in with its model, its
+    `args` and helper models, and a `trained` scorer's folder. A metric whose model needs an API key
+    that is not set is skipped (MetricSkipped), as its plug-in would be."""
+
+    def load() -> Metric:
+        if spec.api_key_env and not api_key_is_set:
+            from blindspot.metrics.api_judge import key_not_set
+
+            raise key_not_set(spec.name, spec.api_key_env)
+        learned = {"trained": trained} if trained else {}
+        return load_metric(
+            entry["plugin"], spec, batch_size, cache_dir, **entry.get("args", {}), **helpers, **learned
+        )  # fmt: skip
+
+    return load
+
+
+def shard_test_pairs(
+    pairs: pd.DataFrame, triplets: pd.DataFrame, seed_ids: Iterable[str], seed: int, test_fraction: float
+) -> pd.DataFrame:
+    """The kept pairs of the test split among the seeds of one shard: what a metric's job scores. The
+    split is a function of the triplet id, so a job reads only its own domain's tables."""
+    from blindspot.split import kept_with_splits
+
+    _, kept = kept_with_splits(pairs, triplets, seed, test_fraction)
+    return kept[(kept["split"] == "test") & kept["seed_id"].isin(list(seed_ids))]
 
 
 def score_batches(
@@ -164,3 +207,16 @@ def score_pairs(
         "seconds": round(time.monotonic() - started, 3),
     }
     return frame, counters
+
+
+def score_or_skip(
+    pairs: pd.DataFrame, name: str, identity: dict[str, str], load: Callable[[], Metric], cache: ScoreCache,
+    batch_size: int,
+) -> tuple[pd.DataFrame, dict[str, Any]]:  # fmt: skip
+    """`score_pairs`, or for a metric that cannot run here (an API judge without its key) no rows and
+    the reason as the counters: the run goes on without it."""
+    try:
+        return score_pairs(pairs, name, identity, load, cache, batch_size)
+    except MetricSkipped as skipped:
+        log.warning("%s", skipped)
+        return pd.DataFrame(columns=[field.name for field in tables.METRIC_SCORES]), {"skipped": str(skipped)}

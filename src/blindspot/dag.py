@@ -1,0 +1,65 @@
+"""The workflow's own DAG of jobs, from Snakemake, for a config: what `blindspot plan` counts and what a
+step run by hand (`python -m blindspot.steps run`) takes, so neither enumerates the jobs a second time."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+SNAKEFILE = CHECKOUT / "workflow" / "Snakefile"
+
+
+@contextlib.contextmanager
+def _jobs(config_yaml: str) -> Iterator[list[Any]]:
+    """Snakemake's jobs of a run from scratch (`snakemake -n --forceall`) of the checkout's workflow, run
+    from the current folder as `snakemake` would be (relative paths in the config are relative to it)."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, Quietness, ResourceSettings
+
+    with tempfile.TemporaryDirectory(prefix="blindspot-dag-") as folder:
+        configfile = Path(folder) / "config.yaml"
+        configfile.write_text(config_yaml)
+        with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
+            workflow_api = api.workflow(
+                ResourceSettings(), ConfigSettings(configfiles=[configfile]), snakefile=SNAKEFILE, workdir=Path.cwd()
+            )
+            # The DAG API runs or prints a DAG, but hands out none: build it as `snakemake --d3dag` does.
+            workflow = workflow_api.dag(DAGSettings(forceall=True)).workflow_api._workflow
+            workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True)
+            workflow._build_dag()
+            yield list(workflow.dag.jobs)
+
+
+def dag_jobs(config: dict[str, Any]) -> list[tuple[str, dict[str, str], str]]:
+    """(rule, wildcards, first output) of every job of a run from scratch."""
+    jobs = _dag_jobs(yaml.safe_dump(config, sort_keys=False), str(Path.cwd()))
+    return [(rule, dict(wildcards), output) for rule, wildcards, output in jobs]
+
+
+@functools.lru_cache(maxsize=8)
+def _dag_jobs(config_yaml: str, folder: str) -> tuple[tuple[str, tuple[tuple[str, str], ...], str], ...]:
+    with _jobs(config_yaml) as jobs:
+        return tuple(
+            (job.rule.name, tuple(job.wildcards.items()), str(job.output[0]) if job.output else "") for job in jobs
+        )
+
+
+def job_arguments(config: dict[str, Any], rule: str, wildcards: dict[str, str]) -> dict[str, Any]:
+    """The arguments the workflow passes the step of one job: its rule's inputs, outputs, params and
+    wildcards, as Snakemake evaluates them. An unknown job is a ValueError naming the ones there are."""
+    from blindspot.steps import step_arguments, step_function
+
+    with _jobs(yaml.safe_dump(config, sort_keys=False)) as jobs:
+        mine = [job for job in jobs if job.rule.name == rule]
+        for job in mine:
+            if dict(job.wildcards.items()) == wildcards:
+                return step_arguments(step_function(rule), job)
+    there = sorted(" ".join(f"{k}={v}" for k, v in job.wildcards.items()) or "(no wildcards)" for job in mine)
+    raise ValueError(f"no job of {rule} with wildcards {wildcards or '(none)'}; its jobs: {'; '.join(there) or 'none'}")

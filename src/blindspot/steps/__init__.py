@@ -1,0 +1,148 @@
+"""The workflow's steps: one module per rules file (`workflow/rules/<stage>.smk` -> `blindspot.steps.<stage>`),
+one function per rule, named like it (`blindspot.catalogue` says which).
+
+A step is a thin read -> call -> write around logic that lives, with its tests, in the domain modules.
+It takes exactly its rule's named inputs, outputs, params and wildcards, never the whole config: what
+it reads is what its rule names, so what triggers a re-run is what the code reads (tests/test_steps.py
+holds every rule to that). A model arrives as its resolved registry entry (`blindspot.config.ModelSpec`
+as a dict), so editing the entry re-runs its jobs.
+
+Every rule runs `workflow/scripts/run_stage.py`, which calls `run_from_snakemake`. Every job leaves the
+arguments it ran with beside its log (`.job.json`): `python -m blindspot.steps replay FILE` runs that job
+again, and `python -m blindspot.steps run STEP --configfile FILE NAME=VALUE ...` runs one job of a config
+by hand, with the arguments the workflow would give it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from blindspot import catalogue
+from blindspot.config import GPUUnavailable, ModelSpec, running_step, shard_slice
+from blindspot.io import provenance, write_json, write_table
+
+log = logging.getLogger("blindspot")
+
+
+def step_function(name: str) -> Callable[..., None]:
+    """The function that runs the step `name`, from its stage's module."""
+    step = catalogue.STEPS[name]
+    module = importlib.import_module(f"blindspot.steps.{step.stage}")
+    return getattr(module, step.function or name)
+
+
+def setup_logging(log_path: str | None = None) -> None:
+    """Send everything (stderr, warnings, progress bars) to the job's log file."""
+    if log_path:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        sys.stderr = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the job
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+    logging.captureWarnings(True)
+
+
+def spec(model: dict[str, Any]) -> ModelSpec:
+    """A model's spec from the resolved registry entry its rule passes (`get_model_spec` in common.smk)."""
+    return ModelSpec(**model)
+
+
+def shard_rows(frame: pd.DataFrame, shard: str, shard_size: int) -> pd.DataFrame:
+    """The rows of one shard: a slice of a domain's sorted seeds, as every sharded rule takes it."""
+    return frame.iloc[shard_slice(shard, shard_size)]
+
+
+def write_counters(counters_out: str, counters: dict[str, Any], what: str, **about: Any) -> None:
+    """Log a job's counters and write them beside its output, with the provenance of the run."""
+    log.info("%s: %s", what, json.dumps(counters))
+    write_json(counters_out, counters | {"provenance": provenance(**about)})
+
+
+def write_shard(
+    frame: pd.DataFrame, counters: dict[str, Any], schema: Any, out: str, counters_out: str, what: str
+) -> None:
+    """A model shard's table and counters. A shard whose every row failed stops the job instead: its
+    model or template is broken, and an empty table would hide it downstream."""
+    from blindspot.triplets import raise_if_all_failed
+
+    raise_if_all_failed(frame, counters, what)
+    write_counters(counters_out, counters, what)
+    write_table(out, frame, schema)
+
+
+def step_arguments(step: Callable[..., None], job: Any) -> dict[str, Any]:
+    """A step's arguments from a Snakemake job: its outputs, inputs, params and wildcards, by name."""
+    sources = [job.output, job.input, job.params, job.wildcards]
+    arguments = {}
+    for name in inspect.signature(step).parameters:
+        # Namedlist is a list: `in` alone would search its values, not its names.
+        found = next((source for source in sources if name in source.keys()), None)  # noqa: SIM118
+        if found is None:
+            raise TypeError(f"rule {job.rule}: step {step.__name__} needs '{name}', which the rule does not name")
+        arguments[name] = getattr(found, name)
+    return arguments
+
+
+def run_step(name: str, **arguments: Any) -> None:
+    """Run the step `name` as one job. Messages about the job's resources name it, and a job whose
+    model finds fewer GPUs than it asks for stops with that one line rather than a traceback."""
+    with running_step(name):
+        try:
+            step_function(name)(**arguments)
+        except GPUUnavailable as error:
+            raise SystemExit(str(error)) from None
+
+
+def job_file(log_path: str) -> Path:
+    """Where a job leaves the arguments it ran with: beside its log."""
+    return Path(log_path).with_suffix(".job.json")
+
+
+def run_from_snakemake(job: Any) -> None:
+    setup_logging(job.log[0])
+    arguments = step_arguments(step_function(job.rule), job)
+    # So that `python -m blindspot.steps replay FILE` can run the job again outside Snakemake.
+    record = {"step": job.rule, "wildcards": dict(job.wildcards.items()), "arguments": arguments}
+    write_json(job_file(job.log[0]), record, sort_keys=False)  # a mapping's order can be the order of a table
+    run_step(job.rule, **arguments)
+
+
+def replay(path: str) -> None:
+    """Run a job again from the arguments it left beside its log, in the folder Snakemake ran it in."""
+    job = json.loads(Path(path).read_text())
+    run_step(job["step"], **job["arguments"])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m blindspot.steps", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    again = commands.add_parser("replay", help="run a job again from the .job.json file beside its log")
+    again.add_argument("job_file")
+    run = commands.add_parser("run", help="run one job of a config by hand, with the arguments the workflow gives it")
+    run.add_argument("step", choices=list(catalogue.STEPS))
+    run.add_argument("--configfile", required=True)
+    run.add_argument("wildcards", nargs="*", metavar="NAME=VALUE", help="the job's wildcards, e.g. domain=animals")
+    args = parser.parse_args(argv)
+    setup_logging()
+    if args.command == "replay":
+        replay(args.job_file)
+        return
+    from blindspot.config import ConfigError, load_config
+    from blindspot.dag import job_arguments
+
+    wildcards = dict(pair.split("=", 1) for pair in args.wildcards)
+    try:
+        arguments = job_arguments(load_config(args.configfile), args.step, wildcards)
+    except (ConfigError, ValueError) as error:
+        parser.exit(2, f"{error}\n")
+    run_step(args.step, **arguments)

@@ -1,0 +1,3 @@
+from blindspot.steps import main
+
+main()

@@ -1,0 +1,51 @@
+"""The benchmark (workflow/rules/benchmark.smk): the train/test split with the annotation subsets, and the
+Hugging Face dataset export."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from blindspot import tables
+from blindspot.io import read_table, write_table, write_text
+from blindspot.steps import spec, write_counters
+
+
+def split_benchmark(
+    pairs: Sequence[str], triplets: Sequence[str], out: str, filter_validation: str, preference_pairs: str,
+    counters_out: str, domains: Sequence[str], test_fraction: float, threshold: float, filter_validation_images: int,
+    preference_pairs_per_domain: int, seed: int,
+) -> None:  # fmt: skip
+    """Split the kept pairs by triplet; draw the two disjoint annotation subsets."""
+    from blindspot import split
+
+    benchmark = split.split_benchmark(
+        pd.concat([read_table(p, tables.PAIRS) for p in pairs], ignore_index=True),
+        pd.concat([read_table(p, tables.TRIPLETS) for p in triplets], ignore_index=True),
+        domains, test_fraction, threshold, filter_validation_images, preference_pairs_per_domain, seed,
+    )  # fmt: skip
+    write_table(out, benchmark.pairs[tables.BENCHMARK_PAIRS.names], tables.BENCHMARK_PAIRS)
+    write_table(filter_validation, benchmark.filter_validation, tables.ANNOTATION_IMAGES)
+    write_table(preference_pairs, benchmark.preference[tables.ANNOTATION_PAIRS.names], tables.ANNOTATION_PAIRS)
+    write_counters(counters_out, benchmark.counters, "benchmark")
+
+
+def export_dataset(
+    benchmark: str, out: str, card: str, name: str, run_name: str, threshold: float,
+    models: dict[str, list[dict[str, Any]]],
+) -> None:  # fmt: skip
+    """The benchmark as a `datasets`-loadable folder with a dataset card (also beside it, for the report)."""
+    from blindspot.export import export_dataset as export
+    from blindspot.export import model_rows
+
+    about = {
+        "name": name,
+        "run_name": run_name,
+        "threshold": threshold,
+        "models": model_rows({role: [spec(model) for model in specs] for role, specs in models.items()}),
+    }
+    export(read_table(benchmark, tables.BENCHMARK_PAIRS), out, about)
+    write_text(card, (Path(out) / "README.md").read_text())

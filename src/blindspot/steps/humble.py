@@ -1,0 +1,107 @@
+"""HumbleBench (`workflow/rules/humble.smk`): questions from the release, our benchmark's images and
+scene graphs -> answers per VLM x setting x shard -> Tables 4 to 7 and the NOTA plot."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from blindspot import tables
+from blindspot.io import read_table, write_table, write_text
+from blindspot.prompts import PromptTemplate
+from blindspot.steps import log, spec, write_counters
+
+
+def write_scene_questions(
+    scene_graphs: str, template: str, describer: dict[str, Any], writer: dict[str, Any], cue_instruction: str,
+    cue_tokens: int, writer_max_tokens: int, batch_size: int, seed: int, out: str, verification_out: str,
+    counters_out: str,
+) -> None:  # fmt: skip
+    """HumbleBench's own construction: attribute cues from a VLM on each cropped object, then an LLM
+    writing questions from the scene graph; candidates, with a CSV for people to verify them."""
+    from blindspot import humble_questions
+    from blindspot.textgen import load_text_generator
+    from blindspot.vlm_scoring import TransformersVLMScorer
+
+    graphs = humble_questions.read_scene_graphs(scene_graphs)
+    vlm = TransformersVLMScorer(spec(describer), batch_size)
+    cues = humble_questions.attribute_cues(graphs, vlm, cue_instruction, cue_tokens)
+    del vlm  # one model at a time in memory
+    writer_spec = spec(writer)
+    # Up to three questions of JSON: the writer's own token budget (for triplets) may be too short.
+    writer_spec = dataclasses.replace(
+        writer_spec, generation=writer_spec.generation | {"max_tokens": writer_max_tokens}
+    )
+    llm = load_text_generator(writer_spec, seed, batch_size)
+    rows, counters = humble_questions.questions_from_scene_graphs(graphs, cues, llm, PromptTemplate.load(template))
+    humble_questions.export_for_verification(rows, verification_out)
+    write_counters(counters_out, counters, "scene-graph questions")
+    write_table(out, pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names), tables.HUMBLE_QUESTIONS)
+
+
+def make_humble_questions(
+    benchmark: Sequence[str], taxonomies: Sequence[str], scene_candidates: Sequence[str], verification: Sequence[str],
+    release_copy: Sequence[str], release: str | None, from_benchmark: dict[str, Any] | None, domains: Sequence[str],
+    seed: int, out: str, images: str, counters_out: str,
+) -> None:  # fmt: skip
+    """Every HumbleBench question the config asks for: the official release (its local copy, or its hub
+    id), questions from our benchmark's images, and the scene-graph candidates (after people's
+    decisions, when given)."""
+    from blindspot.humble_sources import collect_questions
+    from blindspot.taxonomy import load_taxonomy
+
+    Path(images).mkdir(parents=True, exist_ok=True)
+    frame, counters = collect_questions(
+        release_copy[0] if release_copy else release,
+        images,
+        read_table(benchmark[0], tables.BENCHMARK_PAIRS) if benchmark else None,
+        {domain: load_taxonomy(path, domain) for domain, path in zip(domains, taxonomies, strict=True)},
+        from_benchmark,
+        seed,
+        read_table(scene_candidates[0], tables.HUMBLE_QUESTIONS) if scene_candidates else None,
+        verification[0] if verification else None,
+    )
+    write_counters(counters_out, counters, "HumbleBench questions")
+    write_table(out, frame, tables.HUMBLE_QUESTIONS)
+
+
+def answer_humble(
+    questions: str, template: str, model: dict[str, Any], transforms: dict[str, Any], answer_shards: int,
+    batch_size: int, max_new_tokens: int, seed: int, vlm: str, setting: str, shard: str, out: str, counters_out: str,
+) -> None:  # fmt: skip
+    """One VLM answers one shard of the questions as one setting shows them, its images read a batch at a time."""
+    from blindspot import humble_answers
+    from blindspot.vlm_scoring import load_vlm_scorer
+
+    vlm_spec = spec(model)
+    mine = humble_answers.shard_questions(read_table(questions, tables.HUMBLE_QUESTIONS), int(shard), answer_shards)
+    frame, counters = humble_answers.answer_shard(
+        mine, setting, transforms, PromptTemplate.load(template), vlm_spec,
+        lambda: load_vlm_scorer(vlm_spec, batch_size), max_new_tokens, seed,
+    )  # fmt: skip
+    write_counters(counters_out, counters, f"{vlm}/{setting}/{shard}")
+    write_table(out, frame, tables.HUMBLE_ANSWERS)
+
+
+def make_humble_tables(
+    answers: Sequence[str], human_answers: Sequence[str], reading: str, settings: dict[str, dict[str, str]],
+    original: str, stress: str, metrics: str, table4: Sequence[str], table5: Sequence[str], table6: Sequence[str],
+    table7: Sequence[str], plot: str,
+) -> None:  # fmt: skip
+    """Every metric per VLM x setting x reading, Tables 4-6 (and 7, given human answers), and the NOTA plot."""
+    from blindspot import humble_tables
+    from blindspot.reporting import write_report_table
+
+    frame = pd.concat([read_table(path, tables.HUMBLE_ANSWERS) for path in answers], ignore_index=True)
+    people = humble_tables.read_human_answers(human_answers[0]) if human_answers else None
+    found, report = humble_tables.report_tables(frame, people, reading, settings, original, stress)
+    write_text(metrics, found.to_csv(index=False))
+    files = {"table4": table4, "table5": table5, "table6": table6, "table7": table7}
+    for name, (table, caption) in report.items():
+        write_report_table(table, *files[name], caption=caption)
+    humble_tables.plot_nota_tradeoff(found, reading, settings, plot)
+    log.info("HumbleBench tables over %d answers", len(frame))

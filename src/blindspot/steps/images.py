@@ -1,0 +1,85 @@
+"""The image stage (workflow/rules/images.smk): render, judge with VLMs, keep the consensus pairs, and
+measure their image quality (Table 2)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from blindspot import tables
+from blindspot.io import read_table, write_table
+from blindspot.prompts import PromptTemplate
+from blindspot.steps import shard_rows, spec, write_counters
+
+
+def render_images(
+    domain: str, t2i: str, shard: str, triplets: str, seeds: str, out: str, counters_out: str, model: dict[str, Any],
+    images_dir: str, images_per_description: int, seed: int, batch_size: int, shard_size: int,
+) -> None:  # fmt: skip
+    """Render the accepted triplets of one seed shard with one text-to-image model."""
+    from blindspot.render import render_triplets, triplets_of_seeds
+
+    seed_ids = shard_rows(read_table(seeds, tables.SEEDS), shard, shard_size)["seed_id"]
+    rows = triplets_of_seeds(read_table(triplets, tables.TRIPLETS), seed_ids)
+    frame, counters = render_triplets(rows, spec(model), images_dir, images_per_description, seed, batch_size)
+    write_counters(counters_out, counters, f"{domain}/{t2i}/{shard}")
+    write_table(out, frame, tables.RENDERS)
+
+
+def judge_images(
+    domain: str, t2i: str, vlm: str, shard: str, renders: str, template: str, out: str, counters_out: str,
+    model: dict[str, Any], batch_size: int,
+) -> None:  # fmt: skip
+    """Score every image of one render shard against its own description with one VLM."""
+    from blindspot.vlm_scoring import judge_images as judge
+    from blindspot.vlm_scoring import load_vlm_scorer
+
+    # The VLM loads first: a job without the GPUs it asks for stops before reading anything.
+    scorer = load_vlm_scorer(spec(model), batch_size)
+    frame, counters = judge(read_table(renders, tables.RENDERS), scorer, PromptTemplate.load(template))
+    write_counters(counters_out, counters, f"{domain}/{t2i}/{vlm}/{shard}")
+    write_table(out, frame, tables.VLM_SCORES)
+
+
+def keep_consensus_pairs(
+    domain: str, renders: Sequence[str], scores: Sequence[str], out: str, counters_out: str, vlms: Sequence[str],
+    threshold: float, score: str,
+) -> None:  # fmt: skip
+    """Pair each I_corr with its I_adv and keep the pairs that pass every VLM."""
+    from blindspot.consensus import keep_consensus_pairs as keep
+    from blindspot.consensus import pair_images
+
+    pairs, counters = keep(
+        pair_images(pd.concat([read_table(p, tables.RENDERS) for p in renders], ignore_index=True)),
+        pd.concat([read_table(p, tables.VLM_SCORES) for p in scores], ignore_index=True),
+        vlms,
+        threshold,
+        score,
+    )
+    write_counters(counters_out, counters, domain)
+    write_table(out, pairs, tables.PAIRS)
+
+
+def measure_image_quality(
+    shard: str, pairs: str, triplets: str, seeds: str, out: str, models: Sequence[dict[str, Any]], batch_size: int,
+    shard_size: int,
+) -> None:  # fmt: skip
+    """MUSIQ, NIQE (or whatever `iqa_metrics` names) on both images of each kept pair of one shard."""
+    from blindspot.iqa import measure_quality, pairs_to_measure
+
+    seed_ids = shard_rows(read_table(seeds, tables.SEEDS), shard, shard_size)["seed_id"]
+    kept = pairs_to_measure(read_table(pairs, tables.PAIRS), read_table(triplets, tables.TRIPLETS), seed_ids)
+    frame = measure_quality(kept, [spec(model) for model in models], batch_size)
+    write_table(out, frame, tables.IMAGE_QUALITY)
+
+
+def make_table2(quality: Sequence[str], csv: str, markdown: str, latex: str) -> None:
+    """Table 2 from every shard's image-quality table."""
+    from blindspot.iqa import table2
+    from blindspot.reporting import write_report_table
+
+    frame = pd.concat([read_table(p, tables.IMAGE_QUALITY) for p in quality], ignore_index=True)
+    caption = "Table 2: no-reference image quality of I_corr and I_adv over all kept pairs."
+    write_report_table(table2(frame), csv, markdown, latex, caption=caption)

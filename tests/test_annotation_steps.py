@@ -1,0 +1,149 @@
+"""The human studies' steps and the table building they call: a project per task, people's scores joined
+to the filter validation images, the annotators' kappa table; and the steps run on Label Studio exports."""
+
+import json
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from blindspot import tables
+from blindspot.agreement import annotator_kappas, annotator_table, mean_pairwise_kappa
+from blindspot.annotation import load_project, make_projects, scored_images
+from blindspot.io import write_table
+
+CHOICES = pd.DataFrame(
+    [("ann1", "p1", "corr"), ("ann2", "p1", "corr"), ("ann3", "p1", "adv"), ("ann1", "p2", "adv"),
+     ("ann2", "p2", "neither"), ("ann3", "p2", "adv"), ("ann1", "p3", "corr"), ("ann2", "p3", "adv")],
+    columns=["annotator", "pair_id", "choice"],
+)  # fmt: skip
+
+
+def annotation_images(folder) -> pd.DataFrame:
+    """Four filter validation images: the filter kept i1 and i2 and rejected i3 and i4."""
+    paths = []
+    for i, colour in enumerate(["red", "green", "blue", "white"]):
+        paths.append(str(folder / f"i{i + 1}.png"))
+        Image.new("RGB", (8, 8), colour).save(paths[-1])
+    return pd.DataFrame({"image_id": ["i1", "i2", "i3", "i4"], "path": paths, "pair_id": "p", "triplet_id": "t",
+                         "domain": ["animals", "animals", "objects", "objects"], "t2i": "m", "role": "corr",
+                         "description": "d", "vlm_scores": [json.dumps({"a": s}) for s in (9, 8, 2, 3)],
+                         "mean_vlm_score": [9.0, 8.0, 2.0, 3.0], "accepted": [True, True, False, False]})  # fmt: skip
+
+
+def annotation_pairs(folder) -> pd.DataFrame:
+    Image.new("RGB", (8, 8), "red").save(folder / "a.png")
+    Image.new("RGB", (8, 8), "blue").save(folder / "b.png")
+    return pd.DataFrame({"pair_id": ["p1", "p2"], "triplet_id": "t", "domain": ["animals", "objects"], "t2i": "m",
+                         "neutral_prompt": "x", "left_role": ["corr", "adv"], "left_image_id": "a",
+                         "left_path": str(folder / "a.png"), "right_image_id": "b",
+                         "right_path": str(folder / "b.png")})  # fmt: skip
+
+
+def test_a_project_per_task_in_a_folder_named_like_it(tmp_path):
+    sources = {"image_score": annotation_images(tmp_path), "pairwise": annotation_pairs(tmp_path)}
+    projects = make_projects(sources, ["alice", "bob"], tmp_path / "projects", "/data/local-files/?d=")
+    assert list(projects) == ["image_score", "pairwise"]
+    assert sorted(p.name for p in (tmp_path / "projects").iterdir()) == ["image_score", "pairwise"]
+    for task, project in projects.items():
+        assert load_project(tmp_path / "projects" / task) == project
+        assert project["task"] == task
+        assert list(project["annotators"]) == ["alice", "bob"]
+    assert [item["id"] for item in projects["image_score"]["items"]] == ["i1", "i2", "i3", "i4"]
+    assert [item["id"] for item in projects["pairwise"]["items"]] == ["p1", "p2"]
+
+
+def test_people_s_scores_are_averaged_per_image(tmp_path):
+    images = annotation_images(tmp_path)
+    labels = pd.DataFrame([("ann1", "i1", 10), ("ann2", "i1", 7), ("ann1", "i3", 2)],
+                          columns=["annotator", "item_id", "score"])  # fmt: skip
+    scored = scored_images(labels, images, "scores.json")
+    assert list(scored["image_id"]) == ["i1", "i3"]  # only the images people scored
+    assert list(scored["human_score"]) == [8.5, 2.0]
+    assert list(scored.columns) == [*images.columns, "human_score"]
+    strangers = pd.concat([labels, pd.DataFrame([("ann1", "i9", 3)], columns=labels.columns)])
+    with pytest.raises(ValueError, match=r"scores\.json: scores for images outside the filter validation subset: "
+                                         r"\['i9'\]"):  # fmt: skip
+        scored_images(strangers, images, "scores.json")
+
+
+def test_the_annotator_table_is_the_kappa_matrix_and_its_mean():
+    table = annotator_table(CHOICES)
+    matrix = annotator_kappas(CHOICES)
+    assert list(table.columns) == ["Annotator", "ann1", "ann2", "ann3"]
+    assert list(table["Annotator"]) == ["ann1", "ann2", "ann3", "mean (pairs)"]
+    assert table.iloc[:3, 1:].astype(float).equals(matrix.reset_index(drop=True))
+    assert table.iloc[3].tolist() == ["mean (pairs)", mean_pairwise_kappa(matrix), "", ""]
+
+
+def label_studio(items, name, value):
+    """A Label Studio export: (item id, annotator, label) as `name`'s result with `value`."""
+    by_item = {}
+    for item, who, label in items:
+        by_item.setdefault(item, []).append(
+            {"completed_by": {"email": who}, "result": [{"from_name": name, "value": value(label)}]}
+        )
+    return json.dumps([{"id": i + 1, "data": {"item_id": item}, "annotations": notes}
+                       for i, (item, notes) in enumerate(by_item.items())])  # fmt: skip
+
+
+def test_the_steps_read_label_studio_exports(tmp_path):
+    from blindspot.steps.annotation import human_preferences, validate_filter
+
+    write_table(tmp_path / "pairs.parquet", annotation_pairs(tmp_path), tables.ANNOTATION_PAIRS)
+    choices = [(pair, who, side) for pair in ("p1", "p2") for who, side in (("a1", "left"), ("a2", "left"),
+                                                                           ("a3", "right"))]  # fmt: skip
+    (tmp_path / "choices.json").write_text(label_studio(choices, "choice", lambda side: {"choices": [side]}))
+    out = {name: str(tmp_path / name) for name in ("majority.csv", "row.json", "k.csv", "k.md", "k.tex")}
+    human_preferences(
+        preference_pairs=str(tmp_path / "pairs.parquet"), labels=str(tmp_path / "choices.json"),
+        majority=out["majority.csv"], human_row=out["row.json"], csv=out["k.csv"], markdown=out["k.md"],
+        latex=out["k.tex"],
+    )  # fmt: skip
+    # two of three chose left: corr where corr is on the left (p1), adv where it is not (p2)
+    assert pd.read_csv(out["majority.csv"]).values.tolist() == [["p1", "corr"], ["p2", "adv"]]
+    row = json.loads((tmp_path / "row.json").read_text())
+    assert (row["animals"]["accuracy"], row["objects"]["accuracy"], row["overall"]["accuracy"]) == (1.0, 0.0, 0.5)
+    assert list(pd.read_csv(out["k.csv"])["Annotator"]) == ["a1", "a2", "a3", "mean (pairs)"]
+
+    write_table(tmp_path / "images.parquet", annotation_images(tmp_path), tables.ANNOTATION_IMAGES)
+    scores = [("i1", "a1", 10), ("i2", "a1", 4), ("i3", "a1", 1), ("i4", "a1", 2)]
+    (tmp_path / "scores.json").write_text(label_studio(scores, "score", lambda score: {"rating": score}))
+    validate_filter(
+        filter_validation=str(tmp_path / "images.parquet"), labels=str(tmp_path / "scores.json"), threshold=8,
+        csv=out["k.csv"], markdown=out["k.md"], latex=out["k.tex"],
+    )  # fmt: skip
+    table = pd.read_csv(out["k.csv"]).set_index("domain")
+    assert table.loc["overall", "disagreement"] == 0.25  # i2: the filter kept it, the person did not
+    assert table.loc["overall", "human_mean_accepted"] == 7.0
+    validate_filter(
+        filter_validation=str(tmp_path / "images.parquet"), labels=str(tmp_path / "scores.json"), threshold=4,
+        csv=out["k.csv"], markdown=out["k.md"], latex=out["k.tex"],
+    )  # fmt: skip
+    assert pd.read_csv(out["k.csv"]).set_index("domain").loc["overall", "disagreement"] == 0.0  # the threshold counts
+
+
+def test_the_projects_step_adds_the_question_check_with_scene_candidates(tmp_path):
+    from blindspot.humble import Question
+    from blindspot.humble_questions import question_row
+    from blindspot.steps.annotation import make_annotation_projects
+
+    write_table(tmp_path / "images.parquet", annotation_images(tmp_path), tables.ANNOTATION_IMAGES)
+    write_table(tmp_path / "pairs.parquet", annotation_pairs(tmp_path), tables.ANNOTATION_PAIRS)
+    arguments = {
+        "filter_validation": str(tmp_path / "images.parquet"),
+        "preference_pairs": str(tmp_path / "pairs.parquet"),
+        "annotators": ["alice"],
+        "image_url_prefix": "/img/",
+        "out": str(tmp_path / "p"),
+    }
+    make_annotation_projects(scene_candidates=[], **arguments)
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["image_score", "pairwise"]
+    question = Question("s1", "What colour?", ("red", "blue", "None of the above"), "A", "Attribute")
+    candidates = pd.DataFrame([question_row(question, "scene_graph", str(tmp_path / "i1.png"), {}, verified=False)])
+    write_table(tmp_path / "candidates.parquet", candidates, tables.HUMBLE_QUESTIONS)
+    make_annotation_projects(scene_candidates=[str(tmp_path / "candidates.parquet")], **arguments)
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["image_score", "pairwise", "question_check"]
+    tasks = json.loads((tmp_path / "p" / "pairwise" / "tasks.json").read_text())
+    assert tasks[0]["data"]["left_image"].startswith("/img/")
+    assert [item["id"] for item in load_project(tmp_path / "p" / "question_check")["items"]] == ["s1"]

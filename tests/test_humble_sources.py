@@ -1,0 +1,131 @@
+"""HumbleBench's questions table from its sources together (`humble_sources.collect_questions`), and the
+make_humble_questions step that reads and writes it."""
+
+import json
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from blindspot import tables
+from blindspot.humble import Question
+from blindspot.humble_questions import export_for_verification, question_row
+from blindspot.humble_sources import collect_questions
+from blindspot.io import read_table, write_table
+from blindspot.taxonomy import load_taxonomy
+
+RELEASE_TEXT = "What is the man holding?\nA. an umbrella\nB. a phone\nC. a cup\nD. a bag\nE. None of the above"
+FROM_BENCHMARK = {
+    "nota_share": 0.3,
+    "kinds": {"subject": {"type": "Object", "text": "Which of these is in the image?"}},
+}
+OPTIONS = ("red", "blue", "green", "white", "None of the above")
+
+
+def write_release(folder, ids=("r1", "r2")):
+    Image.new("RGB", (8, 8), "red").save(folder / "img.png")
+    records = [{"question_id": q, "question": RELEASE_TEXT, "type": "Object", "label": "B", "image": "img.png"}
+               for q in ids]  # fmt: skip
+    (folder / "release.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    return str(folder / "release.jsonl")
+
+
+def benchmark_pairs() -> pd.DataFrame:
+    """Two kept pairs; the colour_tone knob has no kind in FROM_BENCHMARK, so it gets no question."""
+    return pd.DataFrame([
+        {"pair_id": f"p{i}", "domain": "animals", "subcategory": "birds", "label": "bird",
+         "correct_instance": "penguin", "adversarial_instance": "robin", "aux_element": "stone",
+         "knob": "colour_tone", "correct_value": "red", "adversarial_value": "blue",
+         "corr_path": f"c{i}.png", "adv_path": f"a{i}.png"}
+        for i in range(2)
+    ])  # fmt: skip
+
+
+def candidates() -> pd.DataFrame:
+    """Three scene-graph candidates; s1 has a problem people have to fix."""
+    rows = [
+        question_row(Question(f"s{i}", f"Question {i}?", OPTIONS, "A", "Attribute"), "scene_graph", f"img{i}.png",
+                     {"image_id": f"img{i}"} | ({"problem": "bad_options"} if i == 1 else {}), verified=False)
+        for i in range(3)
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names)
+
+
+@pytest.fixture
+def animals():
+    return {"animals": load_taxonomy("config/taxonomy/animals.yaml", "animals")}
+
+
+def test_every_source_in_order_with_its_count(tmp_path, animals):
+    release = write_release(tmp_path)
+    frame, counters = collect_questions(
+        release, tmp_path / "images", benchmark_pairs(), animals, FROM_BENCHMARK, 7, candidates(), None
+    )
+    assert list(frame.columns) == tables.HUMBLE_QUESTIONS.names
+    # the release first, then two images of each pair with a subject question, then the candidates
+    assert list(frame["source"]) == ["release"] * 2 + ["benchmark"] * 4 + ["scene_graph"] * 2
+    assert counters == {
+        "release": 2, "benchmark": 4, "benchmark_kinds_without_a_question": {"colour_tone": 4},
+        "scene_graph_left_out_with_problems": 1, "scene_graph": 2, "questions": 8,
+        "per_type": {"Object": 6, "Attribute": 2},
+    }  # fmt: skip
+    # without a verification file the candidates without problems are used, unverified
+    assert list(frame.loc[frame["source"] == "scene_graph", "question_id"]) == ["s0", "s2"]
+    assert not frame.loc[frame["source"] == "scene_graph", "verified"].any()
+    again, _ = collect_questions(
+        release, tmp_path / "images", benchmark_pairs(), animals, FROM_BENCHMARK, 7, candidates(), None
+    )
+    pd.testing.assert_frame_equal(frame, again)  # the benchmark's options are seeded per question
+    other, _ = collect_questions(None, tmp_path / "images", benchmark_pairs(), animals, FROM_BENCHMARK, 8, None, None)
+    assert list(other["options"]) != list(frame.loc[frame["source"] == "benchmark", "options"])
+
+
+def test_people_decide_which_candidates_are_used(tmp_path):
+    rows = candidates().to_dict("records")
+    export_for_verification(rows, tmp_path / "verify.csv")
+    sheet = pd.read_csv(tmp_path / "verify.csv", dtype=str, keep_default_na=False)
+    sheet["decision"] = ["keep", "delete", ""]
+    sheet.to_csv(tmp_path / "verify.csv", index=False)
+    frame, counters = collect_questions(None, tmp_path, None, {}, None, 7, candidates(), str(tmp_path / "verify.csv"))
+    assert list(frame["question_id"]) == ["s0"]
+    assert frame["verified"].all()
+    assert counters == {"scene_graph_decisions": {"keep": 1, "modify": 0, "delete": 1, "undecided": 1},
+                        "scene_graph": 1, "questions": 1, "per_type": {"Attribute": 1}}  # fmt: skip
+
+
+def test_no_source_is_an_empty_table_and_a_question_id_twice_is_an_error(tmp_path):
+    frame, counters = collect_questions(None, tmp_path, None, {}, None, 7, None, None)
+    assert frame.empty
+    assert list(frame.columns) == tables.HUMBLE_QUESTIONS.names
+    assert counters == {"questions": 0, "per_type": {}}
+    twice = pd.concat([candidates().iloc[[0]], candidates().iloc[[0]]], ignore_index=True)
+    with pytest.raises(ValueError, match="question id s0 comes twice"):
+        collect_questions(None, tmp_path, None, {}, None, 7, twice, None)
+
+
+def test_the_step_reads_its_inputs_and_writes_the_table_and_counters(tmp_path):
+    from blindspot.steps.humble import make_humble_questions
+
+    pairs = benchmark_pairs()
+    unused = {f.name: "x" if f.type == "string" else 0 for f in tables.BENCHMARK_PAIRS if f.name not in pairs}
+    write_table(tmp_path / "pairs.parquet", pairs.assign(**unused), tables.BENCHMARK_PAIRS)
+    write_table(tmp_path / "candidates.parquet", candidates(), tables.HUMBLE_QUESTIONS)
+    out, images, counters_out = tmp_path / "questions.parquet", tmp_path / "images", tmp_path / "q.counters.json"
+    make_humble_questions(
+        benchmark=[str(tmp_path / "pairs.parquet")], taxonomies=["config/taxonomy/animals.yaml"],
+        scene_candidates=[str(tmp_path / "candidates.parquet")], verification=[], release_copy=[],
+        release=write_release(tmp_path), from_benchmark=FROM_BENCHMARK, domains=["animals"], seed=7, out=str(out),
+        images=str(images), counters_out=str(counters_out),
+    )  # fmt: skip
+    frame = read_table(out, tables.HUMBLE_QUESTIONS)
+    assert list(frame["source"]) == ["release"] * 2 + ["benchmark"] * 4 + ["scene_graph"] * 2
+    assert images.is_dir()
+    counters = json.loads(counters_out.read_text())
+    assert (counters["questions"], counters["release"]) == (8, 2)
+    assert "provenance" in counters
+    with pytest.raises(ValueError, match="domain"):  # a taxonomy checked against the domain it is given for
+        make_humble_questions(
+            benchmark=[str(tmp_path / "pairs.parquet")], taxonomies=["config/taxonomy/objects.yaml"],
+            scene_candidates=[], verification=[], release_copy=[], release=None, from_benchmark=FROM_BENCHMARK,
+            domains=["animals"], seed=7, out=str(out), images=str(images), counters_out=str(counters_out),
+        )  # fmt: skip

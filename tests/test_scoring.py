@@ -1,0 +1,228 @@
+"""A metric's job from explicit values: what the score cache knows it by, how it is loaded (or skipped),
+which pairs it scores, and the step `score_metric` that ties them together."""
+
+import dataclasses
+import json
+from typing import ClassVar
+
+import pandas as pd
+import pytest
+from conftest import REPO
+from PIL import Image
+
+from blindspot import tables
+from blindspot.config import model_spec
+from blindspot.evaluation import read_scores
+from blindspot.io import read_table, write_table
+from blindspot.metrics import MetricSkipped
+from blindspot.metrics.scoring import (
+    ScoreCache,
+    metric_identity,
+    metric_loader,
+    metric_score_settings,
+    score_or_skip,
+    shard_test_pairs,
+)
+from blindspot.split import split_of
+from blindspot.steps.metrics import score_metric
+
+KEY_ENV = "BLINDSPOT_TINY_API_KEY"
+
+
+def identity_of(config: dict, metric: str, template: str | None = None, trained: str | None = None) -> dict:
+    entry = config["evaluation"]["metrics"][metric]
+    spec = model_spec(config, entry["model"])
+    return metric_identity(entry, spec, metric_score_settings(config["models"], entry), template, trained)
+
+
+def test_the_identity_is_the_plugin_args_and_score_settings_as_sorted_json(tiny_config):
+    """The version is the string the score cache has always been keyed by: changing its form would
+    score every cached image again (and bill an API judge again)."""
+    entry = {"plugin": "clip_similarity", "model": "tiny-clip", "args": {"weight": 2.5}, "label": "CLIPScore"}
+    registry = {"tiny-clip": {"build": {"recipe": "random_clip"}, "backend": "transformers", "gpus": 0,
+                              "dtype": "float32"}}  # fmt: skip
+    settings = metric_score_settings(registry, entry)
+    assert settings == {"model": {"backend": "transformers", "dtype": "float32"}}  # run-only keys left out
+    identity = metric_identity(entry, model_spec(tiny_config, "tiny-clip"), settings)
+    assert identity["version"] == (
+        '{"args": {"weight": 2.5}, "model": {"backend": "transformers", "dtype": "float32"}, '
+        '"plugin": "clip_similarity"}'
+    )
+    assert identity["model_id"] == model_spec(tiny_config, "tiny-clip").model_id
+    assert identity["revision"] == ""
+
+
+def test_a_helper_models_settings_are_part_of_the_identity(tiny_config):
+    entry = tiny_config["evaluation"]["metrics"]["alignscore"]
+    settings = metric_score_settings(tiny_config["models"], entry)
+    assert set(settings) == {"model", "models"}
+    assert set(settings["models"]) == set(entry["models"])
+    before = identity_of(tiny_config, "alignscore")
+    captioner = next(iter(entry["models"].values()))
+    tiny_config["models"][captioner]["dtype"] = "float16"
+    assert identity_of(tiny_config, "alignscore")["version"] != before["version"]
+
+
+def test_the_identity_changes_with_the_template_it_is_given(tiny_config, tmp_path):
+    template = tmp_path / "judge.yaml"
+    template.write_text((REPO / "config" / "prompts" / "judge_semantic_v1.yaml").read_text())
+    before = identity_of(tiny_config, "vlm-judge", str(template))
+    assert before["version"] != identity_of(tiny_config, "vlm-judge")["version"]
+    template.write_text(template.read_text().replace("Answer with the number only.", "Answer with one number."))
+    assert identity_of(tiny_config, "vlm-judge", str(template))["version"] != before["version"]
+
+
+def test_the_identity_follows_score_settings_not_run_settings(tiny_config):
+    before = identity_of(tiny_config, "api-judge")
+    tiny_config["models"]["local-api-judge"] |= {"client": {"concurrency": 16}, "endpoint": "http://10.0.0.1/v1"}
+    assert identity_of(tiny_config, "api-judge") == before  # same answers, another route
+    tiny_config["models"]["local-api-judge"]["request"] = {"temperature": 0.7}
+    assert identity_of(tiny_config, "api-judge")["version"] != before["version"]
+    clip = identity_of(tiny_config, "clipscore")
+    tiny_config["models"]["tiny-clip"]["dtype"] = "float16"
+    assert identity_of(tiny_config, "clipscore")["version"] != clip["version"]
+
+
+def test_a_retrained_scorer_is_another_metric(tiny_config, tmp_path):
+    from blindspot.protoscore import HEAD_FILE
+
+    trained = tmp_path / "protoscore"
+    trained.mkdir()
+    (trained / HEAD_FILE).write_bytes(b"head weights")
+    first = identity_of(tiny_config, "protoscore", trained=str(trained))
+    assert first["version"].startswith(identity_of(tiny_config, "protoscore")["version"] + " trained:")
+    (trained / HEAD_FILE).write_bytes(b"other head weights")
+    assert identity_of(tiny_config, "protoscore", trained=str(trained))["version"] != first["version"]
+
+
+@pytest.fixture
+def judge_pairs(tmp_path):
+    rows = []
+    for index, colour in enumerate(("red", "blue")):
+        corr, adv = tmp_path / f"c{index}.png", tmp_path / f"a{index}.png"
+        Image.new("RGB", (32, 32), colour).save(corr)
+        Image.new("RGB", (32, 32), "gray").save(adv)
+        rows.append({"pair_id": f"p{index}", "domain": "objects", "neutral_prompt": f"a {colour} square",
+                     "corr_path": str(corr), "adv_path": str(adv)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_a_judge_whose_key_the_rule_says_is_unset_is_skipped_before_its_plugin_loads(
+    tiny_config, judge_pairs, tmp_path, monkeypatch
+):  # fmt: skip
+    """The rule's `api_key_is_set` decides, even where the variable is set in the job's environment."""
+    monkeypatch.setenv(KEY_ENV, "sk-set-here")
+    entry = tiny_config["evaluation"]["metrics"]["api-judge"]
+    spec = model_spec(tiny_config, entry["model"])
+    load = metric_loader(entry, spec, {}, 1, str(tmp_path / "cache"), None, api_key_is_set=False)
+    with pytest.raises(MetricSkipped, match=f"{KEY_ENV} is not set"):
+        load()
+    identity = identity_of(tiny_config, "api-judge")
+    frame, counters = score_or_skip(judge_pairs, "api-judge", identity, load, ScoreCache(tmp_path / "cache"), 1)
+    assert frame.empty
+    assert list(frame.columns) == tables.METRIC_SCORES.names
+    assert f"{KEY_ENV} is not set" in counters["skipped"]
+
+
+def test_a_judge_without_its_key_in_the_environment_is_skipped_by_its_plugin(tiny_config, tmp_path, monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    entry = tiny_config["evaluation"]["metrics"]["api-judge"]
+    load = metric_loader(entry, model_spec(tiny_config, entry["model"]), {}, 1, str(tmp_path), None, True)
+    with pytest.raises(MetricSkipped, match=f"{KEY_ENV} is not set"):
+        load()
+
+
+def test_a_metric_without_a_key_loads_its_plugin_with_its_args_and_helpers(tiny_config, tmp_path, monkeypatch):
+    """A metric that needs no key is never skipped; its plug-in gets its args, helper models and folder."""
+    from blindspot import metrics
+
+    built = []
+    monkeypatch.setitem(metrics.PLUGINS, "recording", f"{__name__}:RecordingMetric")
+    monkeypatch.setattr(RecordingMetric, "built", built)
+    entry = {"plugin": "recording", "model": "tiny-clip", "args": {"weight": 2.5}}
+    spec, helper = model_spec(tiny_config, "tiny-clip"), model_spec(tiny_config, "tiny-qwen2.5-vl")
+    metric = metric_loader(entry, spec, {"captioner": helper}, 3, "cache", "trained", api_key_is_set=False)()
+    assert isinstance(metric, RecordingMetric)
+    assert built == [(spec, 3, {"weight": 2.5, "captioner": helper, "trained": "trained"})]
+
+
+class RecordingMetric:
+    """A plug-in that records how it was built (what is tested is the loader, not a model)."""
+
+    built: ClassVar[list] = []
+
+    def __init__(self, spec, batch_size, **args):
+        self.built.append((spec, batch_size, args))
+
+
+def test_a_shard_scores_the_kept_test_pairs_of_its_own_seeds():
+    seed, fraction = 3, 0.5
+    ids = [f"t{i}" for i in range(40)]
+    test = [t for t in ids if split_of(t, seed, fraction) == "test"][:2]
+    train = [t for t in ids if split_of(t, seed, fraction) == "train"][:1]
+    triplets = pd.DataFrame({"triplet_id": [*test, *train], "seed_id": ["s0", "s1", "s0"]})
+    pairs = pd.DataFrame({
+        "pair_id": ["a", "b", "c", "d"], "triplet_id": [test[0], test[0], test[1], train[0]],
+        "kept": [True, False, True, True],
+    })  # fmt: skip
+    chosen = shard_test_pairs(pairs, triplets, pd.Series(["s0"]), seed, fraction)
+    assert list(chosen["pair_id"]) == ["a"]  # b is not kept, c is another shard's seed, d is a train pair
+    assert list(shard_test_pairs(pairs, triplets, ["s0", "s1"], seed, fraction)["pair_id"]) == ["a", "c"]
+
+
+def write_scores(path, metric, pair_ids):
+    rows = [{"pair_id": p, "domain": "objects", "metric": metric, "model_id": "m", "model_revision": "", "prompt": "x",
+             "corr_raw": 1.0, "adv_raw": 0.0, "corr_score": 1.0, "adv_score": 0.0, "corr_detail": "",
+             "adv_detail": ""} for p in pair_ids]  # fmt: skip
+    write_table(path, pd.DataFrame(rows, columns=tables.METRIC_SCORES.names), tables.METRIC_SCORES)
+    return str(path)
+
+
+def test_every_metrics_scores_read_as_one_table_skipped_ones_adding_nothing(tmp_path):
+    paths = [
+        write_scores(tmp_path / "a.parquet", "clip", ["p1", "p2"]),
+        write_scores(tmp_path / "b.parquet", "api", []),
+        write_scores(tmp_path / "c.parquet", "vqa", ["p1"]),
+    ]
+    scores = read_scores(paths)
+    assert list(zip(scores["metric"], scores["pair_id"], strict=True)) == [
+        ("clip", "p1"),
+        ("clip", "p2"),
+        ("vqa", "p1"),
+    ]
+    assert list(scores.index) == [0, 1, 2]
+    empty = read_scores([paths[1]])
+    assert empty.empty
+    assert list(empty.columns) == tables.METRIC_SCORES.names
+
+
+def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(tiny_config, judge_pairs, tmp_path,
+                                                                           monkeypatch):  # fmt: skip
+    """score_metric from the values its rule passes: a kept test pair of its shard, a judge whose key is
+    not set, an empty table and the reason in the counters."""
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    seeds = pd.DataFrame({c: ["s0"] if c == "seed_id" else ["x"] for c in tables.SEEDS.names}).assign(sample_seed=1)
+    write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
+    split = {"seed": tiny_config["seed"], "test_fraction": 0.5}
+    triplet_id = next(t for t in (f"t{i}" for i in range(100)) if split_of(t, split["seed"], 0.5) == "test")
+    triplet = {f.name: "x" for f in tables.TRIPLETS} | {"triplet_id": triplet_id, "seed_id": "s0", "domain": "objects"}
+    write_table(tmp_path / "triplets.parquet", pd.DataFrame([triplet]), tables.TRIPLETS)
+    pair = {f.name: "x" for f in tables.PAIRS} | {
+        "triplet_id": triplet_id, "seed": 1, "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True,
+        "corr_path": judge_pairs["corr_path"][0], "adv_path": judge_pairs["adv_path"][0],
+    }  # fmt: skip
+    write_table(tmp_path / "pairs.parquet", pd.DataFrame([pair]), tables.PAIRS)
+    entry = tiny_config["evaluation"]["metrics"]["api-judge"]
+    score_metric(
+        domain="objects", metric="api-judge", shard="00000", pairs=str(tmp_path / "pairs.parquet"),
+        triplets=str(tmp_path / "triplets.parquet"), seeds=str(tmp_path / "seeds.parquet"),
+        template=[str(REPO / entry["args"]["template"])], trained=[], out=str(tmp_path / "out.parquet"),
+        counters_out=str(tmp_path / "out.json"), cache=str(tmp_path / "cache"), metric_entry=entry,
+        model=dataclasses.asdict(model_spec(tiny_config, entry["model"])), models={},
+        score_settings=metric_score_settings(tiny_config["models"], entry), api_key_is_set=False, split=split,
+        batch_size=1, shard_size=10,
+    )  # fmt: skip
+    assert read_table(tmp_path / "out.parquet", tables.METRIC_SCORES).empty
+    counters = json.loads((tmp_path / "out.json").read_text())
+    assert f"{KEY_ENV} is not set" in counters["skipped"]
+    assert "provenance" in counters

@@ -1,0 +1,141 @@
+"""Every step takes exactly what its rule names, and reads all of it: what triggers a re-run is what the
+code reads. A step never sees the config."""
+
+import ast
+import functools
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import REPO, snakemake
+
+from blindspot.catalogue import STEPS
+from blindspot.steps import step_function
+
+# A built model's directory is in its spec (a param); the input only orders the build before the job
+# and re-runs the job when the model is rebuilt.
+ORDER_ONLY_INPUTS = {"built_model", "built_models"}
+
+
+@functools.cache
+def workflow_rules() -> dict[str, dict[str, set[str]]]:
+    """Each rule of the workflow (the tiny preset's) with the names of its inputs, outputs, params and wildcards."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import OutputSettings, Quietness, ResourceSettings
+
+    with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
+        workflow = api.workflow(ResourceSettings(), snakefile=REPO / "workflow" / "Snakefile", workdir=REPO)._workflow
+        return {
+            rule.name: {
+                "named": set(rule.input.keys()) | set(rule.output.keys()) | set(rule.params.keys()),
+                "wildcards": set(rule.wildcard_names),
+            }
+            for rule in workflow.rules
+            if rule.name != "all"
+        }
+
+
+def names_read(function) -> set[str]:
+    """The names a function's body reads."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    body = tree.body[0].body
+    return {node.id for stmt in body for node in ast.walk(stmt) if isinstance(node, ast.Name)}
+
+
+def test_the_catalogue_lists_every_rule_of_the_workflow():
+    assert set(workflow_rules()) == set(STEPS)
+
+
+@pytest.mark.parametrize("rule", list(STEPS))
+def test_a_step_takes_exactly_what_its_rule_names_and_reads_it(rule):
+    step = step_function(rule)
+    takes = set(inspect.signature(step).parameters)
+    named, wildcards = workflow_rules()[rule]["named"], workflow_rules()[rule]["wildcards"]
+    assert "config" not in takes, f"{rule}: a step takes its values, not the config"
+    assert takes <= named | wildcards, (
+        f"{rule}: the step takes {sorted(takes - named - wildcards)}, which the rule does not name"
+    )
+    assert named - ORDER_ONLY_INPUTS <= takes, (
+        f"{rule}: the rule names {sorted(named - ORDER_ONLY_INPUTS - takes)}, which the step does not take"
+    )
+    assert takes <= names_read(step), f"{rule}: the step never reads {sorted(takes - names_read(step))}"
+
+
+def test_a_step_gets_its_arguments_from_the_job_by_name():
+    from types import SimpleNamespace
+
+    from blindspot.steps import step_arguments
+
+    class Named(SimpleNamespace):
+        def keys(self):
+            return vars(self).keys()
+
+    def make_things(taxonomy, n_seeds, domain, out):
+        """A step of four arguments."""
+
+    job = SimpleNamespace(
+        rule="make_things", output=Named(out="o.parquet"), input=Named(taxonomy="t.yaml"),
+        params=Named(n_seeds=3, seed=1), wildcards=Named(domain="animals"),
+    )  # fmt: skip
+    assert step_arguments(make_things, job) == {
+        "taxonomy": "t.yaml", "domain": "animals", "n_seeds": 3, "out": "o.parquet"
+    }  # fmt: skip
+    job.params = Named(seed=1)
+    with pytest.raises(TypeError, match="needs 'n_seeds'"):
+        step_arguments(make_things, job)
+
+
+TOY_RULE = """
+
+rule count_seeds:
+    input:
+        seeds=P("seeds"),
+    output:
+        out=f"{config['results_dir']}/{{domain}}/seed_count.txt",
+    log:
+        LOG("count_seeds"),
+    threads: get_threads("count_seeds")
+    resources:
+        **get_resources("count_seeds"),
+    conda:
+        get_env("count_seeds")
+    script:
+        "../scripts/run_stage.py"
+"""
+TOY_STEP = '''
+
+def count_seeds(seeds: str, out: str) -> None:
+    """How many seeds a domain has: a toy step."""
+    from blindspot import io, tables
+
+    io.write_text(out, f"{len(io.read_table(seeds, tables.SEEDS))}\\n")
+'''
+
+
+@pytest.mark.integration
+def test_a_new_step_is_a_rule_a_catalogue_entry_and_a_function(tmp_path, tiny_config):
+    """A toy step added as the docs say runs as a local job of the workflow, and the plan counts it."""
+    for part in ("workflow", "src", "config"):
+        shutil.copytree(REPO / part, tmp_path / part, symlinks=True)
+    catalogue = tmp_path / "src" / "blindspot" / "catalogue.py"
+    entry = '    Step("count_seeds", "prompts", wildcards=("domain",), local=True),\n]\n# fmt: on'
+    catalogue.write_text(catalogue.read_text().replace("]\n# fmt: on", entry, 1))
+    module = tmp_path / "src" / "blindspot" / "steps" / "prompts.py"
+    module.write_text(module.read_text() + TOY_STEP)
+    rules = tmp_path / "workflow" / "rules" / "prompts.smk"
+    rules.write_text(rules.read_text() + TOY_RULE)
+    target = f"{tiny_config['results_dir']}/animals/seed_count.txt"
+    snakemake("-c1", target, cwd=tmp_path)
+    assert (tmp_path / target).read_text() == f"{tiny_config['domains']['animals']['n_seeds']}\n"
+    environment = os.environ | {"PYTHONPATH": str(tmp_path / "src")}
+    planned = subprocess.run(
+        [sys.executable, "-m", "blindspot.cli", "plan", "--configfile", "config/tiny.yaml", "--format", "csv"],
+        cwd=tmp_path, env=environment, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    counted = [line for line in planned.stdout.splitlines() if line.startswith("count_seeds,")]
+    assert len(counted) == 1
+    assert counted[0].split(",")[3] == str(len(tiny_config["domains"]))  # jobs: one per domain
