@@ -169,7 +169,7 @@ def load_tokenizer(source: str | Path | None) -> Any:
     """bert-base-uncased's tokenizer with BLIP's `[DEC]` and `[ENC]` (`init_tokenizer`): from a folder or
     hub id holding a BERT tokenizer, or (None) from the vocabulary file an installed package ships."""
     if source is None:
-        from blindspot.tiny_blip2 import bert_uncased_tokenizer
+        from blindspot.metrics.tokenizers import bert_uncased_tokenizer
 
         tokenizer = bert_uncased_tokenizer()
     else:
