@@ -1,34 +1,42 @@
 """Peak memory of every model stage on a shard of N items and on one of 4N: it must follow the batch,
 not the shard, so the ratio must stay under 1.2 (the script exits 1 otherwise).
 
-Every run is the stage's own step (`blindspot.stages`) in a fresh process that reports its peak
-resident memory (Linux's VmHWM). The models are the tiny preset's, built here; the images are noise PNGs
-of --image-size pixels, which do not compress, so a stage that kept its shard's images would show it:
-at the defaults, the 4N shard's 384 images take 680 MB decoded, the N shard's 96 take 170 MB, against
-about 1.3 GB for Python, torch and a tiny model (the code before the batch loader scored 1.23 to 1.45 here).
-Items are triplets (render_images, check_prompt_quality), images (judge_images), pairs (the metric,
-quality and ProtoScore stages), questions (answer_humble) or scene-graph images (write_scene_questions).
-Two slow stages get a share of N (SHARE), which the table shows.
+Every run is the stage's real job, as the workflow would run it. Each shard size has its own config (the
+tiny preset with one domain of N or 4N seeds, in one shard, and its own `results_dir`); its input tables
+are written where the workflow keeps them (`blindspot.targets`), with the scene graphs and the transfer
+set at the files the config names and a trained ProtoScore where its readers look. The job's arguments
+come from the workflow's own DAG (`blindspot.dag.job_arguments`), and `blindspot.steps.run_step` runs it
+in a fresh process that reports its peak resident memory (Linux's VmHWM). The models are the tiny
+preset's, built here; the images are noise PNGs of --image-size pixels, which do not compress, so a stage
+that kept its shard's images would show it: at the defaults, the 4N shard's 384 images take 680 MB
+decoded, the N shard's 96 take 170 MB, against about 1.3 GB for Python, torch and a tiny model (the code
+before the batch loader scored 1.23 to 1.45 here). Items are triplets (render_images,
+check_prompt_quality), images (judge_images), pairs (the metric, quality and ProtoScore stages), questions
+(answer_humble) or scene-graph images (write_scene_questions). Two slow stages get a share of N (SHARE),
+which the table shows: render_images through a config of its own with that many seeds, and
+write_scene_questions through a scene-graph file of that many images.
 Run: .venv/bin/python bench/peak_memory.py [--items 48] [--image-size 768] [--stages NAME ...] [--resources DIR]
 """
 
 import argparse
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from PIL import Image
 from tiny_preset import REPO, build_models, tiny_config
 
-from blindspot import tables
-from blindspot.config import validate_config
+from blindspot import catalogue, tables, targets
+from blindspot.config import is_api_metric
 from blindspot.io import write_table
 from blindspot.split import split_of
 from blindspot.taxonomy import sample_seeds
@@ -46,23 +54,41 @@ OPTIONS = ["a penguin", "a robin", "a heron", "a sparrow", "None of the above"]
 # under a grammar, slowly: these stages get one item per SHARE of N.
 SHARE = {"render_images": 16, "write_scene_questions": 8}
 OBJECTS = 12  # per scene image (PSG's have about ten), each cropped and described
+# Stages whose job reads the trained ProtoScore.
+READS_TRAINED = ("score_transfer", "score_metric:protoscore")
 
 
 def items_of(stage: str, n: int) -> int:
     return max(1, n // SHARE.get(stage, 1))
 
 
-def bench_config(resources: Path, items: int, image_size: int) -> dict:
-    """The tiny preset, its shard holding every item, rendering at the benchmark's image size."""
+def bench_config(resources: Path, items: int, image_size: int, work: Path, n: int) -> dict:
+    """The tiny preset for a shard of n items: one domain of n seeds in one shard (the same shard size at
+    N and 4N), rendering at the benchmark's image size, its results in a folder of its own. Its
+    scene-graph file and transfer set are named here and written by `write_inputs`."""
     config = tiny_config(resources)
+    config["results_dir"] = str(work / f"results-{n}")
+    config["domains"] = {DOMAIN: config["domains"][DOMAIN] | {"n_seeds": n}}
     config["shard_size"] = 4 * items
     config["models"][T2I]["render"] |= {"height": image_size, "width": image_size}
-    config["humblebench"]["answer_shards"] = 1
-    config["protoscore"]["checkpoint_every"] = 4 * items  # held-out accuracy once, at the end
+    humble = config["humblebench"]
+    humble["answer_shards"] = 1
+    humble["scene_graphs"] = SCENE_GRAPHS | {"file": str(work / f"inputs-{n}" / "scene_graphs.json")}
+    protoscore = config["protoscore"]
+    protoscore["checkpoint_every"] = 4 * items  # held-out accuracy once, at the end
+    protoscore["transfer"] = str(work / f"inputs-{n}" / "transfer.csv")
     return config
 
 
+def render_config(config: dict, n: int) -> dict:
+    """render_images's own config for a shard of n items: its share of n seeds, its own results."""
+    seeds = items_of("render_images", n)
+    domains = {DOMAIN: config["domains"][DOMAIN] | {"n_seeds": seeds}}
+    return config | {"results_dir": f"{config['results_dir']}-render", "domains": domains}
+
+
 def noise_pngs(folder: Path, count: int, size: int) -> list[str]:
+    folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
     paths = []
     for index in range(count):
@@ -79,15 +105,29 @@ def test_triplet_ids(config: dict, count: int) -> list[str]:
     return [t for t in candidates if split_of(t, config["seed"], fraction) == "test"][:count]
 
 
-def write_inputs(config: dict, folder: Path, n: int, images: list[str]) -> dict[str, str]:
-    """Every input table of n items; pair i shows images 2i (I_corr) and 2i + 1 (I_adv)."""
-    folder.mkdir(parents=True)
+def write_table_at(config: dict, kind: str, frame: pd.DataFrame, schema: pa.Schema, **fields: str) -> None:
+    write_table(targets.path(config, kind, **fields), frame[schema.names], schema)
+
+
+def write_prompt_tables(config: dict) -> pd.DataFrame:
+    """The domain's seeds and one accepted triplet per seed, where the workflow keeps them; the triplets."""
+    n = config["domains"][DOMAIN]["n_seeds"]
     seeds = sample_seeds(config["domains"][DOMAIN]["taxonomy"], DOMAIN, n, config["seed"])
     triplets = seeds.assign(
         triplet_id=test_triplet_ids(config, n), generator="smollm2-135m", neutral_prompt=seeds["draft_neutral"],
         correct_description=seeds["draft_correct"], adversarial_description=seeds["draft_adversarial"],
         generator_model_id="built:smollm2-135m", generate_template_version="v1", judges="smollm2-135m",
-    )[tables.TRIPLETS.names]  # fmt: skip
+    )  # fmt: skip
+    write_table_at(config, "seeds", seeds, tables.SEEDS, domain=DOMAIN)
+    write_table_at(config, "triplets", triplets, tables.TRIPLETS, domain=DOMAIN)
+    return triplets[tables.TRIPLETS.names]
+
+
+def write_inputs(config: dict, images: list[str]) -> None:
+    """Every input of the benchmarked jobs of a config's n items, at the paths the workflow reads them
+    from; pair i shows images 2i (I_corr) and 2i + 1 (I_adv)."""
+    n = config["domains"][DOMAIN]["n_seeds"]
+    triplets = write_prompt_tables(config)
     corr, adv = images[0 : 2 * n : 2], images[1 : 2 * n : 2]
     pairs = pd.DataFrame({
         "pair_id": [f"pair-{i:05d}" for i in range(n)], "triplet_id": triplets["triplet_id"], "t2i": T2I,
@@ -109,6 +149,10 @@ def write_inputs(config: dict, folder: Path, n: int, images: list[str]) -> dict[
         "question": "Which of these is in the image?", "options": json.dumps(OPTIONS), "label": "A",
         "type": "Object", "image_path": corr, "origin": "{}", "verified": True,
     })  # fmt: skip
+    write_table_at(config, "pairs", pairs, tables.PAIRS, domain=DOMAIN)
+    write_table_at(config, "renders", renders, tables.RENDERS, domain=DOMAIN, t2i=T2I, shard=SHARD)
+    write_table_at(config, "benchmark_pairs", benchmark, tables.BENCHMARK_PAIRS)
+    write_table_at(config, "humble_questions", questions, tables.HUMBLE_QUESTIONS)
     side = Image.open(images[0]).width  # objects of a scene: nested boxes from the whole image down
     boxes = [[k * side // 32, k * side // 32, side - k * side // 32, side - k * side // 32] for k in range(OBJECTS)]
     graphs = [
@@ -117,86 +161,40 @@ def write_inputs(config: dict, folder: Path, n: int, images: list[str]) -> dict[
          "relations": [{"subject": 0, "predicate": "holds", "object": 1}]}
         for path in corr[: items_of("write_scene_questions", n)]
     ]  # fmt: skip
+    scene_graphs = Path(config["humblebench"]["scene_graphs"]["file"])
+    scene_graphs.parent.mkdir(parents=True, exist_ok=True)
+    scene_graphs.write_text(json.dumps({"images": graphs}))
     transfer = pd.DataFrame({"prompt": triplets["neutral_prompt"], "preferred": corr, "other": adv})
-    tables_of = {
-        "seeds": (seeds, tables.SEEDS), "triplets": (triplets, tables.TRIPLETS),
-        "render_triplets": (triplets[: items_of("render_images", n)], tables.TRIPLETS), "pairs": (pairs, tables.PAIRS),
-        "renders": (renders, tables.RENDERS), "benchmark": (benchmark, tables.BENCHMARK_PAIRS),
-        "questions": (questions, tables.HUMBLE_QUESTIONS),
-    }  # fmt: skip
-    paths = {name: str(folder / f"{name}.parquet") for name in tables_of}
-    for name, (frame, schema) in tables_of.items():
-        write_table(paths[name], frame[schema.names], schema)
-    paths["scene_graphs"] = str(folder / "scene_graphs.json")
-    Path(paths["scene_graphs"]).write_text(json.dumps({"images": graphs}))
-    paths["transfer"] = str(folder / "transfer.csv")
-    transfer.to_csv(paths["transfer"], index=False)
-    return paths
+    transfer.to_csv(config["protoscore"]["transfer"], index=False)
 
 
-def stage_runs(config: dict, trained: str) -> dict[str, tuple[str, Callable[[dict, Path], dict]]]:
-    """Each benchmarked stage: its step and its arguments from the inputs and an output folder."""
-    runs = {
-        "render_images": ("render_images", lambda i, o: {
-            "domain": DOMAIN, "t2i": T2I, "shard": SHARD, "triplets": i["render_triplets"], "seeds": i["seeds"],
-            "images_dir": str(o / "images"), "out": str(o / "renders.parquet"), "counters_out": str(o / "c.json")}),
-        "judge_images": ("judge_images", lambda i, o: {
-            "domain": DOMAIN, "t2i": T2I, "vlm": VLM, "shard": SHARD, "renders": i["renders"],
-            "out": str(o / "scores.parquet"), "counters_out": str(o / "c.json")}),
-        "measure_image_quality": ("measure_image_quality", lambda i, o: {
-            "shard": SHARD, "pairs": i["pairs"], "triplets": i["triplets"], "seeds": i["seeds"],
-            "out": str(o / "quality.parquet")}),
-        "check_prompt_quality": ("check_prompt_quality", lambda i, o: {
-            "triplets": i["triplets"], "out": str(o / "quality.parquet")}),
-        "answer_humble": ("answer_humble", lambda i, o: {
-            "vlm": VLM, "setting": ANSWER_SETTING, "shard": "0", "questions": i["questions"],
-            "templates": [config["humblebench"]["settings"][ANSWER_SETTING]["template"]],
-            "out": str(o / "answers.parquet"), "counters_out": str(o / "c.json")}),
-        "write_scene_questions": ("write_scene_questions", lambda i, o: {
-            "scene_graphs": i["scene_graphs"], "out": str(o / "questions.parquet"),
-            "verification_out": str(o / "verify.csv"), "counters_out": str(o / "c.json")}),
-        "train_protoscore": ("train_protoscore", lambda i, o: {
-            "benchmark": i["benchmark"], "checkpoint": str(o / "checkpoint"), "out": str(o / "trained")}),
-        "score_transfer": ("score_transfer", lambda i, o: {
-            "transfer": i["transfer"], "trained": trained, "out": str(o / "transfer.csv")}),
-    }  # fmt: skip
-    for metric, entry in config["evaluation"]["metrics"].items():
-        if entry["plugin"] == "api_judge":  # needs a server (tests/test_api_judge.py runs one)
-            continue
-        runs[f"score_metric:{metric}"] = ("score_metric", lambda i, o, metric=metric, entry=entry: {
-            "domain": DOMAIN, "metric": metric, "shard": SHARD, "pairs": i["pairs"], "triplets": i["triplets"],
-            "seeds": i["seeds"], "cache": str(o / "cache"), "trained": [trained] if entry["plugin"] == "protoscore"
-            else [], "out": str(o / "scores.parquet"), "counters_out": str(o / "c.json")})  # fmt: skip
-    return runs
+def stage_jobs(config: dict) -> dict[str, tuple[str, dict[str, str]]]:
+    """Each benchmarked stage: the step and the wildcards of its job."""
+    shard = {"domain": DOMAIN, "shard": SHARD}
+    jobs = {
+        "render_images": ("render_images", shard | {"t2i": T2I}),
+        "judge_images": ("judge_images", shard | {"t2i": T2I, "vlm": VLM}),
+        "measure_image_quality": ("measure_image_quality", shard),
+        "check_prompt_quality": ("check_prompt_quality", {"domain": DOMAIN}),
+        "answer_humble": ("answer_humble", {"vlm": VLM, "setting": ANSWER_SETTING, "shard": SHARD}),
+        "write_scene_questions": ("write_scene_questions", {}),
+        "train_protoscore": ("train_protoscore", {}),
+        "score_transfer": ("score_transfer", {}),
+    }
+    for metric in config["evaluation"]["metrics"]:
+        if not is_api_metric(config, metric):  # an API judge needs a server (tests/test_api_judge.py runs one)
+            jobs[f"score_metric:{metric}"] = ("score_metric", shard | {"metric": metric})
+    return jobs
 
 
-def models_of(config: dict, stage: str) -> set[str]:
-    """The registry models a benchmarked stage loads."""
-    if stage.startswith("score_metric:"):
-        entry = config["evaluation"]["metrics"][stage.split(":")[1]]
-        return {entry["model"], *entry.get("models", {}).values()}
-    image_stage, prompt_stage = config["image_stage"], config["prompt_stage"]
-    return {
-        "render_images": {T2I}, "judge_images": {VLM}, "measure_image_quality": set(image_stage["iqa_metrics"]),
-        "check_prompt_quality": {prompt_stage["embedding_model"], prompt_stage["nli_model"]}, "answer_humble": {VLM},
-        "write_scene_questions": {SCENE_GRAPHS["describer"], SCENE_GRAPHS["writer"]},
-        "train_protoscore": {config["protoscore"]["model"]}, "score_transfer": {config["protoscore"]["model"]},
-    }[stage]  # fmt: skip
+def peak_rss_mb(config: dict, step: str, wildcards: dict[str, str], folder: Path) -> tuple[float, float]:
+    """(peak resident memory in MB, seconds) of one job of `step`, with the arguments the workflow would
+    give it, in a fresh process."""
+    from blindspot.dag import job_arguments
 
-
-def run_config(config: dict, step: str, inputs: dict[str, str]) -> dict:
-    """The config a step runs with: write_scene_questions's names the scene graphs of its shard."""
-    if step != "write_scene_questions":
-        return config
-    scene_graphs = SCENE_GRAPHS | {"file": inputs["scene_graphs"]}
-    return config | {"humblebench": config["humblebench"] | {"scene_graphs": scene_graphs}}
-
-
-def peak_rss_mb(step: str, config: dict, arguments: dict, folder: Path) -> tuple[float, float]:
-    """(peak resident memory in MB, seconds) of one run of `step` in a fresh process."""
     folder.mkdir(parents=True)
     request = folder / "request.json"
-    request.write_text(json.dumps({"step": step, "config": config, "arguments": arguments}))
+    request.write_text(json.dumps({"step": step, "arguments": job_arguments(config, step, wildcards)}))
     started = time.perf_counter()
     result = subprocess.run([sys.executable, __file__, "--child", str(request)], cwd=REPO, capture_output=True,
                             text=True)  # fmt: skip
@@ -207,15 +205,26 @@ def peak_rss_mb(step: str, config: dict, arguments: dict, folder: Path) -> tuple
     return json.loads(result.stdout.strip().splitlines()[-1])["peak_rss_kb"] / 1024, seconds
 
 
+def train_once(configs: list[dict], folder: Path) -> None:
+    """The ProtoScore that score_transfer and ProtoScore's Table 3 row read, where each config's jobs read
+    it: trained on the N shard (unless train_protoscore, benchmarked, left one) and copied to the rest."""
+    trained = Path(targets.path(configs[0], "protoscore"))
+    if not trained.exists():
+        peak_rss_mb(configs[0], "train_protoscore", {}, folder)
+    for config in configs[1:]:
+        if not Path(targets.path(config, "protoscore")).exists():
+            shutil.copytree(trained, targets.path(config, "protoscore"))
+
+
 def run_child(request_path: str) -> None:
-    """One stage in this process; its peak resident memory is the last line printed. That is the
-    kernel's high-water mark of this program (VmHWM): getrusage's ru_maxrss would start from the
-    parent's, which Linux carries across exec."""
-    from blindspot.stages import STEPS, setup_logging
+    """One job in this process; its peak resident memory is the last line printed. That is the kernel's
+    high-water mark of this program (VmHWM): getrusage's ru_maxrss would start from the parent's, which
+    Linux carries across exec."""
+    from blindspot.steps import run_step, setup_logging
 
     request = json.loads(Path(request_path).read_text())
     setup_logging(str(Path(request_path).parent / "stage.log"))
-    STEPS[request["step"]](config=request["config"], **request["arguments"])
+    run_step(request["step"], **request["arguments"])
     status = Path("/proc/self/status").read_text()
     print(json.dumps({"peak_rss_kb": int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)[1])}))
 
@@ -233,33 +242,36 @@ def main() -> None:
     if args.child:
         run_child(args.child)
         return
+    resources = Path(args.resources).resolve() if args.resources else None
+    # The workflow's relative paths (taxonomies, templates) are relative to the checkout, as for `snakemake`.
+    os.chdir(REPO)
     with tempfile.TemporaryDirectory(prefix="peak-memory-") as work:
         work = Path(work)
-        config = bench_config(Path(args.resources or work / "resources").resolve(), args.items, args.image_size)
-        validate_config(config)
-        trained = str(work / "trained")
-        runs = stage_runs(config, trained)
-        chosen = args.stages or list(runs)
-        unknown = set(chosen) - set(runs)
+        sizes = (args.items, 4 * args.items)
+        resources = resources or work / "resources"
+        configs = {n: bench_config(resources, args.items, args.image_size, work, n) for n in sizes}
+        jobs = stage_jobs(configs[args.items])
+        unknown = set(args.stages or []) - set(jobs)
         if unknown:
-            parser.error(f"unknown stages {sorted(unknown)}; known: {', '.join(runs)}")
-        needs_trained = any(stage in chosen for stage in ("score_transfer", "score_metric:protoscore"))
-        loading = set(chosen) | ({"train_protoscore"} if needs_trained else set())
-        build_models(config, set().union(*(models_of(config, stage) for stage in loading)))
-        (work / "images").mkdir()
+            parser.error(f"unknown stages {sorted(unknown)}; known: {', '.join(jobs)}")
+        chosen = [stage for stage in jobs if not args.stages or stage in args.stages]  # in order: training first
+        config = configs[args.items]  # score_transfer and ProtoScore's row load the model train_protoscore trains
+        build_models(config, {name for stage in chosen for name in catalogue.job_models(config, *jobs[stage])})
         images = noise_pngs(work / "images", 8 * args.items, args.image_size)
-        sizes = {n: write_inputs(config, work / f"inputs-{n}", n, images) for n in (args.items, 4 * args.items)}
-        if needs_trained:  # the scorer that score_transfer and ProtoScore's Table 3 row read
-            step, arguments = runs["train_protoscore"]
-            peak_rss_mb(step, config, arguments(sizes[args.items], work / "train") | {"out": trained}, work / "train")
+        for n in sizes:
+            write_inputs(configs[n], images)
+            write_prompt_tables(render_config(configs[n], n))
         print(f"{'stage':30} {'items':>6} {'peak MB at N':>13} {'peak MB at 4N':>14} {'ratio':>6} {'seconds':>8}")
         worst = 0.0
         for stage in chosen:
-            step, arguments = runs[stage]
+            step, wildcards = jobs[stage]
+            if stage in READS_TRAINED:
+                train_once([configs[n] for n in sizes], work / "runs" / "trained")
             peaks, seconds = [], 0.0
-            for n, inputs in sizes.items():
+            for n in sizes:
+                job_config = render_config(configs[n], n) if step == "render_images" else configs[n]
                 folder = work / "runs" / stage.replace(":", "-") / str(n)
-                peak, took = peak_rss_mb(step, run_config(config, step, inputs), arguments(inputs, folder), folder)
+                peak, took = peak_rss_mb(job_config, step, wildcards, folder)
                 peaks.append(peak)
                 seconds += took
             ratio = peaks[1] / peaks[0]

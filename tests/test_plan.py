@@ -227,3 +227,13 @@ def test_cli_plan_as_a_subprocess():
     frame = pd.read_csv(pd.io.common.StringIO(csv.stdout))
     assert frame.iloc[-1]["rule"] == "total"
     assert frame.iloc[-1]["jobs"] == 709
+
+
+def test_a_config_snakemake_cannot_plan_is_one_line_naming_the_file(tiny_config, tmp_path, capsys):
+    tiny_config["domains"]["animals"]["taxonomy"] = "config/taxonomy/nowhere.yaml"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--configfile", str(write_config(tiny_config, tmp_path))])
+    assert exit_info.value.code == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message.startswith("blindspot: error: Snakemake cannot plan this config: Missing input files")
+    assert "config/taxonomy/nowhere.yaml" in message

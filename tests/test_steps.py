@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO, snakemake
+from conftest import REPO, SNAKEMAKE
 
 from blindspot.catalogue import STEPS
 from blindspot.steps import step_function
@@ -121,6 +121,8 @@ def test_a_new_step_is_a_rule_a_catalogue_entry_and_a_function(tmp_path, tiny_co
     """A toy step added as the docs say runs as a local job of the workflow, and the plan counts it."""
     for part in ("workflow", "src", "config"):
         shutil.copytree(REPO / part, tmp_path / part, symlinks=True)
+    (tmp_path / "resources").mkdir()
+    (tmp_path / "resources" / "downloads").symlink_to(REPO / "resources" / "downloads")
     catalogue = tmp_path / "src" / "blindspot" / "catalogue.py"
     entry = '    Step("count_seeds", "prompts", wildcards=("domain",), local=True),\n]\n# fmt: on'
     catalogue.write_text(catalogue.read_text().replace("]\n# fmt: on", entry, 1))
@@ -128,10 +130,11 @@ def test_a_new_step_is_a_rule_a_catalogue_entry_and_a_function(tmp_path, tiny_co
     module.write_text(module.read_text() + TOY_STEP)
     rules = tmp_path / "workflow" / "rules" / "prompts.smk"
     rules.write_text(rules.read_text() + TOY_RULE)
-    target = f"{tiny_config['results_dir']}/animals/seed_count.txt"
-    snakemake("-c1", target, cwd=tmp_path)
-    assert (tmp_path / target).read_text() == f"{tiny_config['domains']['animals']['n_seeds']}\n"
+    # The copy's package, not the installed checkout's, in the workflow and its jobs.
     environment = os.environ | {"PYTHONPATH": str(tmp_path / "src")}
+    target = f"{tiny_config['results_dir']}/animals/seed_count.txt"
+    subprocess.run([*SNAKEMAKE, "-c1", target], cwd=tmp_path, env=environment, check=True, capture_output=True)
+    assert (tmp_path / target).read_text() == f"{tiny_config['domains']['animals']['n_seeds']}\n"
     planned = subprocess.run(
         [sys.executable, "-m", "blindspot.cli", "plan", "--configfile", "config/tiny.yaml", "--format", "csv"],
         cwd=tmp_path, env=environment, capture_output=True, text=True, check=True,

@@ -16,11 +16,16 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 SNAKEFILE = CHECKOUT / "workflow" / "Snakefile"
 
 
+class DAGError(ValueError):
+    """A config whose DAG Snakemake cannot build; the message is Snakemake's, on one line."""
+
+
 @contextlib.contextmanager
 def _jobs(config_yaml: str) -> Iterator[list[Any]]:
     """Snakemake's jobs of a run from scratch (`snakemake -n --forceall`) of the checkout's workflow, run
     from the current folder as `snakemake` would be (relative paths in the config are relative to it)."""
     from snakemake.api import SnakemakeApi
+    from snakemake.exceptions import RuleException, WorkflowError
     from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, Quietness, ResourceSettings
 
     with tempfile.TemporaryDirectory(prefix="blindspot-dag-") as folder:
@@ -32,8 +37,11 @@ def _jobs(config_yaml: str) -> Iterator[list[Any]]:
             )
             # The DAG API runs or prints a DAG, but hands out none: build it as `snakemake --d3dag` does.
             workflow = workflow_api.dag(DAGSettings(forceall=True)).workflow_api._workflow
-            workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True)
-            workflow._build_dag()
+            try:
+                workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True)
+                workflow._build_dag()
+            except (RuleException, WorkflowError) as error:  # e.g. a file the config names is not there
+                raise DAGError(f"Snakemake cannot plan this config: {' '.join(str(error).split())}") from None
             yield list(workflow.dag.jobs)
 
 
