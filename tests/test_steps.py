@@ -151,3 +151,13 @@ def test_a_new_step_is_a_rule_a_catalogue_entry_and_a_function(tmp_path, tiny_co
     parsed = subprocess.run([sys.executable, "-c", PARSED_RULE], cwd=tmp_path, env=environment, check=True,
                             capture_output=True, text=True)  # fmt: skip
     assert parsed.stdout.split() == ["True", "../envs/base.yaml"]
+
+
+def test_a_step_argument_may_have_any_name(monkeypatch):
+    """export_dataset takes `name` (the benchmark's): running it must not collide with the runner's own."""
+    from blindspot import steps
+
+    received = {}
+    monkeypatch.setattr(steps, "step_function", lambda step: lambda **arguments: received.update(arguments))
+    steps.run_step("export_dataset", name="protobias", step="x")
+    assert received == {"name": "protobias", "step": "x"}

@@ -93,12 +93,13 @@ def step_arguments(step: Callable[..., None], job: Any) -> dict[str, Any]:
     return arguments
 
 
-def run_step(name: str, **arguments: Any) -> None:
-    """Run the step `name` as one job. Messages about the job's resources name it, and a job whose
-    model finds fewer GPUs than it asks for stops with that one line rather than a traceback."""
-    with running_step(name):
+def run_step(step: str, /, **arguments: Any) -> None:
+    """Run the step named `step` as one job (its arguments may have any name, `step` too). Messages
+    about the job's resources name it, and a job whose model finds fewer GPUs than it asks for stops
+    with that one line rather than a traceback."""
+    with running_step(step):
         try:
-            step_function(name)(**arguments)
+            step_function(step)(**arguments)
         except GPUUnavailable as error:
             raise SystemExit(str(error)) from None
 
