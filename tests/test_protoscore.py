@@ -125,7 +125,18 @@ def test_training_learns_a_learnable_difference(built_config, tmp_path):
         other=[f"test/{Path(p).name}" for p in testset["adv_path"]], group=["a", "b"] * 8,
     )[["prompt", "preferred", "other", "group"]]  # fmt: skip
     transfer.to_csv(tmp_path / "transfer.csv", index=False)
-    table = transfer_accuracy(metric, read_transfer_pairs(tmp_path / "transfer.csv"), 500, 0).set_index("group")
+
+    class Counting:  # the metric, and the most images it was handed at once
+        most = 0
+
+        def score(self, prompts, images):
+            self.most = max(self.most, len(images))
+            return metric.score(prompts, images)
+
+    counting = Counting()
+    table = transfer_accuracy(counting, read_transfer_pairs(tmp_path / "transfer.csv"), 500, 0, batch_size=3)
+    table = table.set_index("group")
+    assert counting.most == 3  # batch by batch, not the whole set
     assert table.loc["overall", "accuracy"] == pytest.approx(after)
     assert table.loc["overall", "pairs"] == 16
     assert table.loc[["a", "b"], "pairs"].tolist() == [8, 8]

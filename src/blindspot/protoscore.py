@@ -352,16 +352,18 @@ def read_transfer_pairs(path: str | Path) -> pd.DataFrame:
     return frame
 
 
-def transfer_accuracy(metric: Any, pairs: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
+def transfer_accuracy(metric: Any, pairs: pd.DataFrame, n_boot: int, seed: int, batch_size: int) -> pd.DataFrame:
     """Pairwise accuracy (right only when s(T, preferred) > s(T, other); ties fail), overall and per
-    group, with a 95% bootstrap interval."""
-    from PIL import Image
-
+    group, with a 95% bootstrap interval. Images are read and scored `batch_size` at a time."""
     from blindspot.bootstrap import bootstrap_accuracy
+    from blindspot.metrics.scoring import score_batches
 
     prompts = list(pairs["prompt"])
-    preferred = metric.score(prompts, [Image.open(p).convert("RGB") for p in pairs["preferred"]])
-    other = metric.score(prompts, [Image.open(p).convert("RGB") for p in pairs["other"]])
+    preferred, other = (
+        [score for batch in score_batches(metric, "protoscore", prompts, list(pairs[column]), batch_size)
+         for score in batch]
+        for column in ("preferred", "other")
+    )  # fmt: skip
     right = pd.Series([a.raw > b.raw for a, b in zip(preferred, other, strict=True)], index=pairs.index)
     rows = []
     for group, members in [("overall", pairs.index), *pairs.groupby("group", sort=True).groups.items()]:

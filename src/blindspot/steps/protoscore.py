@@ -32,6 +32,6 @@ def score_transfer(
 
     pairs = read_transfer_pairs(transfer)  # a bad set fails before the model loads
     metric = ProtoScore(spec(model), batch_size, trained)
-    table = transfer_accuracy(metric, pairs, bootstrap_samples, seed)
+    table = transfer_accuracy(metric, pairs, bootstrap_samples, seed, batch_size)
     write_text(out, table.to_csv(index=False))
     log.info("transfer: %s", table.to_dict("records"))
