@@ -8,6 +8,7 @@ import json
 import subprocess
 
 import pytest
+import yaml
 from conftest import REPO, spec_of, step_command
 from test_envs import lock
 
@@ -38,6 +39,7 @@ def vllm_run(built_config, vllm_python, tmp_path_factory):
     config = copy.deepcopy(built_config)
     entry = config["models"]["smollm2-135m"]
     entry |= {"backend": "vllm", "max_model_len": 2048, "engine_args": {"gpu_memory_utilization": 0.25}}
+    (work / "config.yaml").write_text(yaml.safe_dump(config))  # the scorer test loads it
     seeds = sample_seeds(REPO / "config" / "taxonomy" / "objects.yaml", "objects", 4, 3)
     write_table(work / "seeds.parquet", seeds, tables.SEEDS)
     stage = config["prompt_stage"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,6 +69,7 @@ def job_arguments(config: dict[str, Any], rule: str, wildcards: dict[str, str]) 
         mine = [job for job in jobs if job.rule.name == rule]
         for job in mine:
             if dict(job.wildcards.items()) == wildcards:
-                return step_arguments(step_function(rule), job)
+                # Plain values, as a job's .job.json holds them: Snakemake's own types do not pickle (submitit).
+                return json.loads(json.dumps(step_arguments(step_function(rule), job), default=str))
     there = sorted(" ".join(f"{k}={v}" for k, v in job.wildcards.items()) or "(no wildcards)" for job in mine)
     raise ValueError(f"no job of {rule} with wildcards {wildcards or '(none)'}; its jobs: {'; '.join(there) or 'none'}")
