@@ -19,7 +19,6 @@ import pyarrow.parquet as pq
 
 from blindspot import catalogue, targets
 from blindspot.catalogue import DATA_WILDCARDS, SHARDED_STEPS, STEPS, THROUGHPUT_STEPS
-from blindspot.config import MODEL_ROLES, SCENE_GRAPH_ROLES, metric_models
 from blindspot.dag import dag_jobs
 from blindspot.resources import job_resources
 
@@ -31,26 +30,6 @@ ITEMS_NOTE = (
 )
 COLUMNS = ["stage", "rule", "job", "domain", "model", "models", "shard", "items", "gpus", "threads", "mem_mb",
            "runtime", "throughput_key", "output"]  # fmt: skip
-
-
-def needed_built_models(config: dict[str, Any]) -> list[str]:
-    """Registry entries with `build:` that the run reads, with the built models their recipes borrow from."""
-    names = []
-    for stage, role in MODEL_ROLES:
-        value = config[stage][role]
-        names.extend([value] if isinstance(value, str) else value)
-    names.extend(name for metric in config["evaluation"]["metrics"].values() for name in metric_models(metric))
-    names.extend((config["humblebench"].get("scene_graphs") or {}).get(role) for role in SCENE_GRAPH_ROLES)
-    names = [name for name in names if name]
-    needed: list[str] = []
-    while names:
-        name = names.pop(0)
-        entry = config["models"][name]
-        if "build" in entry and name not in needed:
-            needed.append(name)
-            if "tokenizer_from" in entry["build"]:
-                names.append(entry["build"]["tokenizer_from"])
-    return sorted(needed)
 
 
 def job_table(config: dict[str, Any]) -> pd.DataFrame:
