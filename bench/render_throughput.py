@@ -11,7 +11,7 @@ import time
 from tiny_preset import build_models, tiny_config
 
 from blindspot.config import model_spec
-from blindspot.render import DiffusersRenderer
+from blindspot.protobias.render import DiffusersRenderer
 
 
 def main() -> None:

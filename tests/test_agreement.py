@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import cohen_kappa_score
 
-from blindspot.agreement import (
+from blindspot.annotation.agreement import (
     annotator_kappas,
     filter_validation,
     human_row,

@@ -18,7 +18,7 @@ import pytest
 from conftest import CHROMIUM
 from PIL import Image
 
-from blindspot.annotation import (
+from blindspot.annotation.projects import (
     LABEL_CONFIGS,
     TASKS,
     label_studio_export,

@@ -8,8 +8,8 @@ import pytest
 from PIL import Image
 
 from blindspot import tables
-from blindspot.agreement import annotator_kappas, annotator_table, mean_pairwise_kappa
-from blindspot.annotation import load_project, make_projects, scored_images
+from blindspot.annotation.agreement import annotator_kappas, annotator_table, mean_pairwise_kappa
+from blindspot.annotation.projects import load_project, make_projects, scored_images
 from blindspot.io import write_table
 
 CHOICES = pd.DataFrame(
@@ -124,8 +124,8 @@ def test_the_steps_read_label_studio_exports(tmp_path):
 
 
 def test_the_projects_step_adds_the_question_check_with_scene_candidates(tmp_path):
-    from blindspot.humble import Question
-    from blindspot.humble_questions import question_row
+    from blindspot.humblebench.questions import question_row
+    from blindspot.humblebench.settings import Question
     from blindspot.steps.annotation import make_annotation_projects
 
     write_table(tmp_path / "images.parquet", annotation_images(tmp_path), tables.ANNOTATION_IMAGES)

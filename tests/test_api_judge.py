@@ -39,8 +39,8 @@ from blindspot.metrics.api_judge import (
     retry_after_seconds,
 )
 from blindspot.metrics.scoring import NoAnswers, ScoreCache, score_pairs
+from blindspot.models.vlm_scoring import text_score
 from blindspot.prompts import PromptTemplate
-from blindspot.vlm_scoring import text_score
 
 KEY_ENV = "BLINDSPOT_TEST_JUDGE_KEY"
 KEY = "sk-blindspot-c0ffee-9d41-NEVER-LEAK"

@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from blindspot.config import model_spec
-from blindspot.export import model_rows
-from blindspot.iqa import pairs_to_measure
-from blindspot.render import triplets_of_seeds
-from blindspot.split import split_benchmark, with_descriptions
+from blindspot.protobias.export import model_rows
+from blindspot.protobias.iqa import pairs_to_measure
+from blindspot.protobias.render import triplets_of_seeds
+from blindspot.protobias.split import split_benchmark, with_descriptions
 
 DOMAINS = ["animals", "objects"]
 

@@ -10,7 +10,7 @@ from PIL import Image
 from blindspot.config import ModelSpec
 from blindspot.metrics.blip2_score import Blip2Score
 from blindspot.metrics.tokenizers import bert_uncased_tokenizer
-from blindspot.tiny_blip2 import build_random_blip2_itm
+from blindspot.models.tiny.blip2 import build_random_blip2_itm
 
 PROMPTS = ["a red fox in the snow", "two cats asleep on a blue sofa", "a lighthouse at dusk", "a bowl of green apples"]
 

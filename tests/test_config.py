@@ -190,7 +190,7 @@ def test_where_a_model_runs_follows_the_gpus_it_asks_for_and_sees(tiny_config, m
 
 def test_the_vllm_backend_checks_the_gpus_before_it_starts_an_engine(tiny_config, monkeypatch):
     from blindspot.config import GPUUnavailable
-    from blindspot.textgen import vllm_engine
+    from blindspot.models.textgen import vllm_engine
 
     fake_gpus(monkeypatch, 0)
     tiny_config["models"]["tiny-qwen2"].update(gpus=1, backend="vllm")

@@ -3,7 +3,7 @@ import json
 import pandas as pd
 import pytest
 
-from blindspot.consensus import keep_consensus_pairs, pair_images
+from blindspot.protobias.consensus import keep_consensus_pairs, pair_images
 
 
 def renders():

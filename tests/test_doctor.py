@@ -28,8 +28,9 @@ from hub_cache import (
     with_hub_models,
 )
 
-from blindspot import doctor, hub
+from blindspot import doctor
 from blindspot.cli import main
+from blindspot.models import hub
 
 API_KEY = "sk-doctor-secret-value"
 

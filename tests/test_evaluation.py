@@ -4,8 +4,8 @@ import pytest
 from PIL import Image
 from sklearn.metrics import cohen_kappa_score
 
-from blindspot.bootstrap import bootstrap_accuracy, bootstrap_kappa, cohen_kappa
-from blindspot.evaluation import (
+from blindspot.protobias.bootstrap import bootstrap_accuracy, bootstrap_kappa, cohen_kappa
+from blindspot.protobias.evaluation import (
     BREAKDOWN_COLUMNS,
     HUMAN,
     HUMAN_FAMILY,

@@ -18,10 +18,10 @@ from hub_cache import (
     with_hub_models,
 )
 
-from blindspot import hub
 from blindspot.cli import main
 from blindspot.config import ConfigError, validate_config
 from blindspot.metrics import hpsv2, image_reward
+from blindspot.models import hub
 
 
 def select(model: hub.HubModel, files: dict[str, bytes]) -> hub.Selection:

@@ -5,7 +5,7 @@ import json
 import pandas as pd
 from PIL import Image
 
-from blindspot.figures import counter_stage, example_grid, example_pairs, stage_counters
+from blindspot.protobias.figures import counter_stage, example_grid, example_pairs, stage_counters
 
 
 def test_a_counters_file_belongs_to_its_sharded_stage_or_to_the_stage_it_is_named_after():

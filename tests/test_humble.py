@@ -9,17 +9,10 @@ import pytest
 from conftest import REPO
 from PIL import Image
 
-from blindspot.humble import (
-    Question,
-    answer_in_batches,
-    answer_questions,
-    d_prime,
-    humility_metrics,
-    macro_f1,
-    noise_image,
-    parse_answer,
-    present,
-)
+from blindspot.humblebench.answers import answer_in_batches, answer_questions
+from blindspot.humblebench.metrics import d_prime, humility_metrics, macro_f1
+from blindspot.humblebench.parsing import parse_answer
+from blindspot.humblebench.settings import Question, noise_image, present
 
 OPTIONS = ("red", "green", "blue", "yellow", "None of the above")
 QUESTION = Question("q1", "What colour is the car?", OPTIONS, label="C", type="Attribute")
@@ -216,7 +209,7 @@ def answered():
 
 
 def test_tables_4_5_and_6_from_answers(answered):
-    from blindspot.humble_tables import metrics_table, table4, table5, table6
+    from blindspot.humblebench.tables import metrics_table, table4, table5, table6
 
     metrics = metrics_table(answered)
     assert len(metrics) == 2 * 2 * 2  # vlm x setting x reading
@@ -242,7 +235,7 @@ def test_tables_4_5_and_6_from_answers(answered):
 
 
 def test_table7_puts_people_and_models_on_the_same_questions(answered, tmp_path):
-    from blindspot.humble_tables import read_human_answers, table7
+    from blindspot.humblebench.tables import read_human_answers, table7
 
     (tmp_path / "humans.csv").write_text(
         "annotator,question_id,setting,answer\n"
@@ -266,7 +259,7 @@ def test_table7_puts_people_and_models_on_the_same_questions(answered, tmp_path)
 
 
 def test_the_nota_plot_is_a_png(answered, tmp_path):
-    from blindspot.humble_tables import metrics_table, plot_nota_tradeoff
+    from blindspot.humblebench.tables import metrics_table, plot_nota_tradeoff
 
     plot_nota_tradeoff(metrics_table(answered), "text", SETTINGS, tmp_path / "nota.png")
     assert (tmp_path / "nota.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -279,7 +272,7 @@ def test_the_nota_plot_is_a_png(answered, tmp_path):
 
 
 def test_no_answers_is_an_error_not_an_empty_table(answered):
-    from blindspot.humble_tables import metrics_table
+    from blindspot.humblebench.tables import metrics_table
 
     with pytest.raises(ValueError, match="no HumbleBench answers"):
         metrics_table(answered.iloc[:0])
@@ -288,8 +281,8 @@ def test_no_answers_is_an_error_not_an_empty_table(answered):
 @pytest.mark.slow
 def test_answers_read_a_batch_at_a_time_are_those_of_the_images_in_memory(built_config, tmp_path):
     from blindspot.config import model_spec
+    from blindspot.models.vlm_scoring import TransformersVLMScorer
     from blindspot.prompts import PromptTemplate
-    from blindspot.vlm_scoring import TransformersVLMScorer
 
     scorer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=2)
     template = PromptTemplate.load(REPO / "config" / "prompts" / "humble_original_v1.yaml")

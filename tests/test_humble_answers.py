@@ -10,9 +10,9 @@ from PIL import Image
 
 from blindspot import tables
 from blindspot.config import ModelSpec
-from blindspot.humble import Question, answer_in_batches, present, setting_transforms, shard_of
-from blindspot.humble_answers import answer_shard, shard_questions
-from blindspot.humble_questions import question_row
+from blindspot.humblebench.answers import answer_in_batches, answer_shard, shard_questions
+from blindspot.humblebench.questions import question_row
+from blindspot.humblebench.settings import Question, present, setting_transforms, shard_of
 from blindspot.prompts import PromptTemplate
 
 OPTIONS = ("red", "green", "blue", "yellow", "None of the above")
@@ -68,7 +68,7 @@ def test_an_empty_shard_never_loads_the_model(tmp_path):
 @pytest.mark.slow
 def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tmp_path):
     from blindspot.config import model_spec
-    from blindspot.vlm_scoring import TransformersVLMScorer
+    from blindspot.models.vlm_scoring import TransformersVLMScorer
 
     spec = model_spec(built_config, "tiny-qwen2.5-vl")
     loaded = []

@@ -11,9 +11,11 @@ import pytest
 from PIL import Image
 from scene_graphs import make_scene_graphs
 
-from blindspot import humble, humble_questions
 from blindspot.config import model_spec
-from blindspot.humble_questions import (
+from blindspot.humblebench import answers as humble_answers
+from blindspot.humblebench import questions as humble_questions
+from blindspot.humblebench import settings as humble
+from blindspot.humblebench.questions import (
     apply_verification,
     export_for_verification,
     load_release,
@@ -23,7 +25,7 @@ from blindspot.humble_questions import (
     split_release_question,
 )
 from blindspot.prompts import PromptTemplate
-from blindspot.taxonomy import load_taxonomy
+from blindspot.protobias.taxonomy import load_taxonomy
 
 RELEASE_TEXT = "What is the man holding?\nA. an umbrella\nB. a phone\nC. a cup\nD. a bag\nE. None of the above"
 
@@ -213,7 +215,7 @@ def test_verification_keeps_modifies_and_deletes(tmp_path):
 
 
 def test_verification_labels_from_the_question_check_project(tmp_path):
-    from blindspot.annotation import label_studio_export
+    from blindspot.annotation.projects import label_studio_export
 
     rows = candidate_rows(3)
     project = {"task": "question_check", "items": [{"id": r["question_id"]} for r in rows]}
@@ -244,8 +246,8 @@ def test_verification_labels_from_the_question_check_project(tmp_path):
 
 @pytest.mark.slow
 def test_scene_graph_questions_from_the_tiny_models(built_config, tmp_path):
-    from blindspot.textgen import load_text_generator
-    from blindspot.vlm_scoring import TransformersVLMScorer
+    from blindspot.models.textgen import load_text_generator
+    from blindspot.models.vlm_scoring import TransformersVLMScorer
 
     graphs = read_scene_graphs(make_scene_graphs(tmp_path / "sg"))
     describer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=4)
@@ -272,7 +274,7 @@ def test_scene_graph_questions_from_the_tiny_models(built_config, tmp_path):
 def test_the_tiny_vlm_answers_with_letter_probabilities_and_text(built_config):
     import torch
 
-    from blindspot.vlm_scoring import TransformersVLMScorer
+    from blindspot.models.vlm_scoring import TransformersVLMScorer
 
     scorer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=2)
     template = PromptTemplate.load("config/prompts/humble_original_v1.yaml")
@@ -281,10 +283,10 @@ def test_the_tiny_vlm_answers_with_letter_probabilities_and_text(built_config):
     shown = [humble.present(question, "original", {}, 0), humble.present(question, "nota_only",
                                                                          {"remove_correct": True}, 0)]  # fmt: skip
     pictures = [Image.new("RGB", (32, 32), "red"), humble.noise_image("q1", 0, (32, 32))]
-    rows = humble.answer_questions(list(zip(shown, pictures, strict=True)), scorer, {"original": template,
+    rows = humble_answers.answer_questions(list(zip(shown, pictures, strict=True)), scorer, {"original": template,
                                    "nota_only": template}, max_new_tokens=4)  # fmt: skip
     assert [len(json.loads(r["letter_probabilities"])) for r in rows] == [5, 4]  # the letters shown
-    letters = humble.option_token_ids(scorer.tokenizer)
+    letters = humble_answers.option_token_ids(scorer.tokenizer)
     for row, item, picture in zip(rows, shown, pictures, strict=True):
         conversation = humble.image_conversation(template, **item.prompt_fields())
         with torch.inference_mode():

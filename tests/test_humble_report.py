@@ -5,7 +5,15 @@ import pandas as pd
 import pytest
 
 from blindspot import tables
-from blindspot.humble_tables import metrics_table, read_human_answers, report_tables, table4, table5, table6, table7
+from blindspot.humblebench.tables import (
+    metrics_table,
+    read_human_answers,
+    report_tables,
+    table4,
+    table5,
+    table6,
+    table7,
+)
 from blindspot.io import write_table
 
 SETTINGS = {

@@ -8,11 +8,11 @@ import pytest
 from PIL import Image
 
 from blindspot import tables
-from blindspot.humble import Question
-from blindspot.humble_questions import export_for_verification, question_row
-from blindspot.humble_sources import collect_questions
+from blindspot.humblebench.questions import export_for_verification, question_row
+from blindspot.humblebench.settings import Question
+from blindspot.humblebench.sources import collect_questions
 from blindspot.io import read_table, write_table
-from blindspot.taxonomy import load_taxonomy
+from blindspot.protobias.taxonomy import load_taxonomy
 
 RELEASE_TEXT = "What is the man holding?\nA. an umbrella\nB. a phone\nC. a cup\nD. a bag\nE. None of the above"
 FROM_BENCHMARK = {

@@ -31,7 +31,7 @@ from blindspot.metrics.image_reward import (
     official_key,
     read_sizes,
 )
-from blindspot.tiny_image_reward import TINY_SIZES, build_random_image_reward
+from blindspot.models.tiny.image_reward import TINY_SIZES, build_random_image_reward
 
 OFFICIAL_SCRIPT = "image_reward_official.py"
 PROMPTS = [

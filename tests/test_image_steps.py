@@ -109,7 +109,7 @@ def test_consensus_split_and_export_steps_run_from_what_their_rules_pass(tmp_pat
 @pytest.fixture(scope="module")
 def niqe(tmp_path_factory) -> dict:
     """NIQE as its rule passes it: the spec of the model built from BasicSR's real parameters."""
-    from blindspot.tiny_models import build_model
+    from blindspot.models.tiny.build import build_model
 
     config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
     config["resources_dir"] = str(tmp_path_factory.mktemp("resources"))

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from blindspot.config import model_spec
-from blindspot.iqa import PyiqaMetric, measure_pairs, table2, weights_file
+from blindspot.protobias.iqa import PyiqaMetric, measure_pairs, table2, weights_file
 
 
 def quality(metric, higher, corr, adv):

@@ -5,10 +5,10 @@ import pytest
 from conftest import REPO
 
 from blindspot.config import model_spec
-from blindspot.judging import JUDGE_REASONS, accept_unanimous, judge_triplets, parse_verdict
+from blindspot.models.textgen import load_text_generator
 from blindspot.prompts import PromptTemplate
-from blindspot.taxonomy import sample_seeds
-from blindspot.textgen import load_text_generator
+from blindspot.protobias.judging import JUDGE_REASONS, accept_unanimous, judge_triplets, parse_verdict
+from blindspot.protobias.taxonomy import sample_seeds
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ def test_the_tiny_clip_tokenizer_is_clips_own():
     """The tokenizer built from open_clip's vocabulary file encodes like open_clip's tokenizer."""
     from open_clip.tokenizer import SimpleTokenizer
 
-    from blindspot.tiny_models import clip_tokenizer
+    from blindspot.models.tiny.build import clip_tokenizer
 
     ours, theirs = clip_tokenizer(), SimpleTokenizer()
     texts = [*PROMPTS, "A Red-Tailed HAWK  perched on   a fence post, 3 crows!", "café naïve co-operate x2"]

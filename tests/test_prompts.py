@@ -3,7 +3,7 @@ import pytest
 from conftest import REPO
 
 from blindspot.prompts import PromptTemplate
-from blindspot.taxonomy import enumerate_seeds, load_taxonomy
+from blindspot.protobias.taxonomy import enumerate_seeds, load_taxonomy
 
 
 def test_generate_template_renders_the_seed_into_chat_messages():

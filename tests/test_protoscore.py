@@ -12,7 +12,7 @@ from PIL import Image
 from blindspot.config import model_spec
 from blindspot.metrics import normalise
 from blindspot.metrics.protoscore import ProtoScore
-from blindspot.protoscore import (
+from blindspot.protobias.protoscore import (
     TrainSettings,
     load_scorer,
     pairwise_accuracy,

@@ -7,7 +7,7 @@ import pytest
 from transformers import AutoConfig
 
 from blindspot.config import model_spec
-from blindspot.quality import NLI_LABELS, nli_probabilities, score_prompt_quality, table1
+from blindspot.protobias.quality import NLI_LABELS, nli_probabilities, score_prompt_quality, table1
 
 
 def quality_rows(domain, sims, nli_t_dc, nli_t_da, nli_dc_da):

@@ -15,7 +15,7 @@ from PIL import Image
 from blindspot import tables
 from blindspot.config import model_spec
 from blindspot.io import read_table, write_table
-from blindspot.render import DiffusersRenderer, check_image, image_seed, plan_renders, render_triplets
+from blindspot.protobias.render import DiffusersRenderer, check_image, image_seed, plan_renders, render_triplets
 
 pytestmark = pytest.mark.slow
 

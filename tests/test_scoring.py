@@ -12,7 +12,6 @@ from PIL import Image
 
 from blindspot import tables
 from blindspot.config import model_spec
-from blindspot.evaluation import read_scores
 from blindspot.io import read_table, write_table
 from blindspot.metrics import MetricSkipped
 from blindspot.metrics.scoring import (
@@ -23,7 +22,8 @@ from blindspot.metrics.scoring import (
     score_or_skip,
     shard_test_pairs,
 )
-from blindspot.split import split_of
+from blindspot.protobias.evaluation import read_scores
+from blindspot.protobias.split import split_of
 from blindspot.steps.metrics import score_metric
 
 KEY_ENV = "BLINDSPOT_TINY_API_KEY"
@@ -84,7 +84,7 @@ def test_the_identity_follows_score_settings_not_run_settings(tiny_config):
 
 
 def test_a_retrained_scorer_is_another_metric(tiny_config, tmp_path):
-    from blindspot.protoscore import HEAD_FILE
+    from blindspot.protobias.protoscore import HEAD_FILE
 
     trained = tmp_path / "protoscore"
     trained.mkdir()

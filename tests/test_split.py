@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from blindspot.export import export_dataset
-from blindspot.split import (
+from blindspot.protobias.export import export_dataset
+from blindspot.protobias.split import (
     assign_splits,
     filter_validation_subset,
     image_decisions,

@@ -5,7 +5,7 @@ import yaml
 from conftest import REPO
 
 from blindspot.config import SCHEMA_DIR, ConfigError, check_schema
-from blindspot.taxonomy import draft, enumerate_seeds, load_taxonomy, sample_seeds
+from blindspot.protobias.taxonomy import draft, enumerate_seeds, load_taxonomy, sample_seeds
 
 DOMAINS = ("animals", "demography", "objects")
 

@@ -5,10 +5,10 @@ import pytest
 from conftest import REPO
 
 from blindspot.config import model_spec
+from blindspot.models.textgen import load_text_generator
 from blindspot.prompts import PromptTemplate
-from blindspot.taxonomy import sample_seeds
-from blindspot.textgen import load_text_generator
-from blindspot.triplets import (
+from blindspot.protobias.taxonomy import sample_seeds
+from blindspot.protobias.triplets import (
     FAILURE_REASONS,
     TRIPLET_FIELDS,
     generate_triplets,

@@ -15,10 +15,10 @@ from test_envs import lock
 from blindspot import tables
 from blindspot.config import model_spec
 from blindspot.io import read_table, write_table
-from blindspot.judging import JUDGE_REASONS
-from blindspot.taxonomy import sample_seeds
-from blindspot.triplets import TRIPLET_FIELDS
-from blindspot.vlm_scoring import text_score
+from blindspot.models.vlm_scoring import text_score
+from blindspot.protobias.judging import JUDGE_REASONS
+from blindspot.protobias.taxonomy import sample_seeds
+from blindspot.protobias.triplets import TRIPLET_FIELDS
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 
@@ -90,8 +90,8 @@ def test_vllm_environment_is_the_locked_one(vllm_python):
 SCORE_IN_VLLM = """
 import json, sys
 from blindspot.config import load_config, model_spec
-from blindspot.humble import option_token_ids
-from blindspot.vlm_scoring import load_vlm_scorer
+from blindspot.humblebench.answers import option_token_ids
+from blindspot.models.vlm_scoring import load_vlm_scorer
 config, conversations, out = load_config(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
 scorer = load_vlm_scorer(model_spec(config, "smollm2-135m"), batch_size=1)
 images = [None] * len(conversations)
@@ -109,8 +109,8 @@ def test_vllm_scorer_reads_the_same_score_distribution_as_transformers(vllm_run,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from blindspot.humble import option_token_ids
-    from blindspot.vlm_scoring import ScoreTokens, score_distribution
+    from blindspot.humblebench.answers import option_token_ids
+    from blindspot.models.vlm_scoring import ScoreTokens, score_distribution
 
     conversations = [
         [{"role": "system", "content": "Rate how well the description fits, from 1 to 10. Answer with a number."},

@@ -4,8 +4,7 @@ import pytest
 from conftest import REPO
 
 from blindspot.config import model_spec
-from blindspot.prompts import PromptTemplate
-from blindspot.vlm_scoring import (
+from blindspot.models.vlm_scoring import (
     SCORES,
     ScoreTokens,
     TransformersVLMScorer,
@@ -14,6 +13,7 @@ from blindspot.vlm_scoring import (
     summarise,
     text_score,
 )
+from blindspot.prompts import PromptTemplate
 
 VOCAB = 20
 
@@ -117,7 +117,7 @@ def test_reading_only_the_answer_positions_logits_equals_reading_them_all(built_
     import torch
     from PIL import Image
 
-    from blindspot.vlm_scoring import image_question, scored
+    from blindspot.models.vlm_scoring import image_question, scored
 
     scorer = TransformersVLMScorer(model_spec(built_config, vlm), batch_size=2)
     rng = np.random.default_rng(1)
@@ -141,7 +141,7 @@ def test_reading_only_the_answer_positions_logits_equals_reading_them_all(built_
 def test_vllm_messages_carry_the_image_in_its_placeholder():
     from PIL import Image
 
-    from blindspot.vlm_scoring import with_image
+    from blindspot.models.vlm_scoring import with_image
 
     image = Image.new("RGB", (4, 4))
     conversation = [

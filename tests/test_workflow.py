@@ -17,7 +17,7 @@ from conftest import CHROMIUM, REPO, snakemake
 
 from blindspot import tables
 from blindspot.config import is_api_metric, metric_models, n_shards
-from blindspot.humble_questions import problem
+from blindspot.humblebench.questions import problem
 from blindspot.io import read_table
 from blindspot.targets import final_targets
 

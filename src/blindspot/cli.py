@@ -21,9 +21,10 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from blindspot import catalogue, doctor, hub, plan
-from blindspot.annotation import TASKS
+from blindspot import catalogue, doctor, plan
+from blindspot.annotation.projects import TASKS
 from blindspot.config import ConfigError, load_config
+from blindspot.models import hub
 
 
 def _hours(value: float) -> str:
@@ -163,8 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def annotate(args: argparse.Namespace) -> None:
-    from blindspot import annotation_server
-    from blindspot.annotation import make_project
+    from blindspot.annotation import server as annotation_server
+    from blindspot.annotation.projects import make_project
 
     if args.action == "make":
         project = make_project(

@@ -1,7 +1,7 @@
 """`blindspot doctor`: a preflight before a run spends GPU-hours, one verdict per line.
 
 - models: every model the run loads is in the hub cache at its pinned revision with the files its
-  loader reads (`blindspot.hub`), or would be fetched (the hub answers here); built models are built
+  loader reads (`blindspot.models.hub`), or would be fetched (the hub answers here); built models are built
   or will be (their archive is there); local weights exist;
 - tokens: a gated model not yet cached has a token (HF_TOKEN or the token file) that opens it;
 - API metrics: their key variable is set, and their endpoint answers (a short timeout; the key is
@@ -30,8 +30,9 @@ from typing import Any
 
 import yaml
 
-from blindspot import hub, plan
+from blindspot import plan
 from blindspot.config import built_model_dir
+from blindspot.models import hub
 from blindspot.slurm import profile_resources
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"

@@ -2,7 +2,7 @@
 
 import pyarrow as pa
 
-from blindspot.taxonomy import SEED_COLUMNS
+from blindspot.protobias.taxonomy import SEED_COLUMNS
 
 _s = pa.string()
 _f = pa.float64()

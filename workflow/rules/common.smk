@@ -13,7 +13,7 @@ from blindspot.config import build_inputs, is_api_metric, metric_models, model_s
 from blindspot import catalogue, targets
 from blindspot.metrics.scoring import metric_score_settings
 from blindspot.resources import job_resources
-from blindspot.tiny_models import recipe_seed
+from blindspot.models.tiny.build import recipe_seed
 
 validate_config(config)
 

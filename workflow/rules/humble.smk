@@ -1,7 +1,7 @@
 # HumbleBench: questions (official release, our benchmark's images, scene graphs), answers per
 # VLM x setting x shard, then Tables 4 to 7 and the NOTA plot.
 
-from blindspot.humble import setting_transforms
+from blindspot.humblebench.settings import setting_transforms
 
 HUMBLE = config["humblebench"]
 FROM_BENCHMARK = HUMBLE.get("from_benchmark")

@@ -14,7 +14,7 @@ rule render_images:
         images_dir=lambda wildcards: P("images", domain=wildcards.domain, t2i=wildcards.t2i),
         images_per_description=config["image_stage"]["images_per_description"],
         seed=config["seed"],
-        # The batch's make-up changes the floating-point sums, and so the pixels (blindspot.render).
+        # The batch's make-up changes the floating-point sums, and so the pixels (blindspot.protobias.render).
         batch_size=config["image_stage"]["render_batch_size"],
         shard_size=config["shard_size"],
     log:

@@ -32,7 +32,7 @@ from typing import Any
 
 from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches, find_checkpoint, load_strictly, read_state_dict
-from blindspot.vlm_scoring import TransformersVLMScorer
+from blindspot.models.vlm_scoring import TransformersVLMScorer
 
 HUB_CHECKPOINT = "AlignScore-large.ckpt"
 CAPTION_INSTRUCTION = "Describe this image in one sentence."

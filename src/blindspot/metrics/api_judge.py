@@ -8,7 +8,7 @@ value over "1".."10" at the first answer token, renormalised over the answers am
 candidates (tokens that differ only by surrounding spaces count as one answer). "10" is one token
 in OpenAI's tokenizers and is read directly. Where a tokenizer writes it "1" + "0" (Qwen-style, as
 vLLM may serve), P("1") is split into "1" and "10" with P("0" | "1") from the second position, as
-in blindspot.vlm_scoring (the two spellings of "10" add up); that conditional is only known when
+in blindspot.models.vlm_scoring (the two spellings of "10" add up); that conditional is only known when
 the answer began with "1", so when it did not, the (then small) mass on "1" stays on 1. Without
 logprobs the score is the first integer 1..10 written in the answer; an answer with neither is NaN
 (a failure), never a guess. The answer text is kept as the Score's detail.
@@ -70,8 +70,8 @@ from blindspot.metrics.api_client import (
     error_message,
     retry_after_seconds,
 )
+from blindspot.models.vlm_scoring import SCORES, ScoreTokens, score_distribution, summarise, text_score
 from blindspot.prompts import PromptTemplate
-from blindspot.vlm_scoring import SCORES, ScoreTokens, score_distribution, summarise, text_score
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches
-from blindspot.protoscore import TrainSettings, base_model, load_scorer
+from blindspot.protobias.protoscore import TrainSettings, base_model, load_scorer
 
 
 class ProtoScore:

@@ -101,7 +101,7 @@ def metric_identity(
     if template:
         version += " " + PromptTemplate.load(template).version
     if trained:
-        from blindspot.protoscore import trained_sha256
+        from blindspot.protobias.protoscore import trained_sha256
 
         version += " trained:" + trained_sha256(trained)
     return {"model_id": spec.model_id, "revision": spec.revision or "", "version": version}
@@ -133,7 +133,7 @@ def shard_test_pairs(
 ) -> pd.DataFrame:
     """The kept pairs of the test split among the seeds of one shard: what a metric's job scores. The
     split is a function of the triplet id, so a job reads only its own domain's tables."""
-    from blindspot.split import kept_with_splits
+    from blindspot.protobias.split import kept_with_splits
 
     _, kept = kept_with_splits(pairs, triplets, seed, test_fraction)
     return kept[(kept["split"] == "test") & kept["seed_id"].isin(list(seed_ids))]

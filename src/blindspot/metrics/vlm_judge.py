@@ -7,8 +7,8 @@ from typing import Any
 
 from blindspot.config import ModelSpec
 from blindspot.metrics import Score
+from blindspot.models.vlm_scoring import image_conversation, load_vlm_scorer
 from blindspot.prompts import PromptTemplate
-from blindspot.vlm_scoring import image_conversation, load_vlm_scorer
 
 
 class VLMJudge:

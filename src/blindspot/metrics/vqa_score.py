@@ -7,7 +7,7 @@ from typing import Any
 
 from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches
-from blindspot.vlm_scoring import TransformersVLMScorer, image_question
+from blindspot.models.vlm_scoring import TransformersVLMScorer, image_question
 
 QUESTION = 'Does this figure show "{prompt}"? Please answer Yes or No.'
 

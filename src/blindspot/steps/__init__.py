@@ -73,7 +73,7 @@ def write_shard(
 ) -> None:
     """A model shard's table and counters. A shard whose every row failed stops the job instead: its
     model or template is broken, and an empty table would hide it downstream."""
-    from blindspot.triplets import raise_if_all_failed
+    from blindspot.protobias.triplets import raise_if_all_failed
 
     raise_if_all_failed(frame, counters, what)
     write_counters(counters_out, counters, what)

@@ -17,7 +17,7 @@ def make_annotation_projects(
 ) -> None:  # fmt: skip
     """Annotation projects for the papers' human studies: Label Studio tasks and config, and a link per
     annotator for the built-in page (`blindspot annotate serve`)."""
-    from blindspot.annotation import make_projects
+    from blindspot.annotation.projects import make_projects
     from blindspot.io import atomic_dir
 
     sources = {"image_score": read_table(filter_validation, tables.ANNOTATION_IMAGES),
@@ -32,8 +32,8 @@ def make_annotation_projects(
 
 def validate_filter(filter_validation: str, labels: str, threshold: float, csv: str, markdown: str, latex: str) -> None:
     """Appendix D: the people's 1-10 scores against the VLM filter on the filter validation images."""
-    from blindspot.agreement import filter_validation as validation
-    from blindspot.annotation import read_labels, scored_images
+    from blindspot.annotation.agreement import filter_validation as validation
+    from blindspot.annotation.projects import read_labels, scored_images
     from blindspot.reporting import write_report_table
 
     images = read_table(filter_validation, tables.ANNOTATION_IMAGES)
@@ -49,8 +49,8 @@ def human_preferences(
 ) -> None:
     """Appendix E: the annotators' pairwise kappa matrix, the majority per pair (Table 3's human
     reference) and Table 3's Human row."""
-    from blindspot import agreement
-    from blindspot.annotation import pairwise_choices, read_labels
+    from blindspot.annotation import agreement
+    from blindspot.annotation.projects import pairwise_choices, read_labels
     from blindspot.reporting import write_report_table
 
     pairs = read_table(preference_pairs, tables.ANNOTATION_PAIRS)

@@ -20,7 +20,7 @@ def split_benchmark(
     preference_pairs_per_domain: int, seed: int,
 ) -> None:  # fmt: skip
     """Split the kept pairs by triplet; draw the two disjoint annotation subsets."""
-    from blindspot import split
+    from blindspot.protobias import split
 
     benchmark = split.split_benchmark(
         pd.concat([read_table(p, tables.PAIRS) for p in pairs], ignore_index=True),
@@ -38,8 +38,8 @@ def export_dataset(
     models: dict[str, list[dict[str, Any]]],
 ) -> None:  # fmt: skip
     """The benchmark as a `datasets`-loadable folder with a dataset card (also beside it, for the report)."""
-    from blindspot.export import export_dataset as export
-    from blindspot.export import model_rows
+    from blindspot.protobias.export import export_dataset as export
+    from blindspot.protobias.export import model_rows
 
     about = {
         "name": name,

@@ -23,9 +23,9 @@ def write_scene_questions(
 ) -> None:  # fmt: skip
     """HumbleBench's own construction: attribute cues from a VLM on each cropped object, then an LLM
     writing questions from the scene graph; candidates, with a CSV for people to verify them."""
-    from blindspot import humble_questions
-    from blindspot.textgen import load_text_generator
-    from blindspot.vlm_scoring import TransformersVLMScorer
+    from blindspot.humblebench import questions as humble_questions
+    from blindspot.models.textgen import load_text_generator
+    from blindspot.models.vlm_scoring import TransformersVLMScorer
 
     graphs = humble_questions.read_scene_graphs(scene_graphs)
     vlm = TransformersVLMScorer(spec(describer), batch_size)
@@ -51,8 +51,8 @@ def make_humble_questions(
     """Every HumbleBench question the config asks for: the official release (its local copy, or its hub
     id), questions from our benchmark's images, and the scene-graph candidates (after people's
     decisions, when given)."""
-    from blindspot.humble_sources import collect_questions
-    from blindspot.taxonomy import load_taxonomy
+    from blindspot.humblebench.sources import collect_questions
+    from blindspot.protobias.taxonomy import load_taxonomy
 
     Path(images).mkdir(parents=True, exist_ok=True)
     frame, counters = collect_questions(
@@ -74,8 +74,8 @@ def answer_humble(
     batch_size: int, max_new_tokens: int, seed: int, vlm: str, setting: str, shard: str, out: str, counters_out: str,
 ) -> None:  # fmt: skip
     """One VLM answers one shard of the questions as one setting shows them, its images read a batch at a time."""
-    from blindspot import humble_answers
-    from blindspot.vlm_scoring import load_vlm_scorer
+    from blindspot.humblebench import answers as humble_answers
+    from blindspot.models.vlm_scoring import load_vlm_scorer
 
     vlm_spec = spec(model)
     mine = humble_answers.shard_questions(read_table(questions, tables.HUMBLE_QUESTIONS), int(shard), answer_shards)
@@ -93,7 +93,7 @@ def make_humble_tables(
     table7: Sequence[str], plot: str,
 ) -> None:  # fmt: skip
     """Every metric per VLM x setting x reading, Tables 4-6 (and 7, given human answers), and the NOTA plot."""
-    from blindspot import humble_tables
+    from blindspot.humblebench import tables as humble_tables
     from blindspot.reporting import write_report_table
 
     frame = pd.concat([read_table(path, tables.HUMBLE_ANSWERS) for path in answers], ignore_index=True)

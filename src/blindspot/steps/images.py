@@ -19,7 +19,7 @@ def render_images(
     images_dir: str, images_per_description: int, seed: int, batch_size: int, shard_size: int,
 ) -> None:  # fmt: skip
     """Render the accepted triplets of one seed shard with one text-to-image model."""
-    from blindspot.render import render_triplets, triplets_of_seeds
+    from blindspot.protobias.render import render_triplets, triplets_of_seeds
 
     seed_ids = shard_rows(read_table(seeds, tables.SEEDS), shard, shard_size)["seed_id"]
     rows = triplets_of_seeds(read_table(triplets, tables.TRIPLETS), seed_ids)
@@ -33,8 +33,8 @@ def judge_images(
     model: dict[str, Any], batch_size: int,
 ) -> None:  # fmt: skip
     """Score every image of one render shard against its own description with one VLM."""
-    from blindspot.vlm_scoring import judge_images as judge
-    from blindspot.vlm_scoring import load_vlm_scorer
+    from blindspot.models.vlm_scoring import judge_images as judge
+    from blindspot.models.vlm_scoring import load_vlm_scorer
 
     # The VLM loads first: a job without the GPUs it asks for stops before reading anything.
     scorer = load_vlm_scorer(spec(model), batch_size)
@@ -48,8 +48,8 @@ def keep_consensus_pairs(
     threshold: float, score: str,
 ) -> None:  # fmt: skip
     """Pair each I_corr with its I_adv and keep the pairs that pass every VLM."""
-    from blindspot.consensus import keep_consensus_pairs as keep
-    from blindspot.consensus import pair_images
+    from blindspot.protobias.consensus import keep_consensus_pairs as keep
+    from blindspot.protobias.consensus import pair_images
 
     pairs, counters = keep(
         pair_images(pd.concat([read_table(p, tables.RENDERS) for p in renders], ignore_index=True)),
@@ -67,7 +67,7 @@ def measure_image_quality(
     shard_size: int,
 ) -> None:  # fmt: skip
     """MUSIQ, NIQE (or whatever `iqa_metrics` names) on both images of each kept pair of one shard."""
-    from blindspot.iqa import measure_quality, pairs_to_measure
+    from blindspot.protobias.iqa import measure_quality, pairs_to_measure
 
     seed_ids = shard_rows(read_table(seeds, tables.SEEDS), shard, shard_size)["seed_id"]
     kept = pairs_to_measure(read_table(pairs, tables.PAIRS), read_table(triplets, tables.TRIPLETS), seed_ids)
@@ -77,7 +77,7 @@ def measure_image_quality(
 
 def make_table2(quality: Sequence[str], csv: str, markdown: str, latex: str) -> None:
     """Table 2 from every shard's image-quality table."""
-    from blindspot.iqa import table2
+    from blindspot.protobias.iqa import table2
     from blindspot.reporting import write_report_table
 
     frame = pd.concat([read_table(p, tables.IMAGE_QUALITY) for p in quality], ignore_index=True)

@@ -46,7 +46,7 @@ def make_table3(
 ) -> None:  # fmt: skip
     """Pairwise accuracy with CIs per metric, domain, knob, T2I model and subcategory; Table 3 and its plot.
     With human choices, Table 3 is computed on the annotated pairs, as in the paper."""
-    from blindspot import evaluation
+    from blindspot.protobias import evaluation
 
     all_scores = evaluation.read_scores(scores)
     humans = evaluation.read_human_choices(human_choices[0]) if human_choices else None
@@ -68,8 +68,8 @@ def make_report_items(
     examples_per_domain: int,
 ) -> None:  # fmt: skip
     """The report's example grid (Figure 3) and the table of every stage's counters."""
-    from blindspot.evaluation import read_scores
-    from blindspot.figures import example_grid, example_pairs, stage_counters
+    from blindspot.protobias.evaluation import read_scores
+    from blindspot.protobias.figures import example_grid, example_pairs, stage_counters
 
     examples = example_pairs(read_table(benchmark, tables.BENCHMARK_PAIRS), examples_per_domain)
     example_grid(examples, read_scores(scores), labels, grid)

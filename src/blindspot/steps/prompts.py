@@ -17,7 +17,7 @@ from blindspot.steps import log, shard_rows, spec, write_counters, write_shard
 
 def make_seeds(taxonomy: str, domain: str, n_seeds: int, seed: int, out: str) -> None:
     """Sample a domain's seeds from its taxonomy."""
-    from blindspot.taxonomy import sample_seeds
+    from blindspot.protobias.taxonomy import sample_seeds
 
     seeds = sample_seeds(taxonomy, domain, n_seeds, seed)
     write_table(out, seeds, tables.SEEDS)
@@ -29,8 +29,8 @@ def generate_triplets(
     generator: str, shard: str, out: str, counters_out: str,
 ) -> None:  # fmt: skip
     """Write one triplet per seed of a shard with one generator LLM."""
-    from blindspot.textgen import load_text_generator
-    from blindspot.triplets import generate_triplets as generate
+    from blindspot.models.textgen import load_text_generator
+    from blindspot.protobias.triplets import generate_triplets as generate
 
     rows = shard_rows(read_table(seeds, tables.SEEDS), shard, shard_size)
     engine = load_text_generator(spec(model), seed=seed + int(shard), batch_size=batch_size)
@@ -43,8 +43,8 @@ def judge_triplets(
     judge: str, generator: str, shard: str, out: str, counters_out: str,
 ) -> None:  # fmt: skip
     """Judge the valid triplets of one generator shard with one judge LLM."""
-    from blindspot.judging import judge_triplets as judge_all
-    from blindspot.textgen import load_text_generator
+    from blindspot.models.textgen import load_text_generator
+    from blindspot.protobias.judging import judge_triplets as judge_all
 
     engine = load_text_generator(spec(model), seed=seed + int(shard), batch_size=batch_size)
     frame, counters = judge_all(
@@ -61,7 +61,7 @@ def accept_triplets(
     counters_out: str,
 ) -> None:  # fmt: skip
     """Keep a domain's triplets that every judge accepted."""
-    from blindspot.judging import accept_unanimous
+    from blindspot.protobias.judging import accept_unanimous
 
     kept, counters = accept_unanimous(
         pd.concat([read_table(path, tables.RAW_TRIPLETS) for path in raw], ignore_index=True),
@@ -77,7 +77,7 @@ def check_prompt_quality(
     triplets: str, embedding_model: dict[str, Any], nli_model: dict[str, Any], batch_size: int, out: str
 ) -> None:
     """Score a domain's accepted triplets: embedding similarities and NLI labels."""
-    from blindspot.quality import score_prompt_quality
+    from blindspot.protobias.quality import score_prompt_quality
 
     frame = score_prompt_quality(
         read_table(triplets, tables.TRIPLETS), spec(embedding_model), spec(nli_model), batch_size
@@ -87,7 +87,7 @@ def check_prompt_quality(
 
 def make_table1(quality: Sequence[str], csv: str, markdown: str, latex: str) -> None:
     """Table 1 from every domain's prompt-quality table."""
-    from blindspot.quality import table1
+    from blindspot.protobias.quality import table1
     from blindspot.reporting import write_report_table
 
     # A domain's table sits in its domain's folder (`prompt_quality` in blindspot.targets).

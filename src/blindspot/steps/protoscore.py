@@ -13,7 +13,7 @@ from blindspot.steps import log, spec
 def train_protoscore(benchmark: str, out: str, checkpoint: str, settings: dict[str, Any], model: dict[str, Any],
                      seed: int) -> None:  # fmt: skip
     """Train ProtoScore on the benchmark's train split; resumes from `checkpoint` after a kill."""
-    from blindspot import protoscore
+    from blindspot.protobias import protoscore
 
     pairs = read_table(benchmark, tables.BENCHMARK_PAIRS)
     train_pairs = pairs[pairs["split"] == "train"]
@@ -28,7 +28,7 @@ def score_transfer(
 ) -> None:  # fmt: skip
     """ProtoScore on an external pairwise set: pairwise accuracy (ties fail) with a bootstrap interval."""
     from blindspot.metrics.protoscore import ProtoScore
-    from blindspot.protoscore import read_transfer_pairs, transfer_accuracy
+    from blindspot.protobias.protoscore import read_transfer_pairs, transfer_accuracy
 
     pairs = read_transfer_pairs(transfer)  # a bad set fails before the model loads
     metric = ProtoScore(spec(model), batch_size, trained)

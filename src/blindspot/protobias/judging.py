@@ -9,10 +9,10 @@ from typing import Any
 
 import pandas as pd
 
+from blindspot.models.textgen import TextGenerator
 from blindspot.prompts import PromptTemplate
+from blindspot.protobias.triplets import count_statuses, generation_provenance
 from blindspot.tables import TRIPLETS
-from blindspot.textgen import TextGenerator
-from blindspot.triplets import count_statuses, generation_provenance
 
 JUDGE_REASONS = ("ok", "malformed", "wrong_domain", "wrong_instance", "more_than_one_change", "no_change", "other")
 _EXPLANATION = {"type": "string", "maxLength": 160}

@@ -192,7 +192,7 @@ class VLLMVLMScorer:
     of a greedy generation, whose text is kept, and once after the answer "1" (for a two-token "10")."""
 
     def __init__(self, spec: ModelSpec, batch_size: int, max_new_tokens: int = 8):
-        from blindspot.textgen import vllm_engine
+        from blindspot.models.textgen import vllm_engine
 
         del batch_size  # vLLM schedules its own batches
         self.spec = spec

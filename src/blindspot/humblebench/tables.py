@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot.humble import humility_metrics
+from blindspot.humblebench.metrics import humility_metrics
 from blindspot.io import atomic_path
 
 READINGS = ("text", "logits")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot.humble import LETTERS, NOTA_TEXT, TYPES, Question, draw, is_nota
+from blindspot.humblebench.settings import LETTERS, NOTA_TEXT, TYPES, Question, draw, is_nota
 from blindspot.io import atomic_path, stable_id, write_text
 
 _OPTION_LINE = re.compile(r"^\s*\(?([A-E])[.)]\s*(.+?)\s*$")
@@ -291,7 +291,7 @@ def read_decisions(path: str | Path) -> pd.DataFrame:
     error: the sheet must say one thing."""
     if Path(path).suffix != ".json":
         return pd.read_csv(path, dtype=str, keep_default_na=False).set_index("question_id")
-    from blindspot.annotation import read_labels
+    from blindspot.annotation.projects import read_labels
 
     labels = read_labels("question_check", path)
     split = labels.groupby("item_id")[["decision", "edit"]].nunique().max(axis=1)

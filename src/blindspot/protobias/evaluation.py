@@ -4,7 +4,7 @@ A metric is right on a pair only when M(T, I_corr) > M(T, I_adv) on its raw scor
 score or a test pair the metric has no row for counts as a failure. Pairwise accuracy is the
 fraction of right pairs; Cohen's kappa is the chance-corrected agreement between that binary choice
 and the human majority choice (corr vs adv). Both come with 95% percentile-bootstrap intervals over
-pairs (`blindspot.bootstrap`). Pairs from one prompt triplet (several T2I models and seeds) are
+pairs (`blindspot.protobias.bootstrap`). Pairs from one prompt triplet (several T2I models and seeds) are
 resampled independently, as in the paper; the intervals ignore that clustering.
 """
 
@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from blindspot import tables
-from blindspot.bootstrap import NAN_ESTIMATE, bootstrap_accuracy, bootstrap_kappa
 from blindspot.io import atomic_path, read_table, stable_id, write_text
+from blindspot.protobias.bootstrap import NAN_ESTIMATE, bootstrap_accuracy, bootstrap_kappa
 from blindspot.reporting import to_latex, to_markdown
 
 log = logging.getLogger(__name__)

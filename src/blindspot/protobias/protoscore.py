@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from blindspot.io import atomic_dir, atomic_path, stable_id, write_text
-from blindspot.vlm_scoring import image_question
+from blindspot.models.vlm_scoring import image_question
 
 log = logging.getLogger(__name__)
 HEAD_FILE = "score_head.safetensors"
@@ -355,8 +355,8 @@ def read_transfer_pairs(path: str | Path) -> pd.DataFrame:
 def transfer_accuracy(metric: Any, pairs: pd.DataFrame, n_boot: int, seed: int, batch_size: int) -> pd.DataFrame:
     """Pairwise accuracy (right only when s(T, preferred) > s(T, other); ties fail), overall and per
     group, with a 95% bootstrap interval. Images are read and scored `batch_size` at a time."""
-    from blindspot.bootstrap import bootstrap_accuracy
     from blindspot.metrics.scoring import score_batches
+    from blindspot.protobias.bootstrap import bootstrap_accuracy
 
     prompts = list(pairs["prompt"])
     preferred, other = (

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from blindspot import tables
-from blindspot.humble_questions import apply_verification, load_release, problem, questions_from_benchmark
+from blindspot.humblebench.questions import apply_verification, load_release, problem, questions_from_benchmark
 
 log = logging.getLogger(__name__)
 

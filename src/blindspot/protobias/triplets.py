@@ -13,8 +13,8 @@ from typing import Any
 import pandas as pd
 
 from blindspot.io import stable_id
+from blindspot.models.textgen import TextGenerator
 from blindspot.prompts import PromptTemplate
-from blindspot.textgen import TextGenerator
 
 TRIPLET_FIELDS = ("neutral_prompt", "correct_description", "adversarial_description")
 TRIPLET_JSON_SCHEMA: dict[str, Any] = {

@@ -11,7 +11,7 @@ import pandas as pd
 
 from blindspot.config import ModelSpec
 from blindspot.images import image_batches, read_rgb
-from blindspot.render import triplets_of_seeds
+from blindspot.protobias.render import triplets_of_seeds
 
 log = logging.getLogger(__name__)
 

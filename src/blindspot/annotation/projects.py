@@ -1,5 +1,5 @@
 """Human annotation: projects for the three tasks of the papers, as Label Studio projects and for the
-built-in annotation page (`blindspot.annotation_server`), and the import of their labels.
+built-in annotation page (`blindspot.annotation.server`), and the import of their labels.
 
 Tasks:
 - `image_score`: an image against its own description, 1-10 with the VLM filter's rubric
@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot.humble import lettered
+from blindspot.humblebench.settings import lettered
 from blindspot.io import write_json, write_text
 
 TASKS = ("image_score", "pairwise", "question_check")

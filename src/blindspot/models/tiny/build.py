@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from blindspot.io import atomic_dir
-from blindspot.tiny_align_score import build_random_align_score
-from blindspot.tiny_blip2 import build_random_blip2_itm
-from blindspot.tiny_diffusers import build_random_diffusers_pipeline
-from blindspot.tiny_hpsv2 import build_random_hpsv2
-from blindspot.tiny_image_reward import build_random_image_reward
+from blindspot.models.tiny.align_score import build_random_align_score
+from blindspot.models.tiny.blip2 import build_random_blip2_itm
+from blindspot.models.tiny.diffusion import build_random_diffusers_pipeline
+from blindspot.models.tiny.hpsv2 import build_random_hpsv2
+from blindspot.models.tiny.image_reward import build_random_image_reward
 
 log = logging.getLogger(__name__)
 

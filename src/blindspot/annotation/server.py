@@ -1,5 +1,5 @@
 """The built-in annotation page, for teams without Label Studio: one link per annotator, the three tasks
-of `blindspot.annotation`, keyboard shortcuts, progress, SQLite storage.
+of `blindspot.annotation.projects`, keyboard shortcuts, progress, SQLite storage.
 
 `blindspot annotate serve PROJECT` binds 127.0.0.1 by default and prints each annotator's link. A
 label is committed to SQLite (write-ahead log, synchronous) before the page answers, so a label the
@@ -25,8 +25,8 @@ from urllib.parse import parse_qs, urlsplit
 import pandas as pd
 from jinja2 import Environment
 
-from blindspot.annotation import PAIR_CHOICES, label_studio_export, load_project
-from blindspot.humble_questions import DECISIONS
+from blindspot.annotation.projects import PAIR_CHOICES, label_studio_export, load_project
+from blindspot.humblebench.questions import DECISIONS
 from blindspot.io import write_json
 
 DATABASE = "labels.sqlite"

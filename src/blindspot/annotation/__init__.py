@@ -1,0 +1,1 @@
+"""Human annotation: Label Studio projects, the built-in annotation page, and agreement."""

@@ -1,0 +1,100 @@
+"""One VLM answering one shard of HumbleBench's questions in one setting (the `answer_humble` step):
+which questions are the shard's, how the setting shows them, and the answers as a table with counters."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from blindspot import tables
+from blindspot.config import ModelSpec
+from blindspot.humblebench.parsing import parse_answer
+from blindspot.humblebench.questions import row_question
+from blindspot.humblebench.settings import LETTERS, Presented, present, shard_of, shown_image
+from blindspot.images import image_batches
+from blindspot.models.vlm_scoring import image_conversation
+from blindspot.prompts import PromptTemplate
+
+
+def shard_questions(questions: pd.DataFrame, shard: int, shards: int) -> pd.DataFrame:
+    """The questions of answer shard `shard` of `shards` (`settings.shard_of`), in the table's order."""
+    return questions[questions["question_id"].map(lambda question_id: shard_of(question_id, shards)) == shard]
+
+
+def answer_shard(
+    questions: pd.DataFrame, setting: str, transforms: Mapping[str, Any], template: PromptTemplate, spec: ModelSpec,
+    load_scorer: Callable[[], Any], max_new_tokens: int, seed: int,
+) -> tuple[pd.DataFrame, dict[str, int]]:  # fmt: skip
+    """The answers of the VLM `spec` to `questions` as the setting shows them (`settings.present`), one
+    row per question (`tables.HUMBLE_ANSWERS`), and counters: questions, answers whose text names no
+    option, answers whose two readings agree. `load_scorer` is called only for a shard with questions,
+    so an empty shard never loads the model."""
+    shown = [
+        (present(row_question(row), setting, transforms, seed), row["image_path"])
+        for row in questions.to_dict("records")
+    ]
+    answered = []
+    if shown:
+        answered = answer_in_batches(shown, load_scorer(), {setting: template}, max_new_tokens, seed)
+    about = {"vlm": spec.name, "model_id": spec.model_id, "model_revision": spec.revision or ""}
+    frame = pd.DataFrame([row | about for row in answered], columns=tables.HUMBLE_ANSWERS.names)
+    counters = {
+        "questions": len(frame),
+        "unparseable_text": int((frame["prediction_text"] == "").sum()),
+        "text_and_logits_agree": int((frame["prediction_text"] == frame["prediction_logits"]).sum()),
+    }
+    return frame, counters
+
+
+def option_token_ids(tokenizer: Any, letters: str = LETTERS) -> list[int]:
+    """The token of each option letter as a model's answer begins; each must be one token."""
+    ids = []
+    for letter in letters:
+        encoded = tokenizer.encode(letter, add_special_tokens=False)
+        if len(encoded) != 1:
+            raise ValueError(f"option letter {letter!r} is {len(encoded)} tokens for this tokenizer; it must be one")
+        ids.append(encoded[0])
+    return ids
+
+
+def answer_questions(
+    items: Sequence[tuple[Presented, Any]], scorer: Any, templates: Mapping[str, PromptTemplate], max_new_tokens: int
+) -> list[dict[str, Any]]:
+    """Ask the VLM each (shown question, image). Two readings of each answer: the most probable
+    option letter at the first answer position, among the letters shown; and the parsed text (empty
+    when it names no option, or several)."""
+    letters = option_token_ids(scorer.tokenizer)
+    conversations = [image_conversation(templates[shown.setting], **shown.prompt_fields()) for shown, _ in items]
+    answers = scorer.choose(conversations, [image for _, image in items], letters, max_new_tokens)
+    rows = []
+    for (shown, _), (probabilities, text) in zip(items, answers, strict=True):
+        offered = probabilities[: len(shown.options)]
+        rows.append({
+            "question_id": shown.question_id, "setting": shown.setting, "type": shown.type,
+            "options": json.dumps(list(shown.options)), "label": shown.label, "nota": shown.nota,
+            "letter_map": json.dumps(shown.letter_map, sort_keys=True), "noise_image": shown.noise_image,
+            "letter_probabilities": json.dumps(offered), "letter_mass": float(sum(offered)),
+            "prediction_logits": LETTERS[int(np.argmax(offered))], "text": text,
+            "prediction_text": parse_answer(text, shown.options) or "",
+            "template_version": templates[shown.setting].version,
+        })  # fmt: skip
+    return rows
+
+
+def answer_in_batches(
+    questions: Sequence[tuple[Presented, str]], scorer: Any, templates: Mapping[str, PromptTemplate],
+    max_new_tokens: int, seed: int,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """`answer_questions` for each (shown question, image file), a batch of the scorer's at a time: the
+    next batch's images (or their noise) are made while the model answers this one."""
+    rows = []
+    for batch, images in image_batches(
+        questions, scorer.batch_size, lambda question: shown_image(*question, seed), desc=f"answer {scorer.spec.name}"
+    ):
+        shown = [(presented, image) for (presented, _), image in zip(batch, images, strict=True)]
+        rows += answer_questions(shown, scorer, templates, max_new_tokens)
+    return rows

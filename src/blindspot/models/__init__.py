@@ -1,0 +1,2 @@
+"""Models: text generation and VLM scoring through vLLM or transformers, the hub cache, and the
+tiny random-weight recipes (`models.tiny`) that tests and the tiny preset build."""
