@@ -11,10 +11,12 @@ from sklearn.metrics import cohen_kappa_score
 
 from blindspot.annotation.agreement import (
     annotator_kappas,
+    evaluator_scores,
     filter_validation,
     human_row,
     majority_choices,
     mean_pairwise_kappa,
+    score_kappa,
     weighted_kappa,
 )
 
@@ -36,42 +38,101 @@ def test_weighted_kappa_edge_cases():
         weighted_kappa(["x"], ["corr"], ["adv", "neither", "corr"])
 
 
+def validation_images(rows) -> pd.DataFrame:
+    """Filter validation images from (domain, human score, VLM a's score, VLM b's score); the filter keeps an
+    image both VLMs score 8 or more."""
+    return pd.DataFrame([{"domain": domain, "human_score": human, "vlm_scores": json.dumps({"a": a, "b": b}),
+                          "mean_vlm_score": (a + b) / 2, "accepted": min(a, b) >= 8}
+                         for domain, human, a, b in rows])  # fmt: skip
+
+
 def test_filter_validation_by_hand():
-    rows = []
+    """Every number of the paper's filter validation (4.2), on four images worked out by hand."""
+    images = validation_images([("animals", 9, 9, 8), ("animals", 7, 8, 9), ("animals", 3, 2, 4),
+                                ("animals", 2, 3, 2), ("objects", 9, 9, 9), ("objects", 1, 1, 2)])  # fmt: skip
+    table = filter_validation(images, threshold=8).set_index("domain")
+    assert list(table.index) == ["animals", "objects", "overall"]
+    animals = table.loc["animals"]
+    assert animals["images"] == 4
+    # person keeps [9] only, the filter keeps the first two: p_o = 3/4, p_e = 1/4 * 1/2 + 3/4 * 1/2 = 1/2
+    assert animals["binary_disagreement"] == 0.25
+    assert animals["decision_kappa"] == pytest.approx((3 / 4 - 1 / 2) / (1 - 1 / 2))
+    # person [9, 7, 3, 2] against the mean VLM score [8.5, 8.5, 3, 2.5]
+    paired_squares = (0.25 + 2.25 + 0 + 0.25) / 4
+    every_pairing_squares = 8.1875 + 8.296875 + (5.25 - 5.625) ** 2  # var(human) + var(vlm) + gap of the means
+    assert animals["score_kappa_quadratic"] == pytest.approx(1 - paired_squares / every_pairing_squares)
+    every_pairing_distance = (13.5 + 11.5 + 11.5 + 14.5) / 16  # |9 - [8.5, 8.5, 3, 2.5]| = 13.5 in all, ...
+    assert animals["score_kappa_linear"] == pytest.approx(1 - (0.5 + 1.5 + 0 + 0.5) / 4 / every_pairing_distance)
+    assert animals["pearson_human_vs_mean_vlm"] == pytest.approx(7.96875 / math.sqrt(8.1875 * 8.296875))
+    # ranks [4, 3, 2, 1] and [3.5, 3.5, 2, 1]
+    assert animals["spearman_human_vs_mean_vlm"] == pytest.approx(math.sqrt(0.9))
+    assert animals["pearson_a_vs_b"] == pytest.approx(31.5 / math.sqrt(37 * 32.75))  # [9, 8, 2, 3] and [8, 9, 4, 2]
+    means = animals[["human_mean_kept", "human_mean_rejected", "vlm_mean_kept", "vlm_mean_rejected"]].tolist()
+    assert means == [8.0, 2.5, 8.5, 2.75]
+    assert table.loc["objects", "binary_disagreement"] == 0.0
+    assert table.loc["objects", "decision_kappa"] == 1.0
+    assert math.isnan(table.loc["objects", "pearson_a_vs_b"])  # two images are too few for a correlation
+    assert table.loc["overall", "images"] == 6
+    assert table.loc["overall", "binary_disagreement"] == pytest.approx(1 / 6)
+
+
+def test_filter_validation_against_scikit_learn_and_scipy():
     rng = np.random.default_rng(1)
+    rows = []
     for domain in ("animals", "objects"):
         for _ in range(40):
             human = int(rng.integers(1, 11))
-            vlm_a = float(np.clip(human + rng.integers(-2, 3), 1, 10))
-            vlm_b = float(np.clip(human + rng.integers(-1, 2), 1, 10))
-            mean = (vlm_a + vlm_b) / 2
-            rows.append({"domain": domain, "human_score": human, "vlm_scores": json.dumps({"a": vlm_a, "b": vlm_b}),
-                         "mean_vlm_score": mean, "accepted": min(vlm_a, vlm_b) >= 8})  # fmt: skip
-    images = pd.DataFrame(rows)
+            rows.append((domain, human, float(np.clip(human + rng.integers(-2, 3), 1, 10)),
+                         float(np.clip(human + rng.integers(-1, 2), 1, 10))))  # fmt: skip
+    images = validation_images(rows)
     table = filter_validation(images, threshold=8).set_index("domain")
-    assert list(table.index) == ["animals", "objects", "overall"]
     for domain in ("animals", "overall"):
         part = images if domain == "overall" else images[images["domain"] == domain]
         keeps = part["human_score"] >= 8
-        assert table.loc[domain, "images"] == len(part)
-        assert table.loc[domain, "disagreement"] == pytest.approx((keeps != part["accepted"]).mean())
         assert table.loc[domain, "decision_kappa"] == pytest.approx(cohen_kappa_score(keeps, part["accepted"]))
-        assert table.loc[domain, "pearson_human_vlm"] == pytest.approx(
+        assert table.loc[domain, "pearson_human_vs_mean_vlm"] == pytest.approx(
             pearsonr(part["human_score"], part["mean_vlm_score"])[0]
         )
-        assert table.loc[domain, "spearman_human_vlm"] == pytest.approx(
+        assert table.loc[domain, "spearman_human_vs_mean_vlm"] == pytest.approx(
             spearmanr(part["human_score"], part["mean_vlm_score"])[0]
         )
-        scores = [json.loads(v) for v in part["vlm_scores"]]
-        assert table.loc[domain, "pearson_a_vs_b"] == pytest.approx(
-            pearsonr([s["a"] for s in scores], [s["b"] for s in scores])[0]
-        )
-        assert table.loc[domain, "human_mean_accepted"] == pytest.approx(part[part["accepted"]]["human_score"].mean())
-        assert table.loc[domain, "vlm_mean_rejected"] == pytest.approx(part[~part["accepted"]]["mean_vlm_score"].mean())
-        rounded = part["mean_vlm_score"].round().clip(1, 10).astype(int)
-        assert table.loc[domain, "score_kappa_quadratic"] == pytest.approx(
-            cohen_kappa_score(part["human_score"], rounded, labels=list(range(1, 11)), weights="quadratic")
-        )  # fmt: skip
+        # The mean of two VLMs lies on a half-point scale: weighted kappa there, on doubled scores, no rounding.
+        doubled = [(2 * part[column]).astype(int) for column in ("human_score", "mean_vlm_score")]
+        for weights in ("linear", "quadratic"):
+            assert table.loc[domain, f"score_kappa_{weights}"] == pytest.approx(
+                cohen_kappa_score(*doubled, labels=list(range(2, 21)), weights=weights)
+            )
+
+
+def test_the_paper_s_disagreement_gives_a_decision_kappa_of_0_718_not_0_778():
+    """With the filter's decisions balanced, p_e = 1/2 whatever the person keeps, so the decision kappa is
+    1 - 2 x disagreement: 0.718 at the paper's 14.11%, not its 0.778 (FILTER_VALIDATION_CAPTION)."""
+    rows = [("animals", 9, 9, 9)] * 429 + [("animals", 2, 2, 2)] * 430 + [("animals", 2, 9, 9)] * 71 + [
+        ("animals", 9, 2, 2)] * 70  # fmt: skip
+    table = filter_validation(validation_images(rows), threshold=8).set_index("domain")
+    assert table.loc["overall", "binary_disagreement"] == pytest.approx(0.141)  # the paper: 14.11%
+    assert table.loc["overall", "decision_kappa"] == pytest.approx(1 - 2 * 0.141)  # 0.718
+
+
+@pytest.mark.parametrize("weights", ["linear", "quadratic"])
+def test_score_kappa_is_weighted_kappa_on_integer_scores(weights):
+    rng = np.random.default_rng(2)
+    a = rng.integers(1, 11, 200)
+    b = np.clip(a + rng.integers(-3, 4, 200), 1, 10)
+    assert score_kappa(a, b, weights) == pytest.approx(weighted_kappa(list(a), list(b), range(1, 11), weights))
+    assert math.isnan(score_kappa([5, 5], [5, 5], weights))
+    assert math.isnan(score_kappa([], [], weights))
+    x, y = rng.normal(5, 2, 300), rng.normal(6, 1, 300)  # continuous (expected) scores: against every pairing
+    pairings = np.abs(np.subtract.outer(x, y)) ** {"linear": 1, "quadratic": 2}[weights]
+    assert score_kappa(x, y, weights) == pytest.approx(1 - np.mean(np.diag(pairings)) / np.mean(pairings))
+
+
+def test_only_the_designated_evaluators_score_the_filter_validation():
+    labels = pd.DataFrame([("ann1", "i1", 9), ("ann2", "i1", 3)], columns=["annotator", "item_id", "score"])
+    assert evaluator_scores(labels, ["ann1", "ann2"], "scores.json").equals(labels)
+    with pytest.raises(ValueError, match=r"scores\.json: image scores by \['ann2'\], who are not in "
+                                         r"annotation\.filter_evaluators \['ann1'\]"):  # fmt: skip
+        evaluator_scores(labels, ["ann1"], "scores.json")
 
 
 CHOICES = pd.DataFrame(
@@ -81,13 +142,6 @@ CHOICES = pd.DataFrame(
      ("ann1", "p4", "neither"), ("ann2", "p4", "neither"), ("ann3", "p4", "corr")],
     columns=["annotator", "pair_id", "choice"],
 )  # fmt: skip
-
-
-def test_a_mean_human_score_is_rounded_as_the_mean_vlm_score_is():
-    images = pd.DataFrame({"domain": ["animals"] * 3, "human_score": [7.5, 2.0, 9.0],  # 7.5: two annotators, 7 and 8
-                           "vlm_scores": [json.dumps({"a": s}) for s in (8.0, 2.0, 9.0)],
-                           "mean_vlm_score": [8.0, 2.0, 9.0], "accepted": [True, False, True]})  # fmt: skip
-    assert filter_validation(images, threshold=8).loc[0, "score_kappa_quadratic"] == 1.0
 
 
 def test_the_majority_breaks_ties_to_neither():

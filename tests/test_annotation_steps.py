@@ -109,18 +109,27 @@ def test_the_steps_read_label_studio_exports(tmp_path):
     write_table(tmp_path / "images.parquet", annotation_images(tmp_path), tables.ANNOTATION_IMAGES)
     scores = [("i1", "a1", 10), ("i2", "a1", 4), ("i3", "a1", 1), ("i4", "a1", 2)]
     (tmp_path / "scores.json").write_text(label_studio(scores, "score", lambda score: {"rating": score}))
-    validate_filter(
-        filter_validation=str(tmp_path / "images.parquet"), labels=str(tmp_path / "scores.json"), threshold=8,
-        csv=out["k.csv"], markdown=out["k.md"], latex=out["k.tex"],
-    )  # fmt: skip
+    files = {"filter_validation": str(tmp_path / "images.parquet"), "labels": str(tmp_path / "scores.json"),
+             "csv": out["k.csv"], "markdown": out["k.md"], "latex": out["k.tex"]}  # fmt: skip
+    validate_filter(evaluators=["a1"], threshold=8, **files)
     table = pd.read_csv(out["k.csv"]).set_index("domain")
-    assert table.loc["overall", "disagreement"] == 0.25  # i2: the filter kept it, the person did not
-    assert table.loc["overall", "human_mean_accepted"] == 7.0
-    validate_filter(
-        filter_validation=str(tmp_path / "images.parquet"), labels=str(tmp_path / "scores.json"), threshold=4,
-        csv=out["k.csv"], markdown=out["k.md"], latex=out["k.tex"],
-    )  # fmt: skip
-    assert pd.read_csv(out["k.csv"]).set_index("domain").loc["overall", "disagreement"] == 0.0  # the threshold counts
+    assert table.loc["overall", "binary_disagreement"] == 0.25  # i2: the filter kept it, the person did not
+    assert table.loc["overall", "human_mean_kept"] == 7.0
+    caption = (tmp_path / "k.md").read_text().split("\n\n")[0]
+    assert caption.startswith("Filter validation (paper, 4.2 and Appendix D): the designated evaluator's 1-10 "
+                              "scores (a1) against the VLM filter on 4 images.")  # fmt: skip
+    assert "decision_kappa: Cohen's kappa between the person's keep/reject (score >= 8)" in caption
+    validate_filter(evaluators=["a1"], threshold=4, **files)
+    assert pd.read_csv(out["k.csv"]).set_index("domain").loc["overall", "binary_disagreement"] == 0.0  # the threshold
+    # a second person's scores count only when they are a designated evaluator
+    scores += [("i1", "a2", 2), ("i2", "a2", 10)]
+    (tmp_path / "scores.json").write_text(label_studio(scores, "score", lambda score: {"rating": score}))
+    with pytest.raises(ValueError, match=r"image scores by \['a2'\], who are not in annotation\.filter_evaluators"):
+        validate_filter(evaluators=["a1"], threshold=8, **files)
+    validate_filter(evaluators=["a1", "a2"], threshold=8, **files)
+    table = pd.read_csv(out["k.csv"]).set_index("domain")
+    # i1 (10, 2) and i2 (4, 10) average 6 and 7: the filter kept both, the people neither
+    assert table.loc["animals", ["human_mean_kept", "binary_disagreement"]].tolist() == [6.5, 1.0]
 
 
 def test_the_projects_step_adds_the_question_check_with_scene_candidates(tmp_path):
@@ -133,12 +142,18 @@ def test_the_projects_step_adds_the_question_check_with_scene_candidates(tmp_pat
     arguments = {
         "filter_validation": str(tmp_path / "images.parquet"),
         "preference_pairs": str(tmp_path / "pairs.parquet"),
-        "annotators": ["alice"],
+        "annotators": ["alice", "bob"],
+        "filter_evaluators": ["bob"],
         "image_url_prefix": "/img/",
         "out": str(tmp_path / "p"),
     }
     make_annotation_projects(scene_candidates=[], **arguments)
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["image_score", "pairwise"]
+    # the filter validation goes to the designated evaluator only (the paper: "a trained human evaluator")
+    assert list(load_project(tmp_path / "p" / "image_score")["annotators"]) == ["bob"]
+    assert list(load_project(tmp_path / "p" / "pairwise")["annotators"]) == ["alice", "bob"]
+    with pytest.raises(ValueError, match=r"filter_evaluators \['carol'\] are not in annotation\.annotators"):
+        make_annotation_projects(scene_candidates=[], **(arguments | {"filter_evaluators": ["carol"]}))
     question = Question("s1", "What colour?", ("red", "blue", "None of the above"), "A", "Attribute")
     candidates = pd.DataFrame([question_row(question, "scene_graph", str(tmp_path / "i1.png"), {}, verified=False)])
     write_table(tmp_path / "candidates.parquet", candidates, tables.HUMBLE_QUESTIONS)
@@ -147,3 +162,4 @@ def test_the_projects_step_adds_the_question_check_with_scene_candidates(tmp_pat
     tasks = json.loads((tmp_path / "p" / "pairwise" / "tasks.json").read_text())
     assert tasks[0]["data"]["left_image"].startswith("/img/")
     assert [item["id"] for item in load_project(tmp_path / "p" / "question_check")["items"]] == ["s1"]
+    assert list(load_project(tmp_path / "p" / "question_check")["annotators"]) == ["alice", "bob"]

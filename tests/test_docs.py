@@ -102,3 +102,19 @@ def test_relative_links_point_to_files(page):
     relative = [link.split("#")[0] for link in links if not re.match(r"^(\w+:|#)", link)]
     broken = [link for link in relative if not (page.parent / link).exists()]
     assert not broken, f"{page.name}: broken links {broken}"
+
+
+def _ledger_rows() -> dict[str, str]:
+    """The fidelity ledger's rows: id -> its config-key cell."""
+    rows = re.findall(r"^\| ([PH]\d+) \|.*\| ([^|]*) \|$", (REPO / "docs" / "fidelity.md").read_text(), flags=re.M)
+    return dict(rows)
+
+
+def test_every_ledger_row_with_a_config_key_is_pointed_to_from_the_config_and_back():
+    rows = _ledger_rows()
+    assert len(rows) >= 10
+    configs = [REPO / "config" / "config.yaml", *sorted((REPO / "config" / "taxonomy").glob("*.yaml"))]
+    pointers = {match for path in configs for match in re.findall(r"docs/fidelity\.md ([PH]\d+)", path.read_text())}
+    with_a_key = {row for row, key in rows.items() if not key.strip().startswith("(")}
+    assert with_a_key - pointers == set(), "rows whose config key has no comment naming them"
+    assert pointers - set(rows) == set(), "config comments naming no row of docs/fidelity.md"

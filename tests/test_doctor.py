@@ -225,7 +225,10 @@ def test_a_conda_profile_needs_conda_on_path_and_its_envvars_set(tmp_path, monke
 
 def test_the_disk_estimate_follows_the_plan_and_fails_without_room(paper_config, tmp_path, monkeypatch):
     total, how = doctor.planned_bytes(paper_config)
-    images = sum(d["n_seeds"] for d in paper_config["domains"].values()) * 2 * 3 * 3  # 3 generators, 3 T2I models
+    per_description = paper_config["image_stage"]["images_per_description"]
+    images = (
+        sum(d["n_seeds"] for d in paper_config["domains"].values()) * 2 * 3 * 3 * per_description
+    )  # 3 generators, 3 T2I models
     assert how.startswith(f"{images} images at 1024x1024 as PNG")
     assert total > 2 * images * 1024 * 1024 * doctor.PNG_BYTES_PER_PIXEL
     monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: SimpleNamespace(free=10**9))

@@ -1,9 +1,14 @@
+import json
+
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from PIL import Image
 from sklearn.metrics import cohen_kappa_score
 
+from blindspot import tables
+from blindspot.io import write_table
 from blindspot.protobias.bootstrap import bootstrap_accuracy, bootstrap_kappa, cohen_kappa
 from blindspot.protobias.evaluation import (
     BREAKDOWN_COLUMNS,
@@ -15,6 +20,7 @@ from blindspot.protobias.evaluation import (
     plot_accuracy,
     read_human_choices,
     table3,
+    table3_caption,
     with_human_kappa,
     write_breakdown,
     write_table3,
@@ -204,11 +210,14 @@ def test_breakdown_groups_and_counts():
 
 def test_breakdown_with_humans_adds_kappa_and_the_human_row():
     out = accuracy_breakdown(scores(), bench(), ["clip", "pick"], humans(), breakdowns=["overall", "domain"])
+    assert set(out["population"]) == {"test split"}
     row = out.set_index(["metric", "breakdown", "group"])
-    # clip on the pairs humans decided (p5 `neither` left out): metric [1, 0, 0, 1] vs human [1, 0, 1, 1].
+    # On every annotated pair (p1-p5), the metric's choice against whether the majority prefers I_corr:
+    # clip [1, 0, 0, 1, 0] (p2 tie, p3 NaN, p5 wrong) against humans [1, 0, 1, 1, 0] (p5 `neither`: not I_corr).
     clip = row.loc[("clip", "overall", "all")]
-    assert clip["n_kappa"] == 4
-    assert clip["kappa"] == pytest.approx(cohen_kappa_score([1, 0, 0, 1], [1, 0, 1, 1]))
+    assert clip["n_kappa"] == 5
+    assert clip["kappa"] == pytest.approx(cohen_kappa_score([1, 0, 0, 1, 0], [1, 0, 1, 1, 0]))
+    assert clip["kappa"] == pytest.approx((4 / 5 - 0.48) / (1 - 0.48))  # p_e = 2/5 * 3/5 + 3/5 * 2/5
     assert clip["n"] == 6  # accuracy stays on every test pair
     assert row.loc[("pick", "overall", "all"), "kappa"] == 0  # a constant choice agrees only by chance
     human = row.loc[(HUMAN, "overall", "all")]
@@ -218,6 +227,7 @@ def test_breakdown_with_humans_adds_kappa_and_the_human_row():
     assert out["metric"].iloc[0] == HUMAN
     only = accuracy_breakdown(scores(), bench(), ["clip"], humans(), annotated_only=True, breakdowns=["overall"])
     assert only.set_index("metric").loc["clip", ["n", "accuracy"]].tolist() == [5, 2 / 5]  # p6 unannotated
+    assert set(only["population"]) == {"annotated"}
     with pytest.raises(ValueError, match="not test pairs"):
         accuracy_breakdown(scores(), bench(), humans=pd.DataFrame({"pair_id": ["p0"], "choice": ["corr"]}))
     with pytest.raises(ValueError, match="needs human choices"):
@@ -243,7 +253,7 @@ def test_table3_layout_and_files(tmp_path):
     assert clip["Animals Acc."] == pytest.approx(1 / 3)
     assert clip["Objects Acc."] == pytest.approx(1 / 3)
     assert clip["Overall Acc."] == pytest.approx(2 / 6)
-    assert clip["Overall κ"] == pytest.approx(cohen_kappa_score([1, 0, 0, 1], [1, 0, 1, 1]))
+    assert clip["Overall κ"] == pytest.approx(cohen_kappa_score([1, 0, 0, 1, 0], [1, 0, 1, 1, 0]))
     assert table.set_index("Method").loc["Human", "Animals Acc."] == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="no family and label"):
         table3(out, {"clip": METRICS["clip"]})
@@ -257,7 +267,7 @@ def test_table3_layout_and_files(tmp_path):
         with_human_kappa(table3(out.query("metric != 'human'"), METRICS), {}, ["animals"])
 
     paths = {kind: tmp_path / f"table3.{kind}" for kind in ("csv", "md", "tex")}
-    write_table3(table, paths["csv"], paths["md"], paths["tex"])
+    write_table3(table, paths["csv"], paths["md"], paths["tex"], table3_caption(5, human_kappa=False))
     write_breakdown(out, tmp_path / "breakdown.csv")
     csv = pd.read_csv(paths["csv"])
     assert csv["Method"].tolist() == table["Method"].tolist()
@@ -265,7 +275,9 @@ def test_table3_layout_and_files(tmp_path):
     markdown = paths["md"].read_text()
     assert "| Method | Animals κ | Animals Acc." in markdown
     assert "| CLIPScore |" in markdown
-    assert "| CLIPScore | 0.400 | 0.333 | n/a | 0.333 | 0.500 | 0.333 |" in markdown  # objects: one decided pair
+    assert markdown.startswith("Table 3: main results on the 5 human-annotated test pairs")
+    # animals [1, 0, 0] against [1, 0, 1]; objects p4, p5 annotated, both agree; overall as above
+    assert "| CLIPScore | 0.400 | 0.333 | 1.000 | 0.333 | 0.615 | 0.333 |" in markdown
     assert "| PickScore | 0.000 | 1.000 |" in markdown
     latex = paths["tex"].read_text()
     assert r"Animals $\kappa$" in latex
@@ -286,3 +298,71 @@ def test_accuracy_bar_chart_png(tmp_path):
     assert 600 <= width <= 3000
     assert 300 <= height <= 1500
     assert [p.name for p in path.parent.iterdir()] == ["accuracy.png"]  # no temp file left
+
+
+def with_schema(frame: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
+    """`frame` with the schema's other columns filled with empty values, to write a table the steps read."""
+    empty = {pa.string(): "", pa.int64(): 0, pa.float64(): 0.0}
+    return frame.assign(**{f.name: empty[f.type] for f in schema if f.name not in frame.columns})
+
+
+def table3_inputs(folder) -> dict:
+    """make_table3's inputs and outputs in `folder`: the six test pairs and one train pair of `bench()`, and the
+    scores of clip and pick; the human choices and the Human row's kappa beside them."""
+    write_table(folder / "pairs.parquet", with_schema(bench(), tables.BENCHMARK_PAIRS), tables.BENCHMARK_PAIRS)
+    for metric, frame in scores().groupby("metric"):
+        write_table(folder / f"{metric}.parquet", frame, tables.METRIC_SCORES)
+    humans().to_csv(folder / "humans.csv", index=False)
+    (folder / "row.json").write_text(json.dumps({"animals": {"kappa": 0.7}, "overall": {"kappa": 0.6}}))
+    return {
+        "scores": [str(folder / "clip.parquet"), str(folder / "pick.parquet")],
+        "benchmark": str(folder / "pairs.parquet"),
+        **{kind: str(folder / f"table3.{ext}") for kind, ext in (("csv", "csv"), ("markdown", "md"), ("latex", "tex"))},
+        "breakdown": str(folder / "breakdown.csv"),
+        "plot": str(folder / "accuracy.png"),
+        "metrics": METRICS,
+        "domains": ["animals", "objects"],
+        "bootstrap_samples": 200,
+        "seed": 0,
+    }
+
+
+def test_table3_is_on_the_annotated_pairs_with_labels_and_says_whole_split_without(tmp_path):
+    """The paper: "All reported values in Table 3 are computed on the same annotated human-reference subset"."""
+    from blindspot.steps.metrics import make_table3
+
+    arguments = table3_inputs(tmp_path)
+    split = [str(tmp_path / f"split.{ext}") for ext in ("csv", "md", "tex")]
+    make_table3(human_choices=[str(tmp_path / "humans.csv")], human_row=[str(tmp_path / "row.json")],
+                test_split=split, **arguments)  # fmt: skip
+    table = pd.read_csv(arguments["csv"]).set_index("Method")
+    # p1-p5 are annotated, p6 is not: clip is right on p1 and p4 of them
+    assert table.loc["CLIPScore", "Overall Acc."] == pytest.approx(2 / 5)
+    assert table.loc["CLIPScore", "Objects Acc."] == pytest.approx(1 / 2)
+    assert table.loc["CLIPScore", "Overall κ"] == pytest.approx(cohen_kappa_score([1, 0, 0, 1, 0], [1, 0, 1, 1, 0]))
+    assert table.loc["Human", ["Overall κ", "Overall Acc.", "Animals κ"]].tolist() == [0.6, 3 / 5, 0.7]
+    title = (tmp_path / "table3.md").read_text()
+    assert title.startswith("Table 3: main results on the 5 human-annotated test pairs")
+    assert "mean pairwise quadratic weighted Cohen's κ among annotators" in title
+    whole = pd.read_csv(split[0]).set_index("Method")
+    assert list(whole.columns) == ["Animals Acc.", "Objects Acc.", "Overall Acc."]
+    assert "Human" not in whole.index  # people judged only the annotated pairs
+    assert whole.loc["CLIPScore", "Overall Acc."] == pytest.approx(2 / 6)
+    assert (tmp_path / "split.md").read_text().startswith(
+        "Pairwise accuracy on the whole test split (6 pairs); Table 3's population is the 5 human-annotated pairs"
+    )
+    assert r"\caption{Pairwise accuracy on the whole test split" in (tmp_path / "split.tex").read_text()
+    long = pd.read_csv(arguments["breakdown"])
+    counts = long[(long["metric"] == "clip") & (long["breakdown"] == "overall")].set_index("population")["n"]
+    assert counts.to_dict() == {"annotated": 5, "test split": 6}
+
+    make_table3(human_choices=[], human_row=[], test_split=[], **arguments)
+    table = pd.read_csv(arguments["csv"]).set_index("Method")
+    assert list(table.columns) == ["Animals Acc.", "Objects Acc.", "Overall Acc."]  # no κ without human choices
+    assert table.loc["CLIPScore", "Overall Acc."] == pytest.approx(2 / 6)
+    title = (tmp_path / "table3.md").read_text().split("\n\n")[0]
+    assert title.startswith("Pairwise accuracy on the whole test split (6 pairs); not Table 3's population")
+    assert "κ needs human pairwise labels" in title
+    assert set(pd.read_csv(arguments["breakdown"])["population"]) == {"test split"}
+    with pytest.raises(ValueError, match="whole-split table"):
+        make_table3(human_choices=[str(tmp_path / "humans.csv")], human_row=[], test_split=[], **arguments)

@@ -1,7 +1,10 @@
 """HumbleBench: settings and their letter maps, the answer parser on tricky answers, and every metric
 against hand-computed values."""
 
+import json
 import math
+import re
+import time
 
 import numpy as np
 import pandas as pd
@@ -77,50 +80,111 @@ def test_bad_questions_and_settings_are_refused():
         present(QUESTION, "x", {"shuffle": True}, 0)
 
 
+FOUR = ("red", "green", "yellow", "None of the above")  # as NOTA-only shows them, re-lettered
+GAP = {"A": "red", "B": "green", "D": "yellow", "E": "None of the above"}  # original letters, C removed
+
+
 @pytest.mark.parametrize(
-    ("answer", "expected"),
+    ("answer", "options", "expected"),
     [
-        ("E", "E"),
-        ("E.", "E"),
-        ("(E)", "E"),
-        ("  **(B)**  ", "B"),
-        ("[C]", "C"),
-        ("E. None of the above", "E"),
-        ("(D) yellow", "D"),
-        ("B) green", "B"),
-        ("The answer is C.", "C"),
-        ("Answer: (A)", "A"),
-        ("I would choose option D because the car is yellow.", "D"),
-        ("Looking closely, the correct choice is (B).", "B"),
-        ("A", "A"),
-        ("A.", "A"),
-        ("None of the above", "E"),
-        ("blue.", "C"),
-        # never guessed
-        ("a car is parked", None),
-        ("A car is parked on the street", None),
-        ("A or B", None),
-        ("The answer is A or B", None),
-        ("(A) or (B)", None),
-        ("F", None),
-        ("I cannot tell.", None),
-        ("", None),
-        ("e", None),
-        ("B, not C", None),
-        ("Option D. A yellow car is in view.", "D"),
+        # the whole answer is a letter
+        ("E", OPTIONS, "E"),
+        ("E.", OPTIONS, "E"),
+        ("(E)", OPTIONS, "E"),
+        ("  **(B)**  ", OPTIONS, "B"),
+        ("[C]", OPTIONS, "C"),
+        ("A", OPTIONS, "A"),
+        ("A.", OPTIONS, "A"),
+        ("d", OPTIONS, "D"),  # lower case is a letter only when it is the whole answer
+        ("e", OPTIONS, "E"),
+        ("a", OPTIONS, "A"),
+        # a leading letter
+        ("E. None of the above", OPTIONS, "E"),
+        ("(D) yellow", OPTIONS, "D"),
+        ("B) green", OPTIONS, "B"),
+        ("B, because the car is green.", OPTIONS, "B"),
+        ("B\n\nThe car is green, and it is parked.", OPTIONS, "B"),
+        ("**B**\n\nThe car is green.", OPTIONS, "B"),
+        # a keyword
+        ("The answer is C.", OPTIONS, "C"),
+        ("Answer: (A)", OPTIONS, "A"),
+        ("**Answer:** C", OPTIONS, "C"),
+        ("I would choose option D because the car is yellow.", OPTIONS, "D"),
+        ("Looking closely, the correct choice is (B).", OPTIONS, "B"),
+        ("Option D. A yellow car is in view.", OPTIONS, "D"),
+        ("答案是A。", OPTIONS, "A"),
+        ("答案\uff1aA", OPTIONS, "A"),  # a full-width colon
+        ("我选择B", OPTIONS, "B"),
+        ("答案是\uff08C\uff09", OPTIONS, "C"),  # full-width brackets
+        # final-answer markup, whatever the reasoning before it names
+        ("\\boxed{C}", OPTIONS, "C"),
+        ("The final answer is $\\boxed{\\text{D}}$.", OPTIONS, "D"),
+        ("<answer>C</answer>", OPTIONS, "C"),
+        ("<think>A or B? The car is blue.</think>\n<answer>C</answer>", OPTIONS, "C"),
+        ("<answer>B. green</answer>", OPTIONS, "B"),
+        # an option's text
+        ("None of the above", OPTIONS, "E"),
+        ("blue.", OPTIONS, "C"),
+        # never guessed: articles, two letters, no letter, a letter not shown
+        ("a car is parked", OPTIONS, None),
+        ("A car is parked on the street", OPTIONS, None),
+        ("A or B", OPTIONS, None),
+        ("The answer is A or B", OPTIONS, None),
+        ("(A) or (B)", OPTIONS, None),
+        ("B, not C", OPTIONS, None),
+        ("B\n\nThe car is green, not C.", OPTIONS, None),
+        ("A\n\nthe car is red, not B", OPTIONS, None),  # an "A" that ends its line is no article
+        ("\\boxed{A} or \\boxed{B}", OPTIONS, None),
+        ("<answer>A or B</answer>", OPTIONS, None),
+        ("<answer></answer> C", OPTIONS, None),  # the markup is the answer, and it is empty
+        ("答案是A或B", OPTIONS, None),
+        ("F", OPTIONS, None),
+        ("I cannot tell.", OPTIONS, None),
+        ("", OPTIONS, None),
+        # a letter beyond the shown options
+        ("E", FOUR, None),
+        ("\\boxed{E}", FOUR, None),
+        ("D", FOUR, "D"),
+        ("E", GAP, "E"),
+        ("C", GAP, None),
+        ("yellow", GAP, "D"),
     ],
 )
-def test_the_parser_reads_letters_but_not_articles(answer, expected):
-    assert parse_answer(answer, OPTIONS) == expected
+def test_the_parser_reads_every_clear_answer_and_nothing_else(answer, options, expected):
+    assert parse_answer(answer, options) == expected
 
 
-def test_a_letter_beyond_the_shown_options_is_unparseable():
-    assert parse_answer("E", OPTIONS[:4]) is None
-    assert parse_answer("D", ("red", "green", "yellow", "None of the above")) == "D"
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "answer" + " " * 200_000,  # took minutes with the old keyword pattern (4 s at 8,000 spaces)
+        "The answer is" + " " * 200_000 + "x",
+        "答案" + " " * 200_000,
+        "answer " * 30_000,
+        "A" + " " * 200_000 + "car",
+        "A " * 100_000,
+        "(" * 200_000,
+        "*" * 200_000 + "B",
+        "<answer>" * 25_000,
+        "<answer>" + "x" * 200_000,
+        "\\boxed{" * 30_000,
+        "\\boxed{\\text{" * 15_000,
+    ],
+)
+def test_the_parser_takes_linear_time_on_long_adversarial_answers(answer):
+    # Linear, each of these takes milliseconds; quadratic, they take minutes. CPU time, so that a busy
+    # machine does not fail the test.
+    started = time.process_time()
+    parse_answer(answer, OPTIONS)
+    assert time.process_time() - started < 2.0
 
 
-def answers(rows):
-    return pd.DataFrame(rows, columns=["label", "nota", "prediction", "type"])
+FIVE_SHOWN = json.dumps({letter: letter for letter in "ABCDE"})
+FOUR_SHOWN = json.dumps({"A": "A", "B": "B", "C": "", "D": "C", "E": "D"})  # NOTA-only: C removed, re-lettered
+
+
+def answers(rows, letter_map=FIVE_SHOWN):
+    return pd.DataFrame(rows, columns=["label", "nota", "prediction", "type"]).assign(letter_map=letter_map)
 
 
 def test_metrics_by_hand():
@@ -170,6 +234,38 @@ def test_metrics_without_nota_questions_leave_humility_undefined():
     assert math.isnan(nota_only["humility"])
 
 
+def test_missing_and_unshown_predictions_are_unparseable_and_counted():
+    frame = pd.concat([
+        answers([
+            ("A", "E", "A", "Object"),       # right
+            ("B", "E", None, "Object"),      # no answer
+            ("C", "E", math.nan, "Object"),  # an empty CSV cell
+            ("D", "E", "F", "Object"),       # no such option
+            ("E", "E", "Z", "Object"),
+        ]),
+        answers([("D", "D", "E", "Object")], FOUR_SHOWN),  # four options shown: "E" is none of them
+    ], ignore_index=True)  # fmt: skip
+    got = humility_metrics(frame)
+    assert got["unparseable"] == pytest.approx(5 / 6)
+    assert got["overall"] == pytest.approx(1 / 6)
+    assert got["nota_selection"] == 0.0  # "E" on the NOTA-only question is not its NOTA (D)
+    # F and Z are no classes of their own: A scores 1, B to E 0
+    assert got["macro_f1"] == pytest.approx(1 / 5)
+    assert got == humility_metrics(frame.assign(prediction=["A", "", "", "", "", ""]))
+    assert macro_f1(["A", "B"], ["A", None]) == pytest.approx(1 / 2)
+
+
+def test_malformed_answers_are_one_line_errors_naming_what_is_wrong():
+    frame = answers([("A", "E", "A", "Object")])
+    with pytest.raises(ValueError, match=r"HumbleBench answers lack columns \['letter_map'\]"):
+        humility_metrics(frame.drop(columns="letter_map"))
+    with pytest.raises(ValueError, match=r"lack columns \['label', 'prediction'\]"):
+        humility_metrics(frame.drop(columns=["prediction", "label"]))
+    for letter_map in ("{}", "not json", "[1]", None):
+        with pytest.raises(ValueError, match=re.escape(f"letter_map {str(letter_map)!r} is not a JSON object")):
+            humility_metrics(frame.assign(letter_map=letter_map))
+
+
 def test_macro_f1_matches_scikit_learn_without_unparseable_answers():
     from sklearn.metrics import f1_score
 
@@ -189,7 +285,7 @@ def answer_rows(vlm, setting, rows):
     """Answer-table rows; `rows` are (question_id, label, nota, text reading, logits reading, type)."""
     return [
         {"vlm": vlm, "setting": setting, "question_id": q, "label": label, "nota": nota, "prediction_text": text,
-         "prediction_logits": logits, "type": kind}
+         "prediction_logits": logits, "type": kind, "letter_map": FIVE_SHOWN}
         for q, label, nota, text, logits, kind in rows
     ]  # fmt: skip
 

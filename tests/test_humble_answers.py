@@ -1,8 +1,10 @@
 """One VLM answering one shard of HumbleBench's questions in one setting (`humble_answers`): the shard's
 questions, the model loaded only when there are some, and the answers with the tiny Qwen2.5-VL."""
 
+import hashlib
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import REPO
@@ -12,7 +14,7 @@ from blindspot import tables
 from blindspot.config import ModelSpec
 from blindspot.humblebench.answers import answer_in_batches, answer_shard, shard_questions
 from blindspot.humblebench.questions import question_row
-from blindspot.humblebench.settings import Question, present, setting_transforms, shard_of
+from blindspot.humblebench.settings import Question, present, setting_transforms, shard_of, shown_image
 from blindspot.prompts import PromptTemplate
 
 OPTIONS = ("red", "green", "blue", "yellow", "None of the above")
@@ -52,6 +54,54 @@ def test_a_setting_s_transforms_leave_out_what_only_names_it(tiny_config):
     assert present(question, "both", setting_transforms(entry), 3) == present(question, "both", entry, 3)
 
 
+# The official repository's noise image (.cache/noise_image.png at its first commit, c59658e): the
+# SHA-256 of its 256x256 grey pixels.
+OFFICIAL_NOISE_PIXELS = "88c8bd199bbfe61a10be13d0a9acbedb269e33cc53e6ce8ec614b7a2aa9f34d1"
+
+
+def test_nota_only_keeps_the_official_letters_with_a_gap_or_re_letters_as_asked():
+    question = Question("q1", "What colour is the car?", OPTIONS, "C", "Attribute")
+    shown = present(question, "nota_only", {"remove_correct": True}, seed=0)
+    assert (shown.options, shown.letters) == (("red", "green", "yellow", "None of the above"), ("A", "B", "D", "E"))
+    assert (shown.label, shown.nota) == ("E", "E")  # NOTA stays E, as the official code shows it
+    assert shown.letter_map == {"A": "A", "B": "B", "C": "", "D": "D", "E": "E"}
+    assert shown.prompt_fields()["options"] == "A. red\nB. green\nD. yellow\nE. None of the above"
+    assert shown.prompt_fields()["letters"] == "A, B, D, E"
+    relettered = present(question, "nota_only", {"remove_correct": True, "reletter": True}, seed=0)
+    assert (relettered.letters, relettered.label, relettered.nota) == (("A", "B", "C", "D"), "D", "D")
+    assert relettered.letter_map == {"A": "A", "B": "B", "C": "", "D": "C", "E": "D"}
+    assert relettered.prompt_fields()["options"] == "A. red\nB. green\nC. yellow\nD. None of the above"
+    already = Question("q2", "?", OPTIONS, "E", "Object")
+    assert present(already, "nota_only", {"remove_correct": True}, seed=0).letters == tuple("ABCDE")
+    with pytest.raises(ValueError, match="setting x: reletter is a form of remove_correct, which it does not set"):
+        present(question, "x", {"reletter": True}, 0)
+    with pytest.raises(ValueError, match="setting x: noise_per_question is a form of noise_image"):
+        present(question, "x", {"noise_per_question": True}, 0)
+
+
+def test_the_noise_setting_shows_the_official_noise_image_or_noise_per_question(tmp_path):
+    paths = []
+    for i, size in enumerate([(40, 32), (64, 48)]):
+        paths.append(tmp_path / f"{i}.png")
+        Image.new("RGB", size, "red").save(paths[-1])
+    official = [present(Question(f"q{i}", "?", OPTIONS, "A", "Object"), "noise", {"noise_image": True}, 3)
+                for i in range(2)]  # fmt: skip
+    assert [(shown.noise, shown.noise_image, shown.label) for shown in official] == [("official", True, "E")] * 2
+    pictures = [np.asarray(shown_image(shown, str(path), seed=3)) for shown, path in zip(official, paths, strict=True)]
+    assert pictures[0].shape == (256, 256, 3)
+    assert (pictures[0] == pictures[1]).all()  # one image for every question
+    assert (pictures[0][..., 0] == pictures[0][..., 2]).all()  # grey
+    assert hashlib.sha256(pictures[0][..., 0].tobytes()).hexdigest() == OFFICIAL_NOISE_PIXELS
+    transforms = {"noise_image": True, "noise_per_question": True}
+    drawn = [present(Question(f"q{i}", "?", OPTIONS, "A", "Object"), "noise", transforms, 3) for i in range(2)]
+    assert drawn[0].noise == "per_question"
+    pictures = [np.asarray(shown_image(shown, str(path), seed=3)) for shown, path in zip(drawn, paths, strict=True)]
+    assert [picture.shape for picture in pictures] == [(32, 40, 3), (48, 64, 3)]  # each image's size
+    assert not (pictures[0][..., 0] == pictures[0][..., 1]).all()  # colour noise
+    original = present(Question("q0", "?", OPTIONS, "A", "Object"), "original", {}, 3)
+    assert (np.asarray(shown_image(original, str(paths[0]), seed=3)) == [255, 0, 0]).all()
+
+
 def test_an_empty_shard_never_loads_the_model(tmp_path):
     def load_scorer():
         raise AssertionError("the model was loaded for an empty shard")
@@ -66,7 +116,12 @@ def test_an_empty_shard_never_loads_the_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tmp_path):
+@pytest.mark.parametrize(
+    ("transforms", "shown_letters"),
+    [({"remove_correct": True}, ["BCDE", "ACDE", "ABDE", "ABCDE"]),  # the official gap
+     ({"remove_correct": True, "shuffle_nota": True}, ["ABCD", "ABCD", "ABCD", "ABCDE"])],
+)  # fmt: skip
+def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tmp_path, transforms, shown_letters):
     from blindspot.config import model_spec
     from blindspot.models.vlm_scoring import TransformersVLMScorer
 
@@ -79,7 +134,6 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
 
     template = PromptTemplate.load(TEMPLATE)
     table = questions(tmp_path, 4)
-    transforms = {"remove_correct": True, "shuffle_nota": True}
     frame, counters = answer_shard(table, "nota_only", transforms, template, spec, load_scorer, 4, 3)
     assert len(loaded) == 1
     shown = [(present(Question(r["question_id"], r["question"], OPTIONS, r["label"], r["type"]), "nota_only",
@@ -93,6 +147,10 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
     assert (frame["model_revision"] == "").all()
     assert (frame["label"] == frame["nota"]).all()  # the correct option removed: NOTA is the label
     assert [len(json.loads(options)) for options in frame["options"]] == [4, 4, 4, 5]  # q3's label was NOTA
+    letters = ["".join(sorted(filter(None, json.loads(letter_map).values()))) for letter_map in frame["letter_map"]]
+    assert letters == shown_letters
+    assert [len(json.loads(p)) for p in frame["letter_probabilities"]] == [4, 4, 4, 5]
+    assert all(logits in shown for logits, shown in zip(frame["prediction_logits"], letters, strict=True))
     assert counters == {
         "questions": 4,
         "unparseable_text": int((frame["prediction_text"] == "").sum()),

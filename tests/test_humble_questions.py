@@ -46,35 +46,127 @@ def png_bytes(colour) -> bytes:
     return buffer.getvalue()
 
 
-def test_the_release_loads_from_jsonl_parquet_and_a_saved_dataset(tmp_path):
+RELEASE_RECORDS = [
+    {"question_id": 1, "question": RELEASE_TEXT, "label": "B", "type": "Object", "colour": "red"},
+    {"question_id": 2, "question": RELEASE_TEXT, "label": "E", "type": "Relation", "colour": "blue"},
+    {"question_id": 3, "question": RELEASE_TEXT, "label": "A", "type": "Attribute", "colour": "red"},  # red again
+]
+
+
+def imagefolder(folder):
+    """The hub's imagefolder layout (maifoundations/HumbleBench): images, and a metadata.jsonl naming each
+    question's image in `file_name` relative to itself."""
+    (folder / "images").mkdir(parents=True)
+    lines = []
+    for record in RELEASE_RECORDS:
+        Image.new("RGB", (8, 8), record["colour"]).save(folder / "images" / f"{record['colour']}.png")
+        fields = {k: v for k, v in record.items() if k != "colour"}
+        lines.append(json.dumps({"file_name": f"images/{record['colour']}.png"} | fields))
+    (folder / "metadata.jsonl").write_text("\n".join(lines) + "\n")
+    (folder / "README.md").write_text("---\nlicense: mit\n---\n")
+    return folder
+
+
+def loaded_imagefolder(tmp_path):
+    """The imagefolder as `datasets.load_dataset` reads it: what the official code's `download_dataset`
+    gets, images file-backed ({"bytes": None, "path": ...} once undecoded)."""
     import datasets
 
-    Image.new("RGB", (8, 8), "red").save(tmp_path / "img1.png")
-    records = [
-        {"question_id": "r1", "question": RELEASE_TEXT, "type": "Object", "label": "B", "image": "img1.png"},
-        {"question_id": "r2", "question": RELEASE_TEXT, "type": "Relation", "label": "E",
-         "image": {"bytes": png_bytes("blue"), "path": None}},
-    ]  # fmt: skip
-    (tmp_path / "release.jsonl").write_text(json.dumps(records[0]) + "\n")
-    rows = load_release(str(tmp_path / "release.jsonl"), tmp_path / "images")
-    assert rows[0]["image_path"] == str(tmp_path / "img1.png")
-    assert (row_question(rows[0]).label, row_question(rows[0]).options[1]) == ("B", "a phone")
-    pd.DataFrame(records[1:]).to_parquet(tmp_path / "release.parquet")
-    rows = load_release(str(tmp_path / "release.parquet"), tmp_path / "images")
-    assert np.asarray(Image.open(rows[0]["image_path"]))[0, 0].tolist() == [0, 0, 255]
-    features = datasets.Features({"question_id": datasets.Value("string"), "question": datasets.Value("string"),
-                                  "type": datasets.Value("string"), "label": datasets.Value("string"),
-                                  "image": datasets.Image()})  # fmt: skip
-    saved = datasets.Dataset.from_list(
-        [records[0] | {"image": Image.open(tmp_path / "img1.png")}], features=features
+    return datasets.load_dataset(
+        "imagefolder", data_dir=str(imagefolder(tmp_path / "imagefolder")), split="train",
+        cache_dir=str(tmp_path / "hf_cache"),
     )  # fmt: skip
-    saved.save_to_disk(tmp_path / "saved")
-    rows = load_release(str(tmp_path / "saved"), tmp_path / "images")
-    assert rows[0]["image_path"] == str(tmp_path / "images" / "r1.png")
-    assert rows[0]["verified"]
+
+
+def hub_parquet_shards(tmp_path):
+    """A hub snapshot of the parquet release (MM-Hallu/HumbleBench): shards as `push_to_hub` writes them,
+    images embedded as bytes (`embed_table_storage`) under `data/train-0000i-of-0000n.parquet`."""
+    from datasets.table import embed_table_storage
+
+    dataset, folder = loaded_imagefolder(tmp_path), tmp_path / "snapshot"
+    (folder / "data").mkdir(parents=True)
+    for index in range(2):
+        shard = dataset.shard(num_shards=2, index=index, contiguous=True).with_format("arrow")
+        shard.map(embed_table_storage, batched=True).to_parquet(folder / "data" / f"train-{index:05d}-of-00002.parquet")
+    (folder / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files: data/train-*\n---\n")
+    return str(folder)
+
+
+def save_to_disk(tmp_path, as_dict):
+    import datasets
+
+    dataset, folder = loaded_imagefolder(tmp_path), tmp_path / "saved"
+    (datasets.DatasetDict({"train": dataset}) if as_dict else dataset).save_to_disk(str(folder))
+    return str(folder)
+
+
+def records_with(tmp_path, image, suffix):
+    """A .jsonl, .json or .parquet file whose images come as `image(colour)`: a path, bytes, or a dict."""
+    Image.new("RGB", (8, 8), "red").save(tmp_path / "red.png")
+    Image.new("RGB", (8, 8), "blue").save(tmp_path / "blue.png")
+    records = [{k: v for k, v in r.items() if k != "colour"} | {"image": image(r["colour"])} for r in RELEASE_RECORDS]
+    path = tmp_path / f"release.{suffix}"
+    if suffix == "parquet":
+        pd.DataFrame(records).to_parquet(path)
+    elif suffix == "json":
+        path.write_text(json.dumps(records))
+    else:
+        path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return str(path)
+
+
+RELEASE_LAYOUTS = {
+    "imagefolder": lambda tmp: str(imagefolder(tmp / "imagefolder")),
+    "hub_parquet_shards": hub_parquet_shards,
+    "save_to_disk": lambda tmp: save_to_disk(tmp, as_dict=False),
+    "save_to_disk_dict": lambda tmp: save_to_disk(tmp, as_dict=True),
+    "jsonl_paths": lambda tmp: records_with(tmp, lambda colour: f"{colour}.png", "jsonl"),
+    "json_paths": lambda tmp: records_with(tmp, lambda colour: f"{colour}.png", "json"),
+    "jsonl_file_backed_dicts": lambda tmp: records_with(tmp, lambda c: {"bytes": None, "path": f"{c}.png"}, "jsonl"),
+    "parquet_bytes": lambda tmp: records_with(tmp, png_bytes, "parquet"),
+    "parquet_byte_dicts": lambda tmp: records_with(tmp, lambda c: {"bytes": png_bytes(c), "path": None}, "parquet"),
+    "parquet_file_backed_dicts": lambda tmp: records_with(
+        tmp, lambda c: {"bytes": None, "path": str(tmp / f"{c}.png")}, "parquet"
+    ),
+}
+
+
+@pytest.mark.parametrize("layout", RELEASE_LAYOUTS)
+def test_the_release_loads_from_every_official_layout(tmp_path, layout):
+    source = RELEASE_LAYOUTS[layout](tmp_path)
+    rows = load_release(source, tmp_path / "images")
+    questions = [row_question(row) for row in rows]
+    assert [(q.question_id, q.label, q.type) for q in questions] == [
+        ("1", "B", "Object"), ("2", "E", "Relation"), ("3", "A", "Attribute")
+    ]  # fmt: skip
+    assert questions[0].options == ("an umbrella", "a phone", "a cup", "a bag", "None of the above")
+    colours = [np.asarray(Image.open(row["image_path"]).convert("RGB"))[0, 0].tolist() for row in rows]
+    assert colours == [[255, 0, 0], [0, 0, 255], [255, 0, 0]]
+    assert rows[0]["image_path"] == rows[2]["image_path"]  # one image, one file
+    assert all(row["verified"] and row["source"] == "release" for row in rows)
+
+
+def test_a_release_that_cannot_be_read_is_named(tmp_path):
     (tmp_path / "bad.jsonl").write_text(json.dumps({"question_id": "x", "question": RELEASE_TEXT}) + "\n")
     with pytest.raises(ValueError, match=r"lacks \['image', 'label', 'type'\]"):
         load_release(str(tmp_path / "bad.jsonl"), tmp_path / "images")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"a folder without a saved dataset, metadata\.jsonl or parquet shards"):
+        load_release(str(tmp_path / "empty"), tmp_path / "images")
+    with pytest.raises(ValueError, match="no such file or folder"):
+        load_release(str(tmp_path / "missing.parquet"), tmp_path / "images")
+    (tmp_path / "release.csv").write_text("question_id\n1\n")
+    with pytest.raises(ValueError, match=r"a file must be \.jsonl, \.json or \.parquet"):
+        load_release(str(tmp_path / "release.csv"), tmp_path / "images")
+    folder = imagefolder(tmp_path / "nofilename")
+    (folder / "metadata.jsonl").write_text(json.dumps({"question_id": 1}) + "\n")
+    with pytest.raises(ValueError, match=r"metadata\.jsonl: line 1 has no file_name"):
+        load_release(str(folder), tmp_path / "images")
+    no_image = {"question_id": 9, "question": RELEASE_TEXT, "type": "Object", "label": "A",
+                "image": {"bytes": None, "path": None}}  # fmt: skip
+    (tmp_path / "notimage.jsonl").write_text(json.dumps(no_image) + "\n")
+    with pytest.raises(ValueError, match="release question 9: its image is NoneType, not a path or bytes"):
+        load_release(str(tmp_path / "notimage.jsonl"), tmp_path / "images")
 
 
 KINDS = {
@@ -291,9 +383,12 @@ def test_the_tiny_vlm_answers_with_letter_probabilities_and_text(built_config):
         conversation = humble.image_conversation(template, **item.prompt_fields())
         with torch.inference_mode():
             logits = scorer.model(**scorer.inputs([conversation], [picture])).logits[0, -1].float()
-        expected = torch.softmax(logits, dim=-1)[letters[: len(item.options)]].tolist()
+        shown_ids = [letters["ABCDE".index(letter)] for letter in item.letters]
+        expected = torch.softmax(logits, dim=-1)[shown_ids].tolist()
         assert json.loads(row["letter_probabilities"]) == pytest.approx(expected, rel=1e-4)
-        assert row["prediction_logits"] == "ABCDE"[int(np.argmax(expected))]
-        assert row["prediction_text"] == (humble.parse_answer(row["text"], item.options) or "")
+        assert row["prediction_logits"] == item.letters[int(np.argmax(expected))]
+        options = dict(zip(item.letters, item.options, strict=True))
+        assert row["prediction_text"] == (humble.parse_answer(row["text"], options) or "")
         assert row["template_version"] == template.version
-    assert (rows[1]["label"], rows[1]["nota"]) == ("D", "D")
+    assert shown[1].letters == ("A", "B", "D", "E")  # the official NOTA-only: C removed, a gap
+    assert (rows[1]["label"], rows[1]["nota"]) == ("E", "E")

@@ -1,12 +1,16 @@
 """HumbleBench's report (`humble_tables.report_tables`): the metrics, Tables 4 to 6, Table 7 given people's
 answers, their captions; and the make_humble_tables step that writes them and the NOTA plot."""
 
+import json
+import math
+
 import pandas as pd
 import pytest
 
 from blindspot import tables
 from blindspot.humblebench.tables import (
     metrics_table,
+    plot_nota_tradeoff,
     read_human_answers,
     report_tables,
     table4,
@@ -16,6 +20,7 @@ from blindspot.humblebench.tables import (
 )
 from blindspot.io import write_table
 
+FIVE_SHOWN = json.dumps({letter: letter for letter in "ABCDE"})
 SETTINGS = {
     "original": {"label": "Original", "headline": "overall"},
     "nota_only": {"label": "NOTA-only", "headline": "nota_hit"},
@@ -32,7 +37,7 @@ def answers() -> pd.DataFrame:
                 rows.append({
                     "question_id": question, "vlm": vlm, "model_id": vlm, "model_revision": "", "setting": setting,
                     "type": ["Object", "Relation", "Attribute", "Object"][i], "options": "[]", "label": label,
-                    "nota": "E", "letter_map": "{}", "noise_image": False, "letter_probabilities": "[]",
+                    "nota": "E", "letter_map": FIVE_SHOWN, "noise_image": False, "letter_probabilities": "[]",
                     "letter_mass": 1.0, "prediction_logits": logits[i], "text": text[i:i + 1],
                     "prediction_text": text[i:i + 1], "template_version": "v1",
                 })  # fmt: skip
@@ -89,4 +94,66 @@ def test_the_step_writes_every_table_and_the_plot(tmp_path, humans):
     for name, short in (("table4", "t4"), ("table5", "t5"), ("table6", "t6"), ("table7", "t7")):
         assert (tmp_path / f"{short}.csv").read_text() == report[name][0].to_csv(index=False)
         assert (tmp_path / f"{short}.md").read_text().startswith(report[name][1])
+    assert (tmp_path / "nota.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_results_file_with_empty_cells_and_unshown_letters_is_scored(tmp_path):
+    """What a CSV of answers reads back as: empty cells are NaN; "F" and "Z" are no options."""
+    frame = answers()
+    frame.loc[0, "prediction_text"] = ""  # vlm-a, original, q1: empty cell
+    frame.loc[1, "prediction_text"] = "F"  # q2: no such option
+    frame.loc[2, "prediction_text"] = "Z"  # q3
+    frame.to_csv(tmp_path / "answers.csv", index=False)
+    read = pd.read_csv(tmp_path / "answers.csv")
+    assert read["prediction_text"].isna().sum() == 3  # vlm-a's q1, and vlm-b's q4 ("ACE") in both settings
+    found = metrics_table(read).set_index(["vlm", "setting", "reading"])
+    vlm_a = found.loc[("vlm-a", "original", "text")]
+    assert vlm_a["unparseable"] == pytest.approx(3 / 4)
+    assert vlm_a["overall"] == 0.0  # q4 said B, its label is A
+    assert vlm_a["macro_f1"] == pytest.approx((0 + 0 + 0) / 3)  # A, B, E; no F or Z
+    assert found.loc[("vlm-b", "original", "text"), "unparseable"] == pytest.approx(1 / 4)
+    pd.testing.assert_frame_equal(
+        found.reset_index(),
+        metrics_table(read.assign(prediction_text=read["prediction_text"].where(~read.index.isin([0, 1, 2]), None))),
+    )
+
+
+def test_missing_columns_and_readings_are_one_line_errors_naming_them():
+    frame = answers()
+    with pytest.raises(ValueError, match=r"HumbleBench answers lack columns \['prediction_logits'\]"):
+        metrics_table(frame.drop(columns="prediction_logits"))
+    with pytest.raises(ValueError, match=r"lack columns \['vlm', 'letter_map'\]"):
+        report_tables(frame.drop(columns=["letter_map", "vlm"]), None, "text", SETTINGS, "original", "nota_only")
+    with pytest.raises(ValueError, match=r"HumbleBench answers: 1 rows have no setting \(first: row 5\)"):
+        metrics_table(frame.assign(setting=frame["setting"].where(frame.index != 5, None)))
+    # a run with only the text reading (others' runs): its metrics, and no logits rows
+    only_text = metrics_table(frame.drop(columns="prediction_logits"), readings=["text"])
+    assert set(only_text["reading"]) == {"text"}
+    with pytest.raises(ValueError, match=r"no rows of reading 'logits' \(have \['text'\]\)"):
+        table4(only_text, "logits", "original")
+    found = metrics_table(frame)
+    for make in (
+        lambda m: table4(m, "text", "original"),
+        lambda m: table5(m, "text", SETTINGS),
+        lambda m: table6(m, "text", SETTINGS),
+    ):
+        with pytest.raises(ValueError, match=r"HumbleBench metrics lack columns \['overall'\]"):
+            make(found.drop(columns="overall"))
+    with pytest.raises(ValueError, match=r"HumbleBench metrics lack columns \['nota_hit'\]"):
+        plot_nota_tradeoff(found.drop(columns="nota_hit"), "text", SETTINGS, "never.png")
+    with pytest.raises(ValueError, match=r"Table 4's setting 'shuffled' is not one of the settings"):
+        report_tables(frame, None, "text", SETTINGS, "shuffled", "nota_only")
+
+
+def test_tables_and_the_plot_from_a_metrics_file_read_back(tmp_path):
+    """A metrics CSV read back (NaN where a rate is undefined, as for NOTA-only's humility score) makes
+    the same tables; a setting the config does not name is left out of the plot, as of Tables 5 and 6."""
+    found = metrics_table(answers())
+    found.to_csv(tmp_path / "metrics.csv", index=False)
+    read = pd.read_csv(tmp_path / "metrics.csv")
+    assert math.isnan(read.set_index(["vlm", "setting", "reading"]).loc[("vlm-a", "nota_only", "text"), "humility"])
+    pd.testing.assert_frame_equal(table5(read, "text", SETTINGS), table5(found, "text", SETTINGS))
+    pd.testing.assert_frame_equal(table6(read, "text", SETTINGS), table6(found, "text", SETTINGS))
+    only_original = {"original": SETTINGS["original"]}
+    plot_nota_tradeoff(read, "text", only_original, tmp_path / "nota.png")
     assert (tmp_path / "nota.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,22 +1,27 @@
 """`blindspot plan`, `throughput` and `targets`: job counts as Snakemake plans them, GPU-hours, benchmark medians."""
 
 import copy
+import json
 import re
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 from conftest import REPO
 
-from blindspot import plan, targets
+from blindspot import catalogue, plan, targets
 from blindspot.cli import main
 from blindspot.config import ConfigError, validate_config
 from blindspot.io import write_table
 
 BLINDSPOT = REPO / ".venv" / "bin" / "blindspot"
+# Jobs of the paper run from scratch, Snakemake's less the target rule `all`: 506 since the seeds are sized
+# for the paper's accepted triplets (1,955 + 2,018 + 1,511 seeds: 15 shards of 400, no longer 22).
+JOBS = 506
 TSV_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time"
 
 
@@ -58,7 +63,7 @@ def test_plan_outputs_gpus_and_benchmark_files_equal_snakemake_dry_run(paper_con
     for _, job in jobs.iterrows():
         bench = str(plan.benchmark_file("results/benchmarks", job["rule"], job["job"]))
         ours.add((job["rule"], job["output"], int(job["gpus"]), bench if job["rule"] in benchmarked else None))
-    assert len(planned_by_snakemake) == len(jobs) == 709
+    assert len(planned_by_snakemake) == len(jobs) == JOBS
     assert ours == planned_by_snakemake
 
 
@@ -106,10 +111,11 @@ def test_missing_throughput_is_na_and_named(tiny_config):
     assert rules.loc["generate_triplets", "gpu_hours"] == pytest.approx(18 / 3600)
     assert pd.isna(result["total_gpu_hours"])
     assert result["known_gpu_hours"] == pytest.approx(18 / 3600)
-    # HumbleBench and the metrics on tiny-qwen2.5-vl (AlignScore's captioner too) now need GPUs, with no entry.
+    # HumbleBench and the metrics on tiny-qwen2.5-vl (AlignScore's captioner too, and VQAScore's VLM variant;
+    # VQAScore itself is CLIP-FlanT5's) now need GPUs, with no entry.
     assert result["missing"] == ["answer_humble.tiny-qwen2.5-vl", "judge_images.tiny-qwen2.5-vl",
                                  "render_images.tiny-flux", "score_metric.alignscore", "score_metric.vlm-judge",
-                                 "score_metric.vqascore"]  # fmt: skip
+                                 "score_metric.vqascore-vlm"]  # fmt: skip
 
 
 def test_throughput_entry_for_an_unknown_model_is_refused(tiny_config):
@@ -182,7 +188,7 @@ def test_targets_for_one_domain_and_rule(paper_config, tmp_path, capsys):
     expected = sorted(
         targets.path(config, "renders", domain="animals", t2i=t2i, shard=f"{shard:05d}")
         for t2i in config["image_stage"]["t2i_models"]
-        for shard in range(8)  # 2932 seeds in shards of 400
+        for shard in range(5)  # 1955 seeds in shards of 400
     )  # in the order of the jobs' names
     assert plan.select_targets(config, ["animals"], rules=["render_images"]) == expected
     assert (
@@ -190,9 +196,9 @@ def test_targets_for_one_domain_and_rule(paper_config, tmp_path, capsys):
     )
     assert capsys.readouterr().out.splitlines() == expected
     # A model filter matches every job that uses the model, here the renders it judged.
-    judged = plan.select_targets(config, ["objects"], ["internvl3-38b"])
-    assert len(judged) == 3 * 6
-    assert all("/vlm_scores/" in target and "/internvl3-38b/" in target for target in judged)
+    judged = plan.select_targets(config, ["objects"], ["internvl3-38b-instruct"])
+    assert len(judged) == 3 * 4  # 3 T2I models x 1511 seeds in 4 shards of 400
+    assert all("/vlm_scores/" in target and "/internvl3-38b-instruct/" in target for target in judged)
 
 
 def test_targets_unknown_name_exits_2_listing_valid_ones(capsys):
@@ -217,7 +223,7 @@ def test_cli_plan_as_a_subprocess():
     total = re.search(r"^Total: (\d+) jobs, ([\d.]+) GPU-hours$", result.stdout, flags=re.MULTILINE)
     assert total, result.stdout
     expected = plan.plan(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
-    assert int(total[1]) == expected["total_jobs"] == 709  # Snakemake's 710 less the target rule `all`
+    assert int(total[1]) == expected["total_jobs"] == JOBS
     assert float(total[2]) == pytest.approx(expected["total_gpu_hours"], abs=0.005)
     assert "| judge_images" in result.stdout
     csv = subprocess.run(
@@ -226,7 +232,7 @@ def test_cli_plan_as_a_subprocess():
     )  # fmt: skip
     frame = pd.read_csv(pd.io.common.StringIO(csv.stdout))
     assert frame.iloc[-1]["rule"] == "total"
-    assert frame.iloc[-1]["jobs"] == 709
+    assert frame.iloc[-1]["jobs"] == JOBS
 
 
 def test_a_config_snakemake_cannot_plan_is_one_line_naming_the_file(tiny_config, tmp_path, capsys):
@@ -237,3 +243,129 @@ def test_a_config_snakemake_cannot_plan_is_one_line_naming_the_file(tiny_config,
     message = capsys.readouterr().err.strip().splitlines()[-1]
     assert message.startswith("blindspot: error: Snakemake cannot plan this config: Missing input files")
     assert "config/taxonomy/nowhere.yaml" in message
+
+
+def counted_config(tiny_config: dict) -> dict:
+    """small_config with acceptance shares and a paper block: 6 seeds x 1 generator x 0.5 = 3 triplets."""
+    config = small_config(tiny_config)
+    config["prompt_stage"]["expected_acceptance"] = 0.5
+    config["image_stage"]["expected_acceptance"] = 0.25
+    config["benchmark"]["test_fraction"] = 0.75
+    config["paper"] = {"domains": {"animals": {"triplets": 4, "pairs": 10}}, "train_pairs": 3}
+    validate_config(config)
+    return config
+
+
+def test_expected_counts_by_hand(tiny_config):
+    counts = plan.expected_counts(counted_config(tiny_config)).set_index("domain")
+    animals = counts.loc["animals"]
+    assert (animals["seeds"], animals["candidate_triplets"], animals["triplets"]) == (6, 6, 3.0)
+    # 3 triplets x 2 images per description x 1 T2I model = 6 candidate pairs, a quarter kept.
+    assert animals["pairs"] == pytest.approx(1.5)
+    assert animals["pairs_per_triplet"] == pytest.approx(0.5)
+    assert animals["train_pairs"] == pytest.approx(1.5 * 0.25)
+    assert (animals["paper_triplets"], animals["paper_pairs"], animals["paper_pairs_per_triplet"]) == (4, 10, 2.5)
+    # The paper gives its train split for the whole benchmark only: on the total row.
+    assert pd.isna(animals["paper_train_pairs"])
+    assert counts.loc["total", "paper_train_pairs"] == 3
+    assert counts.loc["total", "pairs"] == pytest.approx(1.5)
+
+
+def test_without_a_share_or_a_paper_count_the_expected_counts_are_missing(tiny_config):
+    config = counted_config(tiny_config)
+    del config["image_stage"]["expected_acceptance"]
+    config["domains"]["objects"] = {"taxonomy": "config/taxonomy/objects.yaml", "n_seeds": 2}
+    config["paper"]["domains"]["animal"] = {"triplets": 1, "pairs": 1}  # a typo: not a domain of the run
+    counts = plan.expected_counts(config).set_index("domain")
+    assert counts.loc["objects", "triplets"] == 1.0
+    assert counts[["pairs", "train_pairs"]].isna().all().all()
+    assert pd.isna(counts.loc["objects", "paper_triplets"])
+    assert pd.isna(counts.loc["total", "paper_triplets"])  # a total over a domain the paper does not count
+    assert pd.isna(counts.loc["total", "paper_train_pairs"])  # the paper's train split is not this run's
+    assert plan.plan(config)["paper_domains_not_run"] == ["animal"]
+
+
+def test_a_bad_paper_count_is_refused_naming_its_key(tiny_config):
+    config = counted_config(tiny_config)
+    config["paper"]["domains"]["animals"]["triplets"] = "many"
+    with pytest.raises(ConfigError, match=r"'paper\.domains\.animals\.triplets'"):
+        validate_config(config)
+    config = counted_config(tiny_config)
+    config["image_stage"]["expected_acceptance"] = 1.5
+    with pytest.raises(ConfigError, match=r"'image_stage\.expected_acceptance'"):
+        validate_config(config)
+
+
+def write_counters(path: str, counters: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(counters))
+
+
+def test_measured_acceptance_comes_from_a_runs_counters_and_sizes_the_seeds(tiny_config, tmp_path):
+    config = counted_config(tiny_config) | {"results_dir": str(tmp_path / "results")}
+    config["domains"]["objects"] = {"taxonomy": "config/taxonomy/objects.yaml", "n_seeds": 2}
+    write_counters(targets.path(config, "triplet_counters", domain="animals"), {"generated": 8, "accepted": 2})
+    write_counters(targets.path(config, "pair_counters", domain="animals"), {"pairs_in": 10, "pairs_kept": 7})
+    measured = plan.measured_acceptance(config).set_index("domain")
+    assert measured.loc["animals"].tolist() == [0.25, 0.7]
+    assert measured.loc["objects"].isna().all()  # no run of it yet
+    table = plan.acceptance_table(config).set_index("domain")
+    # The paper's 4 triplets from 1 generator at the measured quarter: 16 seeds; objects has no paper count.
+    assert table.loc["animals", "seeds_for_paper"] == 16
+    assert pd.isna(table.loc["objects", "seeds_for_paper"])
+    assert table.loc["animals", ["triplets_assumed", "pairs_assumed"]].tolist() == [0.5, 0.25]
+
+
+def test_seeds_for_rounds_up():
+    assert plan.seeds_for(2932, 3, 0.5) == 1955  # 1954.7 seeds would fall short
+    assert plan.seeds_for(3027, 3, 0.5) == 2018
+
+
+def test_a_triplet_gives_the_planned_pairs(tiny_config):
+    """The plan's pairs per triplet are what the pairing code makes of the renders of one triplet."""
+    from blindspot.config import model_spec
+    from blindspot.protobias.consensus import pair_images
+    from blindspot.protobias.render import plan_renders
+
+    config = copy.deepcopy(tiny_config)
+    config["image_stage"]["images_per_description"] = 3
+    triplets = pd.DataFrame([{"triplet_id": "t1", "correct_description": "a bat", "adversarial_description": "a dog"}])
+    renders = pd.DataFrame(
+        [
+            {"image_id": job.image_id, "triplet_id": job.triplet_id, "t2i": t2i, "seed": job.seed, "role": job.role,
+             "path": str(job.path)}
+            for t2i in config["image_stage"]["t2i_models"]
+            for job in plan_renders(triplets, model_spec(config, t2i), Path("images"), 3, config["seed"])
+        ]
+    )  # fmt: skip
+    models = len(config["image_stage"]["t2i_models"])
+    assert models > 1
+    assert len(pair_images(renders)) == catalogue.pairs_per_triplet(config) == 3 * models
+
+
+def test_paper_config_is_sized_for_the_papers_counts(paper_config):
+    """The seeds are sized for the paper's accepted triplets at the configured share, and the images per
+    description for its pairs: the expected counts meet the paper's (8,225 triplets, 45,400 pairs, ~12k train)."""
+    generators = len(paper_config["prompt_stage"]["generators"])
+    share = paper_config["prompt_stage"]["expected_acceptance"]
+    for domain, counted in paper_config["paper"]["domains"].items():
+        assert paper_config["domains"][domain]["n_seeds"] == plan.seeds_for(counted["triplets"], generators, share)
+    total = plan.expected_counts(paper_config).set_index("domain").loc["total"]
+    assert (total["paper_triplets"], total["paper_pairs"], total["paper_train_pairs"]) == (8225, 45400, 12000)
+    assert total["triplets"] == pytest.approx(8225, rel=0.001)
+    assert total["pairs"] == pytest.approx(45400, rel=0.01)
+    assert total["pairs_per_triplet"] == pytest.approx(45400 / 8225, rel=0.01)
+    assert total["train_pairs"] == pytest.approx(12000, rel=0.05)
+
+
+def test_cli_plan_prints_the_expected_counts_beside_the_papers(capsys):
+    assert main(["plan", "--configfile", "config/config.yaml"]) == 0
+    out = capsys.readouterr().out
+    section = out.split("## Counts: expected beside the paper's")[1]
+    total = next(line for line in section.splitlines() if line.startswith("| total"))
+    cells = [cell.strip() for cell in total.strip("|").split("|")]
+    assert cells[plan.COUNT_COLUMNS.index("paper_triplets")] == "8,225"
+    assert cells[plan.COUNT_COLUMNS.index("paper_pairs")] == "45,400"
+    assert cells[plan.COUNT_COLUMNS.index("paper_train_pairs")] == "12,000"
+    assert cells[plan.COUNT_COLUMNS.index("pairs_per_triplet")] == "5.52"
+    assert "## Acceptance: assumed in the config, measured by a run in `results_dir`" in out

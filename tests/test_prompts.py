@@ -7,13 +7,13 @@ from blindspot.protobias.taxonomy import enumerate_seeds, load_taxonomy
 
 
 def test_generate_template_renders_the_seed_into_chat_messages():
-    template = PromptTemplate.load(REPO / "config" / "prompts" / "generate_triplet_v1.yaml")
+    template = PromptTemplate.load(REPO / "config" / "prompts" / "generate_triplet_v2.yaml")
     seed = enumerate_seeds(load_taxonomy(REPO / "config" / "taxonomy" / "animals.yaml", "animals"))[0]
     system, user = template.render(seed=seed)
     assert (system["role"], user["role"]) == ("system", "user")
     for field in ("draft_neutral", "draft_correct", "draft_adversarial", "correct_instance", "adversarial_value"):
         assert seed[field] in user["content"]
-    assert template.version.startswith("generate_triplet/v1+")
+    assert template.version.startswith("generate_triplet/v2+")
 
 
 def test_a_field_the_template_needs_but_lacks_is_an_error():

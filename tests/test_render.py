@@ -95,7 +95,7 @@ def test_a_killed_render_resumes_without_redoing_finished_images(built_config, t
         domain="animals", generator="g", subcategory="s", label="bird", qualifier="", correct_instance="penguin",
         adversarial_instance="robin", scene="x", aux_element="stone", knob="count", correct_value="1",
         adversarial_value="2", neutral_prompt="a bird", generator_model_id="m", generate_template_version="v",
-        judges="j",
+        judges="j", added_entries="",
     )  # fmt: skip
     write_table(tmp_path / "triplets.parquet", triplets[tables.TRIPLETS.names], tables.TRIPLETS)
     seeds = pd.DataFrame({name: ["x"] * 4 for name in tables.SEEDS.names}).assign(

@@ -19,7 +19,14 @@ def test_a_model_jobs_memory_is_its_base_weights_and_images_in_flight(paper_conf
     settings = paper_config["job_resources"]
     wildcards = {"domain": "animals", "t2i": "flux.1-schnell", "shard": "00000"}
     needs = job_resources(paper_config, "render_images", wildcards)
-    items = 2 * len(paper_config["prompt_stage"]["generators"]) * paper_config["shard_size"]  # images of a full shard
+    image_stage = paper_config["image_stage"]
+    # images of a full shard: both descriptions of each generator's triplet, each drawn images_per_description times
+    items = (
+        2
+        * len(paper_config["prompt_stage"]["generators"])
+        * image_stage["images_per_description"]
+        * paper_config["shard_size"]
+    )
     pixels = 1024 * 1024
     images = 2 * paper_config["image_stage"]["render_batch_size"]
     expected_mb = settings["base_mb"] + 1024 * 34 + images * pixels * settings["bytes_per_pixel"] / 2**20

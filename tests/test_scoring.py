@@ -157,17 +157,16 @@ class RecordingMetric:
 
 def test_a_shard_scores_the_kept_test_pairs_of_its_own_seeds():
     seed, fraction = 3, 0.5
-    ids = [f"t{i}" for i in range(40)]
-    test = [t for t in ids if split_of(t, seed, fraction) == "test"][:2]
-    train = [t for t in ids if split_of(t, seed, fraction) == "train"][:1]
-    triplets = pd.DataFrame({"triplet_id": [*test, *train], "seed_id": ["s0", "s1", "s0"]})
+    ids = [f"s{i}" for i in range(40)]
+    test = [s for s in ids if split_of(s, seed, fraction) == "test"][:2]
+    train = [s for s in ids if split_of(s, seed, fraction) == "train"][:1]
+    triplets = pd.DataFrame({"triplet_id": ["t0", "t1", "t2"], "seed_id": [*test, *train]})
     pairs = pd.DataFrame({
-        "pair_id": ["a", "b", "c", "d"], "triplet_id": [test[0], test[0], test[1], train[0]],
-        "kept": [True, False, True, True],
+        "pair_id": ["a", "b", "c", "d"], "triplet_id": ["t0", "t0", "t1", "t2"], "kept": [True, False, True, True],
     })  # fmt: skip
-    chosen = shard_test_pairs(pairs, triplets, pd.Series(["s0"]), seed, fraction)
+    chosen = shard_test_pairs(pairs, triplets, pd.Series([test[0], train[0]]), seed, fraction)
     assert list(chosen["pair_id"]) == ["a"]  # b is not kept, c is another shard's seed, d is a train pair
-    assert list(shard_test_pairs(pairs, triplets, ["s0", "s1"], seed, fraction)["pair_id"]) == ["a", "c"]
+    assert list(shard_test_pairs(pairs, triplets, test, seed, fraction)["pair_id"]) == ["a", "c"]
 
 
 def write_scores(path, metric, pair_ids):
@@ -201,11 +200,13 @@ def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(tiny_c
     """score_metric from the values its rule passes: a kept test pair of its shard, a judge whose key is
     not set, an empty table and the reason in the counters."""
     monkeypatch.delenv(KEY_ENV, raising=False)
-    seeds = pd.DataFrame({c: ["s0"] if c == "seed_id" else ["x"] for c in tables.SEEDS.names}).assign(sample_seed=1)
-    write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
     split = {"seed": tiny_config["seed"], "test_fraction": 0.5}
-    triplet_id = next(t for t in (f"t{i}" for i in range(100)) if split_of(t, split["seed"], 0.5) == "test")
-    triplet = {f.name: "x" for f in tables.TRIPLETS} | {"triplet_id": triplet_id, "seed_id": "s0", "domain": "objects"}
+    seed_id = next(s for s in (f"s{i}" for i in range(100)) if split_of(s, split["seed"], 0.5) == "test")
+    seeds = pd.DataFrame({c: [seed_id] if c == "seed_id" else ["x"] for c in tables.SEEDS.names}).assign(sample_seed=1)
+    write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
+    triplet_id = "t0"
+    triplet = {f.name: "x" for f in tables.TRIPLETS} | {"triplet_id": triplet_id, "seed_id": seed_id,
+                                                         "domain": "objects"}
     write_table(tmp_path / "triplets.parquet", pd.DataFrame([triplet]), tables.TRIPLETS)
     pair = {f.name: "x" for f in tables.PAIRS} | {
         "triplet_id": triplet_id, "seed": 1, "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True,

@@ -24,7 +24,7 @@ def benchmark_pairs(n_triplets=30, models=("flux", "sana")):
         for t2i in models:
             corr, adv = 9 if i % 4 else 3, 8 if i % 5 else 2
             rows.append(
-                {"pair_id": f"p{i}-{t2i}", "triplet_id": f"t{i}", "domain": domain, "t2i": t2i,
+                {"pair_id": f"p{i}-{t2i}", "triplet_id": f"t{i}", "seed_id": f"s{i // 3}", "domain": domain, "t2i": t2i,
                  "corr_image_id": f"c{i}-{t2i}", "adv_image_id": f"a{i}-{t2i}", "corr_path": f"/c{i}{t2i}.png",
                  "adv_path": f"/a{i}{t2i}.png", "kept": corr >= 8 and adv >= 8,
                  "vlm_scores": json.dumps({"qwen": {"corr": corr, "adv": adv}, "intern": {"corr": corr, "adv": 9}})}
@@ -35,8 +35,8 @@ def benchmark_pairs(n_triplets=30, models=("flux", "sana")):
 def test_split_is_at_the_triplet_level_and_stable():
     pairs = benchmark_pairs()
     split = assign_splits(pairs, seed=1, test_fraction=0.5)
-    per_triplet = split.groupby("triplet_id")["split"].nunique()
-    assert (per_triplet == 1).all()  # no triplet in both splits
+    assert (split.groupby("seed_id")["split"].nunique() == 1).all()  # no seed in both splits, so no triplet
+    assert split["seed_id"].nunique() < split["triplet_id"].nunique()  # seeds with several triplets
     assert set(split["split"]) == {"train", "test"}
     # Adding triplets never moves an existing one.
     more = assign_splits(benchmark_pairs(60), seed=1, test_fraction=0.5).set_index("pair_id")["split"]
@@ -101,8 +101,10 @@ def test_the_export_loads_with_datasets_as_pil_images_and_prompt_fields(tmp_path
         subcategory="birds", neutral_prompt=[f"a bird {i}" for i in range(6)], correct_description="a penguin",
         adversarial_description="a robin", correct_instance="penguin", adversarial_instance="robin",
         aux_element="stone", knob="count", correct_value="one", adversarial_value="two", seed=7, generator="g",
+        added_entries="",
     )  # fmt: skip
     benchmark = assign_splits(pairs, 1, 0.5)
+    benchmark.loc[benchmark["domain"] == "objects", "split"] = "train"  # a domain with no test pairs
     about = {"name": "Test", "run_name": "r", "threshold": 8, "models": [("text-to-image", "flux-id", "apache-2.0")]}
     export_dataset(benchmark, tmp_path / "dataset", about)
     card = (tmp_path / "dataset" / "README.md").read_text()

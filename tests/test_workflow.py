@@ -186,7 +186,10 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
         results / "benchmark" / "annotation" / "filter_validation.parquet", tables.ANNOTATION_IMAGES
     )
     assert set(preference["left_image_id"]).isdisjoint(validation["image_id"])
+    title = (results / "tables" / "table3_metrics.md").read_text()
+    assert title.startswith("Pairwise accuracy on the whole test split")
     table3 = pd.read_csv(results / "tables" / "table3_metrics.csv")
+    assert not any("κ" in column for column in table3.columns)  # κ needs people's labels
     scored = [m for m, entry in tiny_config["evaluation"]["metrics"].items() if entry["plugin"] != "api_judge"]
     labels = {tiny_config["evaluation"]["metrics"][m]["label"] for m in scored}
     assert labels <= set(table3["Method"])  # the API judge has no key here: skipped, not failed
@@ -340,11 +343,11 @@ def test_a_job_runs_by_hand_with_the_arguments_the_workflow_gives_it(tiny_config
     assert message.startswith("no job of make_seeds with wildcards {'domain': 'plants'}; its jobs: domain=")
 
 
-def label_studio_export(items: list[str], result) -> list[dict]:
+def label_studio_export(items: list[str], result, people=("ann1", "ann2")) -> list[dict]:
     """People's labels in Label Studio's export format: `result(annotator, item)` gives one result."""
     return [
         {"id": i + 1, "data": {"item_id": item},
-         "annotations": [{"completed_by": {"email": who}, "result": [result(who, item)]} for who in ("ann1", "ann2")]}
+         "annotations": [{"completed_by": {"email": who}, "result": [result(who, item)]} for who in people]}
         for i, item in enumerate(items)
     ]  # fmt: skip
 
@@ -363,9 +366,11 @@ def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run
     assert {p.name for p in projects.iterdir() if not p.name.startswith(".")} == {
         "image_score", "pairwise", "question_check"
     }  # fmt: skip
+    # The filter validation is scored by its one designated evaluator (annotation.filter_evaluators).
+    evaluators = tuple(run_config["annotation"]["filter_evaluators"])
     scores = label_studio_export(
-        list(images["image_id"]), lambda who, item: {"from_name": "score", "type": "rating",
-                                                     "value": {"rating": 9 if who == "ann1" else 3}}
+        list(images["image_id"]), lambda who, item: {"from_name": "score", "type": "rating", "value": {"rating": 9}},
+        evaluators,
     )  # fmt: skip
     choices = label_studio_export(
         list(pairs["pair_id"]), lambda who, item: {"from_name": "choice", "type": "choices",
@@ -379,6 +384,12 @@ def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run
     out = snakemake("-n", "--configfile", "labelled.yaml", cwd=work)
     assert planned_jobs(out) == Counter({"validate_filter": 1, "human_preferences": 1, "make_table3": 1, "all": 1})
     snakemake("--configfile", "labelled.yaml", "--profile", "profiles/local", "-c2", cwd=work)
+    assert (results / "tables" / "table3_metrics.md").read_text().startswith(
+        f"Table 3: main results on the {len(pairs)} human-annotated test pairs"
+    )
+    whole_split = pd.read_csv(results / "tables" / "table3_test_split.csv")
+    assert "Human" not in set(whole_split["Method"])
+    assert not any("κ" in column for column in whole_split.columns)
     table3 = pd.read_csv(results / "tables" / "table3_metrics.csv").set_index("Method")
     # every pair: one person left, the other right -> a tie, so the majority is "neither" everywhere
     assert table3.loc["Human", "Overall Acc."] == 0.0
@@ -386,13 +397,16 @@ def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run
     agreement = pd.read_csv(results / "tables" / "annotator_agreement.csv")
     assert list(agreement["Annotator"]) == ["ann1", "ann2", "mean (pairs)"]
     validation = pd.read_csv(results / "tables" / "filter_validation_agreement.csv").set_index("domain")
-    assert validation.loc["overall", "images"] == len(images)  # the mean of 9 and 3 is 6: every image rejected
+    assert validation.loc["overall", "images"] == len(images)
+    # the evaluator keeps every image (9 >= 8), so they disagree with the filter on each image it rejected
+    assert validation.loc["overall", "binary_disagreement"] == pytest.approx(1 - images["accepted"].mean())
+    assert "decision_kappa" in validation.columns
 
 
 REPORTED = {
     "Prompt quality": ["tables/table1_prompt_quality.csv"],
     "Image quality": ["tables/table2_image_quality.csv"],
-    "Metrics": ["tables/table3_metrics.csv", "tables/metric_accuracy.png"],
+    "Metrics": ["tables/table3_metrics.csv", "tables/table3_test_split.csv", "tables/metric_accuracy.png"],
     "HumbleBench": ["tables/table4_humblebench_original.csv", "tables/table5_humblebench_settings.csv",
                     "tables/table6_humblebench_models.csv", "tables/humblebench_nota_tradeoff.png"],
     "Benchmark": ["tables/example_grid.png", "tables/stage_counters.csv", "benchmark/dataset_card.md"],

@@ -57,6 +57,12 @@ def _images_per_seed(config: Config) -> int:
     return 2 * len(config["prompt_stage"]["generators"]) * config["image_stage"]["images_per_description"]
 
 
+def pairs_per_triplet(config: Config) -> int:
+    """Candidate pairs of one accepted triplet: I_corr and I_adv of one T2I model and one noise seed
+    (`blindspot.protobias.consensus.pair_images`), images_per_description of them per T2I model."""
+    return config["image_stage"]["images_per_description"] * len(config["image_stage"]["t2i_models"])
+
+
 def _shard_images(config: Config, wildcards: Wildcards) -> int:
     return _shard_seeds(config, wildcards) * _images_per_seed(config)
 
@@ -71,7 +77,7 @@ def _domain_triplets(config: Config, wildcards: Wildcards) -> int:
 
 
 def _domain_pairs(config: Config, wildcards: Wildcards) -> int:
-    return _seeds(config, wildcards) * _images_per_seed(config) // 2 * len(config["image_stage"]["t2i_models"])
+    return _domain_triplets(config, wildcards) * pairs_per_triplet(config)
 
 
 def run_images(config: Config) -> int:

@@ -39,6 +39,42 @@ def _markdown(frame: pd.DataFrame) -> str:
     return frame.to_markdown(index=False, disable_numparse=True)
 
 
+def _number_table(frame: pd.DataFrame, decimals: dict[str, int]) -> str:
+    """A Markdown table of a label column and numbers: `decimals` places for the named columns, whole
+    numbers with thousands separators for the others, "n/a" for a missing value; numbers right-aligned."""
+    frame = frame.copy()
+    for column in frame.columns[1:]:
+        places = decimals.get(column, 0)
+        frame[column] = frame[column].map(lambda v, places=places: "n/a" if pd.isna(v) else f"{v:,.{places}f}")
+    align = ["left"] + ["right"] * (frame.shape[1] - 1)
+    return frame.to_markdown(index=False, disable_numparse=True, colalign=align)
+
+
+def render_counts(result: dict[str, Any]) -> list[str]:
+    """The plan's section on the benchmark's size: expected counts beside the paper's, and the acceptance
+    shares they rest on."""
+    shares = dict.fromkeys(("triplets_assumed", "triplets_measured", "pairs_assumed", "pairs_measured"), 3)
+    lines = [
+        "## Counts: expected beside the paper's",
+        "",
+        _number_table(result["counts"], {"pairs_per_triplet": 2, "paper_pairs_per_triplet": 2}),
+        "",
+        "Expected triplets = seeds x generators x `prompt_stage.expected_acceptance`; each accepted triplet gives "
+        "images_per_description x T2I models candidate pairs (I_corr and I_adv of one model and noise seed), kept at "
+        "`image_stage.expected_acceptance`; train pairs = pairs x (1 - `benchmark.test_fraction`).",
+        "",
+        "## Acceptance: assumed in the config, measured by a run in `results_dir`",
+        "",
+        _number_table(result["acceptance"], shares),
+        "",
+        "`seeds_for_paper`: seeds that give the paper's triplets at the measured share, else the assumed one; "
+        "set `domains.<name>.n_seeds` to it.",
+    ]
+    if result["paper_domains_not_run"]:
+        lines += ["", f"`paper.domains` not in this run: {', '.join(result['paper_domains_not_run'])}."]
+    return lines
+
+
 def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
     missing = result["missing"]
     total = _hours(result["total_gpu_hours"])
@@ -95,6 +131,8 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
         "Per job: GPUs, CPUs, memory (GB) and time (hours) of its first attempt, from what it loads "
         "(`job_resources` and the models' `weights_gb`); a retry asks for twice, then three times, the memory "
         "and time. Local rules run on the submit host.",
+        "",
+        *render_counts(result),
     ]
     return "\n".join(lines) + "\n"
 

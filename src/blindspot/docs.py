@@ -55,9 +55,13 @@ OUTPUT_DESCRIPTIONS = {
     "metric_scores": "M(T, I_corr) and M(T, I_adv) per test pair: raw, normalised, and what a judge wrote",
     "metric_score_counters": "the scoring shard's cache hits, images scored and failures by reason",
     "metric_cache": "the score cache of one metric (and an API judge's raw responses)",
-    "table3": "Table 3: pairwise accuracy per metric, grouped by family, with 95% intervals and Cohen's kappa",
-    "metric_breakdown": "accuracy with intervals and kappa per metric, domain, knob, T2I model and subcategory",
-    "accuracy_plot": "a bar chart of each metric's accuracy with its interval",
+    "table3": "Table 3: pairwise accuracy and Cohen's kappa per metric, grouped by family; on the human-annotated "
+    "test pairs as in the paper when there are human choices, else on the whole test split (its title says which)",
+    "table3_test_split": "Table 3's metrics' accuracy on the whole test split (only with human choices, when Table 3 "
+    "is on the annotated pairs)",
+    "metric_breakdown": "accuracy with intervals and kappa per metric, domain, knob, T2I model and subcategory, on the "
+    "whole test split and (with human choices) on the annotated pairs: the `population` column",
+    "accuracy_plot": "a bar chart of each metric's accuracy with its interval, on Table 3's pairs",
     "scene_questions": "HumbleBench questions written from scene graphs, before people check them",
     "scene_verification": "the sheet for people's keep/modify/delete decisions on those questions",
     "scene_counters": "the scene-graph question writing's counts and provenance",

@@ -63,6 +63,7 @@ TRIPLETS = pa.schema(
         ("knob", _s),
         ("correct_value", _s),
         ("adversarial_value", _s),
+        ("added_entries", _s),  # the seed's parts the paper does not name (taxonomy `source: added`)
         ("neutral_prompt", _s),
         ("correct_description", _s),
         ("adversarial_description", _s),

@@ -40,6 +40,7 @@ PATHS = {
     "metric_score_counters": "{results}/{domain}/metric_scores/{metric}/{shard}.counters.json",
     "metric_cache": "{results}/metric_cache/{metric}",
     "table3": "{results}/tables/table3_metrics.{ext}",
+    "table3_test_split": "{results}/tables/table3_test_split.{ext}",
     "metric_breakdown": "{results}/tables/metric_accuracy_breakdown.csv",
     "accuracy_plot": "{results}/tables/metric_accuracy.png",
     "scene_questions": "{results}/humblebench/scene_graph_candidates.parquet",
@@ -151,12 +152,20 @@ def humble_table_targets(config: dict[str, Any]) -> list[str]:
     return [target for kind in kinds for target in table_targets(config, kind)]
 
 
+def has_human_choices(config: dict[str, Any]) -> bool:
+    """Whether Table 3 has a human majority per pair (people's pairwise labels, or a CSV of it): then it is
+    computed on the annotated pairs, and the whole test split gets its own table."""
+    return bool(config["annotation"].get("pairwise_labels") or config["evaluation"].get("human_choices"))
+
+
 def final_targets(config: dict[str, Any]) -> list[str]:
-    """What `rule all` builds: the exported dataset, the annotation subsets, Tables 1 to 3 and the
-    metrics' accuracy breakdown and plot, HumbleBench's tables, metrics and plot, ProtoScore's transfer
-    accuracy when an external pairwise set is given, and the annotation projects and agreement tables."""
+    """What `rule all` builds: the exported dataset, the annotation subsets, Tables 1 to 3 (and Table 3's
+    whole-split companion when there are human choices) and the metrics' accuracy breakdown and plot,
+    HumbleBench's tables, metrics and plot, ProtoScore's transfer accuracy when an external pairwise set
+    is given, and the annotation projects and agreement tables."""
     benchmark = [path(config, kind) for kind in ("dataset", "filter_validation", "preference_pairs")]
-    tables = [target for kind in ("table1", "table2", "table3") for target in table_targets(config, kind)]
+    table_kinds = ["table1", "table2", "table3"] + (["table3_test_split"] if has_human_choices(config) else [])
+    tables = [target for kind in table_kinds for target in table_targets(config, kind)]
     figures = [
         path(config, kind)
         for kind in (

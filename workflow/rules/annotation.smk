@@ -12,6 +12,8 @@ rule make_annotation_projects:
     params:
         # What the projects are made from; people's labels coming in later do not remake them.
         annotators=ANNOTATION["annotators"],
+        # The filter validation images go to these only: the paper's "trained human evaluator".
+        filter_evaluators=ANNOTATION["filter_evaluators"],
         image_url_prefix=ANNOTATION["image_url_prefix"],
     log:
         LOG("make_annotation_projects"),
@@ -33,6 +35,7 @@ rule validate_filter:
         markdown=P("filter_agreement", ext="md"),
         latex=P("filter_agreement", ext="tex"),
     params:
+        evaluators=ANNOTATION["filter_evaluators"],
         threshold=ANNOTATION["human_keep_threshold"],
     log:
         LOG("validate_filter"),

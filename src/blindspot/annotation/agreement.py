@@ -1,7 +1,8 @@
 """Agreement statistics behind the papers' human studies.
 
-Filter validation (ProtoBias 4.2, Appendix D): a person scores images 1-10 against their own
-description, as the VLM filter did; human and VLM keep/reject decisions and scores are compared.
+Filter validation (ProtoBias 4.2, Appendix D): "a trained human evaluator" (the designated evaluators,
+one by default) scores images 1-10 against their own description, as the VLM filter did; human and VLM
+keep/reject decisions and scores are compared.
 Pairwise preferences (Appendix E): annotators choose I_corr, I_adv or neither for a test pair; their
 agreement, the majority per pair (the human reference of Table 3) and the human row of Table 3.
 """
@@ -43,16 +44,60 @@ def weighted_kappa(a: Sequence[Any], b: Sequence[Any], categories: Sequence[Any]
     return 1.0 - float((penalty * observed).sum()) / chance if chance > 0 else math.nan
 
 
+def score_kappa(a: Sequence[float], b: Sequence[float], weights: str) -> float:
+    """Weighted Cohen's kappa between two raters' numeric scores on one equally spaced scale, with `linear` or
+    `quadratic` disagreement weights: 1 - (mean weighted disagreement of the paired scores) / (its mean over every
+    pairing of an `a` score with a `b` score, the chance expectation from the two marginals). On integer scores
+    this is exactly `weighted_kappa` over the scale's categories; means (of several evaluators, of the VLMs, or
+    expected scores) need no rounding. NaN when there is nothing to compare or no variation at all."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(x) != len(y):
+        raise ValueError(f"{len(x)} scores against {len(y)}")
+    if not len(x):
+        return math.nan
+    if weights == "quadratic":
+        observed = float(np.mean((x - y) ** 2))
+        chance = float(np.mean(x**2) + np.mean(y**2) - 2 * np.mean(x) * np.mean(y))
+    elif weights == "linear":
+        observed = float(np.mean(np.abs(x - y)))
+        # the mean |x_i - y_j| over every pairing, through sorted y and its prefix sums (no n x n matrix)
+        ys = np.sort(y)
+        below = np.concatenate([[0.0], np.cumsum(ys)])
+        k = np.searchsorted(ys, x)
+        chance = float(np.sum(x * k - below[k] + (below[-1] - below[k]) - x * (len(ys) - k)) / (len(x) * len(ys)))
+    else:
+        raise ValueError(f"weights {weights!r} is not linear or quadratic")
+    return 1.0 - observed / chance if chance > 1e-12 else math.nan
+
+
+FILTER_VALIDATION_CAPTION = (
+    "Filter validation (paper, 4.2 and Appendix D): the designated evaluator's 1-10 scores ({evaluators}) against "
+    "the VLM filter on {images} images. decision_kappa: Cohen's kappa between the person's keep/reject (score >= "
+    "{threshold}) and the filter's (every VLM >= its threshold); for two categories every weighting gives this "
+    "value. binary_disagreement: the share of images where the two decisions differ. score_kappa_linear, "
+    "score_kappa_quadratic: weighted Cohen's kappa between the person's score and the mean VLM score. The paper's "
+    "'weighted kappa 0.778' with 14.11% binary disagreement is not a decision kappa (at that disagreement on a "
+    "subset balanced over accept/reject, a decision kappa is 0.718): compare it with the score kappas. pearson_ and "
+    "spearman_human_vs_mean_vlm: the person's score against the mean VLM score; pearson_<a>_vs_<b>: between two "
+    "VLMs. *_mean_kept, *_mean_rejected: the mean score of the images the filter kept and rejected."
+)
+
+
+def _correlation(test: Any, x: Any, y: Any) -> float:
+    """scipy's `pearsonr` or `spearmanr` coefficient; NaN for fewer than three points or a constant side."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    return float(test(x, y)[0]) if len(x) > 2 and np.ptp(x) > 0 and np.ptp(y) > 0 else math.nan
+
+
 def filter_validation(images: pd.DataFrame, threshold: float) -> pd.DataFrame:
-    """Per domain and overall: decision kappa and binary disagreement between the person and the VLM
-    filter, quadratic weighted kappa between the 1-10 scores (human against the rounded mean VLM score),
-    Pearson and Spearman between the human score and the mean VLM score, Pearson between each two VLMs,
-    and the mean human and VLM scores of accepted and rejected images.
+    """Per domain and overall, every number of the paper's filter validation (4.2, Appendix D): the decision
+    kappa and binary disagreement between the person and the VLM filter, the score-level linear and quadratic
+    weighted kappa between the person's score and the mean VLM score, Pearson and Spearman between them,
+    Pearson between each two VLMs, and the mean human and VLM scores of the images the filter kept and
+    rejected (FILTER_VALIDATION_CAPTION names each column).
 
     `images` has `domain`, `human_score`, `vlm_scores` (a dict or JSON {vlm: score}), `mean_vlm_score`
-    and `accepted` (the filter's decision); the person keeps an image whose score is >= `threshold`.
-    For two categories every weighting gives the same kappa, so the decisions' kappa is also the
-    paper's "weighted" one."""
+    and `accepted` (the filter's decision); the person keeps an image whose score is >= `threshold`."""
     import json
 
     from scipy.stats import pearsonr, spearmanr
@@ -63,32 +108,37 @@ def filter_validation(images: pd.DataFrame, threshold: float) -> pd.DataFrame:
     vlms = sorted({name for scores in frame["vlm_scores"] for name in scores})
     rows = []
     for domain, part in [*frame.groupby("domain", sort=True), ("overall", frame)]:
+        human, vlm = part["human_score"], part["mean_vlm_score"]
         row = {"domain": domain, "images": len(part)}
         row["decision_kappa"] = weighted_kappa(list(part["human_keeps"]), list(part["accepted"]), [False, True])
-        row["disagreement"] = float((part["human_keeps"] != part["accepted"]).mean())
-        # Both scores are means (of annotators, of VLMs): each is rounded to the 1-10 scale the same way.
-        human, vlm = (part[column].round().clip(1, 10).astype(int) for column in ("human_score", "mean_vlm_score"))
-        row["score_kappa_quadratic"] = weighted_kappa(list(human), list(vlm), range(1, 11), "quadratic")
-        varied = part["human_score"].nunique() > 1 and part["mean_vlm_score"].nunique() > 1
-        row["pearson_human_vlm"] = (
-            float(pearsonr(part["human_score"], part["mean_vlm_score"])[0]) if varied else math.nan
-        )
-        row["spearman_human_vlm"] = (
-            float(spearmanr(part["human_score"], part["mean_vlm_score"])[0]) if varied else math.nan
-        )
+        row["binary_disagreement"] = float((part["human_keeps"] != part["accepted"]).mean())
+        for weights in ("linear", "quadratic"):
+            row[f"score_kappa_{weights}"] = score_kappa(human, vlm, weights)
+        row["pearson_human_vs_mean_vlm"] = _correlation(pearsonr, human, vlm)
+        row["spearman_human_vs_mean_vlm"] = _correlation(spearmanr, human, vlm)
         for first, second in itertools.combinations(vlms, 2):
-            x = [scores.get(first, math.nan) for scores in part["vlm_scores"]]
-            y = [scores.get(second, math.nan) for scores in part["vlm_scores"]]
+            x = np.array([scores.get(first, math.nan) for scores in part["vlm_scores"]], dtype=float)
+            y = np.array([scores.get(second, math.nan) for scores in part["vlm_scores"]], dtype=float)
             both = ~(np.isnan(x) | np.isnan(y))
-            row[f"pearson_{first}_vs_{second}"] = (
-                float(pearsonr(np.asarray(x)[both], np.asarray(y)[both])[0]) if both.sum() > 2 else math.nan
-            )
-        for decision, name in ((True, "accepted"), (False, "rejected")):
+            row[f"pearson_{first}_vs_{second}"] = _correlation(pearsonr, x[both], y[both])
+        for decision, name in ((True, "kept"), (False, "rejected")):
             chosen = part[part["accepted"] == decision]
             row[f"human_mean_{name}"] = float(chosen["human_score"].mean()) if len(chosen) else math.nan
             row[f"vlm_mean_{name}"] = float(chosen["mean_vlm_score"].mean()) if len(chosen) else math.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def evaluator_scores(labels: pd.DataFrame, evaluators: Sequence[str], source: str) -> pd.DataFrame:
+    """The image scores of the designated filter evaluators (`annotation.filter_evaluators`); a score by
+    anyone else in `source` is an error, since the paper's validation is one trained evaluator's."""
+    others = sorted(set(labels["annotator"]) - set(evaluators))
+    if others:
+        raise ValueError(
+            f"{source}: image scores by {others}, who are not in annotation.filter_evaluators {list(evaluators)}; "
+            "name the evaluators as the labels do"
+        )
+    return labels
 
 
 def annotator_kappas(choices: pd.DataFrame) -> pd.DataFrame:

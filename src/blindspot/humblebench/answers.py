@@ -66,20 +66,20 @@ def answer_questions(
 ) -> list[dict[str, Any]]:
     """Ask the VLM each (shown question, image). Two readings of each answer: the most probable
     option letter at the first answer position, among the letters shown; and the parsed text (empty
-    when it names no option, or several)."""
+    when it names no option shown, or several)."""
     letters = option_token_ids(scorer.tokenizer)
     conversations = [image_conversation(templates[shown.setting], **shown.prompt_fields()) for shown, _ in items]
     answers = scorer.choose(conversations, [image for _, image in items], letters, max_new_tokens)
     rows = []
     for (shown, _), (probabilities, text) in zip(items, answers, strict=True):
-        offered = probabilities[: len(shown.options)]
+        offered = [probabilities[LETTERS.index(letter)] for letter in shown.letters]
         rows.append({
             "question_id": shown.question_id, "setting": shown.setting, "type": shown.type,
             "options": json.dumps(list(shown.options)), "label": shown.label, "nota": shown.nota,
             "letter_map": json.dumps(shown.letter_map, sort_keys=True), "noise_image": shown.noise_image,
             "letter_probabilities": json.dumps(offered), "letter_mass": float(sum(offered)),
-            "prediction_logits": LETTERS[int(np.argmax(offered))], "text": text,
-            "prediction_text": parse_answer(text, shown.options) or "",
+            "prediction_logits": shown.letters[int(np.argmax(offered))], "text": text,
+            "prediction_text": parse_answer(text, dict(zip(shown.letters, shown.options, strict=True))) or "",
             "template_version": templates[shown.setting].version,
         })  # fmt: skip
     return rows

@@ -3,17 +3,54 @@ false-NOTA rates, Humility Score, macro-F1 and d'."""
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
 from blindspot.humblebench.settings import TYPES
 
+# Metrics. `answers` has one row per shown question (ANSWER_COLUMNS): label, nota, prediction (a letter,
+# or empty when unparseable), type, and letter_map (which letters the question showed). An unparseable
+# answer is wrong and is not NOTA.
+ANSWER_COLUMNS = ("label", "nota", "prediction", "type", "letter_map")
 
-# Metrics. `answers` has one row per shown question: label, nota, prediction (a letter, or empty when
-# unparseable) and type. An unparseable answer is wrong and is not NOTA.
+
+def require_columns(frame: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+    """A ValueError naming the columns `frame` lacks, rather than a KeyError from inside pandas."""
+    missing = [column for column in dict.fromkeys(columns) if column not in frame.columns]
+    if missing:
+        raise ValueError(f"{what} lack columns {missing} (have {list(frame.columns)})")
+
+
+@lru_cache(maxsize=4096)
+def _shown_letters(letter_map: str) -> frozenset[str]:
+    try:
+        mapping = json.loads(letter_map)
+    except ValueError:
+        mapping = None
+    if not isinstance(mapping, dict) or not any(mapping.values()):
+        raise ValueError(f"HumbleBench answers: letter_map {letter_map!r} is not a JSON object of shown letters")
+    return frozenset(letter for letter in mapping.values() if letter)
+
+
+def read_predictions(answers: pd.DataFrame) -> pd.Series:
+    """Each answer's prediction where it is a letter its question showed, else "" (unparseable): a
+    missing, NaN or None prediction (an empty cell of a CSV), or a letter not shown ("F", or "E" when
+    four options were shown)."""
+    return pd.Series(
+        [
+            prediction if isinstance(prediction, str) and prediction in _shown_letters(str(letter_map)) else ""
+            for prediction, letter_map in zip(answers["prediction"], answers["letter_map"], strict=True)
+        ],
+        index=answers.index,
+        dtype=object,
+    )
+
+
 def _rate(hits: int, total: int) -> float:
     return hits / total if total else math.nan
 
@@ -34,9 +71,9 @@ def d_prime(hits: int, signals: int, false_alarms: int, noises: int) -> float:
 
 
 def macro_f1(labels: Sequence[str], predictions: Sequence[str]) -> float:
-    """Mean F1 over the letters that are labels or predictions; an unparseable answer ("") is a miss
-    of its label's letter and has no F1 of its own."""
-    classes = sorted((set(labels) | set(predictions)) - {""})
+    """Mean F1 over the letters that are labels or predictions; an unparseable answer ("", or no
+    string at all) is a miss of its label's letter and has no F1 of its own."""
+    classes = sorted({letter for letter in (*labels, *predictions) if isinstance(letter, str) and letter})
     scores = []
     for letter in classes:
         tp = sum(lab == letter and pred == letter for lab, pred in zip(labels, predictions, strict=True))
@@ -47,10 +84,13 @@ def macro_f1(labels: Sequence[str], predictions: Sequence[str]) -> float:
 
 
 def humility_metrics(answers: pd.DataFrame) -> dict[str, float]:
-    """Every metric of the paper's Table 3 and 7.2, over `answers`, as fractions (not percentages)."""
-    correct = answers["prediction"] == answers["label"]
+    """Every metric of the paper's Table 3 and 7.2, over `answers` (ANSWER_COLUMNS), as fractions (not
+    percentages). A prediction that is not a shown letter counts as unparseable (`read_predictions`)."""
+    require_columns(answers, ANSWER_COLUMNS, "HumbleBench answers")
+    prediction = read_predictions(answers)
+    correct = prediction == answers["label"]
     nota_true = answers["label"] == answers["nota"]
-    nota_said = answers["prediction"] == answers["nota"]
+    nota_said = prediction == answers["nota"]
     metrics = {
         "questions": float(len(answers)),
         "overall": _rate(int(correct.sum()), len(answers)),
@@ -61,8 +101,8 @@ def humility_metrics(answers: pd.DataFrame) -> dict[str, float]:
         "nota_hit": _rate(int(nota_said[nota_true].sum()), int(nota_true.sum())),
         "false_nota": _rate(int(nota_said[~nota_true].sum()), int((~nota_true).sum())),
         "nota_selection": _rate(int(nota_said.sum()), len(answers)),
-        "unparseable": _rate(int((answers["prediction"] == "").sum()), len(answers)),
-        "macro_f1": macro_f1(list(answers["label"]), list(answers["prediction"])),
+        "unparseable": _rate(int((prediction == "").sum()), len(answers)),
+        "macro_f1": macro_f1(list(answers["label"]), list(prediction)),
         "d_prime": d_prime(
             int(nota_said[nota_true].sum()),
             int(nota_true.sum()),

@@ -4,44 +4,76 @@ or several."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from blindspot.humblebench.settings import LETTERS
 
-# The answer parser. Only capital letters count: "a" is an article, never option A, and neither is
-# "A" when a word follows it ("A cat sits ..."). Two different letters make an answer ambiguous.
-_MENTION = re.compile(r"(?<![A-Za-z0-9])([A-E])(?![A-Za-z0-9'])")
-_ARTICLE = re.compile(r"\s+(?!(?:or|and|nor)\b)[a-z]")
-_WHOLE = re.compile(r"^[\s*_`'\"]*\(?\[?([A-E])\]?\)?[\s.:)*_`'\"]*$")
-_KEYWORD = re.compile(r"(?i:answer|option|choice)(?:\s+(?i:is))?\s*[:\-]?\s*\(?\[?\*{0,2}([A-E])\b")
-_LEADING = re.compile(r"^[\s*_`]*\(?\[?([A-E])(?:[.):\]]|\s*-\s)")
+# Every pattern is linear by construction: each quantifier is possessive (`*+`, `++`, `?+`) or takes
+# one character, so no run of characters is ever re-split between two quantifiers. (The old keyword
+# pattern, `\s+` then `\s*` then `\s*`, tried every split: "answer" and 8,000 spaces took 4 s.)
+#
+# Only capital letters count inside prose: "a" is an article, never option A, and neither is "A" when
+# a word follows it on its line ("A cat sits ..."). Two different letters make an answer ambiguous.
+_LETTER = r"([A-E])(?![A-Za-z0-9'])"
+_OPEN = r"[\s*_`'\"(\[\uff08]*+"  # markdown, quotes and brackets (ASCII or full-width) before a letter
+_CLOSE = r"[*_`'\"]*+"  # markdown and quotes after it
+_MENTION = re.compile(r"(?<![A-Za-z0-9])" + _LETTER)
+_ARTICLE = re.compile(r"[ \t]++(?!(?:or|and|nor)\b)[a-z]")
+# The whole answer is a letter, in either case: "E", "e.", "(E)", "**B**".
+_WHOLE = re.compile(_OPEN + r"([A-Ea-e])" + r"[\s*_`'\").\]:\uff09\u3002]*+")
+# "answer/option/choice (is) X", and in Chinese "答案是X", "答案" and a colon (ASCII or full-width), "我选择X".
+_KEYWORD = re.compile(
+    r"(?:(?i:answer|option|choice)(?:\s++(?i:is))?+|答案(?:应该|应)?+(?:是|为)?+|选择|选项|选)[\s:\uff1a\-]*+"
+    + _OPEN
+    + _LETTER
+)
+# A leading letter and then punctuation, a dash or the end of its line: "E. ...", "(D) ...", "B, because
+# ...", "B" and an explanation below it.
+_LEADING = re.compile(_OPEN + _LETTER + _CLOSE + r"(?:[.:,)\]\uff09\u3002\uff0c]|[ \t]*+(?:-[ \t]|\n))")
 _BRACKETED = re.compile(r"\(([A-E])\)")
+# Final-answer markup, as reasoning models write it: "<answer>C</answer>", "\boxed{C}", "\boxed{\text{C}}".
+_MARKED = re.compile(r"(?i:<answer>)([^<]*+)(?i:</answer>)|\\boxed\{(?:\\text(?:bf)?+\{)?+([^{}]*+)\}")
 
 
-def parse_answer(text: str, options: Sequence[str]) -> str | None:
-    """The option letter an answer names, or None when it names none or several. Read in order: the
-    whole answer is a letter ("E", "E.", "(E)"); "answer/option/choice (is) X"; a leading "E." or
-    "(E)" or "E)"; a bracketed "(E)" anywhere; the answer is exactly one option's text."""
+def parse_answer(text: str, options: Sequence[str] | Mapping[str, str]) -> str | None:
+    """The option letter an answer names, or None when it names none, several, or one not shown.
+    `options` are the option texts in letter order, or by letter where the shown letters have a gap.
+
+    Final-answer markup (`<answer>C</answer>`, `\\boxed{C}`) is the answer wherever it is, whatever
+    the reasoning around it names; its content is read as below. Otherwise an answer that names two
+    different capital letters is ambiguous; else, in order: the whole answer is a letter ("E", "d",
+    "(E)"); "answer/option/choice (is) X" or its Chinese forms; a leading "E.", "(E)", "B," or a letter
+    alone on its first line; a bracketed "(E)" anywhere; the answer is exactly one option's text."""
+    texts = dict(options) if isinstance(options, Mapping) else dict(zip(LETTERS, options, strict=False))
+    marked = [first or second for first, second in _MARKED.findall(text)]
+    if marked:
+        readings = {_read(content, texts) for content in marked}
+        return readings.pop() if len(readings) == 1 else None
+    return _read(text, texts)
+
+
+def _read(text: str, texts: Mapping[str, str]) -> str | None:
     mentioned = {
         m.group(1) for m in _MENTION.finditer(text) if not (m.group(1) == "A" and _ARTICLE.match(text, m.end()))
     }
     if len(mentioned) > 1:
         return None
-    for pattern in (_WHOLE, _KEYWORD, _LEADING):
-        found = {match.group(1) for match in pattern.finditer(text)}
+    whole = _WHOLE.fullmatch(text)
+    if whole:
+        return _if_offered(whole.group(1).upper(), texts)
+    for found in (
+        {m.group(1) for m in _KEYWORD.finditer(text)},
+        {m.group(1) for m in [_LEADING.match(text)] if m},
+        set(_BRACKETED.findall(text)),
+    ):
         if len(found) == 1:
-            return _if_offered(found.pop(), options)
+            return _if_offered(found.pop(), texts)
         if len(found) > 1:
             return None
-    found = set(_BRACKETED.findall(text))
-    if len(found) == 1:
-        return _if_offered(found.pop(), options)
-    if len(found) > 1:
-        return None
     said = text.strip().strip("*_`'\"").rstrip(".").strip().lower()
-    matches = [LETTERS[i] for i, option in enumerate(options) if option.strip().rstrip(".").lower() == said]
+    matches = [letter for letter, option in texts.items() if option.strip().rstrip(".").lower() == said]
     return matches[0] if len(matches) == 1 else None
 
 
-def _if_offered(letter: str, options: Sequence[str]) -> str | None:
-    return letter if letter in LETTERS[: len(options)] else None
+def _if_offered(letter: str, texts: Mapping[str, str]) -> str | None:
+    return letter if letter in texts else None

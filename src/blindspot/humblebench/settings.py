@@ -3,17 +3,23 @@ and the six evaluation settings that decide how a question is shown.
 
 A question has five options, A-E, one of which is NOTA (E in the release). A setting turns a question
 into what the model is shown (`present`), recording how letters moved; settings are data in config
-(`humblebench.settings`): a prompt template and up to three transforms:
+(`humblebench.settings`): a prompt template and transforms. By default each does what the official
+code does (github.com/maifoundations/HumbleBench, `HumbleBench/utils/entity.py` and `io.py`):
 - `shuffle_nota`: NOTA moves to a position drawn from the question id and the seed; the other
   options keep their order, letters are re-assigned, and the map from old to new letters is kept.
-- `noise_image`: a noise image drawn from the question id and the seed replaces the real one; no
-  option is supported any more, so NOTA becomes the label.
-- `remove_correct`: the correct option is removed and the rest re-lettered, so NOTA becomes the
-  label. A question whose label already is NOTA is shown unchanged.
+- `noise_image`: noise replaces the real image; no option is supported any more, so NOTA becomes
+  the label. Officially one 256x256 grey noise image, the same for every question (numpy's global
+  seed 3720, the official `set_global_seed`); with `noise_per_question`, RGB noise of the image's
+  size drawn from the question id and the seed.
+- `remove_correct` (the NOTA-only setting): the correct option is removed, so NOTA becomes the label.
+  Officially the other options keep their letters, with a gap ("A, C, D, E"; NOTA stays E); with
+  `reletter`, the rest are re-lettered without a gap (NOTA becomes D). A question whose label
+  already is NOTA is shown unchanged.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +32,9 @@ from blindspot.images import read_rgb
 LETTERS = "ABCDE"
 NOTA_TEXT = "None of the above"
 TYPES = ("Object", "Attribute", "Relation")
-TRANSFORMS = ("shuffle_nota", "noise_image", "remove_correct")
+TRANSFORMS = ("shuffle_nota", "noise_image", "noise_per_question", "remove_correct", "reletter")
+OFFICIAL_NOISE_SEED = 3720  # the official `set_global_seed` default, in force when it draws its noise image
+OFFICIAL_NOISE_SIZE = 256
 
 
 @dataclass(frozen=True)
@@ -53,23 +61,28 @@ class Presented:
     setting: str
     question: str
     options: tuple[str, ...]
+    letters: tuple[str, ...]  # each option's letter as shown: A, C, D, E when the official NOTA-only leaves a gap
     label: str
     nota: str  # the letter of NOTA as shown
     type: str
-    noise_image: bool
+    noise: str  # "" (the question's image), "official" (one noise image for all) or "per_question"
     letter_map: dict[str, str] = field(default_factory=dict)  # original letter -> shown letter ("" if removed)
+
+    @property
+    def noise_image(self) -> bool:
+        return bool(self.noise)
 
     def prompt_fields(self) -> dict[str, str]:
         return {
             "question": self.question,
-            "options": lettered(self.options),
-            "letters": ", ".join(LETTERS[: len(self.options)]),
+            "options": lettered(self.options, self.letters),
+            "letters": ", ".join(self.letters),
         }
 
 
-def lettered(options: Sequence[str]) -> str:
+def lettered(options: Sequence[str], letters: Sequence[str] = LETTERS) -> str:
     """Options as a question shows them, one per line: "A. red"."""
-    return "\n".join(f"{letter}. {text}" for letter, text in zip(LETTERS, options, strict=False))
+    return "\n".join(f"{letter}. {text}" for letter, text in zip(letters, options, strict=False))
 
 
 def is_nota(text: str) -> bool:
@@ -94,6 +107,9 @@ def present(question: Question, setting: str, transforms: Mapping[str, Any], see
     unknown = set(transforms) - set(TRANSFORMS) - {"template", "label", "headline"}
     if unknown:
         raise ValueError(f"setting {setting}: unknown keys {sorted(unknown)} (transforms: {', '.join(TRANSFORMS)})")
+    for variant, of in (("noise_per_question", "noise_image"), ("reletter", "remove_correct")):
+        if transforms.get(variant) and not transforms.get(of):
+            raise ValueError(f"setting {setting}: {variant} is a form of {of}, which it does not set")
     options = list(question.options)
     letters = list(LETTERS[: len(options)])  # the original letter of each shown option
     nota = nota_letter(options, question.question_id)
@@ -110,12 +126,18 @@ def present(question: Question, setting: str, transforms: Mapping[str, Any], see
         letters.insert(position, nota)
     if transforms.get("noise_image"):
         label = nota
+    # Officially a removed option leaves a gap; a moved NOTA, or the `reletter` form, re-letters A, B, ...
+    relettered = transforms.get("shuffle_nota") or transforms.get("reletter")
+    shown = LETTERS[: len(options)] if relettered else "".join(letters)
     letter_map = dict.fromkeys(LETTERS[: len(question.options)], "")
-    letter_map |= {old: LETTERS[i] for i, old in enumerate(letters)}
+    letter_map |= dict(zip(letters, shown, strict=True))
+    noise = ""
+    if transforms.get("noise_image"):
+        noise = "per_question" if transforms.get("noise_per_question") else "official"
     return Presented(
         question_id=question.question_id, setting=setting, question=question.question, options=tuple(options),
-        label=letter_map[label], nota=letter_map[nota], type=question.type,
-        noise_image=bool(transforms.get("noise_image")), letter_map=letter_map,
+        letters=tuple(shown), label=letter_map[label], nota=letter_map[nota], type=question.type, noise=noise,
+        letter_map=letter_map,
     )  # fmt: skip
 
 
@@ -139,7 +161,22 @@ def noise_image(question_id: str, seed: int, size: tuple[int, int]) -> Any:
     return Image.fromarray(pixels)
 
 
+@functools.cache
+def official_noise_image() -> Any:
+    """The official noise image, pixel for pixel: 256x256 uniform grey noise, numpy's legacy generator
+    seeded 3720 (the official `generate_noise_image` right after `set_global_seed`; the same image the
+    official repository kept as `.cache/noise_image.png`), as RGB."""
+    from PIL import Image
+
+    size = (OFFICIAL_NOISE_SIZE, OFFICIAL_NOISE_SIZE)
+    pixels = np.random.RandomState(OFFICIAL_NOISE_SEED).randint(0, 256, size, dtype=np.uint8)
+    return Image.fromarray(pixels).convert("RGB")  # 2-D bytes: a grey ("L") image
+
+
 def shown_image(shown: Presented, image_path: str, seed: int) -> Any:
-    """The image a question is shown with: its file's, or noise of the same size in a noise setting."""
+    """The image a question is shown with: its file's, or, in a noise setting, the official noise image
+    or noise of the image's size drawn for the question."""
+    if shown.noise == "official":
+        return official_noise_image()
     image = read_rgb(image_path)
-    return noise_image(shown.question_id, seed, image.size) if shown.noise_image else image
+    return noise_image(shown.question_id, seed, image.size) if shown.noise else image

@@ -10,13 +10,13 @@ selection rate for the noise settings, the NOTA hit rate for NOTA-only).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from blindspot.humblebench.metrics import humility_metrics
+from blindspot.humblebench.metrics import ANSWER_COLUMNS, humility_metrics, require_columns
 from blindspot.io import atomic_path
 
 READINGS = ("text", "logits")
@@ -27,13 +27,26 @@ TABLE4_COLUMNS = {
 }  # fmt: skip
 
 
-def metrics_table(answers: pd.DataFrame) -> pd.DataFrame:
-    """Every metric per VLM x setting x reading (the letter distribution's and the text's), as fractions."""
+def _require_answers(answers: pd.DataFrame, readings: Sequence[str]) -> None:
+    columns = ["vlm", "setting", "question_id", *(c for c in ANSWER_COLUMNS if c != "prediction")]
+    require_columns(answers, [*columns, *(f"prediction_{reading}" for reading in readings)], "HumbleBench answers")
+    for column in ("vlm", "setting", "question_id"):
+        unnamed = answers[answers[column].isna() | (answers[column] == "")]
+        if len(unnamed):
+            raise ValueError(
+                f"HumbleBench answers: {len(unnamed)} rows have no {column} (first: row {unnamed.index[0]})"
+            )
+
+
+def metrics_table(answers: pd.DataFrame, readings: Sequence[str] = READINGS) -> pd.DataFrame:
+    """Every metric per VLM x setting x reading (the letter distribution's and the text's, or those of
+    `readings` where a run has only some), as fractions."""
     if answers.empty:
         raise ValueError("no HumbleBench answers: no source gave questions (release, from_benchmark, scene_graphs)")
+    _require_answers(answers, readings)
     rows = []
     for (vlm, setting), group in answers.groupby(["vlm", "setting"], sort=False):
-        for reading in READINGS:
+        for reading in readings:
             frame = group.assign(prediction=group[f"prediction_{reading}"])
             rows.append({"vlm": vlm, "setting": setting, "reading": reading, **humility_metrics(frame)})
     return pd.DataFrame(rows)
@@ -43,14 +56,20 @@ def _percent(value: float) -> float:
     return round(100 * value, 2) if not math.isnan(value) else math.nan
 
 
-def _one_reading(metrics: pd.DataFrame, reading: str) -> pd.DataFrame:
-    return metrics[metrics["reading"] == reading]
+def _one_reading(metrics: pd.DataFrame, reading: str, columns: Sequence[str]) -> pd.DataFrame:
+    """The metrics of one reading, which must have `columns` and rows of that reading."""
+    require_columns(metrics, ["vlm", "setting", "reading", *columns], "HumbleBench metrics")
+    part = metrics[metrics["reading"] == reading]
+    if part.empty:
+        have = sorted(set(metrics["reading"]))
+        raise ValueError(f"HumbleBench metrics: no rows of reading {reading!r} (have {have})")
+    return part
 
 
 def table4(metrics: pd.DataFrame, reading: str, setting: str) -> pd.DataFrame:
     """Table 4: per type and overall accuracy, non-NOTA accuracy, NOTA hit, false-NOTA and the humility
     score of each model in one setting (the Original one in the paper)."""
-    part = _one_reading(metrics, reading)
+    part = _one_reading(metrics, reading, list(TABLE4_COLUMNS))
     part = part[part["setting"] == setting]
     table = part[["vlm", *TABLE4_COLUMNS]].rename(columns={"vlm": "Model", **TABLE4_COLUMNS})
     return table.assign(**{c: table[c].map(_percent) for c in TABLE4_COLUMNS.values()}).reset_index(drop=True)
@@ -68,7 +87,8 @@ def table5(metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[s
     """Table 5: per setting, the number of models, average overall accuracy, humility score, macro-F1
     and NOTA selection rate, and the best models: by overall accuracy and by humility score, or by the
     setting's headline metric when that is not overall accuracy."""
-    part = _one_reading(metrics, reading)
+    headlines = {setting["headline"] for setting in settings.values()}
+    part = _one_reading(metrics, reading, ["overall", "humility", "macro_f1", "nota_selection", *sorted(headlines)])
     rows = []
     for name, setting in settings.items():
         cells = part[part["setting"] == name]
@@ -91,7 +111,7 @@ def table5(metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[s
 
 def table6(metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     """Table 6: one row per model, one column per setting holding the setting's headline metric."""
-    part = _one_reading(metrics, reading)
+    part = _one_reading(metrics, reading, sorted({setting["headline"] for setting in settings.values()}))
     columns = {name: f"{s['label']} ({HEADLINES[s['headline']]})" for name, s in settings.items()}
     table = pd.DataFrame({"Model": list(dict.fromkeys(part["vlm"]))})
     for name, setting in settings.items():
@@ -134,8 +154,9 @@ def table7(
     """Table 7: humans and models on the same questions. For each annotator's question set, the
     metrics of the person and of each model in the `original` setting, and the NOTA hit rate in the
     `stress` setting; each row averages over the annotators' sets."""
+    _require_answers(answers, [reading])
     shown = answers.drop_duplicates(["setting", "question_id"]).set_index(["setting", "question_id"])
-    people = humans.join(shown[["label", "nota", "type"]], on=["setting", "question_id"])
+    people = humans.join(shown[["label", "nota", "type", "letter_map"]], on=["setting", "question_id"])
     unknown = people[people["label"].isna()]
     if len(unknown):
         raise ValueError(
@@ -157,12 +178,15 @@ def table7(
 
 def report_tables(
     answers: pd.DataFrame, humans: pd.DataFrame | None, reading: str, settings: Mapping[str, Mapping[str, Any]],
-    original: str, stress: str,
+    original: str, stress: str, readings: Sequence[str] = READINGS,
 ) -> tuple[pd.DataFrame, dict[str, tuple[pd.DataFrame, str]]]:  # fmt: skip
-    """Every metric per VLM x setting x reading (`metrics_table`), and by name Tables 4 to 6, and 7 given
-    people's answers (`read_human_answers`), each with its caption; `original` is the setting of Table 4
-    and of Table 7's normal columns, `stress` that of Table 7's NOTA hit under stress."""
-    found = metrics_table(answers)
+    """Every metric per VLM x setting x reading of `readings` (`metrics_table`), and by name Tables 4 to
+    6 of `reading`, and 7 given people's answers (`read_human_answers`), each with its caption; `original`
+    is the setting of Table 4 and of Table 7's normal columns, `stress` that of Table 7's NOTA hit under
+    stress."""
+    if original not in settings:
+        raise ValueError(f"Table 4's setting {original!r} is not one of the settings {list(settings)}")
+    found = metrics_table(answers, readings)
     report = {
         "table4": (
             table4(found, reading, original),
@@ -183,11 +207,13 @@ def plot_nota_tradeoff(
     metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]], path: str | Path
 ) -> None:
     """NOTA hit rate (y) against false-NOTA rate (x), one marker per model and setting; the diagonal is
-    a model that picks NOTA at random. Settings without both rates (noise, NOTA-only) are left out."""
+    a model that picks NOTA at random. Settings without both rates (noise, NOTA-only), and those that
+    `settings` does not name (as in Tables 5 and 6), are left out."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    part = _one_reading(metrics, reading).dropna(subset=["nota_hit", "false_nota"])
+    part = _one_reading(metrics, reading, ["nota_hit", "false_nota"]).dropna(subset=["nota_hit", "false_nota"])
+    part = part[part["setting"].isin(list(settings))]
     figure = Figure(figsize=(6.5, 5.0), dpi=150, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()

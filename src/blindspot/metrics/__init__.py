@@ -36,6 +36,7 @@ class Metric(Protocol):
 PLUGINS = {
     "clip_similarity": "blindspot.metrics.clip_similarity:ClipSimilarity",
     "vqa_score": "blindspot.metrics.vqa_score:VQAScore",
+    "clip_flant5": "blindspot.metrics.clip_flant5:CLIPFlanT5",
     "vlm_judge": "blindspot.metrics.vlm_judge:VLMJudge",
     "api_judge": "blindspot.metrics.api_judge:api_judge_plugin",
     "blip2_score": "blindspot.metrics.blip2_score:Blip2Score",

@@ -132,7 +132,7 @@ def shard_test_pairs(
     pairs: pd.DataFrame, triplets: pd.DataFrame, seed_ids: Iterable[str], seed: int, test_fraction: float
 ) -> pd.DataFrame:
     """The kept pairs of the test split among the seeds of one shard: what a metric's job scores. The
-    split is a function of the triplet id, so a job reads only its own domain's tables."""
+    split is a function of the seed id, so a job reads only its own domain's tables."""
     from blindspot.protobias.split import kept_with_splits
 
     _, kept = kept_with_splits(pairs, triplets, seed, test_fraction)

@@ -2,10 +2,18 @@
 
 A metric is right on a pair only when M(T, I_corr) > M(T, I_adv) on its raw scores; a tie, a NaN
 score or a test pair the metric has no row for counts as a failure. Pairwise accuracy is the
-fraction of right pairs; Cohen's kappa is the chance-corrected agreement between that binary choice
-and the human majority choice (corr vs adv). Both come with 95% percentile-bootstrap intervals over
-pairs (`blindspot.protobias.bootstrap`). Pairs from one prompt triplet (several T2I models and seeds) are
-resampled independently, as in the paper; the intervals ignore that clustering.
+fraction of right pairs. Cohen's kappa is the chance-corrected agreement between that binary choice
+and the human majority's, read as binary too: the majority prefers I_corr, or it does not (it prefers
+I_adv, or no image: `neither` or a tie). The paper computes "all reported values in Table 3 ... on the
+same annotated human-reference subset", so kappa covers every annotated pair, and a pair without a
+clear majority counts as the humans not preferring I_corr, as in the Human row's accuracy. Both come
+with 95% percentile-bootstrap intervals over pairs (`blindspot.protobias.bootstrap`). Pairs from one
+prompt triplet (several T2I models and seeds) are resampled independently, as in the paper; the
+intervals ignore that clustering.
+
+Table 3 is computed on the human-annotated test pairs when there are human choices, as in the paper;
+the whole test split then gets a second table of accuracy. Without human choices the one table is
+the whole test split's, and its title says so.
 """
 
 from __future__ import annotations
@@ -30,17 +38,12 @@ HUMAN = "human"  # the pseudo-metric of the human majority in the breakdown (acc
 HUMAN_FAMILY = "Human semantic-correctness preferences"
 HUMAN_LABEL = "Human"
 OVERALL = "overall"
+ANNOTATED, TEST_SPLIT = "annotated", "test split"  # the populations a breakdown is computed on
 BREAKDOWNS = (OVERALL, "domain", "knob", "t2i", "subcategory")  # the paper reports overall and domain only
 BREAKDOWN_COLUMNS = [
-    "metric", "breakdown", "group", "n", "accuracy", "ci_low", "ci_high", "kappa", "kappa_low", "kappa_high",
-    "n_kappa", "n_unscored",
+    "population", "metric", "breakdown", "group", "n", "accuracy", "ci_low", "ci_high", "kappa", "kappa_low",
+    "kappa_high", "n_kappa", "n_unscored",
 ]  # fmt: skip
-TABLE3_CAPTION = (
-    "Main results on ProtoBias. κ: Cohen's agreement between the metric's pairwise choice and the human majority "
-    "(pairs where humans chose neither image left out). Acc.: pairwise accuracy, a metric is right when it scores "
-    "I_corr strictly above I_adv; for the Human row, the fraction of pairs where the human majority prefers I_corr."
-)
-
 
 # --- pairwise correctness ---------------------------------------------------------------------------------------
 
@@ -161,12 +164,13 @@ def accuracy_breakdown(
     `breakdowns` names columns of the benchmark pairs (domain, knob, t2i, subcategory) and `overall` (one group,
     `all`). `metrics`: which to evaluate and in what order (default: every metric scored, sorted); the config's
     mapping of metric entries works (its keys are used), and metrics without scores are left out (logged).
-    `humans` (pair_id, choice) adds kappa, on the pairs where humans chose corr or adv (pairs they judged
-    `neither` are left out of kappa, since the metric's choice is binary), and a `human` row whose accuracy is
-    the fraction of annotated pairs the majority judged corr (its kappa, inter-annotator agreement, needs the
-    individual annotations and stays NaN). Without humans kappa is NaN. `annotated_only` restricts everything to
-    the human-annotated pairs, as the paper's Table 3 does. Columns: BREAKDOWN_COLUMNS; n_kappa counts the pairs
-    kappa uses, n_unscored the pairs the metric has no score for (already counted as failures).
+    `humans` (pair_id, choice) adds kappa on the annotated pairs (the metric's choice against whether the
+    majority prefers I_corr; `neither` is not preferring it) and a `human` row whose accuracy is the fraction of
+    annotated pairs the majority judged corr (its kappa, inter-annotator agreement, needs the individual
+    annotations: `with_human_kappa`). Without humans kappa is NaN. `annotated_only` restricts everything to the
+    human-annotated pairs, as the paper's Table 3 does; the `population` column says which it is. Columns:
+    BREAKDOWN_COLUMNS; n_kappa counts the pairs kappa uses, n_unscored the pairs the metric has no score for
+    (already counted as failures).
     """
     test = select_test_pairs(pairs)
     correct, unscored = pairwise_outcomes(scores, pairs, metrics)
@@ -184,7 +188,7 @@ def accuracy_breakdown(
     test, correct, unscored, choice = test[keep], correct[keep], unscored[keep], choice[keep]
     annotated = np.isin(choice, CHOICES)
     human_corr = choice == "corr"
-    decided = np.isin(choice, ("corr", "adv"))
+    population = ANNOTATED if annotated_only else TEST_SPLIT
 
     rows = []
     for breakdown in breakdowns:
@@ -194,22 +198,19 @@ def accuracy_breakdown(
         groups = pd.Series(np.arange(len(test))).groupby(np.asarray(keys, dtype=str), sort=True)
         for group, positions in groups:
             idx = positions.to_numpy()
+            on = annotated[idx]
             for metric in correct.columns:
                 right = correct[metric].to_numpy()[idx]
-                in_kappa = decided[idx]
                 rng = _cell_seed(seed, metric, breakdown, group)
                 acc = bootstrap_accuracy(right, n_boot, rng, level)
                 kappa = (
-                    bootstrap_kappa(right[in_kappa], human_corr[idx][in_kappa], n_boot, rng, level)
-                    if in_kappa.any()
-                    else NAN_ESTIMATE
+                    bootstrap_kappa(right[on], human_corr[idx][on], n_boot, rng, level) if on.any() else NAN_ESTIMATE
                 )
-                rows.append([metric, breakdown, group, len(idx), *acc, *kappa, int(in_kappa.sum()),
+                rows.append([population, metric, breakdown, group, len(idx), *acc, *kappa, int(on.sum()),
                              int(unscored[metric].to_numpy()[idx].sum())])  # fmt: skip
             if humans is not None:
-                on = annotated[idx]
                 acc = bootstrap_accuracy(human_corr[idx][on], n_boot, _cell_seed(seed, HUMAN, breakdown, group), level)
-                rows.append([HUMAN, breakdown, group, int(on.sum()), *acc, *NAN_ESTIMATE, 0, 0])
+                rows.append([population, HUMAN, breakdown, group, int(on.sum()), *acc, *NAN_ESTIMATE, 0, 0])
     frame = pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
     metric_rank = {m: i for i, m in enumerate([HUMAN, *correct.columns])}
     breakdown_rank = {b: i for i, b in enumerate(breakdowns)}
@@ -251,17 +252,21 @@ def _domain_label(domain: str) -> str:
 
 
 def table3(
-    breakdown: pd.DataFrame, metrics: Mapping[str, Mapping[str, Any]], domains: Sequence[str] | None = None
+    breakdown: pd.DataFrame,
+    metrics: Mapping[str, Mapping[str, Any]],
+    domains: Sequence[str] | None = None,
+    *,
+    kappa: bool = True,
 ) -> pd.DataFrame:
     """The paper's Table 3: a header row per family, then its metrics in config order; per domain `κ` and `Acc.`,
     then `Overall`. `metrics` is the config's {name: {family, label}}; `domains` orders the domain columns
-    (default: sorted). Header rows hold empty strings; values are full precision."""
+    (default: sorted); `kappa=False` leaves the κ columns out (a table without human choices). Header rows
+    hold empty strings; values are full precision."""
     by_domain = breakdown[breakdown["breakdown"] == "domain"]
     overall = breakdown[breakdown["breakdown"] == OVERALL]
     domains = sorted(by_domain["group"].unique()) if domains is None else list(domains)
-    columns = ["Method"]
-    for domain in [*domains, "Overall"]:
-        columns += [f"{_domain_label(domain)} κ", f"{_domain_label(domain)} Acc."]
+    kinds = ["κ", "Acc."] if kappa else ["Acc."]
+    columns = ["Method", *(f"{_domain_label(d)} {kind}" for d in [*domains, "Overall"] for kind in kinds)]
     cells = {(r.metric, r.group): r for r in by_domain.itertuples(index=False)}
     cells |= {(r.metric, "Overall"): r for r in overall.itertuples(index=False)}
     rows: list[list[Any]] = []
@@ -271,9 +276,48 @@ def table3(
             row: list[Any] = [_label(name, metrics)]
             for domain in [*domains, "Overall"]:
                 cell = cells.get((name, domain))
-                row += [float("nan"), float("nan")] if cell is None else [cell.kappa, cell.accuracy]
+                values = {"κ": float("nan"), "Acc.": float("nan")} if cell is None else {
+                    "κ": cell.kappa, "Acc.": cell.accuracy}  # fmt: skip
+                row += [values[kind] for kind in kinds]
             rows.append(row)
     return pd.DataFrame(rows, columns=columns, dtype=object)
+
+
+def population_size(breakdown: pd.DataFrame) -> int:
+    """How many test pairs a breakdown covers: its largest overall count (0 for none)."""
+    counts = breakdown.loc[breakdown["breakdown"] == OVERALL, "n"]
+    return int(counts.max()) if len(counts) else 0
+
+
+def table3_caption(n_pairs: int, human_kappa: bool) -> str:
+    """Table 3's title and definitions, on the annotated pairs as in the paper."""
+    human = (
+        "the mean pairwise quadratic weighted Cohen's κ among annotators"
+        if human_kappa
+        else "n/a: the mean pairwise κ among annotators needs each annotator's labels (annotation.pairwise_labels)"
+    )
+    return (
+        f"Table 3: main results on the {n_pairs} human-annotated test pairs (the paper computes every value on its "
+        "900-pair annotated subset). κ: Cohen's agreement between the metric's pairwise choice (I_corr scored above "
+        "I_adv or not) and the human majority's (prefers I_corr or not: a tie or `neither` is not), on every "
+        f"annotated pair; for the Human row, {human}. Acc.: pairwise accuracy, a metric is right when it scores "
+        "I_corr strictly above I_adv; for the Human row, the fraction of annotated pairs whose majority prefers I_corr."
+    )
+
+
+def whole_split_caption(n_pairs: int, n_annotated: int) -> str:
+    """The title of the accuracy table on the whole test split: beside Table 3 (`n_annotated` pairs), or
+    instead of it when there are no human choices (`n_annotated` 0)."""
+    where = (
+        f"Table 3's population is the {n_annotated} human-annotated pairs (its own table)"
+        if n_annotated
+        else "not Table 3's population, the paper's 900 human-annotated test pairs. κ needs human pairwise labels "
+        "(annotation.pairwise_labels, or a majority per pair in evaluation.human_choices)"
+    )
+    return (
+        f"Pairwise accuracy on the whole test split ({n_pairs} pairs); {where}. Acc.: a metric is right when it "
+        "scores I_corr strictly above I_adv under the neutral prompt T."
+    )
 
 
 def with_human_kappa(
@@ -297,10 +341,11 @@ def write_table3(
     csv: str | Path,
     markdown: str | Path,
     latex: str | Path,
-    caption: str = TABLE3_CAPTION,
+    caption: str,
     decimals: int = 3,
 ) -> None:
-    """Table 3 as CSV (full precision), Markdown and LaTeX (`decimals` places; κ becomes $\\kappa$ in LaTeX)."""
+    """Table 3 as CSV (full precision), Markdown and LaTeX under `caption` (`decimals` places; κ becomes
+    $\\kappa$ in LaTeX)."""
     write_text(csv, table.to_csv(index=False))
     shown = table.map(lambda v: ("n/a" if np.isnan(v) else f"{v:.{decimals}f}") if isinstance(v, float) else v)
     write_text(markdown, f"{caption}\n\n{to_markdown(shown)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,19 @@ def _dataset(frame: pd.DataFrame) -> Any:
 def model_rows(models: Mapping[str, Sequence[ModelSpec]]) -> list[tuple[str, str, str]]:
     """The card's (role, model, licence) rows, in the order the roles and their models are given."""
     return [(role, spec.model_id, spec.licence or "see model card") for role, specs in models.items() for spec in specs]
+
+
+def source_counts(benchmark: pd.DataFrame) -> pd.DataFrame:
+    """Pairs per domain built only from taxonomy entries the paper names, and pairs per part of the
+    seed whose entry the project added (`added_entries`; a pair may count under several parts)."""
+    rows = {}
+    for domain, entries in benchmark.groupby("domain")["added_entries"]:
+        added = [entry.split(",") for entry in entries if entry]
+        rows[domain] = {"pairs": len(entries), "paper only": len(entries) - len(added)}
+        rows[domain] |= Counter(f"added {part}" for parts in added for part in parts)
+    parts = sorted({name for row in rows.values() for name in row if name.startswith("added ")})
+    columns = ["pairs", "paper only", *parts]
+    return pd.DataFrame.from_dict(rows, orient="index", columns=columns).fillna(0).astype(int).rename_axis("domain")
 
 
 def dataset_card(benchmark: pd.DataFrame, about: Mapping[str, Any]) -> str:
@@ -113,6 +127,13 @@ def dataset_card(benchmark: pd.DataFrame, about: Mapping[str, Any]) -> str:
         "Pairs per text-to-image model and domain:",
         "",
         per_model.to_markdown(),
+        "",
+        "Pairs by where their taxonomy entries come from: each entry says `source: paper` when the",
+        "paper names it (Appendix A.1, section 4.1) and `source: added` when this project chose it",
+        "(docs/fidelity.md). *paper only* pairs use no added entry; an `added` column counts the pairs",
+        "whose entry for that part is added.",
+        "",
+        source_counts(benchmark).to_markdown(),
         "",
         "## How it was built",
         "",

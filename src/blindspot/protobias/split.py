@@ -1,4 +1,9 @@
-"""Train/test split at the triplet level, and the two disjoint human-annotation subsets of the paper."""
+"""Train/test split at the seed level, and the two disjoint human-annotation subsets of the paper.
+
+The paper splits "at the prompt-triplet level, ensuring that variants of the same underlying triplet do not
+appear across splits" (section 5). A seed (one taxonomy draw: pair, scene, element, knob) yields one triplet per
+generator LLM, near-copies of each other, so the unit of the split is the seed: every triplet of a seed and every
+image of each fall in one split (docs/fidelity.md P19)."""
 
 from __future__ import annotations
 
@@ -12,16 +17,16 @@ import pandas as pd
 from blindspot.io import stable_id
 
 
-def split_of(triplet_id: str, seed: int, test_fraction: float) -> str:
-    """A triplet's split from a hash of its id: stable when triplets are added or removed."""
-    draw = int(stable_id(triplet_id, seed)[:12], 16) / 16**12
+def split_of(seed_id: str, seed: int, test_fraction: float) -> str:
+    """A seed's split from a hash of its id: stable when seeds are added or removed."""
+    draw = int(stable_id(seed_id, seed)[:12], 16) / 16**12
     return "test" if draw < test_fraction else "train"
 
 
 def assign_splits(pairs: pd.DataFrame, seed: int, test_fraction: float) -> pd.DataFrame:
-    """Kept pairs with their split; all pairs of a triplet share it, so no triplet is in both."""
-    splits = {t: split_of(t, seed, test_fraction) for t in pairs["triplet_id"].unique()}
-    return pairs.assign(split=pairs["triplet_id"].map(splits))
+    """Kept pairs with their split; all pairs of a seed share it, so no seed (and no triplet) is in both."""
+    splits = {s: split_of(s, seed, test_fraction) for s in pairs["seed_id"].unique()}
+    return pairs.assign(split=pairs["seed_id"].map(splits))
 
 
 def kept_with_splits(

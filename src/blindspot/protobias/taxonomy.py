@@ -1,4 +1,10 @@
-"""Domains as data: load a taxonomy and enumerate it into seed rows for the generator LLMs."""
+"""Domains as data: load a taxonomy and enumerate it into seed rows for the generator LLMs.
+
+A seed combines only what fits: a pair of members gets the scenes and auxiliary elements that fit
+both of them. A member's fit is its own `scenes` / `auxiliary_elements` list, else its
+subcategory's, else the whole domain's (paper A.1: "the environment remains identical and
+realistic"; object scenes are "minimal and category-appropriate").
+"""
 
 from __future__ import annotations
 
@@ -17,8 +23,12 @@ from blindspot.io import stable_id
 SEED_COLUMNS = [
     "seed_id", "domain", "subcategory", "label", "qualifier", "correct_instance", "adversarial_instance",
     "scene", "aux_element", "knob", "correct_value", "adversarial_value",
-    "draft_neutral", "draft_correct", "draft_adversarial", "taxonomy_sha256", "sample_seed",
+    "draft_neutral", "draft_correct", "draft_adversarial",
+    "qualifier_realization", "correct_realization", "adversarial_realization", "added_entries",
+    "taxonomy_sha256", "sample_seed",
 ]  # fmt: skip
+FIT_KINDS = ("scenes", "auxiliary_elements")
+REALIZATION_FACETS = ("clothing", "appearance", "symbols")  # paper A.1, in the paper's order
 
 
 def load_taxonomy(path: str | Path, domain: str) -> dict[str, Any]:
@@ -27,20 +37,64 @@ def load_taxonomy(path: str | Path, domain: str) -> dict[str, Any]:
     check_schema(taxonomy, SCHEMA_DIR / "taxonomy.schema.yaml", f"taxonomy {path}")
     if taxonomy["domain"] != domain:
         raise ConfigError(f"taxonomy {path} key 'domain': '{taxonomy['domain']}' but config names it '{domain}'")
+    _check_fits(taxonomy, f"taxonomy {path}")
     return taxonomy
 
 
-def _instance_pairs(taxonomy: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """(subcategory, qualifier, correct instance, adversarial instance) for every taxonomy entry."""
-    qualifiers = taxonomy["qualifiers"] or [None]
+def _check_fits(taxonomy: dict[str, Any], what: str) -> None:
+    """Every fit names a scene or auxiliary element of the domain, and every member is drawn in some pair."""
+    for name, entry in taxonomy["subcategories"].items():
+        owners = [(f"subcategories.{name}", entry)]
+        owners += [(f"subcategories.{name}.{role}.{member}", entry[role][member])
+                   for role in ("atypical", "typical") for member in entry[role]]  # fmt: skip
+        for key, owner in owners:
+            for kind in FIT_KINDS:
+                unknown = [item for item in owner.get(kind, []) if item not in taxonomy[kind]]
+                if unknown:
+                    raise ConfigError(
+                        f"{what} key '{key}.{kind}': {', '.join(unknown)} not among the domain's {kind} "
+                        f"({', '.join(taxonomy[kind])})"
+                    )
+    drawn = {(pair["subcategory"], pair[role]) for pair in _member_pairs(taxonomy) for role in ("atypical", "typical")}
+    for name, entry in taxonomy["subcategories"].items():
+        for role in ("atypical", "typical"):
+            for member in entry[role]:
+                if (name, member) not in drawn:
+                    raise ConfigError(
+                        f"{what} key 'subcategories.{name}.{role}.{member}': shares no scene or no auxiliary "
+                        f"element with any member it is paired with, so it is never drawn"
+                    )
+
+
+def _fit(taxonomy: dict[str, Any], subcategory: str, role: str, member: str, kind: str) -> list[str]:
+    entry = taxonomy["subcategories"][subcategory]
+    return entry[role][member].get(kind) or entry.get(kind) or list(taxonomy[kind])
+
+
+def _member_pairs(taxonomy: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each (atypical, typical) pair of a subcategory with the scenes and auxiliary elements that fit both;
+    a pair that shares no scene or no auxiliary element is not drawn (A.1 contrasts each member with
+    prototypes that fit: "dolphin contrasted with dog, cat, or horse")."""
     pairs = []
     for subcategory in sorted(taxonomy["subcategories"]):
         entry = taxonomy["subcategories"][subcategory]
-        for atypical, typical, qualifier in itertools.product(entry["atypical"], entry["typical"], qualifiers):
-            inverted = qualifier is not None and qualifier["inverts_typicality"]
-            correct, adversarial = (typical, atypical) if inverted else (atypical, typical)
-            pairs.append((subcategory, qualifier["phrase"] if qualifier else "", correct, adversarial))
+        for atypical, typical in itertools.product(entry["atypical"], entry["typical"]):
+            pair = {"subcategory": subcategory, "atypical": atypical, "typical": typical}
+            for kind in FIT_KINDS:
+                both = set(_fit(taxonomy, subcategory, "atypical", atypical, kind))
+                both &= set(_fit(taxonomy, subcategory, "typical", typical, kind))
+                pair[kind] = [item for item in taxonomy[kind] if item in both]  # the domain's order
+            if all(pair[kind] for kind in FIT_KINDS):
+                pairs.append(pair)
     return pairs
+
+
+def realization_text(realization: dict[str, str] | None) -> str:
+    """'a kippah (clothing); a small pendant (symbols)' for the generator prompt; empty where the taxonomy
+    gives none."""
+    if not realization:
+        return ""
+    return "; ".join(f"{realization[facet]} ({facet})" for facet in REALIZATION_FACETS if facet in realization)
 
 
 def draft(scene: str, phrase: str, subject: str, aux: str, value: str) -> str:
@@ -50,7 +104,11 @@ def draft(scene: str, phrase: str, subject: str, aux: str, value: str) -> str:
 
 
 def enumerate_seeds(taxonomy: dict[str, Any]) -> list[dict[str, str]]:
-    """Every taxonomy entry x scene template x auxiliary element x ordered knob-value pair."""
+    """Every member pair x qualifier x fitting scene x fitting auxiliary element x ordered knob-value pair.
+
+    `added_entries` names the parts of a seed whose taxonomy entry is `source: added` (empty when the
+    paper names them all), so the dataset card can count both.
+    """
     knobs = taxonomy["knobs"]
     knob_changes = [
         (knob, correct, adversarial)
@@ -58,28 +116,61 @@ def enumerate_seeds(taxonomy: dict[str, Any]) -> list[dict[str, str]]:
         for correct, adversarial in itertools.permutations(knobs[knob]["values"], 2)
     ]
     seeds = []
-    for (subcategory, qualifier, correct, adversarial), scene, aux, (knob, cv, av) in itertools.product(
-        _instance_pairs(taxonomy), taxonomy["scenes"], taxonomy["auxiliary_elements"], knob_changes
-    ):
-        label = taxonomy["subcategories"][subcategory]["label"]
-        phrase = knobs[knob]["phrase"]
-        seeds.append(
-            {
-                "subcategory": subcategory,
-                "label": label,
+    for pair in _member_pairs(taxonomy):
+        entry = taxonomy["subcategories"][pair["subcategory"]]
+        atypical, typical = entry["atypical"][pair["atypical"]], entry["typical"][pair["typical"]]
+        for qualifier in taxonomy["qualifiers"] or [None]:
+            inverted = qualifier is not None and qualifier["inverts_typicality"]
+            # A negative attribute makes the disadvantaged group the stereotype: the roles swap.
+            (correct, correct_entry), (adversarial, adversarial_entry) = (
+                ((pair["typical"], typical), (pair["atypical"], atypical))
+                if inverted
+                else ((pair["atypical"], atypical), (pair["typical"], typical))
+            )
+            phrase = qualifier["phrase"] if qualifier else ""
+            qualifier_realization = (qualifier or {}).get("realization")
+            # The taxonomy entries this seed uses, by the seed column they fill.
+            entries = {
+                "subcategory": entry,
                 "qualifier": qualifier,
-                "correct_instance": correct,
-                "adversarial_instance": adversarial,
-                "scene": scene,
-                "aux_element": aux,
-                "knob": knob,
-                "correct_value": cv,
-                "adversarial_value": av,
-                "draft_neutral": draft(scene, phrase, f"{qualifier} {label}".strip(), aux, cv),
-                "draft_correct": draft(scene, phrase, f"{qualifier} {correct}".strip(), aux, cv),
-                "draft_adversarial": draft(scene, phrase, f"{qualifier} {adversarial}".strip(), aux, av),
+                "qualifier_realization": qualifier_realization,
+                "correct_instance": correct_entry,
+                "correct_realization": correct_entry.get("realization"),
+                "adversarial_instance": adversarial_entry,
+                "adversarial_realization": adversarial_entry.get("realization"),
             }
-        )
+            for scene_id, aux, (knob, cv, av) in itertools.product(
+                pair["scenes"], pair["auxiliary_elements"], knob_changes
+            ):
+                scene, knob_phrase = taxonomy["scenes"][scene_id]["template"], knobs[knob]["phrase"]
+                used = entries | {
+                    "scene": taxonomy["scenes"][scene_id],
+                    "aux_element": taxonomy["auxiliary_elements"][aux],
+                    "knob": knobs[knob],
+                }
+                seeds.append(
+                    {
+                        "subcategory": pair["subcategory"],
+                        "label": entry["label"],
+                        "qualifier": phrase,
+                        "correct_instance": correct,
+                        "adversarial_instance": adversarial,
+                        "scene": scene,
+                        "aux_element": aux,
+                        "knob": knob,
+                        "correct_value": cv,
+                        "adversarial_value": av,
+                        "draft_neutral": draft(scene, knob_phrase, f"{phrase} {entry['label']}".strip(), aux, cv),
+                        "draft_correct": draft(scene, knob_phrase, f"{phrase} {correct}".strip(), aux, cv),
+                        "draft_adversarial": draft(scene, knob_phrase, f"{phrase} {adversarial}".strip(), aux, av),
+                        "qualifier_realization": realization_text(qualifier_realization),
+                        "correct_realization": realization_text(correct_entry.get("realization")),
+                        "adversarial_realization": realization_text(adversarial_entry.get("realization")),
+                        "added_entries": ",".join(
+                            part for part, used_entry in used.items() if used_entry and used_entry["source"] == "added"
+                        ),
+                    }
+                )
     return seeds
 
 

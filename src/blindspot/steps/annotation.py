@@ -13,35 +13,49 @@ from blindspot.steps import log
 
 def make_annotation_projects(
     filter_validation: str, preference_pairs: str, scene_candidates: Sequence[str], annotators: Sequence[str],
-    image_url_prefix: str, out: str,
+    filter_evaluators: Sequence[str], image_url_prefix: str, out: str,
 ) -> None:  # fmt: skip
     """Annotation projects for the papers' human studies: Label Studio tasks and config, and a link per
-    annotator for the built-in page (`blindspot annotate serve`)."""
+    annotator for the built-in page (`blindspot annotate serve`). The filter validation images go to the
+    designated evaluators only (the paper: "a trained human evaluator"); the other tasks to every annotator."""
     from blindspot.annotation.projects import make_projects
     from blindspot.io import atomic_dir
 
-    sources = {"image_score": read_table(filter_validation, tables.ANNOTATION_IMAGES),
-               "pairwise": read_table(preference_pairs, tables.ANNOTATION_PAIRS)}  # fmt: skip
+    strangers = [name for name in filter_evaluators if name not in annotators]
+    if strangers:
+        raise ValueError(
+            f"annotation.filter_evaluators {strangers} are not in annotation.annotators {list(annotators)}"
+        )
+    shared = {"pairwise": read_table(preference_pairs, tables.ANNOTATION_PAIRS)}
     if scene_candidates:
-        sources["question_check"] = read_table(scene_candidates[0], tables.HUMBLE_QUESTIONS)
+        shared["question_check"] = read_table(scene_candidates[0], tables.HUMBLE_QUESTIONS)
     with atomic_dir(out) as tmp:
-        projects = make_projects(sources, annotators, tmp, image_url_prefix)
+        projects = make_projects(
+            {"image_score": read_table(filter_validation, tables.ANNOTATION_IMAGES)}, filter_evaluators, tmp,
+            image_url_prefix,
+        ) | make_projects(shared, annotators, tmp, image_url_prefix)  # fmt: skip
     for task, project in projects.items():
         log.info("%s: %d items for %d annotators", task, len(project["items"]), len(project["annotators"]))
 
 
-def validate_filter(filter_validation: str, labels: str, threshold: float, csv: str, markdown: str, latex: str) -> None:
-    """Appendix D: the people's 1-10 scores against the VLM filter on the filter validation images."""
-    from blindspot.annotation.agreement import filter_validation as validation
+def validate_filter(
+    filter_validation: str, labels: str, evaluators: Sequence[str], threshold: float, csv: str, markdown: str,
+    latex: str,
+) -> None:  # fmt: skip
+    """Appendix D: the designated evaluators' 1-10 scores against the VLM filter on the filter validation
+    images (several evaluators' scores are averaged per image)."""
+    from blindspot.annotation import agreement
     from blindspot.annotation.projects import read_labels, scored_images
     from blindspot.reporting import write_report_table
 
     images = read_table(filter_validation, tables.ANNOTATION_IMAGES)
-    scored = scored_images(read_labels("image_score", labels), images, labels)
-    log.info("filter validation: %d of %d images scored by people", len(scored), len(images))
-    write_report_table(
-        validation(scored, threshold), csv, markdown, latex, caption="Filter validation: people against the VLM filter"
+    scores = agreement.evaluator_scores(read_labels("image_score", labels), evaluators, labels)
+    scored = scored_images(scores, images, labels)
+    log.info("filter validation: %d of %d images scored by %s", len(scored), len(images), ", ".join(evaluators))
+    caption = agreement.FILTER_VALIDATION_CAPTION.format(
+        evaluators=", ".join(evaluators), images=len(scored), threshold=threshold
     )
+    write_report_table(agreement.filter_validation(scored, threshold), csv, markdown, latex, caption=caption)
 
 
 def human_preferences(

@@ -20,6 +20,7 @@ from typing import Any
 from blindspot.io import atomic_dir
 from blindspot.models.tiny.align_score import build_random_align_score
 from blindspot.models.tiny.blip2 import build_random_blip2_itm
+from blindspot.models.tiny.clip_flant5 import build_random_clip_flant5
 from blindspot.models.tiny.diffusion import build_random_diffusers_pipeline
 from blindspot.models.tiny.hpsv2 import build_random_hpsv2
 from blindspot.models.tiny.image_reward import build_random_image_reward
@@ -309,6 +310,7 @@ RECIPES: dict[str, Callable[..., None]] = {
     "random_blip2_itm": build_random_blip2_itm,
     "random_open_clip": build_random_hpsv2,
     "random_image_reward": build_random_image_reward,
+    "random_clip_flant5": build_random_clip_flant5,
     "random_align_score": build_random_align_score,
     "random_pyiqa_weights": build_random_pyiqa_weights,
     "niqe_params_from_basicsr": build_niqe_params_from_basicsr,
