@@ -348,8 +348,12 @@ def test_table3_is_on_the_annotated_pairs_with_labels_and_says_whole_split_witho
     assert list(whole.columns) == ["Animals Acc.", "Objects Acc.", "Overall Acc."]
     assert "Human" not in whole.index  # people judged only the annotated pairs
     assert whole.loc["CLIPScore", "Overall Acc."] == pytest.approx(2 / 6)
-    assert (tmp_path / "split.md").read_text().startswith(
-        "Pairwise accuracy on the whole test split (6 pairs); Table 3's population is the 5 human-annotated pairs"
+    assert (
+        (tmp_path / "split.md")
+        .read_text()
+        .startswith(
+            "Pairwise accuracy on the whole test split (6 pairs); Table 3's population is the 5 human-annotated pairs"
+        )
     )
     assert r"\caption{Pairwise accuracy on the whole test split" in (tmp_path / "split.tex").read_text()
     long = pd.read_csv(arguments["breakdown"])

@@ -54,12 +54,12 @@ def test_shuffled_nota_moves_nota_and_re_letters_the_rest():
 
 
 def test_nota_only_removes_the_correct_option():
-    shown = present(QUESTION, "nota_only", {"remove_correct": True}, seed=0)
+    shown = present(QUESTION, "nota_only", {"remove_correct": True, "reletter": True}, seed=0)
     assert shown.options == ("red", "green", "yellow", "None of the above")
     assert (shown.label, shown.nota) == ("D", "D")
     assert shown.letter_map == {"A": "A", "B": "B", "C": "", "D": "C", "E": "D"}
     already = Question("q2", "?", OPTIONS, label="E", type="Object")
-    assert present(already, "nota_only", {"remove_correct": True}, seed=0).options == OPTIONS
+    assert present(already, "nota_only", {"remove_correct": True, "reletter": True}, seed=0).options == OPTIONS
 
 
 def test_noise_image_makes_nota_the_label_and_the_noise_is_seeded():
@@ -388,7 +388,8 @@ def test_answers_read_a_batch_at_a_time_are_those_of_the_images_in_memory(built_
         path = tmp_path / f"{i}.png"
         Image.new("RGB", (40 + 8 * i, 32), colour).save(path)
         question = Question(f"q{i}", "What colour is the car?", OPTIONS, label="ABC"[i], type="Attribute")
-        setting, transforms = ("noise", {"noise_image": True}) if i == 1 else ("original", {})
+        noise = {"noise_image": True, "noise_per_question": True}
+        setting, transforms = ("noise", noise) if i == 1 else ("original", {})
         questions.append((present(question, setting, transforms, seed=3), str(path)))
     rows = answer_in_batches(questions, scorer, templates, max_new_tokens=4, seed=3)
     # The second question is shown noise of its image's size, not its image.

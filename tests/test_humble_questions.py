@@ -366,7 +366,8 @@ def test_scene_graph_questions_from_the_tiny_models(built_config, tmp_path):
 def test_the_tiny_vlm_answers_with_letter_probabilities_and_text(built_config):
     import torch
 
-    from blindspot.models.vlm_scoring import TransformersVLMScorer
+    from blindspot.humblebench.parsing import parse_answer
+    from blindspot.models.vlm_scoring import TransformersVLMScorer, image_conversation
 
     scorer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=2)
     template = PromptTemplate.load("config/prompts/humble_original_v1.yaml")
@@ -380,7 +381,7 @@ def test_the_tiny_vlm_answers_with_letter_probabilities_and_text(built_config):
     assert [len(json.loads(r["letter_probabilities"])) for r in rows] == [5, 4]  # the letters shown
     letters = humble_answers.option_token_ids(scorer.tokenizer)
     for row, item, picture in zip(rows, shown, pictures, strict=True):
-        conversation = humble.image_conversation(template, **item.prompt_fields())
+        conversation = image_conversation(template, **item.prompt_fields())
         with torch.inference_mode():
             logits = scorer.model(**scorer.inputs([conversation], [picture])).logits[0, -1].float()
         shown_ids = [letters["ABCDE".index(letter)] for letter in item.letters]
@@ -388,7 +389,7 @@ def test_the_tiny_vlm_answers_with_letter_probabilities_and_text(built_config):
         assert json.loads(row["letter_probabilities"]) == pytest.approx(expected, rel=1e-4)
         assert row["prediction_logits"] == item.letters[int(np.argmax(expected))]
         options = dict(zip(item.letters, item.options, strict=True))
-        assert row["prediction_text"] == (humble.parse_answer(row["text"], options) or "")
+        assert row["prediction_text"] == (parse_answer(row["text"], options) or "")
         assert row["template_version"] == template.version
     assert shown[1].letters == ("A", "B", "D", "E")  # the official NOTA-only: C removed, a gap
     assert (rows[1]["label"], rows[1]["nota"]) == ("E", "E")

@@ -205,8 +205,11 @@ def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(tiny_c
     seeds = pd.DataFrame({c: [seed_id] if c == "seed_id" else ["x"] for c in tables.SEEDS.names}).assign(sample_seed=1)
     write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
     triplet_id = "t0"
-    triplet = {f.name: "x" for f in tables.TRIPLETS} | {"triplet_id": triplet_id, "seed_id": seed_id,
-                                                         "domain": "objects"}
+    triplet = {f.name: "x" for f in tables.TRIPLETS} | {
+        "triplet_id": triplet_id,
+        "seed_id": seed_id,
+        "domain": "objects",
+    }
     write_table(tmp_path / "triplets.parquet", pd.DataFrame([triplet]), tables.TRIPLETS)
     pair = {f.name: "x" for f in tables.PAIRS} | {
         "triplet_id": triplet_id, "seed": 1, "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True,

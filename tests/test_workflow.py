@@ -384,8 +384,10 @@ def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run
     out = snakemake("-n", "--configfile", "labelled.yaml", cwd=work)
     assert planned_jobs(out) == Counter({"validate_filter": 1, "human_preferences": 1, "make_table3": 1, "all": 1})
     snakemake("--configfile", "labelled.yaml", "--profile", "profiles/local", "-c2", cwd=work)
-    assert (results / "tables" / "table3_metrics.md").read_text().startswith(
-        f"Table 3: main results on the {len(pairs)} human-annotated test pairs"
+    assert (
+        (results / "tables" / "table3_metrics.md")
+        .read_text()
+        .startswith(f"Table 3: main results on the {len(pairs)} human-annotated test pairs")
     )
     whole_split = pd.read_csv(results / "tables" / "table3_test_split.csv")
     assert "Human" not in set(whole_split["Method"])

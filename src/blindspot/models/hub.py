@@ -57,8 +57,12 @@ PLUGIN_CHECKPOINTS = {
 PLUGIN_FILE_ARGS = {"hpsv2": ("architecture",)}
 # Plug-in arguments that name another hub repository whose configs and tokenizer (not weights) the
 # plug-in reads at the default revision: PickScore's processor, AlignScore's base, ImageReward's tokenizer.
-PLUGIN_CONFIG_ARGS = {"clip_similarity": ("processor",), "align_score": ("base",), "image_reward": ("tokenizer",),
-                     "clip_flant5": ("tokenizer", "vision_tower")}
+PLUGIN_CONFIG_ARGS = {
+    "clip_similarity": ("processor",),
+    "align_score": ("base",),
+    "image_reward": ("tokenizer",),
+    "clip_flant5": ("tokenizer", "vision_tower"),
+}
 
 
 class HubError(RuntimeError):
