@@ -4,7 +4,9 @@ scripts in .venv-ports."""
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 PORTS_PYTHON = REPO / ".venv-ports" / "bin" / "python"
@@ -56,3 +58,15 @@ def assert_half_precision_close(build, prompts: list[str], pictures: list, toler
 def assert_refuses_unpaired(metric, prompts: list[str], pictures: list) -> None:
     with pytest.raises(ValueError, match=f"{len(prompts)} prompts for {len(pictures)} images"):
         metric.score(prompts, pictures)
+
+
+def images_of_every_mode(n: int) -> list[Image.Image]:
+    """Random pictures of several sizes and modes (RGB, grey, RGBA), landscape and portrait."""
+    rng = np.random.default_rng(0)
+    pictures = []
+    for i in range(n):
+        shape = (40 + 12 * i, 64 - 6 * i)
+        mode = ("RGB", "L", "RGBA")[i % 3]
+        channels = {"RGB": (3,), "L": (), "RGBA": (4,)}[mode]
+        pictures.append(Image.fromarray(rng.integers(0, 255, shape + channels, dtype=np.uint8), mode=mode))
+    return pictures

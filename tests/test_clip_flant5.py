@@ -7,13 +7,15 @@ import math
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 from metric_checks import (
     assert_half_precision_close,
     assert_refuses_unpaired,
     assert_scores_are_per_pair,
     official_scores,
+)
+from metric_checks import (
+    images_of_every_mode as images,
 )
 from PIL import Image
 
@@ -52,18 +54,6 @@ RELEASE_CONFIG = {
 }  # fmt: skip
 RELEASE_VISION = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
                   "image_size": 336, "patch_size": 14, "hidden_act": "quick_gelu", "projection_dim": 768}  # fmt: skip
-
-
-def images(n: int) -> list[Image.Image]:
-    """Random pictures of several sizes and modes (RGB, grey, RGBA), landscape and portrait."""
-    rng = np.random.default_rng(0)
-    pictures = []
-    for i in range(n):
-        shape = (40 + 12 * i, 64 - 6 * i)
-        mode = ("RGB", "L", "RGBA")[i % 3]
-        channels = {"RGB": (3,), "L": (), "RGBA": (4,)}[mode]
-        pictures.append(Image.fromarray(rng.integers(0, 255, shape + channels, dtype=np.uint8), mode=mode))
-    return pictures
 
 
 def tiny_spec(path, dtype: str = "float32") -> ModelSpec:

@@ -7,7 +7,6 @@ import math
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 from metric_checks import (
     assert_half_precision_close,
@@ -16,7 +15,9 @@ from metric_checks import (
     official_scores,
     run_official,
 )
-from PIL import Image
+from metric_checks import (
+    images_of_every_mode as images,
+)
 
 from blindspot.config import ModelSpec
 from blindspot.metrics.image_reward import (
@@ -44,18 +45,6 @@ PROMPTS = [
     "barrels, children running along the quay and a storm gathering far out over the grey sea",
     "",
 ]
-
-
-def images(n: int) -> list[Image.Image]:
-    """Random pictures of several sizes and modes (RGB, grey, RGBA), landscape and portrait."""
-    rng = np.random.default_rng(0)
-    pictures = []
-    for i in range(n):
-        shape = (40 + 12 * i, 64 - 6 * i)
-        mode = ("RGB", "L", "RGBA")[i % 3]
-        channels = {"RGB": (3,), "L": (), "RGBA": (4,)}[mode]
-        pictures.append(Image.fromarray(rng.integers(0, 255, shape + channels, dtype=np.uint8), mode=mode))
-    return pictures
 
 
 def tiny_spec(path, dtype: str = "float32") -> ModelSpec:

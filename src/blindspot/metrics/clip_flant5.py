@@ -36,6 +36,7 @@ from typing import Any
 
 from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches, read_state_dict
+from blindspot.metrics.checkpoints import load_mapped_state_dict
 
 # t2v_metrics' `default_question_template` and `default_answer_template`.
 QUESTION = 'Does this figure show "{prompt}"? Please answer yes or no.'
@@ -163,17 +164,8 @@ def load_release(model: Any, state_dict: Mapping[str, Any], source: str | Path, 
     """Load the release's weights: every port weight from its key (the vision tower's only when the
     release holds it), and no key left over but the `ALIAS_KEYS`; anything else names the keys."""
     wanted = {name: official_key(name) for name in unique_keys(model) if with_vision or not name.startswith("vision.")}
-    missing = [key for key in wanted.values() if key not in state_dict]
-    left_over = sorted(set(state_dict) - set(wanted.values()) - set(ALIAS_KEYS))
-    problems = []
-    for what, keys in (("missing", missing), ("left over (not mapped)", left_over)):
-        if keys:
-            shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
-            problems.append(f"{len(keys)} key(s) {what}: {shown}")
-    if problems:
-        raise ValueError(f"CLIP-FlanT5 checkpoint {source} does not fit the port: {'; '.join(problems)}")
     # strict=False only for the tied copies (the same tensors as loaded ones); load_state_dict checks shapes
-    model.load_state_dict({name: state_dict[key] for name, key in wanted.items()}, strict=False)
+    load_mapped_state_dict(model, state_dict, wanted, ALIAS_KEYS, "CLIP-FlanT5", source, strict=False)
 
 
 def expand_to_square(image: Any, background: tuple[int, ...]) -> Any:

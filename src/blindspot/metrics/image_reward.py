@@ -35,6 +35,7 @@ from typing import Any
 
 from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches
+from blindspot.metrics.checkpoints import load_mapped_state_dict
 
 # The checkpoint file in the `THUDM/ImageReward` hub repository, when the registry entry gives the hub id.
 HUB_CHECKPOINT = "ImageReward.pt"
@@ -152,17 +153,8 @@ def load_official_state_dict(model: Any, state_dict: Mapping[str, Any], source: 
     """Load ImageReward.pt's weights into the port: every port weight from its official key, and no
     official key left over but the `UNUSED_KEYS`; anything else is an error that names the keys."""
     wanted = {name: official_key(name) for name in model.state_dict()}
-    missing = [key for key in wanted.values() if key not in state_dict]
-    left_over = sorted(set(state_dict) - set(wanted.values()) - set(UNUSED_KEYS))
-    problems = []
-    for what, keys in (("missing", missing), ("left over (not mapped)", left_over)):
-        if keys:
-            shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
-            problems.append(f"{len(keys)} key(s) {what}: {shown}")
-    if problems:
-        raise ValueError(f"ImageReward checkpoint {source} does not fit the port: {'; '.join(problems)}")
     # strict: the port's own names must all be filled (load_state_dict also checks every shape)
-    model.load_state_dict({name: state_dict[key] for name, key in wanted.items()}, strict=True)
+    load_mapped_state_dict(model, state_dict, wanted, UNUSED_KEYS, "ImageReward", source, strict=True)
 
 
 def load_tokenizer(source: str | Path | None) -> Any:
