@@ -18,12 +18,11 @@ from blindspot.humblebench import settings as humble
 from blindspot.humblebench.questions import (
     apply_verification,
     export_for_verification,
-    load_release,
     questions_from_benchmark,
     read_scene_graphs,
     row_question,
-    split_release_question,
 )
+from blindspot.humblebench.release import load_release, split_release_question
 from blindspot.prompts import PromptTemplate
 from blindspot.protobias.taxonomy import load_taxonomy
 

@@ -12,7 +12,8 @@ from typing import Any
 import pandas as pd
 
 from blindspot import tables
-from blindspot.humblebench.questions import apply_verification, load_release, problem, questions_from_benchmark
+from blindspot.humblebench.questions import apply_verification, problem, questions_from_benchmark
+from blindspot.humblebench.release import load_release
 
 log = logging.getLogger(__name__)
 

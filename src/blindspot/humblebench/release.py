@@ -1,0 +1,144 @@
+"""HumbleBench's official release in every format it is published in: JSON(L) and parquet files,
+`save_to_disk` folders, the imagefolder layout (`metadata.jsonl` with `file_name`) and hub snapshot
+folders (parquet shards), with images as paths, bytes or `{bytes, path}`; read into question rows."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from blindspot.humblebench.questions import question_row
+from blindspot.humblebench.settings import LETTERS, Question
+from blindspot.io import atomic_path
+
+_OPTION_LINE = re.compile(r"^\s*\(?([A-E])[.)]\s*(.+?)\s*$")
+
+
+def split_release_question(text: str, question_id: str) -> tuple[str, tuple[str, ...]]:
+    """The release writes the options into the question ("...?\\nA. red\\n...\\nE. None of the above"):
+    the stem and the option texts, which must be lettered A, B, ... in order."""
+    stem, options = [], []
+    for line in text.splitlines():
+        match = _OPTION_LINE.match(line)
+        if match and match.group(1) == LETTERS[len(options)]:
+            options.append(match.group(2))
+        elif options and line.strip():
+            raise ValueError(f"release question {question_id}: text after option {LETTERS[len(options) - 1]}")
+        elif line.strip():
+            stem.append(line.strip())
+    if len(options) < 2 or not stem:
+        raise ValueError(f"release question {question_id}: no stem and lettered options in {text!r}")
+    return " ".join(stem), tuple(options)
+
+
+def _table_records(path: Path) -> Iterator[dict[str, Any]]:
+    """A parquet file's rows a batch at a time: the release's shards carry their images' bytes."""
+    import pyarrow.parquet as pq
+
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=256):
+        yield from batch.to_pylist()
+
+
+def _dataset_records(loaded: Any) -> Iterator[dict[str, Any]]:
+    """A `datasets` Dataset's rows (the first split of a DatasetDict), images left undecoded: {"bytes",
+    "path"} as the library stores them."""
+    import datasets
+
+    if isinstance(loaded, datasets.DatasetDict):
+        loaded = loaded[next(iter(loaded))]
+    if isinstance(loaded.features.get("image"), datasets.Image):
+        loaded = loaded.cast_column("image", datasets.Image(decode=False))
+    return iter(loaded)
+
+
+def _imagefolder_records(root: Path, metadata: Sequence[Path]) -> Iterator[dict[str, Any]]:
+    """Rows of a Hugging Face imagefolder at `root`: each `metadata.jsonl` names its images (`file_name`)
+    relative to its own folder; they are given relative to `root`."""
+    for path in metadata:
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if "file_name" not in record:
+                raise ValueError(f"{path}: line {number} has no file_name (an imagefolder's metadata names its image)")
+            yield record | {"image": str(path.parent.relative_to(root) / record.pop("file_name"))}
+
+
+def release_records(source: str) -> Iterator[dict[str, Any]]:
+    """The release's records, from any of its formats: a .jsonl, .json or .parquet file; a folder (a
+    `save_to_disk` dataset, an imagefolder with `metadata.jsonl`, or a hub snapshot of parquet shards);
+    or a hub dataset id (read from the local cache when offline). A record's image is a path (relative
+    to the file or metadata folder), an image's bytes, or a {"bytes", "path"} dict."""
+    path = Path(source)
+    if path.is_file():
+        if path.suffix == ".jsonl":
+            return (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+        if path.suffix == ".json":
+            return iter(json.loads(path.read_text()))
+        if path.suffix == ".parquet":
+            return _table_records(path)
+        raise ValueError(f"release {source}: a file must be .jsonl, .json or .parquet")
+    import datasets
+
+    if path.is_dir():
+        if (path / "state.json").exists() or (path / "dataset_dict.json").exists():
+            return _dataset_records(datasets.load_from_disk(source))
+        metadata = sorted(path.rglob("metadata.jsonl"))
+        if metadata:
+            return _imagefolder_records(path, metadata)
+        shards = sorted(path.rglob("*.parquet"))
+        if shards:
+            return (record for shard in shards for record in _table_records(shard))
+        raise ValueError(f"release {source}: a folder without a saved dataset, metadata.jsonl or parquet shards")
+    if path.suffix in (".jsonl", ".json", ".parquet") or source.startswith((".", "/")):
+        raise ValueError(f"release {source}: no such file or folder")
+    return _dataset_records(datasets.load_dataset(source))
+
+
+def _release_image(image: Any, base: Path, image_dir: Path, question_id: str) -> str:
+    """Where a release record's image is: its path (relative to `base`), or, for an image that comes as
+    bytes, a file in `image_dir` named by its content, so questions about one image share one file."""
+    if isinstance(image, Mapping) and not image.get("bytes"):
+        image = image.get("path")
+    if isinstance(image, str) and image:
+        return str(base / image)
+    data = image.get("bytes") if isinstance(image, Mapping) else image
+    if not isinstance(data, bytes):
+        raise ValueError(f"release question {question_id}: its image is {type(image).__name__}, not a path or bytes")
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as picture:
+            suffix = (picture.format or "png").lower().replace("jpeg", "jpg")
+    except UnidentifiedImageError:
+        raise ValueError(f"release question {question_id}: its image bytes are not an image") from None
+    target = image_dir / f"{hashlib.sha256(data).hexdigest()[:20]}.{suffix}"
+    if not target.exists():
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(data)
+    return str(target)
+
+
+def load_release(source: str, image_dir: str | Path) -> list[dict[str, Any]]:
+    """Question rows from the official release (any format `release_records` reads), with fields
+    question_id, question, type, label and image. Images that come as bytes are written to `image_dir`
+    unchanged, one file per distinct image."""
+    image_dir = Path(image_dir)
+    image_dir.mkdir(parents=True, exist_ok=True)
+    base = Path(source).parent if Path(source).is_file() else Path(source)
+    rows = []
+    for record in release_records(source):
+        missing = {"question_id", "question", "type", "label", "image"} - set(record)
+        if missing:
+            raise ValueError(f"{source}: a release record lacks {sorted(missing)}")
+        question_id = str(record["question_id"])
+        stem, options = split_release_question(record["question"], question_id)
+        image_path = _release_image(record["image"], base, image_dir, question_id)
+        question = Question(question_id, stem, options, str(record["label"]).strip(), str(record["type"]))
+        rows.append(question_row(question, "release", image_path, {"release": source}, verified=True))
+    return rows
