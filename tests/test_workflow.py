@@ -55,6 +55,13 @@ def test_paper_dry_run_has_one_job_per_domain_model_and_shard(paper_config):
     assert jobs["score_metric"] == shards * (len(metrics) - len(api))
     assert jobs["score_api_metric"] == shards * len(api)
     assert jobs["make_table3"] == 1
+    # The dry run shows the counts the run should reach beside the paper's (`paper:`).
+    total = next(line for line in out.splitlines() if line.startswith("| total "))
+    cells = [cell.strip() for cell in total.strip("|").split("|")]
+    number = {name: int(cells[i].replace(",", "")) for i, name in ((3, "triplets"), (5, "pairs"))}
+    assert (cells[4], cells[6]) == ("8,225", "45,400")  # the paper's triplets and pairs
+    assert number["triplets"] == pytest.approx(8225, abs=10)
+    assert number["pairs"] == pytest.approx(45400, abs=100)
 
 
 def planned_job_details(output: str) -> list[tuple[str, dict, dict]]:

@@ -50,6 +50,11 @@ def _number_table(frame: pd.DataFrame, decimals: dict[str, int]) -> str:
     return frame.to_markdown(index=False, disable_numparse=True, colalign=align)
 
 
+def counts_section(config: dict[str, Any]) -> list[str]:
+    """`render_counts` of a config alone (what a dry run prints): no job table needed."""
+    return render_counts(plan.benchmark_size(config))
+
+
 def render_counts(result: dict[str, Any]) -> list[str]:
     """The plan's section on the benchmark's size: expected counts beside the paper's, and the acceptance
     shares they rest on."""

@@ -128,6 +128,14 @@ def plan(config: dict[str, Any]) -> dict[str, Any]:
         "total_gpu_hours": _hours(jobs["gpu_hours"]),
         "known_gpu_hours": float(jobs["gpu_hours"].sum()),
         "missing": missing_throughput(jobs),
+        **benchmark_size(config),
+    }
+
+
+def benchmark_size(config: dict[str, Any]) -> dict[str, Any]:
+    """The counts the run should reach beside the paper's, the acceptance shares they rest on, and the
+    paper's domains the run leaves out (what a dry run prints too: no job table needed)."""
+    return {
         "counts": expected_counts(config),
         "acceptance": acceptance_table(config),
         "paper_domains_not_run": sorted(set(config.get("paper", {}).get("domains", {})) - set(config["domains"])),
