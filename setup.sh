@@ -3,13 +3,14 @@
 # PyPI packages. `--vllm` also builds the separate vLLM environment (.venv-vllm) that the vLLM tests
 # use; `--ports` the environment of official packages with old pins (.venv-ports) that the `ports`
 # tests compare the metric ports with; `--browser` Debian's Chromium, which the `browser` tests drive
-# with Playwright (its own browser download does not work offline). Idempotent: a second run only
+# with Playwright (its own browser download does not work offline); `--label-studio` the Label Studio
+# server (.venv-label-studio) that the `label_studio` tests run. Idempotent: a second run only
 # checks what is there.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
 for flag in "$@"; do
-  case "$flag" in --vllm | --ports | --browser) ;; *) echo "setup.sh: unknown option $flag (options: --vllm, --ports, --browser)" >&2; exit 2 ;; esac
+  case "$flag" in --vllm | --ports | --browser | --label-studio) ;; *) echo "setup.sh: unknown option $flag (options: --vllm, --ports, --browser, --label-studio)" >&2; exit 2 ;; esac
 done
 wants() { local option=$1; shift; [[ " $* " == *" $option "* ]]; }
 
@@ -52,6 +53,13 @@ if wants --ports "$@"; then
   to=$(.venv-ports/bin/python -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('hpsv2').origin).parent / 'src' / 'open_clip')")
   echo "924691ac288e54409236115652ad4aa250f48203de50a9e4722a6ecd48d6804a  $from/$vocab" | sha256sum --check --quiet
   cp "$from/$vocab" "$to/$vocab"
+fi
+if wants --label-studio "$@"; then
+  if [ ! -x .venv-label-studio/bin/python ]; then "$PYTHON" -m venv .venv-label-studio; fi
+  # git ignores the environment without an entry in .gitignore
+  echo '*' > .venv-label-studio/.gitignore
+  .venv-label-studio/bin/pip install --quiet --upgrade pip
+  .venv-label-studio/bin/pip install --quiet -r requirements/label-studio.txt
 fi
 if wants --browser "$@" && ! command -v chromium >/dev/null; then
   if [ "$(id -u)" -ne 0 ]; then echo "setup.sh --browser: installing Debian's chromium needs root" >&2; exit 1; fi

@@ -150,8 +150,9 @@ def pairwise_server(tables, tmp_path):
 
 def exported(folder: Path, task: str, tmp_path: Path) -> pd.DataFrame:
     out = tmp_path / "labels.json"
-    subprocess.run([sys.executable, "-m", "blindspot.cli", "annotate", "export", str(folder), str(out)], check=True,
-                   capture_output=True)  # fmt: skip
+    emails = ["--email", "alice=alice@lab.org", "--email", "bob=bob@lab.org"]
+    subprocess.run([sys.executable, "-m", "blindspot.cli", "annotate", "export", str(folder), str(out), *emails],
+                   check=True, capture_output=True)  # fmt: skip
     return read_labels(task, out)
 
 
@@ -237,14 +238,77 @@ def test_each_task_clicked_through_in_chromium(tables, tmp_path):
     assert json.loads(decisions["edit"].iloc[0]) == edit
 
 
-def test_the_image_root_defaults_to_the_folder_above_every_image(tables, tmp_path):
-    project = make_project("pairwise", tables["pairwise"], ["alice"], tmp_path / "p", "/files/?d=")
-    assert project["image_root"] == str((tmp_path / "images").resolve())
-    tasks = json.loads((tmp_path / "p" / "tasks.json").read_text())
-    assert tasks[0]["data"]["left_image"] == "/files/?d=red.png"
-    with pytest.raises(ValueError, match="is not under the image root"):
+def test_images_outside_the_image_root_and_projects_without_items(tables, tmp_path):
+    with pytest.raises(ValueError, match="must be below the image root"):
         make_project("pairwise", tables["pairwise"], ["alice"], tmp_path / "q", "", tmp_path / "elsewhere")
     # no rows (every scene-graph candidate malformed, say): a project without items
     empty = make_project("question_check", tables["question_check"].iloc[:0], ["alice"], tmp_path / "e", "/files/?d=")
     assert empty["items"] == []
     assert json.loads((tmp_path / "e" / "tasks.json").read_text()) == []
+
+
+def test_the_default_image_root_is_above_the_images_folder(tables, tmp_path):
+    """Label Studio refuses a local-files storage at its document root: the storage is the images'
+    folder and the root its parent; a root at the images' folder is refused with the reason."""
+    project = make_project("pairwise", tables["pairwise"], ["alice"], tmp_path / "p", "/data/local-files/?d=")
+    assert project["storage_path"] == str((tmp_path / "images").resolve())
+    assert project["image_root"] == str(tmp_path.resolve())
+    tasks = json.loads((tmp_path / "p" / "tasks.json").read_text())
+    assert tasks[0]["data"]["left_image"] == "/data/local-files/?d=images/red.png"
+    with pytest.raises(ValueError, match=r"must be below the image root .* not at it"):
+        make_project("pairwise", tables["pairwise"], ["alice"], tmp_path / "q", "", tmp_path / "images")
+
+
+def test_the_pairwise_config_shows_left_and_right_side_by_side():
+    config = ET.fromstring(LABEL_CONFIGS["pairwise"])
+    row = next(view for view in config.iter("View") if "display: flex" in (view.get("style") or ""))
+    columns = list(row)
+    assert [column.find("Header").get("value") for column in columns] == ["Left", "Right"]
+    assert [column.find("Image").get("value") for column in columns] == ["$left_image", "$right_image"]
+
+
+def test_an_export_carries_full_task_data_and_emails(tables, tmp_path):
+    project = make_project("pairwise", tables["pairwise"], ["alice"], tmp_path / "p", "/data/local-files/?d=")
+    labels = pd.DataFrame({"annotator": ["alice"], "item_id": ["p1"], "choice": ["left"]})
+    export = label_studio_export(project, labels, {"alice": "alice@lab.org"})
+    assert export[0]["data"] == json.loads((tmp_path / "p" / "tasks.json").read_text())[0]["data"]
+    assert export[0]["annotations"][0]["completed_by"] == {"email": "alice@lab.org", "annotator": "alice"}
+    (tmp_path / "export.json").write_text(json.dumps(export))
+    assert read_labels("pairwise", tmp_path / "export.json")["annotator"].tolist() == ["alice"]
+
+
+@pytest.mark.parametrize(
+    ("task", "result", "message"),
+    [
+        ("image_score", {"from_name": "score", "type": "rating", "value": {"rating": 11}}, "score 11 is not"),
+        ("image_score", {"from_name": "score", "type": "rating", "value": {"rating": "7"}}, "score '7' is not"),
+        ("pairwise", {"from_name": "choice", "type": "choices", "value": {"choices": ["both"]}}, r"\['both'\]"),
+        ("pairwise", {"from_name": "choice", "type": "choices", "value": {"choices": ["left", "right"]}}, "left"),
+        ("question_check", {"from_name": "decision", "type": "choices", "value": {"choices": ["maybe"]}}, "maybe"),
+        ("question_check", {"from_name": "decision", "type": "choices", "value": "keep"}, "None is not one of"),
+    ],
+)
+def test_a_label_outside_the_config_is_refused_naming_task_and_value(task, result, message, tmp_path):
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps([{"id": 1, "data": {"item_id": "x7"},
+                                   "annotations": [{"completed_by": 1, "result": [result]}]}]))  # fmt: skip
+    with pytest.raises(ValueError, match=rf"export.json: task x7: .*{message}"):
+        read_labels(task, export)
+
+
+def test_an_unknown_pairwise_choice_is_refused(tables):
+    labels = pd.DataFrame({"annotator": ["a"], "item_id": ["p1"], "choice": ["both"]})
+    with pytest.raises(ValueError, match="pair p1: choice 'both' is not one of left"):
+        pairwise_choices(labels, tables["pairwise"])
+
+
+def test_annotators_need_a_label_studio_email():
+    from blindspot.annotation.label_studio import annotator_emails, parse_emails
+
+    emails = parse_emails(["alice=alice@lab.org"])
+    found = annotator_emails(["alice", "bob@lab.org"], emails)
+    assert found == {"alice": "alice@lab.org", "bob@lab.org": "bob@lab.org"}
+    with pytest.raises(ValueError, match="annotator 'carol' has no Label Studio email: pass --email carol=EMAIL"):
+        annotator_emails(["carol"], emails)
+    with pytest.raises(ValueError, match="'alice' is not NAME=EMAIL"):
+        parse_emails(["alice"])

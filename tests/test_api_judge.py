@@ -484,8 +484,9 @@ def test_429_and_5xx_are_retried_honouring_retry_after(monkeypatch, tmp_path, ca
 @dataclasses.dataclass
 class _Stub:
     port: int
-    reply: Callable[[str], dict]  # the response to a request, from the prompt it judges
+    reply: Callable[[str], dict | bytes]  # the response to a request (JSON, or bytes as they are), from its prompt
     bodies: list[dict] = dataclasses.field(default_factory=list)
+    keys: list[str] = dataclasses.field(default_factory=list)  # the key each request carried
 
 
 def _prompt_of(body: dict) -> str:
@@ -495,7 +496,7 @@ def _prompt_of(body: dict) -> str:
 @pytest.fixture
 def stub():
     """A chat-completions endpoint on 127.0.0.1 that answers every request with `stub.reply` and
-    keeps the request bodies."""
+    keeps the request bodies and keys."""
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
@@ -503,7 +504,9 @@ def stub():
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with lock:
                 state.bodies.append(body)
-                payload = json.dumps(state.reply(_prompt_of(body))).encode()
+                state.keys.append(self.headers["Authorization"].removeprefix("Bearer "))
+                reply = state.reply(_prompt_of(body))
+                payload = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
@@ -587,3 +590,147 @@ def test_an_unanswered_item_is_counted_kept_out_of_both_caches_and_asked_again(s
     assert len(stub.bodies) == 2
     assert (counters["failed"], counters["images_scored"], counters["cache_hits"]) == ({}, 2, 2)
     assert frame[["corr_raw", "adv_raw"]].to_numpy().tolist() == [[8, 8], [6, 6]]
+
+
+# ----- replies of any shape: read without raising, checked before caching ---------------------
+
+
+def test_content_as_parts_and_unreadable_logprobs_are_read_without_raising():
+    parts = {"choices": [{"message": {"content": [{"type": "text", "text": " 7"}, {"type": "image_url"}]}}]}
+    assert read_score(parts) == Score(7.0, "7")
+    # Positions without a log-probability, or with one that is not a number <= 0, are skipped: the text decides.
+    for position in [{"token": "9"}, {"token": "9", "logprob": "x"}, {"token": "9", "logprob": float("nan")},
+                     {"token": "9", "top_logprobs": [7, {"token": 9}], "logprob": 1.5}, {"token": ["9"]}, "9"]:  # fmt: skip
+        assert read_score(_response("6", position)) == Score(6.0, "6"), position
+    for logprobs in [{"content": "9"}, {"content": None}, {"content": [None, {"token": "9"}]}, {}]:
+        assert read_score({"choices": [{"message": {"content": "4"}, "logprobs": logprobs}]}).raw == 4.0
+    malformed = {"choices": [{"message": {"content": "4"}, "logprobs": ["9"]}]}
+    assert (math.isnan(read_score(malformed).raw), reply_failure(malformed)) == (True, "malformed")
+
+
+@pytest.mark.parametrize(
+    ("response", "problem"),
+    [
+        ([1, 2], "the response is of type list, not an object"),
+        ({"choices": {"0": {}}}, "choices is of type dict, not a list"),
+        ({"choices": ["7"]}, "choices[0] is of type str, not an object"),
+        ({"choices": [{"message": "7"}]}, "choices[0].message is of type str, not an object"),
+        ({"choices": [{"message": {"content": {"text": "7"}}}]}, "choices[0].message.content is of type dict"),
+        ({"choices": [{"message": {"content": ["7"]}}]}, "choices[0].message.content is a list with items that"),
+        ({"choices": [{"message": {"content": "7"}, "finish_reason": 1}]}, "choices[0].finish_reason is of type int"),
+        ({"choices": [{"message": {"content": "7", "refusal": ["no"]}}]}, "choices[0].message.refusal is of type"),
+        ({"choices": [{"message": {"content": "7"}}], "usage": 12}, "usage is of type int"),
+    ],
+)
+def test_a_reply_that_is_not_a_chat_completion_is_malformed_and_says_where(response, problem):
+    assert reply_failure(response) == "malformed"
+    assert failure_detail(response, "malformed").startswith(f"malformed: the reply is not a chat completion ({problem}")
+    assert math.isnan(read_score(response).raw)
+
+
+def test_malformed_replies_are_asked_again_never_cached_then_unanswered(stub, monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    replies = iter([
+        b"<html>502 Bad Gateway</html>",
+        {"choices": [{"message": {"content": {"score": 7}}}]},
+        b'{"choices": [{"message": {"content": "' + b"9" * 5000 + b'"}}], "n": ' + b"1" * 5000 + b"}",
+    ])  # fmt: skip
+    stub.reply = lambda prompt: next(replies)
+    prompts, images = _pairs()
+    metric = APIJudgeMetric(_entry(stub.port, client=FAST_CLIENT | {"max_reply_attempts": 3}), tmp_path)
+    (score,) = metric.score(prompts[:1], images[:1])
+    assert isinstance(score, Unanswered)
+    assert score.failure == "malformed"
+    assert "not readable JSON (Exceeds the limit (4300 digits)" in score.detail
+    assert metric.requests_sent == len(stub.bodies) == 3
+    retries = [r.getMessage() for r in caplog.records if "no answer (malformed" in r.getMessage()]
+    assert "502 Bad Gateway" in retries[0]
+    assert "choices[0].message.content is of type dict" in retries[1]
+    assert not list(tmp_path.rglob("*.json"))
+    # The next run asks again, and a reply in content parts is an answer.
+    stub.reply = lambda prompt: {"choices": [{"message": {"content": [{"type": "text", "text": "8"}]}}]}
+    assert metric.score(prompts[:1], images[:1]) == [Score(8.0, "8")]
+    assert len(list(tmp_path.rglob("*.json"))) == 1
+
+
+@pytest.mark.parametrize(
+    "cached",
+    [
+        '{"response": {"choices": [{"message": {"content": "7"',  # cut short
+        '{"response": {"choices": [{"message": {"content": [7, 8]}}]}}',  # an older version cached it unchecked
+        '{"response": {"choices": [{"message": {"content": ""}}]}}',  # no answer
+        '{"prompt": "a red square"}',
+        "[]",
+        "[" * 5000 + "]" * 5000,
+    ],
+)
+def test_a_cached_reply_that_cannot_be_used_is_asked_again_and_overwritten(stub, monkeypatch, tmp_path, caplog,
+                                                                            cached):  # fmt: skip
+    monkeypatch.setenv(KEY_ENV, KEY)
+    prompts, images = _pairs()
+    assert APIJudgeMetric(_entry(stub.port), tmp_path).score(prompts[:1], images[:1]) == [Score(5.0, "5")]
+    (path,) = tmp_path.rglob("*.json")
+    path.write_text(cached)
+    stub.reply = lambda prompt: _response("6")
+    again = APIJudgeMetric(_entry(stub.port), tmp_path)
+    assert again.score(prompts[:1], images[:1]) == [Score(6.0, "6")]
+    assert (again.cache_hits, again.requests_sent) == (0, 1)
+    assert "cannot be used" in caplog.text
+    assert json.loads(path.read_text())["response"]["choices"][0]["message"]["content"] == "6"
+
+
+# ----- the key: refused when it cannot be a header, scrubbed in every form from what is stored ------
+
+
+def _key_forms(key: str) -> set[str]:
+    """The forms a server can echo a key in: raw, JSON-escaped, URL-encoded."""
+    from urllib.parse import quote, quote_plus
+
+    return {key, json.dumps(key)[1:-1], json.dumps(key, ensure_ascii=False)[1:-1], quote(key, safe=""),
+            quote_plus(key, safe=""), quote(key, safe="", encoding="latin-1")}  # fmt: skip
+
+
+@pytest.mark.parametrize(("key", "problem"), [
+    ("sk-abc\ndef-NEVER-LEAK", "a control character or line break (U+000A) at position 6"),
+    ("sk-abc\r\nX-Evil: 1", "a control character or line break (U+000D) at position 6"),
+    ("sk-abc\x1bdef", "a control character or line break (U+001B) at position 6"),
+    ("sk-abc\u2019def-NEVER-LEAK", "a character outside Latin-1 (U+2019) at position 6"),
+])  # fmt: skip
+def test_a_key_that_cannot_be_a_header_is_refused_before_any_request(stub, monkeypatch, tmp_path, key, problem):
+    monkeypatch.setenv(KEY_ENV, key)
+    with pytest.raises(ValueError, match="cannot be sent as an HTTP header") as error:
+        APIJudgeMetric(_entry(stub.port), tmp_path)
+    assert str(error.value) == (
+        f"judge: the API key in {KEY_ENV} cannot be sent as an HTTP header: it holds {problem}; "
+        "set the variable to the key alone"
+    )
+    formatted = "".join(traceback.format_exception(error.value))
+    assert "abc" not in formatted
+    assert not stub.bodies
+
+
+def test_a_key_echoed_back_in_any_form_is_never_stored(stub, monkeypatch, tmp_path, caplog):
+    from urllib.parse import quote, quote_plus
+
+    key = 'sk-"quoted"\\back/slash é+%&=x y'
+    monkeypatch.setenv(KEY_ENV, key)
+
+    def echo(prompt):
+        sent = stub.keys[-1]
+        text = f"7. You sent {sent}; in JSON {json.dumps(sent)}; in a URL {quote(sent, safe='')}"
+        return _response(text) | {sent: {"url": f"https://x/?k={quote_plus(sent)}", "json": json.dumps({"k": sent})}}
+
+    stub.reply = echo
+    pairs = _pairs_on_disk(tmp_path)
+    responses, cache = tmp_path / "responses", ScoreCache(tmp_path / "scores")
+    frame, counters = score_pairs(pairs, "api-judge", _identity("judge"),
+                                  lambda: APIJudgeMetric(_entry(stub.port), responses), cache)  # fmt: skip
+    assert stub.keys == [key] * 4  # the server got the key and sent it back in every form
+    assert counters["images_scored"] == 4
+    assert frame["corr_detail"][0] == '7. You sent <redacted>; in JSON "<redacted>"; in a URL <redacted>'
+    stored = [p.read_text() for p in tmp_path.rglob("*.json")]
+    assert len(stored) == 8  # four replies and four scores
+    frame.to_parquet(tmp_path / "scores.parquet")
+    texts = [*stored, caplog.text, *map(str, pd.read_parquet(tmp_path / "scores.parquet").to_numpy().ravel())]
+    for form in _key_forms(key):
+        assert not [text for text in texts if form in text], form

@@ -1,9 +1,23 @@
 import copy
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO, SNAKEMAKE
 
-from blindspot.config import ConfigError, model_spec, n_shards, shard_names, shard_slice, validate_config
+from blindspot.config import (
+    ConfigError,
+    check_files,
+    load_config,
+    model_spec,
+    n_shards,
+    read_yaml,
+    shard_names,
+    shard_slice,
+    validate_config,
+)
 
 
 def test_paper_and_tiny_configs_are_valid(paper_config, tiny_config):
@@ -204,3 +218,138 @@ def test_allow_cpu_is_off_unless_the_config_sets_it(paper_config, tiny_config):
     assert model_spec(tiny_config, "tiny-qwen2").allow_cpu is True
     with pytest.raises(ConfigError, match="'allow_cpu'"):
         validate_config(paper_config | {"allow_cpu": "yes"})
+
+
+TINY = REPO / "config" / "tiny.yaml"
+
+
+def tiny_with(tmp_path, old: str, new: str) -> Path:
+    """config/tiny.yaml with one line's text replaced, as a user would edit it."""
+    text = TINY.read_text()
+    assert text.count(old) == 1
+    path = tmp_path / "config.yaml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def line_of(path: Path, text: str) -> int:
+    return next(number for number, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_a_key_given_twice_is_refused_naming_the_key_and_both_lines(tmp_path):
+    path = tiny_with(tmp_path, "  judge_batch_size:", "  judge_batch_size: 2\n  judge_batch_size:")
+    first = line_of(path, "judge_batch_size")
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    key, again = "image_stage.judge_batch_size", first + 1
+    assert str(error.value) == f"config file {path} line {again}: key '{key}' is given twice (first on line {first})"
+
+
+def test_a_merge_may_override_a_key_and_a_list_may_repeat_a_value(tmp_path):
+    path = tmp_path / "anchors.yaml"
+    path.write_text("base: &base {steps: 4, width: 64}\nfast: {<<: *base, steps: 1}\nnames: [a, a]\n")
+    base = {"steps": 4, "width": 64}
+    assert read_yaml(path) == {"base": base, "fast": base | {"steps": 1}, "names": ["a", "a"]}
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("seed: [1, 2\nshard_size: 3\n", "line 2, column 11"),  # a list never closed
+        ("seed: 1\n  shard_size: 3\n", "line 2, column 13"),  # indented under a scalar
+        ("seed: 'open\n", "line 2, column 1"),
+        ("domains:\n\t- animals\n", "line 2, column 1"),  # a tab
+    ],
+)
+def test_yaml_that_cannot_be_read_is_one_line_naming_file_and_line(tmp_path, text, where):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    message = str(error.value)
+    assert message.startswith(f"config file {path} {where}: not valid YAML (")
+    assert "\n" not in message
+
+
+def test_a_file_that_is_not_there_or_not_text_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=f"^config file {tmp_path / 'nope.yaml'} does not exist$"):
+        load_config(tmp_path / "nope.yaml")
+    (tmp_path / "latin1.yaml").write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_config(tmp_path / "latin1.yaml")
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda c: c["domains"]["animals"].update(taxonomy="config/taxonomy/nowhere.yaml"), "domains.animals.taxonomy"),
+        (lambda c: c["prompt_stage"].update(generate_template="config/prompts/gone.yaml"),
+         "prompt_stage.generate_template"),
+        (lambda c: c["image_stage"].update(judge_template="config/prompts"), "image_stage.judge_template"),
+        (lambda c: c["humblebench"]["settings"]["cautious"].update(template="x.yaml"),
+         "humblebench.settings.cautious.template"),
+        (lambda c: c["evaluation"]["metrics"]["vlm-judge"]["args"].update(template="y.yaml"),
+         "evaluation.metrics.vlm-judge.args.template"),
+    ],
+)  # fmt: skip
+def test_a_missing_taxonomy_or_template_fails_the_config_check_naming_its_key(tiny_config, edit, key):
+    validate_config(tiny_config)
+    edit(tiny_config)
+    with pytest.raises(ConfigError, match=f"^config key '{re.escape(key)}': "):
+        validate_config(tiny_config)
+
+
+def test_a_missing_scene_graph_file_names_its_key(tiny_config, tmp_path):
+    scene_graphs = {"file": str(tmp_path / "graphs.json"), "template": "config/prompts/humble_scene_questions_v1.yaml"}
+    tiny_config["humblebench"]["scene_graphs"] = scene_graphs
+    with pytest.raises(ConfigError, match=r"^config key 'humblebench\.scene_graphs\.file'"):
+        check_files(tiny_config)
+    (tmp_path / "graphs.json").write_text("[]")
+    check_files(tiny_config)
+
+
+COMMANDS = [["plan"], ["throughput", "results/benchmarks"], ["targets"], ["fetch-models", "--dry-run"], ["doctor"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[c[0] for c in COMMANDS])
+def test_every_cli_command_stops_a_bad_config_file_with_one_line(tmp_path, capsys, command):
+    from blindspot.cli import main
+
+    duplicate = tiny_with(tmp_path, "shard_size:", "shard_size: 2\nshard_size:")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("seed: [1\n")
+    for path, expected in [(duplicate, "key 'shard_size' is given twice"), (broken, "line 2, column 1")]:
+        with pytest.raises(SystemExit) as exit_info:
+            main([command[0], "--configfile", str(path), *command[1:]])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        assert err.splitlines()[-1].startswith(f"blindspot: error: config file {path} line ")
+        assert expected in err.splitlines()[-1]
+
+
+def test_a_job_run_by_hand_stops_a_bad_config_file_with_one_line(tmp_path):
+    path = tiny_with(tmp_path, "shard_size:", "shard_size: 2\nshard_size:")
+    done = subprocess.run(
+        [sys.executable, "-m", "blindspot.steps", "run", "make_seeds", "--configfile", str(path), "domain=animals"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith(f"config file {path} line ")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("shard_size:", "shard_size: 2\nshard_size:", "key 'shard_size' is given twice"),
+        ("config/prompts/generate_triplet_v2.yaml", "config/prompts/nowhere.yaml",
+         "config key 'prompt_stage.generate_template': config/prompts/nowhere.yaml does not exist"),
+    ],
+)  # fmt: skip
+def test_the_workflow_stops_a_bad_config_with_one_line(tmp_path, old, new, expected):
+    path = tiny_with(tmp_path, old, new)
+    done = subprocess.run([*SNAKEMAKE, "-n", "--configfile", str(path)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 1
+    assert expected in done.stderr
+    assert done.stderr.strip().splitlines() == [next(line for line in done.stderr.splitlines() if expected in line)]

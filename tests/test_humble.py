@@ -15,7 +15,7 @@ from PIL import Image
 from blindspot.humblebench.answers import answer_in_batches, answer_questions
 from blindspot.humblebench.metrics import d_prime, humility_metrics, macro_f1
 from blindspot.humblebench.parsing import parse_answer
-from blindspot.humblebench.settings import Question, noise_image, present
+from blindspot.humblebench.settings import Question, is_nota, noise_image, present
 
 OPTIONS = ("red", "green", "blue", "yellow", "None of the above")
 QUESTION = Question("q1", "What colour is the car?", OPTIONS, label="C", type="Attribute")
@@ -399,3 +399,10 @@ def test_answers_read_a_batch_at_a_time_are_those_of_the_images_in_memory(built_
     assert rows == answer_questions(list(zip(shown, pictures, strict=True)), scorer, templates, max_new_tokens=4)
     assert [row["question_id"] for row in rows] == ["q0", "q1", "q2"]
     assert [row["noise_image"] for row in rows] == [False, True, False]
+
+
+def test_nota_is_read_as_the_release_writes_it():
+    """Most release questions say "None of the above"; some say "None of above" (official NOTA-only results,
+    questions 44-50). Both are NOTA; an option that only mentions none is not."""
+    assert all(map(is_nota, ["None of the above", "None of above", "none of the above.", " None  of above "]))
+    assert not any(map(is_nota, ["None", "None of them are red", "All of the above"]))

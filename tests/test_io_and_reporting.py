@@ -3,12 +3,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
 import pandas as pd
 import pyarrow as pa
 import pytest
 
-from blindspot.io import atomic_path, read_table, stable_id, write_table
+from blindspot.io import atomic_path, is_temp_of, read_table, remove_stale_temps, stable_id, write_table, write_text
 from blindspot.reporting import latex_escape, to_latex, to_markdown, write_report_table
 
 SCHEMA = pa.schema([("a", pa.string()), ("b", pa.float64())])
@@ -27,13 +28,13 @@ def test_a_failed_write_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_killed_writer_leaves_no_output(tmp_path):
-    target = tmp_path / "out.txt"
+def kill_writer(target, writer: str = "atomic_path") -> None:
+    """Kill -9 a process halfway through writing `target` with blindspot.io's `writer`."""
     code = textwrap.dedent(f"""
         import time
-        from blindspot.io import atomic_path
-        with atomic_path({str(target)!r}) as tmp:
-            tmp.write_text("half")
+        from blindspot.io import {writer}
+        with {writer}({str(target)!r}) as tmp:
+            (tmp / "part" if tmp.is_dir() else tmp).write_text("half")
             print("writing", flush=True)
             time.sleep(60)
     """)
@@ -41,9 +42,77 @@ def test_a_killed_writer_leaves_no_output(tmp_path):
     assert proc.stdout.readline().strip() == "writing"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    proc.stdout.close()
+
+
+def test_a_killed_writer_leaves_no_output(tmp_path):
+    target = tmp_path / "out.txt"
+    kill_writer(target)
     assert not target.exists()
     leftovers = list(tmp_path.iterdir())
-    assert all(p.name.startswith(".out.txt.") and p.suffix == ".tmp" for p in leftovers)
+    assert len(leftovers) == 1
+    assert is_temp_of(leftovers[0], target)
+
+
+class Named(list):
+    """A Snakemake job's named list (output, input, params, wildcards): a list of values with names."""
+
+    def __init__(self, **items):
+        super().__init__(items.values())
+        self.named = items
+
+    def keys(self):
+        return self.named.keys()
+
+    def items(self):
+        return self.named.items()
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["named"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def test_the_next_run_of_a_job_removes_the_temporaries_a_killed_run_left(tmp_path, monkeypatch):
+    from blindspot import steps
+
+    table, folder = tmp_path / "out.parquet", tmp_path / "dataset"
+    kill_writer(table)
+    kill_writer(folder, "atomic_dir")
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert len(left) == 2
+    assert all(name.endswith(".tmp") for name in left)
+    # Other jobs writing beside this one's outputs, one with a name that starts like this job's output.
+    with atomic_path(tmp_path / "out.parquet.counters.json") as neighbour, atomic_path(tmp_path / "other") as other:
+        seen = {}
+
+        def step(out, dataset):
+            seen["at start"] = sorted(p.name for p in tmp_path.iterdir())
+            write_text(out, "done")
+
+        monkeypatch.setattr(steps, "setup_logging", lambda log_path=None: None)  # the test's stderr stays
+        monkeypatch.setattr(steps, "step_function", lambda name: step)
+        job = SimpleNamespace(
+            rule="export_dataset", output=Named(out=str(table), dataset=str(folder)), input=Named(), params=Named(),
+            wildcards=Named(), log=[str(tmp_path / "logs" / "export_dataset.log")],
+        )  # fmt: skip
+        steps.run_from_snakemake(job)
+        assert neighbour.exists()
+        assert other.exists()
+    assert seen["at start"] == sorted(["logs", neighbour.name, other.name])
+    assert table.read_text() == "done"
+
+
+def test_only_a_paths_own_temporaries_are_removed(tmp_path):
+    target = tmp_path / "a.txt"
+    kill_writer(target)
+    (left,) = tmp_path.iterdir()
+    unrelated = tmp_path / ".a.txt.notes.tmp"
+    unrelated.write_text("someone else's")
+    with atomic_path(tmp_path / "a.txt.b") as longer, atomic_path(tmp_path / "b") as other:
+        assert remove_stale_temps([target, tmp_path / "absent" / "x"]) == [left]
+        assert sorted(tmp_path.iterdir()) == sorted([longer, other, unrelated])
 
 
 def test_tables_are_written_and_read_with_their_schema(tmp_path):

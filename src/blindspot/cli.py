@@ -9,12 +9,16 @@ blindspot doctor --configfile config/config.yaml [--profile profiles/slurm]
 blindspot annotate make --task pairwise --items results/benchmark/annotation/preference_pairs.parquet \
     --annotators alice,bob --out annotation/pairwise
 blindspot annotate serve annotation/pairwise [--host 127.0.0.1] [--port 8765]
-blindspot annotate export annotation/pairwise labels.json
+blindspot annotate export annotation/pairwise labels.json [--email alice=alice@lab.org]
+blindspot annotate push annotation/pairwise [--url http://127.0.0.1:8080]   # token in LABEL_STUDIO_API_KEY
+blindspot annotate pull annotation/pairwise labels.json [--email alice=alice@lab.org]
+blindspot humble score results/ --questions HumbleBench.jsonl --out scored [--configfile config/config.yaml]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -194,19 +198,57 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--annotators", required=True, help="comma-separated names")
     make.add_argument("--out", required=True, help="the project folder")
     make.add_argument("--image-root", help="Label Studio image paths are relative to this folder (its "
-                      "LOCAL_FILES_DOCUMENT_ROOT); default: the deepest folder above every image")  # fmt: skip
+                      "LOCAL_FILES_DOCUMENT_ROOT), which must be above the deepest folder holding every image "
+                      "(Label Studio's storage); default: that folder's parent")  # fmt: skip
     make.add_argument("--image-url-prefix", default="/data/local-files/?d=", help="Label Studio's local-file URL")
     serve = actions.add_parser("serve", help="the built-in annotation page; prints one link per annotator")
     serve.add_argument("project")
     serve.add_argument("--host", default="127.0.0.1", help="127.0.0.1 by default: reachable from this machine only")
     serve.add_argument("--port", type=int, default=8765)
-    export = actions.add_parser("export", help="the built-in page's labels in Label Studio's export format")
+    email = {"action": "append", "default": [], "metavar": "NAME=EMAIL",
+             "help": "an annotator's Label Studio user (repeatable); a name that is an email needs none"}  # fmt: skip
+    export = actions.add_parser("export", help="the built-in page's labels as Label Studio tasks with annotations, "
+                                "importable into Label Studio")  # fmt: skip
     export.add_argument("project")
     export.add_argument("out")
+    export.add_argument("--email", **email)
+    push = actions.add_parser("push", help="make a Label Studio project from a project folder: label config, "
+                              "local-files storage, tasks (token in LABEL_STUDIO_API_KEY)")  # fmt: skip
+    push.add_argument("project")
+    push.add_argument("--url", default=os.environ.get("LABEL_STUDIO_URL", "http://127.0.0.1:8080"),
+                      help="the Label Studio server (default: LABEL_STUDIO_URL, or port 8080 here)")  # fmt: skip
+    push.add_argument("--title", help="the Label Studio project's title")
+    pull = actions.add_parser("pull", help="the pushed Label Studio project's labels, annotators named, checked "
+                              "against the label config (token in LABEL_STUDIO_API_KEY)")  # fmt: skip
+    pull.add_argument("project")
+    pull.add_argument("out")
+    pull.add_argument("--email", **email)
+    pull.add_argument("--url", help="the Label Studio server, if not the one the push recorded")
+    humble = commands.add_parser("humble", help="HumbleBench: score answers made elsewhere")
+    humble_actions = humble.add_subparsers(dest="action", required=True)
+    score = humble_actions.add_parser("score", help="every metric, Tables 4-6 and the NOTA plot from the official "
+                                      "code's predictions or a question_id,setting,model,answer CSV")  # fmt: skip
+    score.add_argument("predictions", metavar="PREDICTIONS", help="the official results folder "
+                       "(<setting>/<Model>/<Model>.jsonl), one such .jsonl, or a .csv")  # fmt: skip
+    score.add_argument("--questions", required=True, help="the release, in any format the workflow reads")
+    score.add_argument("--out", required=True, help="the folder to write tables/ into")
+    score.add_argument("--configfile", default="config/config.yaml", help="whose humblebench settings to use")
+    score.add_argument("--setting", help="the setting of a lone .jsonl (official or config name); default: its path")
     return parser
 
 
+def humble(args: argparse.Namespace) -> None:
+    from blindspot.humblebench.scoring import score
+    from blindspot.reporting import to_markdown
+
+    config = load_config(args.configfile)
+    table, caption = score(args.predictions, args.questions, config["humblebench"], config["seed"], args.out,
+                           args.setting)  # fmt: skip
+    sys.stdout.write(f"{caption}\n\n{to_markdown(table)}")
+
+
 def annotate(args: argparse.Namespace) -> None:
+    from blindspot.annotation import label_studio
     from blindspot.annotation import server as annotation_server
     from blindspot.annotation.projects import make_project
 
@@ -222,8 +264,16 @@ def annotate(args: argparse.Namespace) -> None:
             sys.stdout.write(f"{name}: {link}\n")
         sys.stdout.flush()
         server.serve_forever()
+    elif args.action == "export":
+        count = label_studio.export_labels(args.project, args.out, label_studio.parse_emails(args.email))
+        sys.stdout.write(f"{args.out}: {count} labels\n")
+    elif args.action == "push":
+        token = os.environ.get("LABEL_STUDIO_API_KEY", "")
+        project_id = label_studio.push(args.project, args.url, token, args.title)
+        sys.stdout.write(f"{args.project}: Label Studio project {project_id} at {args.url}\n")
     else:
-        count = annotation_server.export_labels(args.project, args.out)
+        token = os.environ.get("LABEL_STUDIO_API_KEY", "")
+        count = label_studio.pull(args.project, args.out, token, label_studio.parse_emails(args.email), args.url)
         sys.stdout.write(f"{args.out}: {count} labels\n")
 
 
@@ -233,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "annotate":
             annotate(args)
+            return 0
+        if args.command == "humble":
+            humble(args)
             return 0
         config = load_config(args.configfile)
         if args.command == "plan":

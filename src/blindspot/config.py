@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -31,6 +31,20 @@ MODEL_ROLES = {
 }
 # HumbleBench's scene-graph question writing: role -> the backends its model may have.
 SCENE_GRAPH_ROLES = {"describer": ("transformers",), "writer": ("vllm", "transformers")}
+
+
+# Keys whose value is a file the run reads ("*": every name at that level), relative to where the run
+# starts; a missing one stops the config check rather than the job that first opens it.
+CONFIG_FILES = (
+    "domains.*.taxonomy",
+    "prompt_stage.generate_template",
+    "prompt_stage.judge_template",
+    "image_stage.judge_template",
+    "evaluation.metrics.*.args.template",
+    "humblebench.scene_graphs.file",
+    "humblebench.scene_graphs.template",
+    "humblebench.settings.*.template",
+)
 
 
 class ConfigError(ValueError):
@@ -76,9 +90,33 @@ def check_schema(instance: Any, schema_path: Path, what: str) -> None:
         raise ConfigError(f"{what} key '{_key_path(error)}': {error.message}")
 
 
+def _named_values(config: Any, pattern: str, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) of every key of the config that `pattern` ("a.*.b") names and that is set."""
+    head, _, rest = pattern.partition(".")
+    if not isinstance(config, dict):
+        return
+    names = list(config) if head == "*" else [head] if config.get(head) is not None else []
+    for name in names:
+        key = f"{prefix}{name}"
+        if rest:
+            yield from _named_values(config[name], rest, f"{key}.")
+        else:
+            yield key, config[name]
+
+
+def check_files(config: dict[str, Any]) -> None:
+    """Raise ConfigError naming the key of the first file the config names that is not there."""
+    for pattern in CONFIG_FILES:
+        for key, value in _named_values(config, pattern):
+            if not Path(value).is_file():
+                where = "is not a file" if Path(value).exists() else "does not exist"
+                raise ConfigError(f"config key '{key}': {value} {where} (relative paths start at {Path.cwd()})")
+
+
 def validate_config(config: dict[str, Any]) -> None:
-    """Raise ConfigError naming the first bad key; check names that refer to the registry."""
+    """Raise ConfigError naming the first bad key; check names that refer to the registry and files."""
     check_schema(config, SCHEMA_PATH, "config")
+    check_files(config)
     models = config["models"]
     roles = [(f"{stage}.{role}", config[stage][role], backends) for (stage, role), backends in MODEL_ROLES.items()]
     scene_graphs = config["humblebench"].get("scene_graphs") or {}
@@ -140,8 +178,64 @@ def validate_config(config: dict[str, Any]) -> None:
             )
 
 
+def _duplicate_key(root: yaml.Node) -> tuple[str, int, int] | None:
+    """The first key given twice in one mapping of a YAML document (PyYAML keeps the last without a
+    word): its dotted path and both lines. A merge (`<<: *anchor`) may override, so it is no duplicate."""
+    pending: list[tuple[yaml.Node, str]] = [(root, "")]
+    seen_nodes: set[int] = set()
+    while pending:
+        node, prefix = pending.pop()
+        if id(node) in seen_nodes:  # an alias points back at a node already walked
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            pending += [(item, f"{prefix}[{index}]") for index, item in enumerate(node.value)]
+        elif isinstance(node, yaml.MappingNode):
+            lines: dict[str, int] = {}
+            for key, value in node.value:
+                name = f"{prefix}.{key.value}" if prefix else str(key.value)
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    if name in lines:
+                        return name, lines[name], key.start_mark.line + 1
+                    lines[name] = key.start_mark.line + 1
+                pending.append((value, name))
+    return None
+
+
+def read_yaml(path: str | Path, what: str = "config") -> Any:
+    """A YAML file's data; a file that is missing, unreadable, not YAML or that gives a key twice raises
+    ConfigError with one line naming the file and the line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{what} file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{what} file {path} cannot be read: {error}") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        duplicate = _duplicate_key(root) if root is not None else None
+        if duplicate:
+            key, first, again = duplicate
+            raise ConfigError(f"{what} file {path} line {again}: key '{key}' is given twice (first on line {first})")
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = " ".join(str(part) for part in (error.context, error.problem) if part)
+        raise ConfigError(f"{what} file {path}{where}: not valid YAML ({problem})") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{what} file {path}: not valid YAML ({' '.join(str(error).split())})") from None
+
+
+def check_config_files(paths: Iterable[str | Path]) -> None:
+    """Re-read the config files a Snakemake run loaded (`workflow.configfiles`): Snakemake's own loader
+    keeps the last of a duplicated key without a word."""
+    for path in paths:
+        read_yaml(path)
+
+
 def load_config(path: str | Path) -> dict[str, Any]:
-    config = yaml.safe_load(Path(path).read_text())
+    config = read_yaml(path)
     validate_config(config)
     return config
 

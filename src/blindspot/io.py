@@ -7,10 +7,11 @@ import hashlib
 import json
 import os
 import platform
+import re
+import secrets
 import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -24,18 +25,62 @@ PROVENANCE_PACKAGES = (
 )  # fmt: skip
 
 
+TEMP_SUFFIX = ".tmp"
+
+
+def _new_temp(path: Path, create: Callable[[Path], Any]) -> Path:
+    """Create (with `create`, which fails if it exists) a fresh hidden name beside `path` that only a
+    temporary of `path` has (`is_temp_of`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+        try:
+            create(tmp)
+        except FileExistsError:
+            continue
+        return tmp
+
+
+def _new_file(path: Path) -> None:
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+
+
+def is_temp_of(candidate: Path, path: Path) -> bool:
+    """Whether `candidate` is a temporary that atomic_path or atomic_dir made for `path` (and not for
+    another file whose name starts with the same letters)."""
+    pattern = rf"\.{re.escape(path.name)}\.[0-9a-f]{{8}}{re.escape(TEMP_SUFFIX)}"
+    return candidate.parent == path.parent and re.fullmatch(pattern, candidate.name) is not None
+
+
+def remove_stale_temps(paths: Iterable[str | Path]) -> list[Path]:
+    """Remove the temporaries a killed writer of these paths left beside them; return what was removed.
+
+    Only temporaries of the given paths are touched, so a job that owns the paths may call it while
+    other jobs write their own files in the same folder.
+    """
+    removed = []
+    for path in map(Path, paths):
+        if not path.parent.is_dir():
+            continue
+        for candidate in path.parent.iterdir():
+            if not is_temp_of(candidate, path):
+                continue
+            if candidate.is_dir() and not candidate.is_symlink():
+                shutil.rmtree(candidate, ignore_errors=True)
+            else:
+                candidate.unlink(missing_ok=True)
+            removed.append(candidate)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds.
 
     A job killed mid-write leaves a hidden temp file, never a partial output that Snakemake
-    could take as done.
+    could take as done; the next run of the job removes it (`remove_stale_temps`).
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = _new_temp(Path(path), _new_file)
     try:
         yield tmp_path
         os.replace(tmp_path, path)
@@ -47,8 +92,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Like atomic_path, for a directory: built beside `path`, renamed over it on success."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    tmp = _new_temp(path, Path.mkdir)
     try:
         yield tmp
         if path.exists():

@@ -9,13 +9,19 @@ from pathlib import Path
 # workflow/scripts/blindspot -> src/blindspot (Snakemake puts a script's folder on sys.path).
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
-from blindspot.config import build_inputs, is_api_metric, metric_models, model_spec, resolved_recipe, validate_config
+from blindspot.config import ConfigError, build_inputs, check_config_files, is_api_metric, metric_models, model_spec, resolved_recipe, validate_config
 from blindspot import catalogue, targets
 from blindspot.metrics.scoring import metric_score_settings
 from blindspot.resources import job_resources
 from blindspot.models.tiny.build import recipe_seed
 
-validate_config(config)
+# Snakemake reads the config files itself and keeps the last of a key given twice: read them again.
+# A bad config stops the run with the one line that names its key or file, not a traceback.
+try:
+    check_config_files(workflow.configfiles)
+    validate_config(config)
+except ConfigError as error:
+    raise SystemExit(str(error)) from None
 
 STAGE = config["prompt_stage"]
 BUILT_MODELS = [name for name, entry in config["models"].items() if "build" in entry]

@@ -23,9 +23,11 @@ import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 
+from blindspot.humblebench.questions import DECISIONS
 from blindspot.humblebench.settings import lettered
 from blindspot.io import write_json, write_text
 
@@ -43,8 +45,16 @@ LABEL_CONFIGS = {
     "pairwise": """<View>
   <Header value="Which image matches the prompt? Judge only its stated details, not which image is more typical"/>
   <Text name="prompt" value="$prompt"/>
-  <Image name="left" value="$left_image"/>
-  <Image name="right" value="$right_image"/>
+  <View style="display: flex; gap: 1em">
+    <View style="flex: 1">
+      <Header value="Left" size="4"/>
+      <Image name="left" value="$left_image"/>
+    </View>
+    <View style="flex: 1">
+      <Header value="Right" size="4"/>
+      <Image name="right" value="$right_image"/>
+    </View>
+  </View>
   <Choices name="choice" toName="prompt" choice="single" showInline="true">
     <Choice value="left"/>
     <Choice value="right"/>
@@ -95,11 +105,14 @@ def make_project(
     image_root: str | Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Write a project folder: `project.json` (with a secret token per annotator, for the built-in
-    page), and Label Studio's `tasks.json` and `label_config.xml`. Label Studio shows local images
-    through a URL: `image_url_prefix` + the image's path relative to `image_root` (with local-file
-    serving, "/data/local-files/?d=", and LOCAL_FILES_DOCUMENT_ROOT set to `image_root`). Without an
-    `image_root`, the deepest folder above every image is used; `project.json` records it. A table
-    without rows makes a project without items."""
+    page), and Label Studio's `tasks.json` and `label_config.xml`.
+
+    Label Studio shows local images through a local-files storage: its `storage_path` is the deepest
+    folder above every image, and `image_root` (Label Studio's LOCAL_FILES_DOCUMENT_ROOT) a folder
+    above that, by default its parent: Label Studio refuses a storage at the document root itself. An
+    image's URL is `image_url_prefix` ("/data/local-files/?d=") + its path below `image_root`.
+    `project.json` records both folders and the prefix. A table without rows makes a project without
+    items."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r} (tasks: {', '.join(TASKS)})")
     if len(set(annotators)) != len(annotators) or not annotators:
@@ -107,26 +120,36 @@ def make_project(
     folder = Path(folder)
     items = task_items(task, table)
     images = [Path(path).resolve() for item in items for path in item["images"].values()]
-    if image_root is not None:
-        root = Path(image_root).resolve()
-    else:  # an empty project (no candidates, say) shows no image: any root will do
-        root = Path(os.path.commonpath([p.parent for p in images])) if images else folder.resolve()
-    outside = [path for path in images if not path.is_relative_to(root)]
-    if outside:
-        raise ValueError(f"image {outside[0]} is not under the image root {root}")
-    project = {"task": task, "items": items, "image_root": str(root),
+    # an empty project (no candidates, say) shows no image: any storage will do
+    storage = Path(os.path.commonpath([p.parent for p in images])) if images else folder.resolve()
+    root = Path(image_root).resolve() if image_root is not None else storage.parent
+    if storage == root or not storage.is_relative_to(root):
+        raise ValueError(
+            f"the images' folder {storage} must be below the image root {root}, not at it (Label Studio "
+            "refuses a local-files storage at its LOCAL_FILES_DOCUMENT_ROOT): choose a folder above it"
+        )
+    project = {"task": task, "items": items, "image_root": str(root), "storage_path": str(storage),
+               "image_url_prefix": image_url_prefix,
                "annotators": {name: secrets.token_urlsafe(16) for name in annotators}}  # fmt: skip
-    tasks = [
-        {"id": index + 1, "data": {"item_id": item["id"],
-                                   **{k: v for k, v in item.items() if k not in ("id", "images", "left_role")},
-                                   **{field: image_url_prefix + str(Path(path).resolve().relative_to(root))
-                                      for field, path in item["images"].items()}}}
-        for index, item in enumerate(items)
-    ]  # fmt: skip
     write_json(folder / "project.json", project)
-    write_json(folder / "tasks.json", tasks)
+    write_json(folder / "tasks.json", label_studio_tasks(project))
     write_text(folder / "label_config.xml", LABEL_CONFIGS[task])
     return project
+
+
+def label_studio_tasks(project: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The project's items as Label Studio tasks: `item_id`, the text fields and the image URLs the
+    task's label config shows (a pair's `left_role` stays out of sight)."""
+
+    def url(path: str) -> str:
+        return project["image_url_prefix"] + quote(Path(path).resolve().relative_to(project["image_root"]).as_posix())
+
+    return [
+        {"id": index + 1, "data": {"item_id": item["id"],
+                                   **{k: v for k, v in item.items() if k not in ("id", "images", "left_role")},
+                                   **{field: url(path) for field, path in item.get("images", {}).items()}}}
+        for index, item in enumerate(project["items"])
+    ]  # fmt: skip
 
 
 def make_projects(
@@ -145,37 +168,65 @@ def load_project(folder: str | Path) -> dict[str, Any]:
 
 
 def _annotator(annotation: Mapping[str, Any]) -> str:
+    """The annotator's blindspot name (`annotator`, written by `label_studio_export` and by a pull),
+    else the Label Studio user's email or id."""
     who = annotation.get("completed_by")
     if isinstance(who, Mapping):
-        return str(who.get("email") or who.get("id"))
+        return str(who.get("annotator") or who.get("email") or who.get("id"))
     return str(who)
 
 
-def _value(task: str, results: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The label in an annotation's results: None when it holds none (skipped)."""
-    named = {result["from_name"]: result["value"] for result in results}
+def _one_choice(value: Any, allowed: Sequence[str], where: str) -> str:
+    choices = value.get("choices") if isinstance(value, Mapping) else None
+    if not isinstance(choices, list) or len(choices) != 1 or choices[0] not in allowed:
+        raise ValueError(f"{where}: {choices!r} is not one of {', '.join(allowed)}")
+    return choices[0]
+
+
+def _value(task: str, results: Sequence[Mapping[str, Any]], where: str) -> dict[str, Any] | None:
+    """The label in an annotation's results, checked against the task's label config: None when it
+    holds none (skipped); a ValueError naming `where` and the value for anything the config cannot
+    give."""
+    if not isinstance(results, list) or not all(isinstance(r, Mapping) and "from_name" in r for r in results):
+        raise ValueError(f"{where}: the result is not a list of Label Studio results")
+    named = {result["from_name"]: result.get("value") for result in results}
     if task == "image_score" and "score" in named:
-        return {"score": int(named["score"]["rating"])}
+        score = named["score"].get("rating") if isinstance(named["score"], Mapping) else None
+        if type(score) is not int or not 1 <= score <= 10:
+            raise ValueError(f"{where}: score {score!r} is not a whole number from 1 to 10")
+        return {"score": score}
     if task == "pairwise" and "choice" in named:
-        return {"choice": named["choice"]["choices"][0]}
+        return {"choice": _one_choice(named["choice"], PAIR_CHOICES, where)}
     if task == "question_check" and "decision" in named:
-        edit = named.get("edit", {}).get("text", [""])
-        return {"decision": named["decision"]["choices"][0], "edit": edit[0] if edit else ""}
+        decision = _one_choice(named["decision"], DECISIONS, where)
+        edit = named.get("edit") or {"text": [""]}
+        text = edit.get("text") if isinstance(edit, Mapping) else None
+        if not isinstance(text, list) or not all(isinstance(line, str) for line in text):
+            raise ValueError(f"{where}: edit {text!r} is not a list of texts")
+        return {"decision": decision, "edit": "\n".join(text)}
     return None
 
 
 def read_labels(task: str, export: str | Path) -> pd.DataFrame:
-    """Labels from a Label Studio JSON export (or the built-in page's, the same format): one row per
-    annotator and item with its value, the last annotation of each kept. Cancelled (skipped)
-    annotations are left out."""
-    tasks = json.loads(Path(export).read_text())
+    """Labels from a Label Studio JSON export file (or the built-in page's, the same format):
+    `labels_from_export`."""
+    return labels_from_export(task, json.loads(Path(export).read_text()), export)
+
+
+def labels_from_export(task: str, tasks: Sequence[Mapping[str, Any]], source: str | Path) -> pd.DataFrame:
+    """Labels from Label Studio's JSON export (`tasks`, read from `source`): one row per annotator and
+    item with its value, the last annotation of each kept. Cancelled (skipped) annotations are left
+    out; a value the task's label config cannot give (a choice "both", a score of 11) is a ValueError
+    naming `source`, the task and the value."""
     rows = []
-    for entry in tasks:
-        item = entry["data"]["item_id"]
+    for number, entry in enumerate(tasks, start=1):
+        item = entry.get("data", {}).get("item_id") if isinstance(entry, Mapping) else None
+        if not isinstance(item, str):
+            raise ValueError(f"{source}: task {number} has no data.item_id")
         for annotation in entry.get("annotations", []):
             if annotation.get("was_cancelled"):
                 continue
-            value = _value(task, annotation.get("result", []))
+            value = _value(task, annotation.get("result", []), f"{source}: task {item}")
             if value is not None:
                 rows.append({"annotator": _annotator(annotation), "item_id": item, **value})
     columns = {"image_score": ["score"], "pairwise": ["choice"], "question_check": ["decision", "edit"]}[task]
@@ -184,11 +235,16 @@ def read_labels(task: str, export: str | Path) -> pd.DataFrame:
 
 
 def pairwise_choices(labels: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
-    """Left/right/neither turned into corr/adv/neither with each pair's recorded order."""
+    """Left/right/neither turned into corr/adv/neither with each pair's recorded order; any other
+    choice is a ValueError naming the pair and the choice."""
     left_role = pairs.set_index("pair_id")["left_role"]
     unknown = set(labels["item_id"]) - set(left_role.index)
     if unknown:
         raise ValueError(f"labels for pairs that are not in the subset: {', '.join(sorted(unknown)[:5])}")
+    strange = labels[~labels["choice"].isin(PAIR_CHOICES)]
+    if len(strange):
+        row = strange.iloc[0]
+        raise ValueError(f"pair {row['item_id']}: choice {row['choice']!r} is not one of {', '.join(PAIR_CHOICES)}")
     other = {"corr": "adv", "adv": "corr"}
 
     def role(row: Any) -> str:
@@ -212,9 +268,15 @@ def scored_images(labels: pd.DataFrame, images: pd.DataFrame, source: str | Path
     return images[images["image_id"].isin(human.index)].assign(human_score=lambda f: f["image_id"].map(human))
 
 
-def label_studio_export(project: Mapping[str, Any], labels: pd.DataFrame) -> list[dict[str, Any]]:
-    """Labels (annotator, item_id, value fields) in Label Studio's JSON export format."""
+def label_studio_export(
+    project: Mapping[str, Any], labels: pd.DataFrame, emails: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Labels (annotator, item_id, value fields) as Label Studio tasks with annotations, importable into
+    the project's Label Studio project: each task's full data (`label_studio_tasks`), each annotation
+    `completed_by` its annotator's Label Studio email (`emails` maps a name to it; by default the name
+    itself) and, for `read_labels`, the blindspot name as `annotator`."""
     task = project["task"]
+    emails = emails or {}
     by_item: dict[str, list[dict[str, Any]]] = {}
     for row in labels.to_dict("records"):
         if task == "image_score":
@@ -229,15 +291,15 @@ def label_studio_export(project: Mapping[str, Any], labels: pd.DataFrame) -> lis
                        "value": {"choices": [row["decision"]]}},
                       {"from_name": "edit", "to_name": "question", "type": "textarea",
                        "value": {"text": [row.get("edit") or ""]}}]  # fmt: skip
+        name = row["annotator"]
         by_item.setdefault(row["item_id"], []).append(
             {
-                "completed_by": {"email": row["annotator"]},
+                "completed_by": {"email": emails.get(name, name), "annotator": name},
                 "result": result,
                 "was_cancelled": False,
                 "created_at": row.get("created_at", ""),
             }
         )
     return [
-        {"id": index + 1, "data": {"item_id": item["id"]}, "annotations": by_item.get(item["id"], [])}
-        for index, item in enumerate(project["items"])
+        {**entry, "annotations": by_item.get(entry["data"]["item_id"], [])} for entry in label_studio_tasks(project)
     ]

@@ -7,29 +7,49 @@ annotator saw accepted survives a crash or a kill. Every text shown is HTML-esca
 autoescape): prompts and questions were written by LLMs. A token sees only its own labels; an
 unknown token, item id or image is refused. `blindspot annotate export PROJECT OUT.json` writes the
 labels in Label Studio's export format, which `annotation.read_labels` reads.
+
+Anything a client sends gets an answer, never a dropped connection: a form that is not
+URL-encoded (415), without a length (411), with a bad length or an undecodable body (400), too
+large (413), or stalled mid-body (408, after `CONNECTION_TIMEOUT_S`; a client that stalls before
+its request is complete is disconnected then). A room of annotators may submit at once: the listen
+backlog holds `LISTEN_BACKLOG` connections. Images are read only from under the project's image
+root, after resolving links; relative image paths are relative to the project folder, so the page
+works from any working directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mimetypes
+import re
+import socket
 import sqlite3
 import threading
+import time
 from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 import pandas as pd
 from jinja2 import Environment
 
 from blindspot.annotation.projects import PAIR_CHOICES, label_studio_export, load_project
 from blindspot.humblebench.questions import DECISIONS
+from blindspot.humblebench.settings import TYPES, Question
 from blindspot.io import write_json
 
 DATABASE = "labels.sqlite"
+FORM_TYPE = "application/x-www-form-urlencoded"
+MAX_BODY_BYTES = 64 * 1024  # a label, even a question-check edit, is a few hundred bytes
+MAX_FIELDS = 8  # item_id, the value and an edit: room to spare, not a million
+CONNECTION_TIMEOUT_S = 30.0  # per read or write: a stalled client gives its thread back after this
+LINGER_S = 2.0  # after refusing a form unread: how long its rest is read and dropped
+LISTEN_BACKLOG = 1024  # a room of annotators submitting at once (the kernel caps it at net.core.somaxconn)
+EDIT_FIELDS = {"question", "options", "label"}
 
 _PAGE = Environment(autoescape=True).from_string("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>blindspot annotation: {{ annotator }}</title>
@@ -133,31 +153,71 @@ class LabelStore:
 def parse_value(task: str, form: dict[str, str]) -> dict[str, Any]:
     """The label a form submits, checked; ValueError names what is wrong."""
     if task == "image_score":
-        score = int(form.get("score", "0")) if form.get("score", "").isdigit() else 0
-        if not 1 <= score <= 10:
-            raise ValueError("score must be a whole number from 1 to 10")
-        return {"score": score}
+        score = form.get("score", "")
+        if not re.fullmatch(r"[0-9]{1,2}", score) or not 1 <= int(score) <= 10:
+            raise ValueError(f"score must be a whole number from 1 to 10 in ASCII digits, not {score[:20]!r}")
+        return {"score": int(score)}
     if task == "pairwise":
         if form.get("choice") not in PAIR_CHOICES:
             raise ValueError(f"choice must be one of {', '.join(PAIR_CHOICES)}")
         return {"choice": form["choice"]}
     if form.get("decision") not in DECISIONS:
         raise ValueError(f"decision must be one of {', '.join(DECISIONS)}")
-    edit = form.get("edit", "").strip()
-    if form["decision"] == "modify":
-        try:
-            edited = json.loads(edit)
-            assert {"question", "options", "label"} <= set(edited)
-        except (json.JSONDecodeError, AssertionError, TypeError):
-            raise ValueError('modify needs the edit as JSON with "question", "options" and "label"') from None
-    return {"decision": form["decision"], "edit": edit}
+    if form["decision"] != "modify":  # a stray edit would make two people's equal decisions disagree
+        return {"decision": form["decision"], "edit": ""}
+    return {"decision": "modify", "edit": json.dumps(parse_edit(form.get("edit", ""), form["item_id"]))}
 
 
-def make_handler(project: dict[str, Any], store: LabelStore) -> type[BaseHTTPRequestHandler]:
+def parse_edit(text: str, item_id: str) -> dict[str, Any]:
+    """A question-check edit, checked as a HumbleBench question (`settings.Question`): a JSON object
+    with the question, its options (NOTA among them) and the correct letter, and optionally its type."""
+    try:
+        edit = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to parse
+        raise ValueError('modify needs the edit as JSON: {"question": ..., "options": [...], "label": ...}') from None
+    if not isinstance(edit, dict) or not EDIT_FIELDS <= set(edit) <= EDIT_FIELDS | {"type"}:
+        raise ValueError(
+            f"the edit must be a JSON object with {', '.join(sorted(EDIT_FIELDS))} (and optionally type), nothing else"
+        )
+    if not isinstance(edit["question"], str) or not edit["question"].strip():
+        raise ValueError("the edit's question must be a non-empty string")
+    if not isinstance(edit["options"], list) or not all(isinstance(o, str) and o.strip() for o in edit["options"]):
+        raise ValueError("the edit's options must be a list of non-empty strings")
+    if not isinstance(edit["label"], str):
+        raise ValueError("the edit's label must be a letter")
+    if edit.get("type", TYPES[0]) not in TYPES:
+        raise ValueError(f"the edit's type must be one of {', '.join(TYPES)}")
+    Question(item_id, edit["question"], tuple(edit["options"]), edit["label"], edit.get("type", ""))
+    return edit
+
+
+class RequestError(Exception):
+    """A request this page refuses: the status to answer and why."""
+
+    def __init__(self, status: HTTPStatus, why: str):
+        super().__init__(why)
+        self.status = status
+
+
+def image_file(folder: Path, root: Path, stored: str) -> Path:
+    """The file of an image path stored in a project: a relative one is relative to the project folder
+    (not the working directory); links are resolved, and the file must lie under the image `root`."""
+    path = (folder / stored).resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        raise RequestError(HTTPStatus.NOT_FOUND, "no such image")
+    return path
+
+
+def make_handler(
+    folder: Path, project: dict[str, Any], store: LabelStore, connection_timeout: float = CONNECTION_TIMEOUT_S
+) -> type[BaseHTTPRequestHandler]:
     items = {item["id"]: item for item in project["items"]}
     annotators = {token: name for name, token in project["annotators"].items()}
+    image_root = (folder / project["image_root"]).resolve()
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = connection_timeout  # the socket's timeout, set by `StreamRequestHandler.setup`
+
         def log_message(self, format: str, *args: Any) -> None:
             pass  # tokens are in the paths: keep them out of logs
 
@@ -169,8 +229,23 @@ def make_handler(project: dict[str, Any], store: LabelStore) -> type[BaseHTTPReq
             self.end_headers()
             self.wfile.write(body)
 
+        body_read = False
+
         def _fail(self, status: HTTPStatus, why: str) -> None:
+            self.close_connection = True
             self._send(status, f"<p>{status.value} {status.phrase}: {why}</p>".encode())
+            if self.command == "POST" and not self.body_read:
+                self._drain()
+
+        def _drain(self) -> None:
+            """Read and drop the unread form for up to LINGER_S after answering: closing a socket with
+            unread data resets the connection, and the client would lose the answer."""
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(LINGER_S)
+            deadline = time.monotonic() + LINGER_S
+            with contextlib.suppress(OSError):
+                while time.monotonic() < deadline and self.connection.recv(1 << 16):
+                    pass
 
         def _route(self) -> tuple[str | None, list[str]]:
             parts = urlsplit(self.path).path.strip("/").split("/")
@@ -178,16 +253,26 @@ def make_handler(project: dict[str, Any], store: LabelStore) -> type[BaseHTTPReq
                 return None, parts
             return annotators[parts[1]], parts[2:]
 
+        def _image(self, item_id: str, field: str) -> None:
+            item = items.get(item_id)
+            if item is None or field not in item["images"]:
+                raise RequestError(HTTPStatus.NOT_FOUND, "no such image")
+            path = image_file(folder, image_root, item["images"][field])
+            try:
+                data = path.read_bytes()
+            except OSError:
+                raise RequestError(HTTPStatus.NOT_FOUND, "the image cannot be read") from None
+            self._send(HTTPStatus.OK, data, mimetypes.guess_type(path.name)[0] or "image/png")
+
         def do_GET(self) -> None:
             annotator, rest = self._route()
             if annotator is None:
                 return self._fail(HTTPStatus.FORBIDDEN, "unknown annotator link")
             if rest and rest[0] == "image" and len(rest) == 3:
-                item = items.get(rest[1])
-                if item is None or rest[2] not in item["images"]:
-                    return self._fail(HTTPStatus.NOT_FOUND, "no such image")
-                path = Path(item["images"][rest[2]])
-                return self._send(HTTPStatus.OK, path.read_bytes(), mimetypes.guess_type(path.name)[0] or "image/png")
+                try:
+                    return self._image(rest[1], rest[2])
+                except RequestError as error:
+                    return self._fail(error.status, str(error))
             if rest and rest[0] == "progress":
                 done = len(store.labelled(annotator))
                 return self._send(
@@ -213,18 +298,54 @@ def make_handler(project: dict[str, Any], store: LabelStore) -> type[BaseHTTPReq
         def _route_token(self) -> str:
             return urlsplit(self.path).path.strip("/").split("/")[1]
 
+        def _form(self) -> dict[str, str]:
+            """The posted form: URL-encoded UTF-8 of a declared, bounded length, each field once."""
+            content_type = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+            if content_type != FORM_TYPE:
+                raise RequestError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, f"the form must be sent as {FORM_TYPE}")
+            if "Transfer-Encoding" in self.headers:
+                raise RequestError(HTTPStatus.LENGTH_REQUIRED, "send the form with a Content-Length, not chunked")
+            declared = self.headers.get_all("Content-Length", [])
+            if not declared:
+                raise RequestError(HTTPStatus.LENGTH_REQUIRED, "the form needs a Content-Length")
+            if len(declared) > 1 or not re.fullmatch(r"[0-9]{1,9}", declared[0].strip()):
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"Content-Length {', '.join(declared)[:40]!r} is not a size")
+            length = int(declared[0])
+            if length > MAX_BODY_BYTES:
+                raise RequestError(
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"the form has {length} bytes (at most {MAX_BODY_BYTES})"
+                )
+            try:
+                body = self.rfile.read(length)
+                self.body_read = True
+            except TimeoutError:
+                raise RequestError(HTTPStatus.REQUEST_TIMEOUT, f"no data for {connection_timeout:g} seconds") from None
+            if len(body) != length:
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"the form ended after {len(body)} of {length} bytes")
+            try:
+                fields = parse_qsl(body.decode(), keep_blank_values=True, errors="strict", max_num_fields=MAX_FIELDS)
+            except UnicodeDecodeError:
+                raise RequestError(HTTPStatus.BAD_REQUEST, "the form is not UTF-8") from None
+            except ValueError:  # parse_qsl's "Max number of fields exceeded"
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"the form has more than {MAX_FIELDS} fields") from None
+            form = dict(fields)
+            if len(form) != len(fields):
+                raise RequestError(HTTPStatus.BAD_REQUEST, "a field of the form is given twice")
+            return form
+
         def do_POST(self) -> None:
             annotator, rest = self._route()
             if annotator is None:
                 return self._fail(HTTPStatus.FORBIDDEN, "unknown annotator link")
             if rest != ["label"]:
                 return self._fail(HTTPStatus.NOT_FOUND, "no such page")
-            length = int(self.headers.get("Content-Length", "0"))
-            form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode(), keep_blank_values=True).items()}
-            if form.get("item_id") not in items:
-                return self._fail(HTTPStatus.BAD_REQUEST, "unknown item")
             try:
+                form = self._form()
+                if form.get("item_id") not in items:
+                    raise RequestError(HTTPStatus.BAD_REQUEST, "unknown item")
                 value = parse_value(project["task"], form)
+            except RequestError as error:
+                return self._fail(error.status, str(error))
             except ValueError as error:
                 return self._fail(HTTPStatus.BAD_REQUEST, str(error))
             store.put(annotator, form["item_id"], value)
@@ -237,11 +358,19 @@ def make_handler(project: dict[str, Any], store: LabelStore) -> type[BaseHTTPReq
     return Handler
 
 
-def serve(folder: str | Path, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
-    """The server of a project folder (not yet serving: call `serve_forever`)."""
+class AnnotationServer(ThreadingHTTPServer):
+    request_queue_size = LISTEN_BACKLOG  # socketserver's default of 5 resets most of a room's simultaneous posts
+
+
+def serve(
+    folder: str | Path, host: str = "127.0.0.1", port: int = 8765, connection_timeout: float = CONNECTION_TIMEOUT_S
+) -> ThreadingHTTPServer:
+    """The server of a project folder (not yet serving: call `serve_forever`); `connection_timeout`: seconds a
+    connection may wait for its client."""
+    folder = Path(folder).resolve()
     project = load_project(folder)
-    store = LabelStore(Path(folder) / DATABASE)
-    return ThreadingHTTPServer((host, port), make_handler(project, store))
+    store = LabelStore(folder / DATABASE)
+    return AnnotationServer((host, port), make_handler(folder, project, store, connection_timeout))
 
 
 def links(folder: str | Path, host: str, port: int) -> dict[str, str]:

@@ -8,6 +8,7 @@ JSON list with NOTA last, the correct letter, the type, the image file, and wher
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +18,9 @@ import pandas as pd
 
 from blindspot.humblebench.settings import LETTERS, NOTA_TEXT, TYPES, Question, draw, is_nota
 from blindspot.io import stable_id, write_text
+from blindspot.protobias.triplets import read_json_output, schema_problem
+
+log = logging.getLogger(__name__)
 
 
 def question_row(
@@ -168,24 +172,29 @@ def scene_description(graph: Mapping[str, Any], cues: Mapping[tuple[str, int], s
 
 def parse_scene_questions(text: str, graph: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str]:
     """The questions an LLM wrote for one image, NOTA appended as option E, each as a candidate row with
-    the problem it has, if any ("bad_options": repeated options, or one that already reads NOTA). A
+    the problem it has, if any ("bad_options": repeated or blank options, or one that already reads NOTA;
+    "bad_question": a blank question). A
     candidate with a problem is never repaired here: people can fix it (modify) in verification.
-    Returns the rows and the image's status: ok, or malformed (no JSON of the schema: no rows)."""
-    try:
-        written = json.loads(text)["questions"]
-        assert all(item["type"] in TYPES and item["answer"] in ("A", "B", "C", "D", "none") for item in written)
-    except (json.JSONDecodeError, KeyError, TypeError, AssertionError):
+    Returns the rows and the image's status: ok, or malformed (no JSON of QUESTIONS_SCHEMA: no rows, and
+    the reason logged). Never raises, whatever the writer wrote."""
+    written, unreadable = read_json_output(text)
+    unreadable = unreadable or schema_problem(written, QUESTIONS_SCHEMA)
+    if unreadable:
+        log.warning("image %s: the questions written are malformed: %s", graph["image_id"], unreadable)
         return [], "malformed"
+    written = written["questions"]
     rows = []
     for index, item in enumerate(written):
-        options = [str(option).strip() for option in item["options"]]
+        options = [option.strip() for option in item["options"]]
         label = "E" if item["answer"] == "none" else item["answer"]
         question_id = stable_id("scene_graph", graph["image_id"], index, item["question"])
         origin = {"image_id": graph["image_id"]}
         fields = (question_id, item["question"].strip(), (*options, NOTA_TEXT), label, item["type"])
-        if len(options) != 4 or len(set(map(str.lower, options))) != 4 or any(is_nota(o) for o in options):
+        bad_options = len(set(map(str.lower, options))) != len(options) or any(not o or is_nota(o) for o in options)
+        flaw = "bad_options" if bad_options else "" if fields[1] else "bad_question"  # blank after stripping
+        if flaw:
             flawed = SimpleNamespace(**dict(zip(Question.__dataclass_fields__, fields, strict=True)))
-            rows.append(question_row(flawed, "scene_graph", graph["file_name"], origin | {"problem": "bad_options"},
+            rows.append(question_row(flawed, "scene_graph", graph["file_name"], origin | {"problem": flaw},
                                      verified=False))  # fmt: skip
             continue
         rows.append(question_row(Question(*fields), "scene_graph", graph["file_name"], origin, verified=False))

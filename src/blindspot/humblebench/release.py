@@ -16,7 +16,7 @@ from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.settings import LETTERS, Question
 from blindspot.io import atomic_path
 
-_OPTION_LINE = re.compile(r"^\s*\(?([A-E])[.)]\s*(.+?)\s*$")
+OPTION_LINE = re.compile(r"^\s*\(?([A-E])[.)]\s*(.+?)\s*$")
 
 
 def split_release_question(text: str, question_id: str) -> tuple[str, tuple[str, ...]]:
@@ -24,7 +24,7 @@ def split_release_question(text: str, question_id: str) -> tuple[str, tuple[str,
     the stem and the option texts, which must be lettered A, B, ... in order."""
     stem, options = [], []
     for line in text.splitlines():
-        match = _OPTION_LINE.match(line)
+        match = OPTION_LINE.match(line)
         if match and match.group(1) == LETTERS[len(options)]:
             options.append(match.group(2))
         elif options and line.strip():
@@ -124,6 +124,13 @@ def _release_image(image: Any, base: Path, image_dir: Path, question_id: str) ->
     return str(target)
 
 
+def release_question(record: Mapping[str, Any]) -> Question:
+    """One release record (question_id, question with its lettered options, label, type) as a `Question`."""
+    question_id = str(record["question_id"])
+    stem, options = split_release_question(record["question"], question_id)
+    return Question(question_id, stem, options, str(record["label"]).strip(), str(record["type"]))
+
+
 def load_release(source: str, image_dir: str | Path) -> list[dict[str, Any]]:
     """Question rows from the official release (any format `release_records` reads), with fields
     question_id, question, type, label and image. Images that come as bytes are written to `image_dir`
@@ -136,9 +143,7 @@ def load_release(source: str, image_dir: str | Path) -> list[dict[str, Any]]:
         missing = {"question_id", "question", "type", "label", "image"} - set(record)
         if missing:
             raise ValueError(f"{source}: a release record lacks {sorted(missing)}")
-        question_id = str(record["question_id"])
-        stem, options = split_release_question(record["question"], question_id)
-        image_path = _release_image(record["image"], base, image_dir, question_id)
-        question = Question(question_id, stem, options, str(record["label"]).strip(), str(record["type"]))
+        question = release_question(record)
+        image_path = _release_image(record["image"], base, image_dir, question.question_id)
         rows.append(question_row(question, "release", image_path, {"release": source}, verified=True))
     return rows

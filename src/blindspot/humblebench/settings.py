@@ -86,7 +86,8 @@ def lettered(options: Sequence[str], letters: Sequence[str] = LETTERS) -> str:
 
 
 def is_nota(text: str) -> bool:
-    return text.strip().rstrip(".").lower() == NOTA_TEXT.lower()
+    """Whether an option is NOTA: "None of the above", or "None of above" as some release questions write it."""
+    return " ".join(text.strip().rstrip(".").lower().split()) in {NOTA_TEXT.lower(), "none of above"}
 
 
 def nota_letter(options: Sequence[str], question_id: str = "") -> str:

@@ -17,7 +17,8 @@ from typing import Any
 import pandas as pd
 
 from blindspot.humblebench.metrics import ANSWER_COLUMNS, humility_metrics, require_columns
-from blindspot.io import atomic_path
+from blindspot.io import atomic_path, write_text
+from blindspot.reporting import write_report_table
 
 READINGS = ("text", "logits")
 HEADLINES = {"overall": "Overall", "nota_selection": "NOTA sel.", "nota_hit": "NOTA hit"}
@@ -201,6 +202,19 @@ def report_tables(
             "Table 7: humans and models on the same questions, %",
         )
     return found, report
+
+
+def write_report(
+    found: pd.DataFrame, report: Mapping[str, tuple[pd.DataFrame, str]], reading: str,
+    settings: Mapping[str, Mapping[str, str]], metrics: str | Path, tables: Mapping[str, Sequence[str]],
+    plot: str | Path,
+) -> None:  # fmt: skip
+    """Write every metric (CSV), each report table to its files (`tables[name]`: CSV, Markdown, LaTeX) and
+    the NOTA plot: what the workflow and `blindspot humble score` both write."""
+    write_text(metrics, found.to_csv(index=False))
+    for name, (table, caption) in report.items():
+        write_report_table(table, *tables[name], caption=caption)
+    plot_nota_tradeoff(found, reading, settings, plot)
 
 
 def plot_nota_tradeoff(

@@ -19,6 +19,10 @@ class APIJudgeError(RuntimeError):
     """The endpoint refused a request (a 4xx other than 429) or stayed unreachable after all retries."""
 
 
+class MalformedReply(ValueError):
+    """A 200 reply whose body cannot be read as JSON: an item without an answer, not a failed job."""
+
+
 @dataclass(frozen=True)
 class ClientSettings:
     concurrency: int = 4  # requests in flight at once
@@ -54,22 +58,32 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
         pass
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    except (TypeError, ValueError, OverflowError, IndexError):
         return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def error_message(response: requests.Response) -> str:
     """The endpoint's own error message (OpenAI's error.message, FastAPI's detail) or the body's start."""
     try:
         payload = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the recursion limit
         return response.text[:300].strip() or response.reason
     if isinstance(payload, Mapping):
         error = payload.get("error")
         if isinstance(error, Mapping) and error.get("message"):
-            return str(error["message"])
+            return _start(error["message"])
         for key in ("detail", "message", "error"):
             if payload.get(key):
-                return str(payload[key])
-    return json.dumps(payload)[:300]
+                return _start(payload[key])
+    return _start(payload)
+
+
+def _start(value: object) -> str:
+    """The first 300 characters of a value from an error body, whatever its depth or size."""
+    if isinstance(value, str):
+        return value[:300]
+    try:
+        return json.dumps(value)[:300]
+    except RecursionError:
+        return f"(a {type(value).__name__} nested too deeply to show)"

@@ -11,7 +11,8 @@ vLLM may serve), P("1") is split into "1" and "10" with P("0" | "1") from the se
 in blindspot.models.vlm_scoring (the two spellings of "10" add up); that conditional is only known when
 the answer began with "1", so when it did not, the (then small) mass on "1" stays on 1. Without
 logprobs the score is the first integer 1..10 written in the answer; an answer with neither is NaN
-(a failure), never a guess. The answer text is kept as the Score's detail.
+(a failure), never a guess. The answer text is kept as the Score's detail. The message content may be
+text or a list of parts (their text is joined); logprob entries that cannot be read are skipped.
 
 A reply that holds no answer is not one: empty text, a reply the provider's content filter withheld,
 or one cut at the token budget (`finish_reason` "length") before a score was written (a reasoning
@@ -19,7 +20,10 @@ model can spend the whole budget thinking). It is asked again, with the client's
 `client.max_reply_attempts` times; then the item is an `Unanswered` score (NaN, with the reason),
 which neither this module's cache nor the score cache keeps, so the next run asks again. A reply
 cut after its score (`max_tokens: 1` read through logprobs) is an answer. A complete answer
-without a score ("I cannot tell") is the judge's answer: it is kept, and scores NaN.
+without a score ("I cannot tell") is the judge's answer: it is kept, and scores NaN. A reply that
+is not a chat completion (a body that is not JSON, or fields of the wrong type) is "malformed" and
+asked again the same way: only replies that hold an answer are cached, and a cached file that cannot
+be read (cut short, or written unchecked by an older version) is asked again and overwritten.
 
 Registry entry (a dict, or any object with these attributes):
     id           the endpoint's model name (e.g. gpt-5)
@@ -36,7 +40,10 @@ Registry entry (a dict, or any object with these attributes):
 Answers are cached on disk, one JSON file per (model, revision, template version, request
 settings, image sha256, prompt), written atomically, so a rerun or a resumed shard asks the
 endpoint only for what it has not answered yet. The key lives in memory only: it is never logged,
-cached or put into an error message (any text that goes out of this module is scrubbed of it).
+cached or put into an error message or a Score. Every string of a reply is scrubbed of it as the
+reply arrives, in each form a server can echo it in (raw, JSON-escaped, URL-encoded), and so is
+every message that leaves this module. A key that cannot be an HTTP header value (a line break,
+a control character, a character outside Latin-1) is refused before any request, without showing it.
 """
 
 from __future__ import annotations
@@ -48,13 +55,16 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import numpy as np
 import requests
@@ -66,6 +76,7 @@ from blindspot.metrics.api_client import (
     RETRY_STATUSES,
     APIJudgeError,
     ClientSettings,
+    MalformedReply,
     backoff_delay,
     error_message,
     retry_after_seconds,
@@ -90,12 +101,22 @@ def _logsumexp(values: list[float]) -> float:
     return top + math.log(sum(math.exp(v - top) for v in values)) if top > -math.inf else -math.inf
 
 
+def _is_logprob(value: Any) -> bool:
+    """A log-probability as a reply may hold one: a number <= 0, -inf included (NaN and bools are not)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value <= 0
+
+
 def _answer_logprobs(position: Mapping[str, Any]) -> dict[str, float]:
-    """{answer text: log-probability} at one position, candidates with the same stripped text merged."""
+    """{answer text: log-probability} at one position, candidates with the same stripped text merged;
+    candidates without a string token and a log-probability (<= 0) are skipped."""
+    candidates = position.get("top_logprobs")
+    if not isinstance(candidates, list) or not candidates:
+        candidates = [position]
     grouped: dict[str, list[float]] = {}
-    for candidate in position.get("top_logprobs") or [{"token": position["token"], "logprob": position["logprob"]}]:
-        token, logprob = candidate.get("token"), candidate.get("logprob")
-        if isinstance(token, str) and isinstance(logprob, int | float):
+    for candidate in candidates:
+        token = candidate.get("token") if isinstance(candidate, Mapping) else None
+        logprob = candidate.get("logprob") if isinstance(candidate, Mapping) else None
+        if isinstance(token, str) and _is_logprob(logprob):
             grouped.setdefault(token.strip(), []).append(float(logprob))
     return {token: _logsumexp(values) for token, values in grouped.items()}
 
@@ -103,9 +124,12 @@ def _answer_logprobs(position: Mapping[str, Any]) -> dict[str, float]:
 def logprob_score(logprobs: Mapping[str, Any] | None) -> float | None:
     """Expected score over "1".."10" from a chat completion's `logprobs` (see the module doc),
     or None when they are absent or put no mass on any answer."""
-    content = [p for p in (logprobs or {}).get("content") or [] if isinstance(p, Mapping) and "token" in p]
+    positions = logprobs.get("content") if isinstance(logprobs, Mapping) else None
+    if not isinstance(positions, list):
+        return None
+    content = [p for p in positions if isinstance(p, Mapping) and isinstance(p.get("token"), str)]
     # The first answer token: leading whitespace-only tokens are not the answer yet.
-    start = next((i for i, p in enumerate(content) if str(p["token"]).strip()), None)
+    start = next((i for i, p in enumerate(content) if p["token"].strip()), None)
     if start is None:
         return None
     first = _answer_logprobs(content[start])
@@ -114,7 +138,7 @@ def logprob_score(logprobs: Mapping[str, Any] | None) -> float | None:
     for score in SCORES:
         first_array[score] = first.get(str(score), -np.inf)
     after_one, ten_after_one = np.full(len(SCORES) + 1, -np.inf), None
-    if str(content[start]["token"]).strip() == "1" and start + 1 < len(content):
+    if content[start]["token"].strip() == "1" and start + 1 < len(content):
         after_one[0] = _answer_logprobs(content[start + 1]).get("0", -np.inf)
         ten_after_one = 0
     # "10" as one token and "1" + "0" are different sequences: their probabilities add up.
@@ -123,13 +147,58 @@ def logprob_score(logprobs: Mapping[str, Any] | None) -> float | None:
     return summarise(probabilities)[0] if mass > 0 else None
 
 
-def _choice_text(response: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
-    choice = (response.get("choices") or [{}])[0]
-    return choice, ((choice.get("message") or {}).get("content") or "").strip()
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
 
 
-def read_score(response: Mapping[str, Any]) -> Score:
-    """A Score from one chat-completion response: logprobs first, else the text, else NaN."""
+def response_problem(response: Any) -> str:
+    """Why a response is not a chat completion this module can read (the field and what it holds), or
+    "" when it is one. Checked before anything is cached; no choices at all is an empty reply, not this."""
+    if not isinstance(response, Mapping):
+        return f"the response is of type {_kind(response)}, not an object"
+    choices = response.get("choices")
+    if not choices:
+        return ""
+    if not isinstance(choices, list):
+        return f"choices is of type {_kind(choices)}, not a list"
+    choice = choices[0]
+    if not isinstance(choice, Mapping):
+        return f"choices[0] is of type {_kind(choice)}, not an object"
+    message = choice.get("message")
+    if message is not None and not isinstance(message, Mapping):
+        return f"choices[0].message is of type {_kind(message)}, not an object"
+    fields = {
+        "message.content": (message or {}).get("content"),
+        "message.refusal": (message or {}).get("refusal"),
+        "finish_reason": choice.get("finish_reason"),
+        "logprobs": choice.get("logprobs"),
+        "usage": response.get("usage"),
+    }
+    allowed = {"message.content": (str, list), "logprobs": Mapping, "usage": Mapping}
+    for name, value in fields.items():
+        if value is not None and not isinstance(value, allowed.get(name, str)):
+            return f"{'' if name == 'usage' else 'choices[0].'}{name} is of type {_kind(value)}"
+    parts = fields["message.content"]
+    if isinstance(parts, list) and not all(isinstance(part, Mapping) for part in parts):
+        return "choices[0].message.content is a list with items that are not content parts"
+    return ""
+
+
+def _choice_text(response: Any) -> tuple[Mapping[str, Any], str]:
+    """The first choice and its text (a list of content parts: their text joined); empty when absent
+    or when the response is malformed (response_problem says why)."""
+    if response_problem(response) or not response.get("choices"):
+        return {}, ""
+    choice = response["choices"][0]
+    content = (choice.get("message") or {}).get("content") or ""
+    if isinstance(content, list):
+        content = "".join(part["text"] for part in content if isinstance(part.get("text"), str))
+    return choice, content.strip()
+
+
+def read_score(response: Any) -> Score:
+    """A Score from one chat-completion response: logprobs first, else the text, else NaN. Never
+    raises: a malformed response (see response_problem) reads as an empty one."""
     choice, text = _choice_text(response)
     from_logprobs = logprob_score(choice.get("logprobs"))
     if from_logprobs is not None:
@@ -140,6 +209,7 @@ def read_score(response: Mapping[str, Any]) -> Score:
 
 # Why a reply holds no answer (the job's counters count each), and what to do about it.
 FAILURES = {
+    "malformed": "the reply is not a chat completion",
     "content_filter": "the provider's content filter withheld the reply",
     "length": "the reply was cut at the token budget before a score "
     "(raise request.max_completion_tokens or lower request.reasoning_effort)",
@@ -147,8 +217,10 @@ FAILURES = {
 }
 
 
-def reply_failure(response: Mapping[str, Any]) -> str | None:
+def reply_failure(response: Any) -> str | None:
     """Why a chat-completion response holds no answer (a key of FAILURES), or None when it holds one."""
+    if response_problem(response):
+        return "malformed"
     choice, text = _choice_text(response)
     if choice.get("finish_reason") == "content_filter":
         return "content_filter"
@@ -157,15 +229,19 @@ def reply_failure(response: Mapping[str, Any]) -> str | None:
     return None if text else "empty"
 
 
-def failure_detail(response: Mapping[str, Any], failure: str) -> str:
+def failure_detail(response: Any, failure: str) -> str:
     """The failure in words, with what the response tells about it (its token use, text or refusal)."""
+    problem = response_problem(response)
+    if problem:
+        return f"{failure}: {FAILURES[failure]} ({problem})"
     choice, text = _choice_text(response)
     usage = response.get("usage") or {}
+    details = usage.get("completion_tokens_details")
     facts = [f"finish_reason {choice.get('finish_reason')!r}"]
-    if usage.get("completion_tokens") is not None:
+    if isinstance(usage.get("completion_tokens"), int):
         facts.append(f"{usage['completion_tokens']} completion tokens")
-    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
-    if reasoning:
+    reasoning = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+    if isinstance(reasoning, int) and reasoning:
         facts.append(f"{reasoning} of them reasoning")
     refusal = (choice.get("message") or {}).get("refusal")
     facts += [f"{what} {value[:100]!r}" for what, value in (("text", text), ("refusal", refusal)) if value]
@@ -187,6 +263,34 @@ def image_png(image: Any) -> bytes:
 def key_not_set(name: str, key_env: str) -> MetricSkipped:
     """Why a judge without its key is skipped (the variable's name, never a value)."""
     return MetricSkipped(f"{name}: the API key variable {key_env} is not set or empty; skipping this metric")
+
+
+def header_problem(key: str) -> str:
+    """Why `key` cannot be sent in an HTTP header (which character, where; never the key), or ""."""
+    for position, char in enumerate(key):
+        if ord(char) > 0xFF:
+            return f"a character outside Latin-1 (U+{ord(char):04X}) at position {position}"
+        if unicodedata.category(char) == "Cc" and char != "\t":
+            return f"a control character or line break (U+{ord(char):04X}) at position {position}"
+    return ""
+
+
+def key_pattern(key: str) -> re.Pattern[str]:
+    """Every form in which a server can echo `key` back: raw, JSON-escaped (with or without
+    ASCII-only escapes and an escaped "/") and URL-encoded (UTF-8 or Latin-1, with "+" for a
+    space or not, upper- or lower-case hex)."""
+    escaped = {json.dumps(key, ensure_ascii=ascii_only)[1:-1] for ascii_only in (True, False)}
+    escaped |= {form.replace("/", "\\/") for form in escaped}
+    encoded = {
+        quote_form(key, safe=safe, encoding=encoding)
+        for quote_form in (quote, quote_plus) for safe in ("", "/") for encoding in ("utf-8", "latin-1")
+    }  # fmt: skip
+    encoded |= {re.sub("%[0-9A-F]{2}", lambda hex_byte: hex_byte[0].lower(), form) for form in encoded}
+    forms = sorted({key} | escaped | encoded, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, forms)))
+
+
+_MAX_DEPTH = 64  # a chat completion nests about six levels; deeper is no reply to read
 
 
 def _field(entry: Any, key: str, default: Any = None) -> Any:
@@ -221,6 +325,11 @@ class APIJudgeMetric:
         self._key = os.environ.get(key_env, "").strip()
         if not self._key:
             raise key_not_set(self.name, key_env)
+        unsendable = header_problem(self._key)
+        if unsendable:
+            raise ValueError(f"{self.name}: the API key in {key_env} cannot be sent as an HTTP header: it holds "
+                             f"{unsendable}; set the variable to the key alone")  # fmt: skip
+        self._key_forms = key_pattern(self._key)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._sessions: list[requests.Session] = []
@@ -231,8 +340,29 @@ class APIJudgeMetric:
         return f"APIJudgeMetric(name={self.name!r}, model_id={self.model_id!r}, endpoint={self.endpoint!r})"
 
     def _scrub(self, text: str) -> str:
-        """Text that leaves this module, with the key (should a server echo it) replaced."""
-        return text.replace(self._key, "<redacted>") if self._key else text
+        """Text that leaves this module, with the key (should a server echo it) replaced in every form."""
+        return self._key_forms.sub("<redacted>", text)
+
+    def _clean(self, value: Any, depth: int = 0) -> Any:
+        """A reply's JSON with every string (keys too) scrubbed of the key, and lone surrogates (a
+        "\\ud800" escape, which no parquet file can hold) replaced; ValueError past _MAX_DEPTH."""
+        if depth > _MAX_DEPTH:
+            raise ValueError(f"nested deeper than {_MAX_DEPTH} levels")
+        if isinstance(value, str):
+            return self._scrub(value.encode("utf-8", "replace").decode("utf-8"))
+        if isinstance(value, list):
+            return [self._clean(item, depth + 1) for item in value]
+        if isinstance(value, dict):
+            return {self._clean(key, depth + 1): self._clean(item, depth + 1) for key, item in value.items()}
+        return value
+
+    def _reply(self, body: str) -> Any:
+        """A 200 reply's body as JSON, cleaned (see _clean); MalformedReply when it cannot be read."""
+        try:
+            return self._clean(json.loads(body))
+        except (ValueError, RecursionError) as error:  # not JSON, too deep, or an integer past the digit limit
+            reason = f"HTTP 200 with a body that is not readable JSON ({str(error)[:100]}): {body[:200]!r}"
+            raise MalformedReply(self._scrub(reason)) from None
 
     def cache_key(self, prompt: str, image_sha256: str) -> str:
         return stable_id(
@@ -273,8 +403,9 @@ class APIJudgeMetric:
             session.close()
         self._local = threading.local()
 
-    def post(self, body: dict[str, Any], sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
-        """POST one request, retrying connection errors, timeouts, 429 and 5xx with back-off."""
+    def post(self, body: dict[str, Any], sleep: Callable[[float], None] = time.sleep) -> Any:
+        """POST one request, retrying connection errors, timeouts, 429 and 5xx with back-off; the reply's
+        JSON, cleaned of the key, or MalformedReply."""
         settings = self.client
         for attempt in range(1, settings.max_attempts + 1):
             retry_after = None
@@ -282,15 +413,15 @@ class APIJudgeMetric:
                 self.requests_sent += 1
             try:
                 response = self._session().post(self.url, json=body, timeout=settings.timeout_s)
-            except (requests.ConnectionError, requests.Timeout) as error:
+            except (
+                requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
+                requests.exceptions.ContentDecodingError,
+            ) as error:  # fmt: skip
                 reason = f"{type(error).__name__}: {error}"
             else:
                 if response.status_code == 200:
-                    try:
-                        return response.json()
-                    except ValueError:
-                        reason = f"HTTP 200 with a body that is not JSON: {response.text[:200]!r}"
-                elif response.status_code in RETRY_STATUSES:
+                    return self._reply(response.text)
+                if response.status_code in RETRY_STATUSES:
                     reason = f"HTTP {response.status_code}: {error_message(response)}"
                     retry_after = retry_after_seconds(response.headers.get("Retry-After"))
                 else:
@@ -318,23 +449,44 @@ class APIJudgeMetric:
         """Ask until a reply holds an answer, which is cached; after the last try, an Unanswered score."""
         body, tries = self.body(prompt, png), self.client.max_reply_attempts
         for attempt in range(1, tries + 1):
-            response = self.post(body)
-            failure = reply_failure(response)
-            if failure is None:
-                record = {
-                    "model_id": self.model_id, "revision": self.revision, "template_version": self.template.version,
-                    "request": self.request_settings, "image_sha256": hashlib.sha256(png).hexdigest(),
-                    "prompt": prompt, "response": response,
-                }  # fmt: skip
-                write_json(self._cache_path(key), json.loads(self._scrub(json.dumps(record))))
-                return read_score(response)
-            detail = self._scrub(failure_detail(response, failure))
+            try:
+                response = self.post(body)
+            except MalformedReply as error:
+                failure, detail = "malformed", f"malformed: {FAILURES['malformed']} ({error})"
+            else:
+                failure = reply_failure(response)
+                if failure is None:  # checked, so a rerun can read what is cached
+                    record = {
+                        "model_id": self.model_id, "revision": self.revision,
+                        "template_version": self.template.version, "request": self.request_settings,
+                        "image_sha256": hashlib.sha256(png).hexdigest(), "prompt": prompt, "response": response,
+                    }  # fmt: skip
+                    write_json(self._cache_path(key), self._clean(record))
+                    return read_score(response)
+                detail = failure_detail(response, failure)
             if attempt < tries:
                 wait = backoff_delay(attempt - 1, self.client.backoff_base_s, self.client.backoff_cap_s)
                 log.warning("%s: no answer (%s); retry %d of %d in %.1f s", self.name, detail, attempt, tries - 1, wait)
                 time.sleep(wait)
         log.warning("%s: no answer after %d tries, recorded as failed and not cached: %s", self.name, tries, detail)
         return Unanswered(math.nan, detail, failure)
+
+    def _cached(self, path: Path) -> Score | None:
+        """The cached answer at `path`, or None when there is none or it cannot be read (a file cut short,
+        or a reply an older version cached unchecked): that item is asked again and the file overwritten."""
+        if not path.exists():
+            return None
+        try:
+            response = self._clean(json.loads(path.read_text())["response"])
+        except (OSError, ValueError, RecursionError, KeyError, TypeError) as error:
+            problem = f"{type(error).__name__}: {str(error)[:200]}"
+        else:
+            failure = reply_failure(response)
+            if failure is None:
+                return read_score(response)
+            problem = failure_detail(response, failure)
+        log.warning("%s: the cached reply %s cannot be used (%s); asking again", self.name, path, self._scrub(problem))
+        return None
 
     def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
         """One score per (prompt, image) pair, in order; cached answers are not asked again."""
@@ -345,9 +497,9 @@ class APIJudgeMetric:
         for i, (prompt, image) in enumerate(zip(prompts, images, strict=True)):
             png = image_png(image)
             key = self.cache_key(prompt, hashlib.sha256(png).hexdigest())
-            cached = self._cache_path(key)
-            if cached.exists():
-                scores[i] = read_score(json.loads(cached.read_text())["response"])
+            cached = self._cached(self._cache_path(key))
+            if cached is not None:
+                scores[i] = cached
                 self.cache_hits += 1
             else:
                 todo.append((i, prompt, png, key))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,7 +10,13 @@ import pandas as pd
 
 from blindspot.models.textgen import TextGenerator
 from blindspot.prompts import PromptTemplate
-from blindspot.protobias.triplets import count_statuses, generation_provenance
+from blindspot.protobias.triplets import (
+    count_statuses,
+    generation_provenance,
+    read_json_output,
+    schema_problem,
+    shorten,
+)
 from blindspot.tables import TRIPLETS
 
 JUDGE_REASONS = ("ok", "malformed", "wrong_domain", "wrong_instance", "more_than_one_change", "no_change", "other")
@@ -41,20 +46,30 @@ JUDGE_JSON_SCHEMA: dict[str, Any] = {
 
 
 def parse_verdict(text: str) -> dict[str, Any]:
-    """The judge's verdict; a verdict that cannot be read counts as a rejection with a status."""
+    """The judge's verdict; a verdict that cannot be read counts as a rejection with a status. Never
+    raises, whatever the judge wrote."""
     verdict = {"accept": False, "verdict_reason": "", "explanation": "", "status": "ok", "reason": ""}
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as error:
-        return verdict | {"status": "invalid_json", "reason": f"not valid JSON: {error.msg} at char {error.pos}"}
+    parsed, unreadable = read_json_output(text)
+    if unreadable:
+        return verdict | {"status": "invalid_json", "reason": unreadable}
     if not isinstance(parsed, dict) or not {"decision", "reason"} <= set(parsed):
         return verdict | {"status": "missing_field", "reason": "needs 'decision' and 'reason'"}
     decision, reason = parsed["decision"], parsed["reason"]
     if decision not in ("accept", "reject") or reason not in JUDGE_REASONS:
-        return verdict | {"status": "invalid_value", "reason": f"decision={decision!r} reason={reason!r}"}
-    verdict |= {"verdict_reason": reason, "explanation": str(parsed.get("explanation", ""))}
+        return verdict | {
+            "status": "invalid_value",
+            "reason": f"decision={shorten(repr(decision), 40)} reason={shorten(repr(reason), 40)}",
+        }
+    explanation = parsed.get("explanation")
+    fits = isinstance(explanation, str) and len(explanation) <= _EXPLANATION["maxLength"]
+    verdict |= {"verdict_reason": reason, "explanation": explanation if fits else ""}
     if (decision == "accept") != (reason == "ok"):
         return verdict | {"status": "inconsistent_verdict", "reason": f"'{decision}' with reason '{reason}'"}
+    # The branch of the schema for this decision: its problem is the one to name.
+    accept_branch, reject_branch = JUDGE_JSON_SCHEMA["anyOf"]
+    off_schema = schema_problem(parsed, accept_branch if decision == "accept" else reject_branch)
+    if off_schema:  # the explanation missing, not a string or too long, or a field the schema has not
+        return verdict | {"status": "schema_violation", "reason": off_schema}
     return verdict | {"accept": decision == "accept"}
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import jsonschema
 import pandas as pd
 
 from blindspot.io import stable_id
@@ -29,6 +30,7 @@ TRIPLET_JSON_SCHEMA: dict[str, Any] = {
 FAILURE_REASONS = (
     "invalid_json",  # not parseable as JSON, or not a JSON object
     "missing_field",  # a required field is absent, empty or not a string
+    "schema_violation",  # refused by TRIPLET_JSON_SCHEMA otherwise (a field too long, an extra field)
     "instance_in_neutral_prompt",  # T names a specific subject instead of the broad category
     "label_missing",  # T does not name the broad category
     "wrong_instance",  # D_c or D_a does not show its subject, or shows the other one
@@ -57,17 +59,73 @@ def _fail(status: str, reason: str, fields: dict[str, str] | None = None) -> Val
     return Validation(status, reason, fields or dict.fromkeys(TRIPLET_FIELDS, ""))
 
 
+def shorten(text: str, limit: int = 120) -> str:
+    """A reason stays one short line, whatever the model wrote."""
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object, refusing a repeated key (JSON leaves its meaning open; Python keeps the last)."""
+    value: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in value:
+            raise ValueError(f"the key {shorten(repr(key), 40)} is repeated")
+        value[key] = item
+    return value
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_json_output(text: Any) -> tuple[Any, str]:
+    """A model's JSON output as (value, "") or (None, why it cannot be read). Never raises: the text may
+    be anything a model writes, including nesting past the recursion limit, integers past Python's
+    digit limit, repeated keys, NaN, and lone surrogates (which no parquet file can hold)."""
+    if not isinstance(text, str):
+        return None, f"expected text, got {type(text).__name__}"
+    try:
+        value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except json.JSONDecodeError as error:
+        return None, f"not valid JSON: {error.msg} at char {error.pos}"
+    except UnicodeEncodeError:
+        return None, "not valid JSON: a string holds a lone surrogate (\\ud800-\\udfff)"
+    except RecursionError:
+        return None, "not valid JSON: nested too deeply"
+    except ValueError as error:  # Python's integer digit limit, a repeated key, NaN or Infinity
+        return None, f"not valid JSON: {shorten(str(error))}"
+    return value, ""
+
+
+def schema_problem(value: Any, schema: Mapping[str, Any]) -> str:
+    """What `schema` refuses in `value` (its path and the keyword it fails), or "" when it conforms.
+    Backends decode under the schema; outputs made without it are checked here."""
+    try:
+        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))
+    except RecursionError:
+        return "nested too deeply to check against the schema"
+    if error is None:
+        return ""
+    where = "/".join(map(str, error.absolute_path)) or "the output"
+    if error.validator == "maxLength":
+        return f"{where} has {len(error.instance)} characters, over the schema's maxLength {error.validator_value}"
+    return f"{where}: {shorten(error.message)}"
+
+
 def validate_triplet(text: str, seed: Mapping[str, Any]) -> Validation:
     """Check one LLM output against its seed. Never raises: failures are returned with a reason."""
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as error:
-        return _fail("invalid_json", f"not valid JSON: {error.msg} at char {error.pos}")
+    parsed, unreadable = read_json_output(text)
+    if unreadable:
+        return _fail("invalid_json", unreadable)
     if not isinstance(parsed, dict):
         return _fail("invalid_json", f"expected a JSON object, got {type(parsed).__name__}")
     bad = [name for name in TRIPLET_FIELDS if not isinstance(parsed.get(name), str) or not parsed[name].strip()]
     if bad:
         return _fail("missing_field", f"missing or empty: {', '.join(bad)}")
+    off_schema = schema_problem(parsed, TRIPLET_JSON_SCHEMA)
+    if off_schema:
+        return _fail("schema_violation", off_schema)
     fields = {name: " ".join(parsed[name].split()) for name in TRIPLET_FIELDS}
     t, dc, da = fields["neutral_prompt"], fields["correct_description"], fields["adversarial_description"]
     correct, adversarial = seed["correct_instance"], seed["adversarial_instance"]

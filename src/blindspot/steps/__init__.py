@@ -29,7 +29,7 @@ import pandas as pd
 
 from blindspot import catalogue
 from blindspot.config import GPUUnavailable, ModelSpec, running_step, shard_slice
-from blindspot.io import provenance, write_json, write_table
+from blindspot.io import provenance, remove_stale_temps, write_json, write_table
 
 log = logging.getLogger("blindspot")
 
@@ -111,6 +111,11 @@ def job_file(log_path: str) -> Path:
 
 def run_from_snakemake(job: Any) -> None:
     setup_logging(job.log[0])
+    # A run of this job that was killed (kill -9, preemption) left its half-written temporaries beside
+    # its outputs; only this job writes those names, so they are its to remove.
+    stale = remove_stale_temps([*job.output, job_file(job.log[0])])
+    if stale:
+        log.info("removed %d temporary file(s) a killed run left: %s", len(stale), ", ".join(map(str, stale)))
     arguments = step_arguments(step_function(job.rule), job)
     # So that `python -m blindspot.steps replay FILE` can run the job again outside Snakemake.
     record = {"step": job.rule, "wildcards": dict(job.wildcards.items()), "arguments": arguments}

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from blindspot import tables
-from blindspot.io import read_table, write_table, write_text
+from blindspot.io import read_table, write_table
 from blindspot.prompts import PromptTemplate
 from blindspot.steps import log, spec, write_counters
 
@@ -94,14 +94,10 @@ def make_humble_tables(
 ) -> None:  # fmt: skip
     """Every metric per VLM x setting x reading, Tables 4-6 (and 7, given human answers), and the NOTA plot."""
     from blindspot.humblebench import tables as humble_tables
-    from blindspot.reporting import write_report_table
 
     frame = pd.concat([read_table(path, tables.HUMBLE_ANSWERS) for path in answers], ignore_index=True)
     people = humble_tables.read_human_answers(human_answers[0]) if human_answers else None
     found, report = humble_tables.report_tables(frame, people, reading, settings, original, stress)
-    write_text(metrics, found.to_csv(index=False))
     files = {"table4": table4, "table5": table5, "table6": table6, "table7": table7}
-    for name, (table, caption) in report.items():
-        write_report_table(table, *files[name], caption=caption)
-    humble_tables.plot_nota_tradeoff(found, reading, settings, plot)
+    humble_tables.write_report(found, report, reading, settings, metrics, files, plot)
     log.info("HumbleBench tables over %d answers", len(frame))

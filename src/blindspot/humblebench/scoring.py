@@ -1,0 +1,238 @@
+"""Score HumbleBench answers that were made elsewhere (`blindspot humble score`): the prediction files
+the official code writes, or a plain `question_id,setting,model,answer` CSV, read against the release
+into answer rows, then every metric, Tables 4 to 6 and the NOTA plot, as the workflow writes them.
+
+The official code (github.com/maifoundations/HumbleBench, `HumbleBench/utils/io.py`) writes
+`<results>/<setting>/<Model>/<Model>.jsonl`, one line per question: `label, question, type, image,
+question_id, prediction`, where `question` holds the options as shown (a NOTA-only question keeps its
+letters with a gap) and `prediction` is the model's raw answer. Each line is read as it was shown: the
+option lines of its question are matched to the release's options, which gives the letter map, NOTA's
+letter and the label. In the official noise setting the label stays the original letter, although no
+option is supported any more; here, as in the paper, it is NOTA.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from blindspot.humblebench.parsing import parse_answer
+from blindspot.humblebench.release import OPTION_LINE, release_question, release_records
+from blindspot.humblebench.settings import LETTERS, Question, nota_letter, present, setting_transforms
+from blindspot.humblebench.tables import report_tables, write_report
+from blindspot.targets import PATHS, TABLE_FORMATS
+
+# The official code's setting folders (`build_setting_name`: the active flags joined by "__") and the
+# paper config's settings they are.
+OFFICIAL_SETTINGS = {
+    "common": "original",
+    "shuffle_nota_position": "shuffled_nota",
+    "cautious_prompt": "cautious",
+    "noise_image": "noise",
+    "noise_image__forced_grounding_prompt": "noise_grounding",
+    "nota_only": "nota_only",
+}
+OFFICIAL_FIELDS = ("label", "question", "type", "question_id", "prediction")
+PLAIN_COLUMNS = ("question_id", "setting", "model", "answer")
+READING = "text"
+
+
+def release_questions(source: str) -> dict[str, Question]:
+    """The release's questions by id, from any format `release.release_records` reads; images are
+    neither decoded nor written."""
+    questions = {}
+    for record in release_records(source):
+        missing = {"question_id", "question", "type", "label"} - set(record)
+        if missing:
+            raise ValueError(f"{source}: a release record lacks {sorted(missing)}")
+        question = release_question(record)
+        questions[question.question_id] = question
+    if not questions:
+        raise ValueError(f"{source}: the release has no questions")
+    return questions
+
+
+# Its flags, any of which a setting folder may join.
+OFFICIAL_FLAGS = ("noise_image", "nota_only", "shuffle_nota_position", "cautious_prompt", "forced_grounding_prompt")
+
+
+def our_setting(name: str, settings: Mapping[str, Any]) -> str:
+    """The config's setting that `name` (an official setting folder, or a config setting) is."""
+    ours = OFFICIAL_SETTINGS.get(name, name)
+    if ours in settings:
+        return ours
+    if name in OFFICIAL_SETTINGS:
+        problem = f"the official {name!r} is {ours!r}, which is not a setting of the config"
+    elif set(name.split("__")) <= set(OFFICIAL_FLAGS):
+        problem = f"the official {name!r} is none of the paper's settings"
+    else:
+        problem = f"{name!r} is not a setting of the config"
+    raise ValueError(
+        f"unknown setting: {problem} (config: {', '.join(settings)}; official: {', '.join(OFFICIAL_SETTINGS)})"
+    )
+
+
+def _question(questions: Mapping[str, Question], question_id: Any, where: str) -> Question:
+    question = questions.get(str(question_id))
+    if question is None:
+        raise ValueError(f"{where}: question {question_id} is not in the release")
+    return question
+
+
+def _answer_row(
+    model: str, setting: str, question: Question, shown: Mapping[str, str], label: str, nota: str,
+    letter_map: Mapping[str, str], answer: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """One answer row as `tables.metrics_table` reads it; `shown` maps each shown letter to its text."""
+    prediction = parse_answer(answer, shown) if isinstance(answer, str) else None
+    return {
+        "vlm": model, "setting": setting, "question_id": question.question_id, "type": question.type,
+        "label": label, "nota": nota, "letter_map": json.dumps(dict(letter_map), sort_keys=True),
+        "answer": answer, f"prediction_{READING}": prediction or "",
+    }  # fmt: skip
+
+
+def shown_options(question: Question, text: str, where: str) -> dict[str, str]:
+    """The original letter -> shown letter of each of the release's options that the question as shown
+    (`text`) lists, from its option lines ("C. red", "C.red"); a removed option is left out."""
+    remaining = dict(zip(LETTERS, question.options, strict=False))
+    moved = {}
+    for line in text.splitlines():
+        match = OPTION_LINE.match(line)
+        if not match:
+            continue
+        letter, option = match.groups()
+        original = next((old for old, known in remaining.items() if known == option), None)
+        if original is not None and letter not in moved.values():
+            moved[original] = letter
+            del remaining[original]
+    nota = nota_letter(question.options, question.question_id)
+    if nota not in moved or len(moved) < len(question.options) - 1:
+        raise ValueError(
+            f"{where}: question {question.question_id} shows {len(moved)} of the release's {len(question.options)} "
+            "options (all, or all but the correct one, NOTA among them): was it run on another release?"
+        )
+    return moved
+
+
+def official_rows(
+    records: Iterator[tuple[int, dict[str, Any]]], model: str, setting: str, transforms: Mapping[str, Any],
+    questions: Mapping[str, Question], where: str,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Answer rows from the official code's prediction lines (line number, record) of one model and
+    setting."""
+    rows = []
+    for number, record in records:
+        at = f"{where}: line {number}"
+        missing = [name for name in OFFICIAL_FIELDS if name not in record]
+        if missing:
+            raise ValueError(f"{at} lacks {missing} (an official prediction line has {', '.join(OFFICIAL_FIELDS)})")
+        question = _question(questions, record["question_id"], at)
+        moved = shown_options(question, str(record["question"]), at)
+        letter_map = {old: moved.get(old, "") for old in LETTERS[: len(question.options)]}
+        nota = letter_map[nota_letter(question.options)]
+        label = nota if transforms.get("noise_image") or not letter_map[question.label] else letter_map[question.label]
+        if not transforms.get("noise_image") and str(record["label"]).strip() != label:
+            raise ValueError(
+                f"{at}: question {question.question_id} is labelled {record['label']!r}, but the release's correct "
+                f"option is shown as {label!r}"
+            )
+        shown = {moved[old]: text for old, text in zip(LETTERS, question.options, strict=False) if old in moved}
+        rows.append(_answer_row(model, setting, question, shown, label, nota, letter_map, record["prediction"]))
+    return rows
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise ValueError(f"{path}: line {number} is not JSON") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: line {number} is not a JSON object")
+        yield number, record
+
+
+def official_files(predictions: Path, setting: str | None) -> list[tuple[Path, str, str]]:
+    """(file, model, official or config setting) of each prediction file: a results folder in the
+    official layout, `<setting>/<Model>/<Model>.jsonl`, or one file, whose setting is `setting` or the
+    name of the folder above its model's."""
+    if predictions.is_file():
+        return [(predictions, predictions.stem, setting or predictions.parent.parent.name)]
+    found = sorted(path for path in predictions.rglob("*.jsonl") if path.stem == path.parent.name)
+    if not found:
+        raise ValueError(f"{predictions}: no prediction files in the official layout <setting>/<Model>/<Model>.jsonl")
+    return [(path, path.stem, setting or path.parent.parent.name) for path in found]
+
+
+def plain_rows(
+    path: Path, questions: Mapping[str, Question], settings: Mapping[str, Any], seed: int
+) -> list[dict[str, Any]]:
+    """Answer rows from a `question_id,setting,model,answer` CSV: each question as the config's setting
+    shows it (`settings.present`), its answer read by the parser. An empty answer is unparseable."""
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    missing = [column for column in PLAIN_COLUMNS if column not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: predictions lack columns {missing} (have {list(frame.columns)})")
+    rows = []
+    for number, record in enumerate(frame.to_dict("records"), start=2):
+        question = _question(questions, record["question_id"], f"{path}: row {number}")
+        setting = our_setting(record["setting"], settings)
+        shown = present(question, setting, setting_transforms(settings[setting]), seed)
+        options = dict(zip(shown.letters, shown.options, strict=True))
+        rows.append(
+            _answer_row(record["model"], setting, question, options, shown.label, shown.nota, shown.letter_map,
+                        record["answer"])
+        )  # fmt: skip
+    return rows
+
+
+def read_predictions(
+    predictions: str, questions: Mapping[str, Question], settings: Mapping[str, Any], seed: int,
+    setting: str | None = None,
+) -> pd.DataFrame:  # fmt: skip
+    """Answer rows from a plain CSV (`.csv`) or the official code's prediction files. A question
+    answered twice by one model in one setting keeps its last answer, as the official reader does
+    (`load_saved_results`: a resumed run appends)."""
+    path = Path(predictions)
+    if not path.exists():
+        raise FileNotFoundError(f"{predictions}: no such file or folder")
+    if path.suffix == ".csv":
+        rows = plain_rows(path, questions, settings, seed)
+    else:
+        rows = []
+        for file, model, name in official_files(path, setting):
+            ours = our_setting(name, settings)
+            rows += official_rows(_jsonl(file), model, ours, setting_transforms(settings[ours]), questions, str(file))
+    if not rows:
+        raise ValueError(f"{predictions}: no predictions")
+    return pd.DataFrame(rows).drop_duplicates(["vlm", "setting", "question_id"], keep="last").reset_index(drop=True)
+
+
+def score(
+    predictions: str, release: str, humblebench: Mapping[str, Any], seed: int, out: str, setting: str | None = None
+) -> tuple[pd.DataFrame, str]:
+    """Score predictions made elsewhere against the release: write the metrics, Tables 4 to 6 and the
+    NOTA plot under `out` where the workflow writes them under its results folder; return Table 4 and
+    its caption. `humblebench` is the config's section: its settings, and Table 4's setting."""
+    settings = humblebench["settings"]
+    answers = read_predictions(predictions, release_questions(release), settings, seed, setting)
+    original = humblebench["tables"]["original"]
+    used = {
+        name: {"label": entry["label"], "headline": entry["headline"]}
+        for name, entry in settings.items()
+        if name == original or name in set(answers["setting"])
+    }
+    found, report = report_tables(
+        answers, None, READING, used, original, humblebench["tables"]["stress"], readings=(READING,)
+    )
+    files = {name: [PATHS[name].format(results=out, ext=ext) for ext in TABLE_FORMATS] for name in report}
+    write_report(found, report, READING, used, PATHS["humble_metrics"].format(results=out), files,
+                 PATHS["nota_plot"].format(results=out))  # fmt: skip
+    return report["table4"]

@@ -1,0 +1,275 @@
+"""The built-in annotation page under abuse: oversized, mistyped, mis-sized, undecodable and stalled
+requests get a clear 4xx (never a dropped connection), a room of annotators posting at once loses
+nothing, scores and question edits are checked, and images are read only from under the image root,
+wherever the server was started."""
+
+import http.client
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from blindspot.annotation.projects import load_project, make_project, read_labels
+from blindspot.annotation.server import (
+    MAX_BODY_BYTES,
+    LabelStore,
+    export_labels,
+    parse_value,
+    serve,
+)
+from blindspot.io import write_json
+
+FORM = "application/x-www-form-urlencoded"
+
+
+@pytest.fixture
+def images(tmp_path) -> Path:
+    """Two pictures in root/images: the project's image root is root, its parent (`make_project`'s default)."""
+    folder = tmp_path / "root" / "images"
+    folder.mkdir(parents=True)
+    for colour in ("red", "blue"):
+        Image.new("RGB", (8, 8), colour).save(folder / f"{colour}.png")
+    return folder
+
+
+def pairwise_project(images: Path, folder: Path) -> dict:
+    table = pd.DataFrame({"pair_id": ["p1"], "neutral_prompt": ["a square"], "left_role": ["corr"],
+                          "left_path": [str(images / "red.png")],
+                          "right_path": [str(images / "blue.png")]})  # fmt: skip
+    return make_project("pairwise", table, ["alice"], folder, "")
+
+
+@contextmanager
+def running(folder: Path, **options: float) -> Iterator[tuple[int, str]]:
+    """The page of a project served from a thread: its port and alice's path."""
+    server = serve(folder, port=0, **options)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        token = next(iter(load_project(folder)["annotators"].values()))
+        yield server.server_address[1], f"/a/{token}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def page(images, tmp_path) -> Iterator[tuple[int, str]]:
+    pairwise_project(images, tmp_path / "project")
+    with running(tmp_path / "project") as served:
+        yield served
+
+
+def exchange(port: int, request: bytes, wait: float = 10) -> bytes:
+    """Send raw bytes, read until the server closes; a server that never answers fails the test."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as sock:
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(1 << 16):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def post(port: int, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    answer = exchange(port, f"POST {path}/label HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode() + body)
+    assert answer, "the connection was dropped without an answer"
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.decode(errors="replace")
+
+
+def form(body: bytes, **extra: str) -> dict[str, str]:
+    return {"Content-Type": FORM, "Content-Length": str(len(body)), **extra}
+
+
+def labels(folder: Path) -> pd.DataFrame:
+    return LabelStore(folder / "labels.sqlite").frame()
+
+
+def test_a_large_form_is_refused_with_413_and_the_connection_is_not_reset(page, tmp_path):
+    port, path = page
+    padded = b"item_id=p1&choice=left&pad=" + b"x" * 10_000_000
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.request("POST", path + "/label", padded, {"Content-Type": FORM})  # the whole body is sent
+    response = connection.getresponse()
+    assert response.status == 413
+    assert f"at most {MAX_BODY_BYTES}" in response.read().decode()
+    fields = "&".join(f"f{n}=" for n in range(100)).encode() + b"&item_id=p1&choice=left"
+    status, body = post(port, path, fields, form(fields))
+    assert (status, "more than 8 fields" in body) == (400, True)
+    assert labels(tmp_path / "project").empty
+
+
+def test_a_form_must_be_url_encoded(page):
+    port, path = page
+    body = b"item_id=p1&choice=left"
+    for content_type in ("application/json", "text/plain", "multipart/form-data; boundary=x"):
+        assert post(port, path, body, form(body, **{"Content-Type": content_type}))[0] == 415
+    assert post(port, path, body, form(body, **{"Content-Type": FORM + "; charset=UTF-8"}))[0] == 303
+
+
+def test_a_missing_or_bad_content_length_or_a_body_that_is_not_utf8_gets_a_clear_answer(page, tmp_path):
+    port, path = page
+    body = b"item_id=p1&choice=left"
+    assert post(port, path, body, {"Content-Type": FORM})[0] == 411
+    assert post(port, path, body, {"Content-Type": FORM, "Transfer-Encoding": "chunked"})[0] == 411
+    for length in ("abc", "-1", "1e3", "+22", "\uff12\uff12", "99999999999999999999"):
+        status, answer = post(port, path, body, form(body, **{"Content-Length": length}))
+        assert (status, "is not a size" in answer) == (400, True), length
+    status, answer = post(port, path, body, form(body, **{"Content-Length": "22, 22"}))
+    assert (status, "is not a size" in answer) == (400, True)
+    raw = b"item_id=p1&choice=left\xff"
+    status, answer = post(port, path, raw, form(raw))
+    assert (status, "not UTF-8" in answer) == (400, True)
+    escaped = b"item_id=p1%FF&choice=left"
+    assert post(port, path, escaped, form(escaped))[0] == 400
+    twice = b"item_id=p1&choice=left&choice=right"
+    assert post(port, path, twice, form(twice))[0] == 400
+    assert labels(tmp_path / "project").empty
+
+
+def test_a_stalled_client_is_let_go(images, tmp_path):
+    pairwise_project(images, tmp_path / "project")
+    with running(tmp_path / "project", connection_timeout=0.5) as (port, path):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as idle:
+            started = time.monotonic()
+            idle.sendall(b"GET " + path.encode())  # and nothing more
+            assert idle.recv(1024) == b""  # closed by the server
+            assert time.monotonic() - started < 5
+        body = b"item_id=p1&choice=left"
+        head = f"POST {path}/label HTTP/1.1\r\nContent-Type: {FORM}\r\nContent-Length: {len(body)}\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as stalled:
+            stalled.sendall(head.encode() + body[:5])  # half a form
+            answer = stalled.recv(1024)
+        assert answer.startswith(b"HTTP/1.0 408"), answer
+    assert labels(tmp_path / "project").empty
+
+
+def test_two_hundred_annotators_posting_at_once_lose_nothing(images, tmp_path):
+    annotators = [f"a{n:03d}" for n in range(200)]
+    table = pd.DataFrame({"image_id": ["i1"], "path": [str(images / "red.png")], "description": ["red"]})
+    project = make_project("image_score", table, annotators, tmp_path / "project", "")
+    start = threading.Barrier(len(annotators))
+    answers: dict[str, object] = {}
+
+    def submit(name: str, port: int) -> None:
+        body = urlencode({"item_id": "i1", "score": str(1 + int(name[1:]) % 10)}).encode()
+        request = (f"POST /a/{project['annotators'][name]}/label HTTP/1.1\r\nContent-Type: {FORM}\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body  # fmt: skip
+        start.wait()
+        try:
+            answers[name] = exchange(port, request, wait=60)[:12]
+        except OSError as error:
+            answers[name] = error
+
+    with running(tmp_path / "project") as (port, _):
+        threads = [threading.Thread(target=submit, args=(name, port)) for name in annotators]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    failed = {name: answer for name, answer in answers.items() if answer != b"HTTP/1.0 303"}
+    assert failed == {}
+    export_labels(tmp_path / "project", tmp_path / "labels.json")
+    stored = read_labels("image_score", tmp_path / "labels.json")
+    assert sorted(stored["annotator"]) == annotators  # none lost, none twice
+    assert all(stored["score"] == 1 + stored["annotator"].str[1:].astype(int) % 10)
+
+
+def test_scores_take_ascii_digits_only():
+    assert parse_value("image_score", {"score": "10"}) == {"score": 10}
+    for score in ("\uff11\uff10", "\u0663", "²", " 7", "07.0", "0", "11", ""):
+        with pytest.raises(ValueError, match="ASCII digits"):
+            parse_value("image_score", {"score": score})
+
+
+def modify(edit: str) -> dict:
+    return parse_value("question_check", {"item_id": "q1", "decision": "modify", "edit": edit})
+
+
+GOOD_EDIT = {"question": "What colour?", "options": ["green", "red", "None of the above"], "label": "A"}
+
+
+def test_a_question_edit_is_stored_as_checked_json():
+    assert json.loads(modify(json.dumps(GOOD_EDIT))["edit"]) == GOOD_EDIT
+    assert parse_value("question_check", {"item_id": "q1", "decision": "keep", "edit": "stray"})["edit"] == ""
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(["question", "options", "label"], id="a list"),
+        pytest.param("question options label", id="a string"),
+        pytest.param({"question": 5, "options": "red", "label": []}, id="wrong types"),
+        pytest.param(GOOD_EDIT | {"options": [1, 2, "None of the above"]}, id="options not strings"),
+        pytest.param(GOOD_EDIT | {"options": ["green", "red"]}, id="no NOTA"),
+        pytest.param(GOOD_EDIT | {"label": "E"}, id="a label out of range"),
+        pytest.param(GOOD_EDIT | {"type": "Colour"}, id="an unknown type"),
+        pytest.param(GOOD_EDIT | {"answer": "A"}, id="an extra field"),
+    ],
+)
+def test_a_question_edit_must_be_a_question(edit):
+    with pytest.raises(ValueError, match=r"edit|question q1"):
+        modify(json.dumps(edit))
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"question": ' * 100_000, "1" * 5000, "{"])
+def test_an_edit_nested_too_deep_or_not_json_is_refused(text):
+    with pytest.raises(ValueError, match="as JSON"):
+        modify(text)
+
+
+def test_a_deeply_nested_edit_over_http_is_a_400(images, tmp_path):
+    table = pd.DataFrame({"question_id": ["q1"], "image_path": [str(images / "red.png")], "question": ["Colour?"],
+                          "label": ["A"], "options": [json.dumps(["red", "blue", "None of the above"])]})  # fmt: skip
+    make_project("question_check", table, ["alice"], tmp_path / "project", "")
+    with running(tmp_path / "project") as (port, path):
+        body = f"item_id=q1&decision=modify&edit={quote('[' * 15_000)}".encode()
+        assert len(body) < MAX_BODY_BYTES
+        status, answer = post(port, path, body, form(body))
+        assert (status, "as JSON" in answer) == (400, True)
+    assert labels(tmp_path / "project").empty
+
+
+def test_an_image_linked_out_of_the_image_root_or_missing_is_refused(page, images, tmp_path):
+    port, path = page
+    secret = tmp_path / "outside" / "secret.png"  # not under the image root, tmp_path/root
+    secret.parent.mkdir()
+    Image.new("RGB", (8, 8), "black").save(secret)
+    (images / "red.png").unlink()
+    (images / "red.png").symlink_to(secret)  # a link inside the image root, to a file outside it
+    status, _ = get(port, path + "/image/p1/left_image")
+    assert status == 404
+    (images / "blue.png").unlink()
+    assert get(port, path + "/image/p1/right_image")[0] == 404
+
+
+def get(port: int, path: str) -> tuple[int, bytes]:
+    answer = exchange(port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert answer, "the connection was dropped without an answer"
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def test_relative_image_paths_are_relative_to_the_project_folder(images, tmp_path, monkeypatch):
+    folder = tmp_path / "project"
+    project = pairwise_project(images, folder)
+    for item in project["items"]:
+        item["images"] = {field: os.path.relpath(file, folder) for field, file in item["images"].items()}
+    write_json(folder / "project.json", project)
+    elsewhere = tmp_path / "elsewhere" / "deeper"  # where the paths, taken from here, lead nowhere
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    with running(folder) as (port, path):
+        status, body = get(port, path + "/image/p1/left_image")
+    assert status == 200
+    assert body == (images / "red.png").read_bytes()

@@ -1,0 +1,167 @@
+"""Label Studio both ways against the real server (marker `label_studio`, `./setup.sh --label-studio`):
+for each task, push (project, local-files storage, tasks), images served, annotate through the API,
+import the built-in page's export, pull, and read the labels back with each annotator's name; a value
+outside the label config is refused on pull."""
+
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import requests
+from PIL import Image
+
+from blindspot.annotation import label_studio
+from blindspot.annotation.projects import label_studio_export, load_project, make_project, read_labels
+from blindspot.annotation.server import DATABASE, LabelStore
+
+pytestmark = [pytest.mark.label_studio, pytest.mark.integration]
+
+VENV = Path(__file__).resolve().parents[1] / ".venv-label-studio"
+OWNER = "owner@example.org"  # the user the server makes at start; the annotator "alice"
+TOKEN = "blindspot-test-token"
+EMAILS = {"alice": OWNER, "bob": "bob@example.org"}
+START_TIMEOUT_S = 600  # the first start migrates a new database: minutes on 2 busy cores
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """The real Label Studio on 127.0.0.1, serving local files below a document root; yields its URL
+    and the document root."""
+    if not (VENV / "bin" / "label-studio").exists():
+        pytest.skip(f"{VENV} is missing: run ./setup.sh --label-studio")
+    base = tmp_path_factory.mktemp("label_studio")
+    root = base / "documents"
+    root.mkdir()
+    port = free_port()
+    env = {**os.environ, "LABEL_STUDIO_BASE_DATA_DIR": str(base / "data"),
+           "LABEL_STUDIO_LOCAL_FILES_SERVING_ENABLED": "true", "LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT": str(root),
+           "LABEL_STUDIO_USERNAME": OWNER, "LABEL_STUDIO_PASSWORD": "blindspot-test-password",
+           "LABEL_STUDIO_USER_TOKEN": TOKEN, "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
+           "LATEST_VERSION_CHECK": "false"}  # fmt: skip
+    log = (base / "server.log").open("w")
+    process = subprocess.Popen(
+        [str(VENV / "bin" / "label-studio"), "start", "--no-browser", "--internal-host", "127.0.0.1",
+         "--port", str(port)],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    try:
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"Label Studio exited with {process.returncode}: see {base / 'server.log'}")
+            try:
+                if requests.get(f"{url}/health", timeout=5).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"Label Studio did not answer in {START_TIMEOUT_S} s: see {base / 'server.log'}")
+            time.sleep(1)
+        client = label_studio.Client(url, TOKEN)
+        client.call("POST", "/api/users/", json={"email": EMAILS["bob"], "username": "bob"})
+        yield url, root
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+        log.close()
+
+
+def picture(path: Path, colour: str) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (24, 24), colour).save(path)
+    return str(path)
+
+
+def tables(images: Path) -> dict[str, pd.DataFrame]:
+    paths = {c: picture(images / c[0] / f"{c}.png", c) for c in ("red", "blue", "green")}
+    return {
+        "image_score": pd.DataFrame({"image_id": ["i1", "i2"], "path": [paths["red"], paths["blue"]],
+                                     "description": ["a red square", "a blue square"]}),
+        "pairwise": pd.DataFrame({"pair_id": ["p1", "p2"], "neutral_prompt": ["a square", "a shape"],
+                                  "left_role": ["corr", "adv"], "left_path": [paths["red"], paths["green"]],
+                                  "right_path": [paths["blue"], paths["red"]]}),
+        "question_check": pd.DataFrame({"question_id": ["q1", "q2"], "image_path": [paths["green"], paths["red"]],
+                                        "question": ["What colour?", "What shape?"], "label": ["A", "B"],
+                                        "options": [json.dumps(["green", "red", "None of the above"])] * 2}),
+    }  # fmt: skip
+
+
+LABELS = {
+    "image_score": {"alice": [("i1", {"score": 9}), ("i2", {"score": 2})], "bob": [("i1", {"score": 7})]},
+    "pairwise": {"alice": [("p1", {"choice": "left"}), ("p2", {"choice": "neither"})],
+                 "bob": [("p2", {"choice": "right"})]},
+    "question_check": {"alice": [("q1", {"decision": "keep", "edit": ""})],
+                       "bob": [("q2", {"decision": "modify", "edit": '{"label": "C"}'})]},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("task", ["image_score", "pairwise", "question_check"])
+def test_push_annotate_export_import_pull(server, task, tmp_path):
+    url, root = server
+    folder = tmp_path / "project"
+    project = make_project(task, tables(root / task)[task], ["alice", "bob"], folder, "/data/local-files/?d=")
+    assert project["image_root"] == str(root)  # the default: the storage folder's parent, not itself
+    project_id = label_studio.push(folder, url, TOKEN)
+    client = label_studio.Client(url, TOKEN)
+    tasks = client.call("GET", "/api/tasks/", params={"project": project_id, "fields": "all"})["tasks"]
+    assert sorted(t["data"]["item_id"] for t in tasks) == [item["id"] for item in project["items"]]
+    for entry in tasks:  # every image a task shows is served, byte for byte
+        item = next(i for i in project["items"] if i["id"] == entry["data"]["item_id"])
+        for field, path in item["images"].items():
+            response = client.session.get(url + entry["data"][field], timeout=30)
+            assert response.status_code == 200, entry["data"][field]
+            assert response.content == Path(path).read_bytes()
+
+    # alice annotates in Label Studio, through the API (as the user the token belongs to)
+    alice = pd.DataFrame([{"annotator": "alice", "item_id": i, **v} for i, v in LABELS[task]["alice"]])
+    results = {e["data"]["item_id"]: e["annotations"] for e in label_studio_export(load_project(folder), alice)}
+    for entry in tasks:
+        for annotation in results[entry["data"]["item_id"]]:
+            client.call("POST", f"/api/tasks/{entry['id']}/annotations/", json={"result": annotation["result"]})
+    # bob labels on the built-in page; its export imports into Label Studio as bob's
+    store = LabelStore(folder / DATABASE)
+    for item, value in LABELS[task]["bob"]:
+        store.put("bob", item, value)
+    exported = tmp_path / "export.json"
+    assert label_studio.export_labels(folder, exported, {"bob": EMAILS["bob"]}) == len(LABELS[task]["bob"])
+    client.call("POST", f"/api/projects/{project_id}/import", json=json.loads(exported.read_text()))
+
+    pulled = tmp_path / "pulled.json"
+    count = label_studio.pull(folder, pulled, TOKEN, EMAILS)
+    labels = read_labels(task, pulled)
+    expected = pd.DataFrame([{"annotator": who, "item_id": i, **v} for who in ("alice", "bob")
+                             for i, v in LABELS[task][who]])  # fmt: skip
+    key = ["annotator", "item_id"]
+    assert count == len(expected)
+    pd.testing.assert_frame_equal(
+        labels.sort_values(key).reset_index(drop=True), expected.sort_values(key).reset_index(drop=True),
+        check_dtype=False,
+    )  # fmt: skip
+    users = {a["completed_by"]["email"] for e in json.loads(pulled.read_text()) for a in e["annotations"]}
+    assert users == set(EMAILS.values())
+
+
+def test_pull_refuses_a_value_outside_the_label_config(server, tmp_path):
+    url, root = server
+    folder = tmp_path / "project"
+    make_project("pairwise", tables(root / "refused")["pairwise"], ["alice"], folder, "/data/local-files/?d=")
+    project_id = label_studio.push(folder, url, TOKEN)
+    client = label_studio.Client(url, TOKEN)
+    first = client.call("GET", "/api/tasks/", params={"project": project_id, "fields": "all"})["tasks"][0]
+    result = [{"from_name": "choice", "to_name": "prompt", "type": "choices", "value": {"choices": ["both"]}}]
+    client.call("POST", f"/api/tasks/{first['id']}/annotations/", json={"result": result})
+    with pytest.raises(ValueError, match=rf"task {first['data']['item_id']}: \['both'\] is not one of left"):
+        label_studio.pull(folder, tmp_path / "pulled.json", TOKEN, EMAILS)
+    assert not (tmp_path / "pulled.json").exists()
