@@ -633,19 +633,21 @@ def test_malformed_replies_are_asked_again_never_cached_then_unanswered(stub, mo
     replies = iter([
         b"<html>502 Bad Gateway</html>",
         {"choices": [{"message": {"content": {"score": 7}}}]},
+        b"[" * 5000 + b"]" * 5000,
         b'{"choices": [{"message": {"content": "' + b"9" * 5000 + b'"}}], "n": ' + b"1" * 5000 + b"}",
     ])  # fmt: skip
     stub.reply = lambda prompt: next(replies)
     prompts, images = _pairs()
-    metric = APIJudgeMetric(_entry(stub.port, client=FAST_CLIENT | {"max_reply_attempts": 3}), tmp_path)
+    metric = APIJudgeMetric(_entry(stub.port, client=FAST_CLIENT | {"max_reply_attempts": 4}), tmp_path)
     (score,) = metric.score(prompts[:1], images[:1])
     assert isinstance(score, Unanswered)
     assert score.failure == "malformed"
     assert "not readable JSON (Exceeds the limit (4300 digits)" in score.detail
-    assert metric.requests_sent == len(stub.bodies) == 3
+    assert metric.requests_sent == len(stub.bodies) == 4
     retries = [r.getMessage() for r in caplog.records if "no answer (malformed" in r.getMessage()]
     assert "502 Bad Gateway" in retries[0]
     assert "choices[0].message.content is of type dict" in retries[1]
+    assert "not readable JSON (maximum recursion depth exceeded" in retries[2]
     assert not list(tmp_path.rglob("*.json"))
     # The next run asks again, and a reply in content parts is an answer.
     stub.reply = lambda prompt: {"choices": [{"message": {"content": [{"type": "text", "text": "8"}]}}]}

@@ -176,7 +176,7 @@ def test_the_parser_takes_linear_time_on_long_adversarial_answers(answer):
     # machine does not fail the test.
     started = time.process_time()
     parse_answer(answer, OPTIONS)
-    assert time.process_time() - started < 2.0
+    assert time.process_time() - started < 1.0  # the issue: a 200k-character answer within a second
 
 
 FIVE_SHOWN = json.dumps({letter: letter for letter in "ABCDE"})

@@ -66,6 +66,30 @@ def test_every_failure_is_kept_with_its_reason(text, status):
     assert set(checked.fields) == set(TRIPLET_FIELDS)
 
 
+@pytest.mark.parametrize(
+    ("text", "status", "reason"),
+    [
+        ("[" * 5000 + "]" * 5000, "invalid_json", "not valid JSON: nested too deeply"),
+        (output(neutral_prompt=[[["x"]]]), "missing_field", "missing or empty: neutral_prompt"),
+        ('{"neutral_prompt": ' + "9" * 4300 + "}", "invalid_json", "not valid JSON: Exceeds the limit (4300 digits)"),
+        (output(neutral_prompt="A bird " + "with exactly one branch " * 13), "schema_violation",
+         "neutral_prompt has 319 characters, over the schema's maxLength 300"),
+        (output(note="x"), "schema_violation", "the output: Additional properties are not allowed ('x' was"[:40]),
+        (output()[:-1] + ', "neutral_prompt": "A bird."}', "invalid_json", "not valid JSON: the key 'neutral_prompt'"),
+        (output(correct_description="\ud800 penguin"), "invalid_json", "not valid JSON: a string holds a lone surro"),
+        ('{"neutral_prompt": NaN}', "invalid_json", "not valid JSON: NaN is not JSON"),
+        (None, "invalid_json", "expected text, got NoneType"),
+    ],
+)  # fmt: skip
+def test_output_that_breaks_a_json_reader_or_the_schema_is_a_failed_row(text, status, reason):
+    if text and "\\ud800" in text:
+        text = text.replace("\\\\ud800", "\\ud800")  # the escape as the model writes it, not an escaped backslash
+    checked = validate_triplet(text, SEED)
+    assert (checked.status, checked.reason[: len(reason)]) == (status, reason)
+    assert len(checked.reason) < 200
+    assert checked.status in FAILURE_REASONS
+
+
 def test_mentions_matches_whole_words_and_plurals():
     assert mentions("Two Penguins swim", "penguin")
     assert mentions("a walking  stick insect", "walking stick insect")
