@@ -18,11 +18,11 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from blindspot.annotation.label_studio import export_labels
 from blindspot.annotation.projects import load_project, make_project, read_labels
 from blindspot.annotation.server import (
     MAX_BODY_BYTES,
     LabelStore,
-    export_labels,
     parse_value,
     serve,
 )
@@ -179,7 +179,7 @@ def test_two_hundred_annotators_posting_at_once_lose_nothing(images, tmp_path):
             thread.join()
     failed = {name: answer for name, answer in answers.items() if answer != b"HTTP/1.0 303"}
     assert failed == {}
-    export_labels(tmp_path / "project", tmp_path / "labels.json")
+    export_labels(tmp_path / "project", tmp_path / "labels.json", {name: f"{name}@example.org" for name in annotators})
     stored = read_labels("image_score", tmp_path / "labels.json")
     assert sorted(stored["annotator"]) == annotators  # none lost, none twice
     assert all(stored["score"] == 1 + stored["annotator"].str[1:].astype(int) % 10)
@@ -273,3 +273,18 @@ def test_relative_image_paths_are_relative_to_the_project_folder(images, tmp_pat
         status, body = get(port, path + "/image/p1/left_image")
     assert status == 200
     assert body == (images / "red.png").read_bytes()
+
+
+def test_a_project_made_from_relative_paths_is_served_from_any_folder(images, tmp_path, monkeypatch):
+    """The workflow's tables hold paths relative to where it ran: the project keeps them absolute."""
+    monkeypatch.chdir(images.parent)
+    table = pd.DataFrame({"pair_id": ["p1"], "neutral_prompt": ["a square"], "left_role": ["corr"],
+                          "left_path": ["images/red.png"], "right_path": ["images/blue.png"]})  # fmt: skip
+    make_project("pairwise", table, ["alice"], tmp_path / "project", "")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with running(tmp_path / "project") as (port, path):
+        status, body = get(port, path + "/image/p1/right_image")
+    assert status == 200
+    assert body == (images / "blue.png").read_bytes()

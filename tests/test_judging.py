@@ -28,6 +28,33 @@ def test_parse_verdict(text, accept, status):
     assert (verdict["accept"], verdict["status"]) == (accept, status)
 
 
+@pytest.mark.parametrize(
+    ("text", "status", "reason"),
+    [
+        ("[" * 5000 + "]" * 5000, "invalid_json", "not valid JSON: nested too deeply"),
+        ('{"decision": "accept", "reason": "ok", "explanation": ' + "[" * 5000 + "]" * 5000 + "}", "invalid_json",
+         "not valid JSON: nested too deeply"),
+        ('{"decision": ' + "1" * 4301 + ', "reason": "ok"}', "invalid_json", "not valid JSON: Exceeds the limit"),
+        (json.dumps({"decision": "accept", "reason": "ok", "explanation": "x" * 161}), "schema_violation",
+         "explanation has 161 characters, over the schema's maxLength 160"),
+        (json.dumps({"decision": "reject", "reason": "other", "explanation": ["a", "b"]}), "schema_violation",
+         "explanation: ['a', 'b'] is not of type 'string'"),
+        (json.dumps({"decision": "accept", "reason": "ok"}), "schema_violation",
+         "the output: 'explanation' is a required property"),
+        (json.dumps({"decision": "accept", "reason": "ok", "explanation": "", "confidence": 1}), "schema_violation",
+         "the output: Additional properties are not allowed ('confidence' was unexpected)"),
+        ('{"decision": "reject", "reason": "ok", "decision": "accept", "explanation": ""}', "invalid_json",
+         "not valid JSON: the key 'decision' is repeated"),
+        (json.dumps({"decision": "x" * 10**6, "reason": ["ok"]}), "invalid_value", "decision='xxxxxxxx"),
+    ],
+)  # fmt: skip
+def test_a_verdict_that_breaks_a_json_reader_or_the_schema_is_a_rejection_with_a_reason(text, status, reason):
+    verdict = parse_verdict(text)
+    assert (verdict["accept"], verdict["status"], verdict["reason"][: len(reason)]) == (False, status, reason)
+    assert len(verdict["reason"]) < 200
+    assert len(verdict["explanation"]) <= 160
+
+
 def raw_row(triplet_id, seed_id, status="ok", generator="g1"):
     return {
         "triplet_id": triplet_id, "seed_id": seed_id, "domain": "animals", "generator": generator,

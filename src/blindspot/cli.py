@@ -6,6 +6,7 @@ blindspot throughput --configfile config/config.yaml results/benchmarks
 blindspot targets --configfile config/config.yaml --domain animals --rule render_images
 blindspot fetch-models --configfile config/config.yaml [--dry-run]
 blindspot doctor --configfile config/config.yaml [--profile profiles/slurm]
+blindspot verify --configfile config/config.yaml
 blindspot annotate make --task pairwise --items results/benchmark/annotation/preference_pairs.parquet \
     --annotators alice,bob --out annotation/pairwise
 blindspot annotate serve annotation/pairwise [--host 127.0.0.1] [--port 8765]
@@ -25,7 +26,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from blindspot import catalogue, doctor, plan
+from blindspot import catalogue, doctor, plan, verify
 from blindspot.annotation.projects import TASKS
 from blindspot.config import ConfigError, load_config
 from blindspot.models import hub
@@ -189,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--profile", help="the Snakemake profile the run will use, e.g. profiles/slurm: checks its "
                      "envvars and conda, and on SLURM sends one canary job per GPU count")  # fmt: skip
     sub.add_argument("--canary-timeout", type=float, default=600, help="seconds to wait for the canary jobs")
+    command("verify", "check every rendered image against the sha256 recorded when it was written; exit 1 and print "
+            "the command that re-runs their jobs if any is missing or changed")  # fmt: skip
     annotate = commands.add_parser("annotate", help="human annotation: make a project, serve it, export labels")
     actions = annotate.add_subparsers(dest="action", required=True)
     make = actions.add_parser("make", help="a project folder: Label Studio tasks and config, and annotator links")
@@ -296,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
             checks = doctor.run_checks(config, args.profile, canary_timeout_s=args.canary_timeout)
             sys.stdout.write(doctor.render(checks))
             return 1 if doctor.failed(checks) else 0
+        elif args.command == "verify":
+            checked, bad = verify.verify_images(config)
+            sys.stdout.write(verify.report(args.configfile, checked, bad))
+            return 1 if bad else 0
         elif args.command == "throughput":
             sys.stdout.write(
                 render_throughput(plan.measured_throughput(config, args.benchmark_dir), args.benchmark_dir)

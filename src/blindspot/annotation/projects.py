@@ -118,8 +118,10 @@ def make_project(
     if len(set(annotators)) != len(annotators) or not annotators:
         raise ValueError("annotators must be one or more distinct names")
     folder = Path(folder)
-    items = task_items(task, table)
-    images = [Path(path).resolve() for item in items for path in item["images"].values()]
+    # Images by absolute path: the page and Label Studio find them from any folder the project is served from.
+    items = [item | {"images": {field: str(Path(path).resolve()) for field, path in item["images"].items()}}
+             for item in task_items(task, table)]  # fmt: skip
+    images = [Path(path) for item in items for path in item["images"].values()]
     # an empty project (no candidates, say) shows no image: any storage will do
     storage = Path(os.path.commonpath([p.parent for p in images])) if images else folder.resolve()
     root = Path(image_root).resolve() if image_root is not None else storage.parent

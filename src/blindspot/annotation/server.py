@@ -37,10 +37,9 @@ from urllib.parse import parse_qs, parse_qsl, urlsplit
 import pandas as pd
 from jinja2 import Environment
 
-from blindspot.annotation.projects import PAIR_CHOICES, label_studio_export, load_project
+from blindspot.annotation.projects import PAIR_CHOICES, load_project
 from blindspot.humblebench.questions import DECISIONS
 from blindspot.humblebench.settings import TYPES, Question
-from blindspot.io import write_json
 
 DATABASE = "labels.sqlite"
 FORM_TYPE = "application/x-www-form-urlencoded"
@@ -376,11 +375,3 @@ def serve(
 def links(folder: str | Path, host: str, port: int) -> dict[str, str]:
     project = load_project(folder)
     return {name: f"http://{host}:{port}/a/{token}" for name, token in project["annotators"].items()}
-
-
-def export_labels(folder: str | Path, out: str | Path) -> int:
-    """Every stored label in Label Studio's export format; returns how many."""
-    project = load_project(folder)
-    labels = LabelStore(Path(folder) / DATABASE).frame()
-    write_json(out, label_studio_export(project, labels))
-    return len(labels)

@@ -78,6 +78,9 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+
+
 def read_json_output(text: Any) -> tuple[Any, str]:
     """A model's JSON output as (value, "") or (None, why it cannot be read). Never raises: the text may
     be anything a model writes, including nesting past the recursion limit, integers past Python's
@@ -86,7 +89,8 @@ def read_json_output(text: Any) -> tuple[Any, str]:
         return None, f"expected text, got {type(text).__name__}"
     try:
         value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        if _SURROGATE.search(text):  # most likely a pair (an emoji); a lone one fails to encode
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
     except json.JSONDecodeError as error:
         return None, f"not valid JSON: {error.msg} at char {error.pos}"
     except UnicodeEncodeError:
