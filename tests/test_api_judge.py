@@ -599,8 +599,9 @@ def test_content_as_parts_and_unreadable_logprobs_are_read_without_raising():
     parts = {"choices": [{"message": {"content": [{"type": "text", "text": " 7"}, {"type": "image_url"}]}}]}
     assert read_score(parts) == Score(7.0, "7")
     # Positions without a log-probability, or with one that is not a number <= 0, are skipped: the text decides.
-    for position in [{"token": "9"}, {"token": "9", "logprob": "x"}, {"token": "9", "logprob": float("nan")},
-                     {"token": "9", "top_logprobs": [7, {"token": 9}], "logprob": 1.5}, {"token": ["9"]}, "9"]:  # fmt: skip
+    unreadable = [{"token": "9"}, {"token": "9", "logprob": "x"}, {"token": "9", "logprob": float("nan")},
+                  {"token": "9", "top_logprobs": [7, {"token": 9}], "logprob": 1.5}, {"token": ["9"]}, "9"]  # fmt: skip
+    for position in unreadable:
         assert read_score(_response("6", position)) == Score(6.0, "6"), position
     for logprobs in [{"content": "9"}, {"content": None}, {"content": [None, {"token": "9"}]}, {}]:
         assert read_score({"choices": [{"message": {"content": "4"}, "logprobs": logprobs}]}).raw == 4.0

@@ -16,12 +16,13 @@ from blindspot.resources import job_resources
 from blindspot.models.tiny.build import recipe_seed
 
 # Snakemake reads the config files itself and keeps the last of a key given twice: read them again.
-# A bad config stops the run with the one line that names its key or file, not a traceback.
+# A bad config stops the run with the line that names its key or file, and no traceback of the check
+# (still a ConfigError: `blindspot plan` runs this workflow in-process and reports it).
 try:
     check_config_files(workflow.configfiles)
     validate_config(config)
 except ConfigError as error:
-    raise SystemExit(str(error)) from None
+    raise error.with_traceback(None) from None
 
 STAGE = config["prompt_stage"]
 BUILT_MODELS = [name for name, entry in config["models"].items() if "build" in entry]

@@ -18,7 +18,7 @@ import pandas as pd
 
 from blindspot.humblebench.settings import LETTERS, NOTA_TEXT, TYPES, Question, draw, is_nota
 from blindspot.io import stable_id, write_text
-from blindspot.protobias.triplets import read_json_output, schema_problem
+from blindspot.models.json_output import read_json_output, schema_problem
 
 log = logging.getLogger(__name__)
 

@@ -8,15 +8,10 @@ from typing import Any
 
 import pandas as pd
 
+from blindspot.models.json_output import read_json_output, schema_problem, shorten
 from blindspot.models.textgen import TextGenerator
 from blindspot.prompts import PromptTemplate
-from blindspot.protobias.triplets import (
-    count_statuses,
-    generation_provenance,
-    read_json_output,
-    schema_problem,
-    shorten,
-)
+from blindspot.protobias.triplets import count_statuses, generation_provenance
 from blindspot.tables import TRIPLETS
 
 JUDGE_REASONS = ("ok", "malformed", "wrong_domain", "wrong_instance", "more_than_one_change", "no_change", "other")
