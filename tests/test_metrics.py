@@ -9,6 +9,7 @@ from PIL import Image
 
 from blindspot import tables
 from blindspot.config import model_spec
+from blindspot.images import hash_sidecar
 from blindspot.metrics import Score, load_metric, normalise
 from blindspot.metrics.scoring import ScoreCache, image_sha256, score_pairs
 from blindspot.metrics.vqa_score import QUESTION
@@ -169,7 +170,7 @@ def test_image_hash_comes_from_the_sidecar_when_there_is_one(tmp_path):
     images(1)[0].save(path)
     computed = image_sha256(path)
     assert len(computed) == 64
-    (tmp_path / "image.png.sha256").write_text("f" * 64 + "  image.png\n")
+    hash_sidecar(path).write_text("f" * 64 + "\n")  # where the render stage writes it: image.sha256
     assert image_sha256(path) == "f" * 64
 
 

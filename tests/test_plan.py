@@ -236,13 +236,14 @@ def test_cli_plan_as_a_subprocess():
 
 
 def test_a_config_snakemake_cannot_plan_is_one_line_naming_the_file(tiny_config, tmp_path, capsys):
-    tiny_config["domains"]["animals"]["taxonomy"] = "config/taxonomy/nowhere.yaml"
+    # A missing file the config names is the config check's; a build's input only Snakemake sees.
+    tiny_config["models"]["niqe"]["build"]["archive"] = "resources/downloads/nowhere.tar.gz"
     with pytest.raises(SystemExit) as exit_info:
         main(["plan", "--configfile", str(write_config(tiny_config, tmp_path))])
     assert exit_info.value.code == 2
     message = capsys.readouterr().err.strip().splitlines()[-1]
     assert message.startswith("blindspot: error: Snakemake cannot plan this config: Missing input files")
-    assert "config/taxonomy/nowhere.yaml" in message
+    assert "resources/downloads/nowhere.tar.gz" in message
 
 
 def counted_config(tiny_config: dict) -> dict:

@@ -26,6 +26,11 @@ class ImageReadError(OSError):
     """An image file that is missing or does not decode."""
 
 
+def hash_sidecar(path: str | Path) -> Path:
+    """Where the render stage records an image's sha256: `x.sha256` beside `x.png`."""
+    return Path(path).with_suffix(".sha256")
+
+
 def read_rgb(path: str | Path) -> Any:
     """The image at `path` as an RGB PIL image, its file closed; an error names the file."""
     from PIL import Image

@@ -28,7 +28,7 @@ import pandas as pd
 
 from blindspot import tables
 from blindspot.config import ModelSpec
-from blindspot.images import image_batches, read_rgb
+from blindspot.images import hash_sidecar, image_batches, read_rgb
 from blindspot.io import stable_id, write_json
 from blindspot.metrics import Metric, MetricSkipped, Score, load_metric, normalise
 from blindspot.prompts import PromptTemplate
@@ -46,7 +46,7 @@ class NoAnswers(RuntimeError):
 
 def image_sha256(path: str | Path) -> str:
     """The image's content hash: its `.sha256` sidecar (written by the render stage) or the file's."""
-    sidecar = Path(f"{path}.sha256")
+    sidecar = hash_sidecar(path)
     if sidecar.exists():
         return sidecar.read_text().split()[0]
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()

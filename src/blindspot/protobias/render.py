@@ -24,8 +24,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from blindspot.config import ModelSpec
-from blindspot.images import BackgroundWrites
-from blindspot.io import atomic_path, stable_id, write_text
+from blindspot.images import BackgroundWrites, hash_sidecar
+from blindspot.io import atomic_path, remove_stale_temps, stable_id, write_text
 
 log = logging.getLogger(__name__)
 ROLES = {"corr": "correct_description", "adv": "adversarial_description"}
@@ -78,17 +78,13 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _sidecar(path: Path) -> Path:
-    return path.with_suffix(".sha256")
-
-
 def check_image(path: Path) -> str:
     """'ok' when the image decodes and matches its recorded hash, else 'missing' or 'corrupt'."""
     from PIL import Image
 
     if not path.exists():
         return "missing"
-    sidecar = _sidecar(path)
+    sidecar = hash_sidecar(path)
     if not sidecar.exists() or sidecar.read_text().strip() != sha256_of(path):
         return "corrupt"
     try:
@@ -104,7 +100,7 @@ def save_image(image: Any, path: Path) -> str:
     with atomic_path(path) as tmp:
         image.save(tmp, format="PNG")
     digest = sha256_of(path)
-    write_text(_sidecar(path), digest + "\n")
+    write_text(hash_sidecar(path), digest + "\n")
     return digest
 
 
@@ -157,6 +153,8 @@ def render_triplets(
     """Render what is not on disk yet; return one row per image and the counters."""
     started = time.monotonic()
     jobs = plan_renders(triplets, spec, Path(images_dir), n_per_description, base_seed)
+    # The images folder is shared by the domain's shards, not an output: this job cleans its own images' leftovers.
+    remove_stale_temps([path for job in jobs for path in (job.path, hash_sidecar(job.path))])
     states = {job.image_id: check_image(job.path) for job in jobs}
     pending = [job for job in jobs if states[job.image_id] != "ok"]
     found = Counter(states.values())
