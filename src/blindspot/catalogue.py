@@ -119,6 +119,7 @@ _ENTRIES = [
     Step("make_table2", "images", local=True),
     Step("split_benchmark", "benchmark", local=True),
     Step("export_dataset", "benchmark", "export", data=True),
+    Step("import_dataset", "dataset", "export", data=True),
     Step("score_metric", "metrics", BY_MODEL_BACKEND, ("domain", "metric", "shard"), ("metric",), throughput=True,
           image_batch=("evaluation.batch_size", 2), output="metric_scores", items=_shard_pair_images),
     # An API judge's jobs: the same step on the submit host, where the internet is.

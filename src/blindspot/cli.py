@@ -13,6 +13,8 @@ blindspot annotate serve annotation/pairwise [--host 127.0.0.1] [--port 8765]
 blindspot annotate export annotation/pairwise labels.json [--email alice=alice@lab.org]
 blindspot annotate push annotation/pairwise [--url http://127.0.0.1:8080]   # token in LABEL_STUDIO_API_KEY
 blindspot annotate pull annotation/pairwise labels.json [--email alice=alice@lab.org]
+blindspot evaluate protobias --dataset results/tiny/benchmark/dataset --metric clipscore [--compare rows.csv]
+blindspot evaluate humblebench --release HumbleBench.jsonl --vlm tiny-qwen2.5-vl [--setting original]
 blindspot humble score results/ --questions HumbleBench.jsonl --out scored [--configfile config/config.yaml]
 """
 
@@ -26,7 +28,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from blindspot import catalogue, doctor, plan, verify
+from blindspot import catalogue, doctor, evaluate, plan, verify
 from blindspot.annotation.projects import TASKS
 from blindspot.config import ConfigError, load_config
 from blindspot.models import hub
@@ -192,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--canary-timeout", type=float, default=600, help="seconds to wait for the canary jobs")
     command("verify", "check every rendered image against the sha256 recorded when it was written; exit 1 and print "
             "the command that re-runs their jobs if any is missing or changed")  # fmt: skip
+    evaluate.add_parser(commands)
     annotate = commands.add_parser("annotate", help="human annotation: make a project, serve it, export labels")
     actions = annotate.add_subparsers(dest="action", required=True)
     make = actions.add_parser("make", help="a project folder: Label Studio tasks and config, and annotator links")
@@ -289,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "humble":
             humble(args)
+            return 0
+        if args.command == "evaluate":
+            evaluate.main(args)
             return 0
         config = load_config(args.configfile)
         if args.command == "plan":

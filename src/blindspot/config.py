@@ -157,7 +157,13 @@ def validate_config(config: dict[str, Any]) -> None:
 
     check_throughput(config)
     evaluation = config["evaluation"]
+    from blindspot.metrics import PluginError, check_plugin
+
     for name, metric in evaluation["metrics"].items():
+        try:
+            check_plugin(metric["plugin"])
+        except PluginError as error:
+            raise ConfigError(f"config key 'evaluation.metrics.{name}.plugin': {error}") from None
         named = {"model": metric["model"]} | {f"models.{arg}": m for arg, m in metric.get("models", {}).items()}
         for key, model in named.items():
             if model not in models:

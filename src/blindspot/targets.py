@@ -36,6 +36,12 @@ PATHS = {
     "preference_pairs": "{results}/benchmark/annotation/preference_pairs.parquet",
     "split_counters": "{results}/benchmark/split.counters.json",
     "dataset": "{results}/benchmark/dataset",
+    "imported_pairs": "{results}/imported/{domain}/pairs.parquet",
+    "imported_triplets": "{results}/imported/{domain}/triplets.parquet",
+    "imported_seeds": "{results}/imported/{domain}/seeds.parquet",
+    "imported_benchmark_pairs": "{results}/imported/benchmark_pairs.parquet",
+    "imported_images": "{results}/imported/images",
+    "imported_counters": "{results}/imported/import.counters.json",
     "metric_scores": "{results}/{domain}/metric_scores/{metric}/{shard}.parquet",
     "metric_score_counters": "{results}/{domain}/metric_scores/{metric}/{shard}.counters.json",
     "metric_cache": "{results}/metric_cache/{metric}",
@@ -163,6 +169,8 @@ def final_targets(config: dict[str, Any]) -> list[str]:
     whole-split companion when there are human choices) and the metrics' accuracy breakdown and plot,
     HumbleBench's tables, metrics and plot, ProtoScore's transfer accuracy when an external pairwise set
     is given, and the annotation projects and agreement tables."""
+    if "dataset" in config:
+        return released_targets(config)
     benchmark = [path(config, kind) for kind in ("dataset", "filter_validation", "preference_pairs")]
     table_kinds = ["table1", "table2", "table3"] + (["table3_test_split"] if has_human_choices(config) else [])
     tables = [target for kind in table_kinds for target in table_targets(config, kind)]
@@ -179,6 +187,20 @@ def final_targets(config: dict[str, Any]) -> list[str]:
     ]
     transfer = [path(config, "protoscore_transfer")] if config["protoscore"].get("transfer") else []
     return benchmark + tables + humble_table_targets(config) + figures + transfer + annotation_targets(config)
+
+
+def released_targets(config: dict[str, Any]) -> list[str]:
+    """What `rule all` builds with `dataset:`, where nothing is built: Table 3 (and its whole-split companion
+    with human choices), the breakdown and plot of the dataset's pairs when `dataset.path` is given, and
+    HumbleBench's tables, metrics and plot when `humblebench.release` is."""
+    found = []
+    if config["dataset"].get("path"):
+        kinds = ["table3"] + (["table3_test_split"] if has_human_choices(config) else [])
+        found += [target for kind in kinds for target in table_targets(config, kind)]
+        found += [path(config, "metric_breakdown"), path(config, "accuracy_plot")]
+    if config["humblebench"].get("release"):
+        found += humble_table_targets(config) + [path(config, "humble_metrics"), path(config, "nota_plot")]
+    return found
 
 
 def counter_targets(config: dict[str, Any]) -> list[str]:

@@ -4,9 +4,9 @@ rule score_metric:
     wildcard_constraints:
         metric=_one_of(set(METRICS) - set(API_METRICS)),
     input:
-        pairs=P("pairs"),
-        triplets=P("triplets"),
-        seeds=P("seeds"),
+        pairs=scored("pairs"),
+        triplets=scored("triplets"),
+        seeds=scored("seeds"),
         built_models=lambda wildcards: [
             path for name in metric_models(METRICS[wildcards.metric]) for path in get_model_input(name)
         ],
@@ -28,8 +28,9 @@ rule score_metric:
         # What the score cache knows the models by: the registry settings that change a score.
         score_settings=lambda wildcards: metric_score_settings(config["models"], METRICS[wildcards.metric]),
         api_key_is_set=get_api_key_is_set,
-        # The test split is a function of the seed id and these (as in split_benchmark).
-        split=dict(seed=config["seed"], test_fraction=config["benchmark"]["test_fraction"]),
+        # The test split is a function of the seed id and these (as in split_benchmark); an imported
+        # dataset's tables hold only its own test pairs, all of them scored.
+        split=dict(seed=config["seed"], test_fraction=1.0 if "dataset" in config else config["benchmark"]["test_fraction"]),
         batch_size=config["evaluation"]["batch_size"],
         shard_size=config["shard_size"],
     log:
@@ -61,7 +62,7 @@ use rule score_metric as score_api_metric with:
 rule make_table3:
     input:
         scores=targets.metric_score_targets(config),
-        benchmark=P("benchmark_pairs"),
+        benchmark=scored("benchmark_pairs"),
         human_choices=get_human_choices,
         human_row=[P("human_row")] if ANNOTATION.get("pairwise_labels") else [],
     output:

@@ -1,15 +1,21 @@
 """T2I metric plug-ins: each scores M(T, I) for a prompt T and an image I.
 
-A plug-in is one module in this package with a class that follows `Metric`, registered in
-`PLUGINS` under the name a registry entry gives as `metric:` (backend `metric`). Scores keep their
-raw value; `normalise` maps it to [0, 1] with the plug-in's `bounds` for reporting.
+A plug-in is a class (or factory) that follows `Metric`, named by a metric's `plugin:` in the
+config: a built-in one of this package (`PLUGINS`), any importable `module:Class`, or an installed
+package's entry point in the group `blindspot.metrics` (docs/metrics.md). Scores keep their raw
+value; `normalise` maps it to [0, 1] with the plug-in's `bounds` for reporting.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import math
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib import metadata
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,14 +53,103 @@ PLUGINS = {
 }
 
 
+# Installed packages register plug-ins of their own under this entry point group.
+ENTRY_POINT_GROUP = "blindspot.metrics"
+_DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
+_TARGET = re.compile(rf"({_DOTTED}):({_DOTTED})")
+
+
+class PluginError(ValueError):
+    """A metric plug-in that cannot be found or imported; the message is one line naming it."""
+
+
+def plugin_target(plugin: str) -> tuple[str, str]:
+    """Where a plug-in lives, (module, attribute): a built-in name (`PLUGINS`), a `module:Class` (or
+    factory) as given, or an installed package's entry point of that name in `ENTRY_POINT_GROUP`."""
+    if plugin in PLUGINS:
+        module, attribute = PLUGINS[plugin].split(":")
+        return module, attribute
+    if ":" in plugin:
+        matched = _TARGET.fullmatch(plugin)
+        if not matched:
+            raise PluginError(f"'{plugin}' is not of the form module:Class (dotted Python names)")
+        return matched[1], matched[2]
+    found = {(point.module, point.attr) for point in metadata.entry_points(group=ENTRY_POINT_GROUP, name=plugin)}
+    if not found:
+        raise PluginError(
+            f"'{plugin}' is no built-in plug-in ({', '.join(PLUGINS)}), no module:Class, and no installed "
+            f"package's entry point in the group '{ENTRY_POINT_GROUP}'"
+        )
+    if len(found) > 1:
+        shown = ", ".join(sorted(f"{module}:{attribute}" for module, attribute in found))
+        raise PluginError(f"'{plugin}': several installed packages' entry points have that name ({shown})")
+    module, attribute = next(iter(found))
+    if attribute is None:
+        raise PluginError(f"'{plugin}': its entry point names module '{module}', not module:Class")
+    return module, attribute
+
+
+def _module_spec(plugin: str, module: str) -> Any:
+    """The module's import spec, found without running it (only its parent packages run)."""
+    try:
+        found = find_spec(module)
+    except ImportError as error:
+        raise PluginError(f"'{plugin}': cannot import module '{module}' ({error})") from None
+    if found is None:
+        raise PluginError(f"'{plugin}': module '{module}' is not importable (not installed, nor on the Python path)")
+    return found
+
+
+def check_plugin(plugin: str) -> None:
+    """Whether a plug-in can be found, without importing it (importing may load torch): its form, its
+    entry point, and its module on the Python path; a missing class shows when a job loads it."""
+    if plugin not in PLUGINS:
+        _module_spec(plugin, plugin_target(plugin)[0])
+
+
+def plugin_builder(plugin: str) -> Callable[..., Metric]:
+    """The class or factory that builds the plug-in."""
+    module_name, attribute = plugin_target(plugin)
+    try:
+        built: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        raise PluginError(f"'{plugin}': cannot import module '{module_name}' ({error})") from None
+    for part in attribute.split("."):
+        if not hasattr(built, part):
+            raise PluginError(f"'{plugin}': module '{module_name}' has no '{attribute}'")
+        built = getattr(built, part)
+    return built
+
+
+def plugin_source(plugin: str) -> dict[str, str] | None:
+    """What identifies the code of a plug-in from outside this package, for the score cache: its module
+    and its distribution's version when installed, else a hash of its source (its package's .py files),
+    so that new code scores again. None for a built-in plug-in, which the package's own code identifies."""
+    if plugin in PLUGINS:
+        return None
+    module, _ = plugin_target(plugin)
+    top_level = module.split(".")[0]
+    distributions = metadata.packages_distributions().get(top_level, [])
+    if distributions:
+        name = distributions[0]
+        return {"module": module, "version": f"{name} {metadata.version(name)}"}
+    found = _module_spec(plugin, module)
+    if found.origin is None or not Path(found.origin).is_file():
+        raise PluginError(f"'{plugin}': module '{module}' has no source file to identify it by")
+    origin = Path(found.origin)
+    files = sorted(origin.parent.rglob("*.py")) if found.submodule_search_locations else [origin]
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.relative_to(origin.parent).as_posix().encode() + b"\0" + file.read_bytes())
+    return {"module": module, "version": f"sha256:{digest.hexdigest()}"}
+
+
 def load_metric(plugin: str, spec: Any, batch_size: int, cache_dir: str, **args: Any) -> Metric:
     """Build a plug-in once per job: the model from its registry entry, the rest from `args`. A
     plug-in that keeps files of its own (an API judge's responses) gets the metric's cache folder."""
-    import importlib
     import inspect
 
-    module, name = PLUGINS[plugin].split(":")
-    build = getattr(importlib.import_module(module), name)
+    build = plugin_builder(plugin)
     if "cache_dir" in inspect.signature(build).parameters:
         args = args | {"cache_dir": cache_dir}
     return build(spec, batch_size, **args)

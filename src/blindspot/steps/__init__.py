@@ -30,6 +30,7 @@ import pandas as pd
 from blindspot import catalogue
 from blindspot.config import GPUUnavailable, ModelSpec, running_step, shard_slice
 from blindspot.io import provenance, remove_stale_temps, write_json, write_table
+from blindspot.metrics import PluginError
 
 log = logging.getLogger("blindspot")
 
@@ -100,7 +101,7 @@ def run_step(step: str, /, **arguments: Any) -> None:
     with running_step(step):
         try:
             step_function(step)(**arguments)
-        except GPUUnavailable as error:
+        except (GPUUnavailable, PluginError) as error:  # one line, as the config check's errors are
             raise SystemExit(str(error)) from None
 
 

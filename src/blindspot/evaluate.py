@@ -1,0 +1,213 @@
+"""`blindspot evaluate`: score a metric on a released ProtoBias, or a VLM on HumbleBench's release, in one
+command. It writes a config (the base config with `dataset:`, so nothing is built), runs the workflow's
+own rules with it, prints the table beside rows passed with `--compare`, and records what makes a row
+comparable: the dataset's fingerprint, each model's identity and the settings."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from blindspot import targets
+from blindspot.config import ConfigError, load_config, validate_config
+from blindspot.io import write_json, write_text
+
+REPO = Path(__file__).resolve().parents[2]
+# What `evaluate` writes beside the workflow's tables: its rows with their provenance.
+ROWS = {"protobias": "evaluate_protobias", "humblebench": "evaluate_humblebench"}
+
+
+def registry_entry(config: dict[str, Any], name: str) -> str:
+    """A model's registry name: `name` when the registry has it, else a new entry for a hub id or path."""
+    if name not in config["models"]:
+        config["models"][name] = {"id": name, "backend": "transformers", "gpus": 1 if not config.get("allow_cpu") else 0}
+    return name
+
+
+def metric_entries(config: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
+    """Each `--metric`: a metric of the base config by name, or a plug-in `module:Class` (its own model)."""
+    known, chosen = config["evaluation"]["metrics"], {}
+    for metric in metrics:
+        if metric in known:
+            chosen[metric] = known[metric]
+        elif ":" in metric:
+            family = next(iter(config["evaluation"]["families"]))
+            chosen[metric.rsplit(":", 1)[1].lower()] = {"plugin": metric, "label": metric, "family": family}
+        else:
+            raise ConfigError(f"--metric {metric}: not a metric of the config ({', '.join(known)}) nor module:Class")
+    return chosen
+
+
+def protobias_config(
+    base: dict[str, Any], dataset: str, metrics: Sequence[str], columns: Mapping[str, str], results_dir: str
+) -> dict[str, Any]:  # fmt: skip
+    """The base config scoring `metrics` on the ProtoBias pairs at `dataset`: its domains as the dataset's
+    (each with as many seeds as its test triplets), HumbleBench off."""
+    from blindspot.protobias import released
+
+    config = copy.deepcopy(base)
+    pairs = released.read_test_pairs(dataset, columns, Path(results_dir) / "evaluate_probe")
+    taxonomy = next(iter(base["domains"].values()))["taxonomy"]  # unread with `dataset:`; the schema asks for one
+    config["domains"] = {
+        domain: {"taxonomy": base["domains"].get(domain, {}).get("taxonomy", taxonomy), "n_seeds": n}
+        for domain, n in released.domain_seed_counts(pairs).items()
+    }
+    config["evaluation"]["metrics"] = metric_entries(config, metrics)
+    config["dataset"] = {"path": dataset, "columns": dict(columns)}
+    config["humblebench"] |= {"release": None, "from_benchmark": None, "scene_graphs": None}
+    config["annotation"]["pairwise_labels"] = None
+    config["results_dir"] = results_dir
+    return config
+
+
+def humblebench_config(
+    base: dict[str, Any], release: str, vlms: Sequence[str], settings: Sequence[str], results_dir: str
+) -> dict[str, Any]:  # fmt: skip
+    """The base config answering HumbleBench's `release` with `vlms` under `settings` (default all), and no
+    ProtoBias."""
+    config = copy.deepcopy(base)
+    humble = config["humblebench"]
+    unknown = [name for name in settings if name not in humble["settings"]]
+    if unknown:
+        raise ConfigError(f"--setting {unknown[0]}: not a setting of the config ({', '.join(humble['settings'])})")
+    if settings:
+        humble["settings"] = {name: humble["settings"][name] for name in settings}
+        if any(humble["tables"][table] not in settings for table in ("original", "stress")):
+            raise ConfigError(f"--setting: Tables 4-6 need the settings {humble['tables']['original']} and "
+                              f"{humble['tables']['stress']}")  # fmt: skip
+    humble |= {"release": release, "from_benchmark": None, "scene_graphs": None,
+               "vlms": [registry_entry(config, vlm) for vlm in vlms]}  # fmt: skip
+    config["dataset"] = {"path": None}
+    config["results_dir"] = results_dir
+    return config
+
+
+def _weights_hash(config: dict[str, Any], name: str) -> str:
+    """A built model's files' hash, or a hub model's revision (its weights as the hub names them)."""
+    from blindspot.protobias.released import fingerprint
+
+    folder = Path(targets.path(config, "model", model=name))
+    return fingerprint(str(folder)) if folder.is_dir() else config["models"][name].get("revision") or "unpinned"
+
+
+def model_identity(config: dict[str, Any], name: str) -> dict[str, str]:
+    entry = config["models"][name]
+    return {"model": name, "model_id": entry.get("id", f"built:{name}"), "weights": _weights_hash(config, name)}
+
+
+def provenance(config: dict[str, Any], benchmark: str) -> dict[str, Any]:
+    """What makes a row comparable: the dataset's fingerprint, the package and what was scored, the settings."""
+    from blindspot.protobias.released import fingerprint
+
+    source = config["dataset"]["path"] if benchmark == "protobias" else config["humblebench"]["release"]
+    about: dict[str, Any] = {"dataset": source, "dataset_fingerprint": fingerprint(source), "blindspot": version("blindspot"),
+                             "seed": config["seed"]}  # fmt: skip
+    if benchmark == "protobias":
+        evaluation = config["evaluation"]
+        about["metrics"] = {
+            name: {"plugin": entry["plugin"], "args": entry.get("args", {})}
+            | (model_identity(config, entry["model"]) if "model" in entry else {})
+            for name, entry in evaluation["metrics"].items()
+        }
+        about["settings"] = {"bootstrap_samples": evaluation["bootstrap_samples"], "columns": config["dataset"]["columns"]}
+    else:
+        humble = config["humblebench"]
+        about["vlms"] = {name: model_identity(config, name) for name in humble["vlms"]}
+        about["settings"] = {"settings": humble["settings"], "reading": humble["reading"]}
+    return about
+
+
+def result_table(config: dict[str, Any], benchmark: str) -> pd.DataFrame:
+    """The rows the run wrote: Table 3's, or HumbleBench's metrics per VLM and setting."""
+    kind = ("table3", {"ext": "csv"}) if benchmark == "protobias" else ("humble_metrics", {})
+    return pd.read_csv(targets.path(config, kind[0], **kind[1]))
+
+
+def record_rows(config: dict[str, Any], benchmark: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with their provenance (the dataset's fingerprint, the models' identity, the settings)
+    as columns, written as CSV with the JSON of the whole provenance beside it."""
+    about = provenance(config, benchmark)
+    stamped = rows.assign(dataset_fingerprint=about["dataset_fingerprint"], blindspot=about["blindspot"],
+                          identity=yaml.safe_dump({k: about[k] for k in ("metrics", "vlms") if k in about},
+                                                  default_flow_style=True, width=10**6).strip(),
+                          settings=yaml.safe_dump(about["settings"], default_flow_style=True, width=10**6).strip())  # fmt: skip
+    stem = Path(targets.path(config, "table3", ext="csv")).parent / ROWS[benchmark]
+    write_text(f"{stem}.csv", stamped.to_csv(index=False))
+    write_json(f"{stem}.json", about)
+    return stamped
+
+
+def with_compared(rows: pd.DataFrame, compare: Sequence[str]) -> pd.DataFrame:
+    """The new rows after the rows of each `--compare` CSV (the table's columns), each marked by its source."""
+    frames = []
+    for path in compare:
+        found = pd.read_csv(path)
+        missing = [column for column in rows.columns[:1] if column not in found]
+        if missing:
+            raise ConfigError(f"--compare {path}: no column {missing[0]!r} (a CSV with the table's columns)")
+        frames.append(found.reindex(columns=rows.columns).assign(row=f"compared: {Path(path).name}"))
+    return pd.concat([*frames, rows.assign(row="new")], ignore_index=True)
+
+
+def run_workflow(configfile: Path, profile: str | None, cores: int) -> None:
+    """The workflow's own rules on `configfile`, its progress on this terminal."""
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "workflow" / "Snakefile"),
+               "--configfile", str(configfile), "--directory", str(REPO)]  # fmt: skip
+    command += ["--profile", profile] if profile else ["--cores", str(cores)]
+    if subprocess.run(command, check=False).returncode:
+        raise ConfigError(f"the workflow failed on {configfile}; its log says why (above, and in .snakemake/log)")
+
+
+def evaluate(args: Any) -> pd.DataFrame:
+    """`blindspot evaluate protobias|humblebench`: the generated config, the run, the recorded rows."""
+    base = load_config(args.configfile)
+    results_dir = args.results_dir or str(Path(base["results_dir"]) / f"evaluate_{args.benchmark}")
+    if args.benchmark == "protobias":
+        columns = dict(pair.split("=", 1) for pair in args.column)
+        config = protobias_config(base, args.dataset, args.metric, columns, results_dir)
+    else:
+        config = humblebench_config(base, args.release, args.vlm, args.setting, results_dir)
+    validate_config(config)
+    configfile = Path(results_dir) / "evaluate_config.yaml"
+    configfile.parent.mkdir(parents=True, exist_ok=True)
+    write_text(configfile, yaml.safe_dump(config, sort_keys=False))
+    run_workflow(configfile.resolve(), args.profile, args.cores)
+    rows = record_rows(config, args.benchmark, result_table(config, args.benchmark))
+    return with_compared(rows, args.compare)
+
+
+def add_parser(commands: Any) -> None:
+    """`evaluate`'s subcommands, on the `blindspot` parser."""
+    parser = commands.add_parser("evaluate", help="score a metric or a VLM on a released benchmark, building nothing")
+    kinds = parser.add_subparsers(dest="benchmark", required=True)
+    for name, help in (("protobias", "a metric's Table 3 row on ProtoBias pairs"),
+                       ("humblebench", "a VLM's HumbleBench rows on the release")):  # fmt: skip
+        sub = kinds.add_parser(name, help=help, description=help)
+        sub.add_argument("--configfile", default=str(REPO / "config" / "tiny.yaml"),
+                         help="the base config: models, settings, resources (default config/tiny.yaml)")  # fmt: skip
+        sub.add_argument("--results-dir", help="where the run writes (default {results_dir}/evaluate_<benchmark>)")
+        sub.add_argument("--profile", help="a Snakemake profile, e.g. profiles/slurm (default: local)")
+        sub.add_argument("--cores", type=int, default=1, help="local cores without --profile")
+        sub.add_argument("--compare", action="append", default=[], help="a CSV of earlier rows to print beside")
+        if name == "protobias":
+            sub.add_argument("--dataset", required=True, help="the export's folder or hub id, or a table of pairs")
+            sub.add_argument("--metric", action="append", required=True, help="a metric of the config, or module:Class")
+            sub.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
+                             help="the table's column for a field (neutral_prompt, image_corr, image_adv, ...)")  # fmt: skip
+        else:
+            sub.add_argument("--release", required=True, help="HumbleBench's release: a file, folder or hub id")
+            sub.add_argument("--vlm", action="append", required=True, help="a registry model, or a hub id or path")
+            sub.add_argument("--setting", action="append", default=[], help="a setting of the config (default all)")
+
+
+def main(args: Any) -> None:
+    rows = evaluate(args)
+    sys.stdout.write(rows.to_markdown(index=False) + "\n")

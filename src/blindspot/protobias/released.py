@@ -1,0 +1,215 @@
+"""A ProtoBias benchmark that exists already (the config's `dataset:`): this project's export
+(`export_dataset`'s folder, or its copy on the hub) or any table of pairs with a prompt, a correct
+image and an adversarial image. Its test pairs are read into the tables the scoring rules read, so
+nothing is built."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from blindspot import tables
+from blindspot.config import ConfigError
+from blindspot.humblebench.release import release_records
+from blindspot.io import atomic_path, stable_id
+from blindspot.protobias.export import FIELDS, IMAGES
+
+# The fields a pair needs, by this project's export's column names; `dataset.columns` maps them to
+# another table's. Domain, split and ids are read when present; the export's other fields too.
+REQUIRED = ("neutral_prompt", *IMAGES)
+OPTIONAL = ("domain", "split", *(name for name in FIELDS if name != "neutral_prompt"))
+# The domain of a table without a domain column.
+DEFAULT_DOMAIN = "all"
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be read as pairs; the message names the dataset and what is wrong."""
+
+
+def _is_local(source: str) -> bool:
+    path = Path(source)
+    return path.exists() or source.startswith((".", "/")) or path.suffix in (".jsonl", ".json", ".parquet", ".csv")
+
+
+def dataset_records(source: str) -> Iterator[dict[str, Any]]:
+    """The dataset's rows. This project's export (a folder of `data/{domain}/{split}-*.parquet`, or a hub
+    id with one config per domain) gives each row its domain and split from where it lies; any other
+    table (a .jsonl, .json, .parquet or .csv file, or a folder `release_records` reads) gives its rows."""
+    path = Path(source)
+    if not _is_local(source):
+        yield from _hub_records(source)
+        return
+    if not path.exists():
+        raise DatasetError(f"dataset {source}: no such file or folder")
+    shards = sorted(path.glob("data/*/*.parquet")) if path.is_dir() else []
+    if shards:
+        for shard in shards:
+            where = {"domain": shard.parent.name, "split": shard.name.split("-", 1)[0]}
+            yield from (where | record for record in release_records(str(shard)))
+    elif path.suffix == ".csv":
+        yield from pd.read_csv(path, keep_default_na=False).to_dict("records")
+    else:
+        yield from release_records(source)
+
+
+def _hub_records(source: str) -> Iterator[dict[str, Any]]:
+    """A hub dataset's rows, each config a domain and each split a split; images left as bytes."""
+    import datasets
+
+    for config_name in datasets.get_dataset_config_names(source):
+        for split, rows in datasets.load_dataset(source, config_name).items():
+            for column, feature in rows.features.items():
+                if isinstance(feature, datasets.Image):
+                    rows = rows.cast_column(column, datasets.Image(decode=False))
+            yield from ({"domain": config_name, "split": split} | record for record in rows)
+
+
+def _image_file(value: Any, base: Path, image_dir: Path, where: str) -> Path:
+    """The image's file in `image_dir`, named by its content: from a path (relative to the table's
+    folder), bytes, or a `{bytes, path}` dict as `datasets` stores images."""
+    if isinstance(value, Mapping):
+        value = value.get("bytes") or value.get("path")
+    if isinstance(value, str) and value:
+        source = base / value
+        if not source.is_file():
+            raise DatasetError(f"{where}: no image file {source}")
+        value = source.read_bytes()
+    if not isinstance(value, bytes):
+        raise DatasetError(f"{where}: its image is {type(value).__name__}, not a path or bytes")
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(value)) as picture:
+            suffix = (picture.format or "png").lower().replace("jpeg", "jpg")
+    except UnidentifiedImageError:
+        raise DatasetError(f"{where}: its image bytes are not an image") from None
+    target = image_dir / f"{hashlib.sha256(value).hexdigest()[:20]}.{suffix}"
+    if not target.exists():
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(value)
+    return target
+
+
+def _columns_of(record: Mapping[str, Any], source: str, columns: Mapping[str, str]) -> dict[str, str]:
+    """Each field's column in the table; a required field without one stops with the column it looked for."""
+    for field, column in columns.items():
+        if field not in (*REQUIRED, *OPTIONAL):
+            raise DatasetError(f"dataset.columns: {field!r} is not a field (fields: {', '.join(REQUIRED + OPTIONAL)})")
+        if column not in record:
+            raise DatasetError(f"dataset {source}: no column {column!r} (dataset.columns.{field}); it has {sorted(record)}")
+    found = {field: columns.get(field, field) for field in (*REQUIRED, *OPTIONAL)}
+    for field in REQUIRED:
+        if found[field] not in record:
+            raise DatasetError(
+                f"dataset {source}: no column {found[field]!r} for {field}; it has {sorted(record)} "
+                f"(map one with dataset.columns.{field})"
+            )
+    return {field: column for field, column in found.items() if column in record}
+
+
+def read_test_pairs(source: str, columns: Mapping[str, str], image_dir: str | Path) -> pd.DataFrame:
+    """The dataset's test pairs (every pair when it has no split) as benchmark pairs
+    (`tables.BENCHMARK_PAIRS`), their images written to `image_dir`, ordered by domain and pair id as
+    the workflow orders its own. A pair without ids gets them from its images' contents."""
+    image_dir = Path(image_dir)
+    image_dir.mkdir(parents=True, exist_ok=True)
+    base = Path(source) if Path(source).is_dir() else Path(source).parent
+    rows, found = [], None
+    for number, record in enumerate(dataset_records(source)):
+        found = found or _columns_of(record, source, columns)
+        row = {field: record.get(column) for field, column in found.items()}
+        if row.get("split", "test") != "test":
+            continue
+        where = f"dataset {source}, row {number}"
+        for role, field in (("corr", "image_corr"), ("adv", "image_adv")):
+            image = _image_file(row.pop(field), base, image_dir, where)
+            row[f"{role}_path"], row[f"{role}_image_id"] = str(image), image.stem
+        row["pair_id"] = row.get("pair_id") or stable_id(row["corr_image_id"], row["adv_image_id"])
+        row["triplet_id"] = row.get("triplet_id") or row["pair_id"]
+        row["domain"] = row.get("domain") or DEFAULT_DOMAIN
+        rows.append(row)
+    if not rows:
+        raise DatasetError(f"dataset {source}: no test pairs")
+    frame = pd.DataFrame(rows).assign(split="test", seed_id=lambda f: f["triplet_id"])
+    if not frame["pair_id"].is_unique:
+        raise DatasetError(f"dataset {source}: pair ids repeat, e.g. {frame['pair_id'][frame['pair_id'].duplicated()].iloc[0]!r}")
+    for name in tables.BENCHMARK_PAIRS.names:
+        if name not in frame:
+            frame[name] = np.nan if pa.types.is_floating(tables.BENCHMARK_PAIRS.field(name).type) else None
+    frame["vlm_scores"] = frame["vlm_scores"].fillna("{}")
+    return frame.sort_values(["domain", "pair_id"], ignore_index=True)
+
+
+def domain_seed_counts(pairs: pd.DataFrame) -> dict[str, int]:
+    """Seeds (here: triplets) per domain, which set a domain's shards (`domains.<name>.n_seeds`)."""
+    return {str(domain): int(n) for domain, n in pairs.groupby("domain")["seed_id"].nunique().items()}
+
+
+def scoring_tables(pairs: pd.DataFrame, domain: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(pairs, triplets, seeds) of one domain, as `score_metric` reads them: every pair kept, and the
+    seeds in id order (its shards are slices of them)."""
+    mine = pairs[pairs["domain"] == domain]
+    kept = mine.assign(kept=True)[tables.PAIRS.names]
+    triplets = mine.drop_duplicates("triplet_id")[tables.TRIPLETS.names].sort_values("triplet_id", ignore_index=True)
+    seeds = pd.DataFrame({name: triplets["seed_id"] if name == "seed_id" else None for name in tables.SEEDS.names})
+    seeds["domain"] = domain
+    return kept, triplets, seeds.sort_values("seed_id", ignore_index=True)
+
+
+def check_domains(pairs: pd.DataFrame, domains: Mapping[str, int], source: str) -> None:
+    """Every domain of the dataset is in the config, with at least as many seeds as it has triplets."""
+    counts = domain_seed_counts(pairs)
+    unknown = sorted(set(counts) - set(domains))
+    if unknown:
+        raise DatasetError(f"dataset {source}: domain(s) {unknown} are not in the config's domains {sorted(domains)}")
+    short = {domain: n for domain, n in counts.items() if n > domains[domain]}
+    if short:
+        domain, n = next(iter(short.items()))
+        raise DatasetError(
+            f"dataset {source}: domain {domain} has {n} triplets, more than domains.{domain}.n_seeds "
+            f"({domains[domain]}): raise it, or some pairs are never scored"
+        )
+
+
+def fingerprint(source: str) -> str:
+    """A hash of the dataset's files (names and contents), or of its hub id and revision: two rows
+    scored on datasets of one fingerprint saw the same pairs."""
+    path = Path(source)
+    digest = hashlib.sha256()
+    if not path.exists():
+        from huggingface_hub import HfApi
+
+        digest.update(f"{source}@{HfApi().dataset_info(source).sha}".encode())
+        return digest.hexdigest()
+    files: Sequence[Path] = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode() + b"\0")
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def check_released_config(config: Mapping[str, Any]) -> None:
+    """With `dataset:` nothing is built, so nothing may ask for what only building gives: questions from
+    the benchmark or scene graphs, ProtoScore (trained on the built train split), people's pairwise labels."""
+    if "dataset" not in config:
+        return
+    humble, scored = config["humblebench"], config["dataset"].get("path")
+    if not scored and not humble.get("release"):
+        raise ConfigError("dataset: give dataset.path (ProtoBias pairs to score) or humblebench.release, or both")
+    for key in ("from_benchmark", "scene_graphs"):
+        if humble.get(key):
+            raise ConfigError(f"dataset: HumbleBench's questions come from humblebench.release; set humblebench.{key} to null")
+    trained = [name for name, entry in config["evaluation"]["metrics"].items() if entry["plugin"] == "protoscore"]
+    if scored and trained:
+        raise ConfigError(f"dataset: metric {trained[0]} is ProtoScore, trained on a built benchmark; leave it out")
+    if scored and config["annotation"].get("pairwise_labels"):
+        raise ConfigError("dataset: Table 3's human majority comes from evaluation.human_choices, not annotation.pairwise_labels")

@@ -1,0 +1,183 @@
+"""Metric plug-ins from outside the package: a module on the path named as `module:Class`, and an
+installed package's entry point. The plug-in and its pyproject.toml are the ones docs/metrics.md shows."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO
+from PIL import Image
+
+from blindspot import tables
+from blindspot.config import ConfigError, model_spec, validate_config
+from blindspot.io import read_table, write_table
+from blindspot.metrics import PluginError, check_plugin, load_metric
+from blindspot.metrics.scoring import metric_identity, metric_score_settings
+from blindspot.protobias.split import split_of
+from blindspot.protobias.taxonomy import SEED_COLUMNS
+
+DOCS = (REPO / "docs" / "metrics.md").read_text()
+LOCAL_MODULE = "local_colour_share"  # the example as a module on the path; installed, it is `colour_share`
+RED, BLUE = (220, 40, 40), (40, 80, 220)
+
+
+def docs_file(name: str) -> str:
+    """The fenced block of docs/metrics.md whose first line is `# name`."""
+    found = re.search(rf"```\w+\n# {re.escape(name)}\n(.*?)```", DOCS, re.DOTALL)
+    assert found, f"docs/metrics.md shows no {name}"
+    return found[1]
+
+
+@pytest.fixture
+def local_plugin(tmp_path, monkeypatch) -> Path:
+    """The example plug-in as a module in a folder on the Python path."""
+    folder = tmp_path / "local"
+    folder.mkdir()
+    (folder / f"{LOCAL_MODULE}.py").write_text(docs_file("colour_share.py"))
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, LOCAL_MODULE, raising=False)
+    yield folder
+    sys.modules.pop(LOCAL_MODULE, None)
+
+
+@pytest.fixture(scope="module")
+def installed_folder(tmp_path_factory) -> Path:
+    """The example plug-in built as a package and installed (with its .dist-info) into a folder of
+    its own, which is all entry points need: .venv is left as it is."""
+    source = tmp_path_factory.mktemp("colour-share")
+    (source / "colour_share.py").write_text(docs_file("colour_share.py"))
+    (source / "pyproject.toml").write_text(docs_file("pyproject.toml"))
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+         "--target", str(target), str(source)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return target
+
+
+@pytest.fixture
+def installed_plugin(installed_folder, monkeypatch) -> Path:
+    monkeypatch.syspath_prepend(str(installed_folder))
+    monkeypatch.delitem(sys.modules, "colour_share", raising=False)
+    yield installed_folder
+    sys.modules.pop("colour_share", None)
+
+
+def solid(colour) -> Image.Image:
+    return Image.new("RGB", (16, 16), colour)
+
+
+def scores_of(plugin: str, tiny_config) -> list[float]:
+    metric = load_metric(plugin, model_spec(tiny_config, "tiny-clip"), 2, "unused", size=8)
+    assert metric.bounds == (0.0, 1.0)
+    scores = metric.score(["a red apple", "a red apple", "a blue car", "an apple"], [solid(RED), solid(BLUE)] * 2)
+    return [score.raw for score in scores]
+
+
+def test_a_module_on_the_path_is_a_plugin_as_module_colon_class(local_plugin, tiny_config):
+    check_plugin(f"{LOCAL_MODULE}:ColourShare")
+    raw = scores_of(f"{LOCAL_MODULE}:ColourShare", tiny_config)
+    assert raw[:3] == [1.0, 0.0, 0.0]
+    assert raw[3] != raw[3]  # a prompt that names no colour: NaN
+
+
+def test_an_installed_packages_entry_point_is_a_plugin_by_its_name(installed_plugin, tiny_config):
+    check_plugin("colour_share")
+    assert scores_of("colour_share", tiny_config)[:3] == [1.0, 0.0, 0.0]
+    assert str(installed_plugin) in sys.modules["colour_share"].__file__
+
+
+def identity_of(plugin: str, tiny_config) -> dict[str, str]:
+    entry = {"plugin": plugin, "model": "tiny-clip", "args": {}}
+    settings = metric_score_settings(tiny_config["models"], entry)
+    return metric_identity(entry, model_spec(tiny_config, "tiny-clip"), settings)
+
+
+def test_an_outside_plugins_identity_holds_its_module_and_version(installed_plugin, local_plugin, tiny_config):
+    assert (
+        '"plugin_source": {"module": "colour_share", "version": "colour-share 0.1.0"}'
+        in (identity_of("colour_share", tiny_config)["version"])
+    )
+    local = identity_of(f"{LOCAL_MODULE}:ColourShare", tiny_config)["version"]
+    assert f'"module": "{LOCAL_MODULE}", "version": "sha256:' in local
+    # New source is another metric to the cache; a built-in plug-in's identity is its name, as before.
+    (local_plugin / f"{LOCAL_MODULE}.py").write_text(docs_file("colour_share.py") + "\n# changed\n")
+    assert identity_of(f"{LOCAL_MODULE}:ColourShare", tiny_config)["version"] != local
+    assert "plugin_source" not in identity_of("clip_similarity", tiny_config)["version"]
+
+
+@pytest.mark.parametrize(
+    ("plugin", "message"),
+    [
+        ("no_such_plugin", "'no_such_plugin' is no built-in plug-in (clip_similarity, "),
+        ("no_such_module:Metric", "'no_such_module:Metric': module 'no_such_module' is not importable"),
+        ("no_such_package.scorer:Metric", "'no_such_package.scorer:Metric': cannot import module 'no_such_package"),
+        ("colour_share:Colour Share", "'colour_share:Colour Share' is not of the form module:Class"),
+    ],
+)
+def test_a_plugin_that_cannot_be_found_is_a_one_line_config_error(plugin, message, tiny_config):
+    tiny_config["evaluation"]["metrics"]["clipscore"]["plugin"] = plugin
+    with pytest.raises(ConfigError) as error:
+        validate_config(tiny_config)
+    assert str(error.value).startswith(f"config key 'evaluation.metrics.clipscore.plugin': {message}")
+    assert "\n" not in str(error.value)
+
+
+def test_a_plugin_without_its_class_stops_its_job_in_one_line(local_plugin, tiny_config):
+    check_plugin(f"{LOCAL_MODULE}:NoSuchClass")  # the config check does not import the module
+    with pytest.raises(
+        PluginError, match=f"^'{LOCAL_MODULE}:NoSuchClass': module '{LOCAL_MODULE}' has no 'NoSuchClass'$"
+    ):
+        load_metric(f"{LOCAL_MODULE}:NoSuchClass", model_spec(tiny_config, "tiny-clip"), 2, "unused")
+
+
+def write_benchmark_inputs(results: Path, domain: str, seed: int, test_fraction: float) -> None:
+    """One test seed of `domain` with one kept pair: a red image (correct) and a blue one (adversarial)
+    for "a red apple", the tables as the workflow's upstream rules write them."""
+    seed_id = next(f"s{i}" for i in range(100) if split_of(f"s{i}", seed, test_fraction) == "test")
+    folder = results / domain
+    folder.mkdir(parents=True)
+    for name, colour in (("corr", RED), ("adv", BLUE)):
+        solid(colour).save(folder / f"{name}.png")
+    seeds = dict.fromkeys(SEED_COLUMNS, "") | {"seed_id": seed_id, "domain": domain, "sample_seed": 0}
+    write_table(folder / "seeds.parquet", pd.DataFrame([seeds]), tables.SEEDS)
+    triplet = {field.name: "" for field in tables.TRIPLETS} | {
+        "triplet_id": "t0", "seed_id": seed_id, "domain": domain, "neutral_prompt": "a red apple"}  # fmt: skip
+    write_table(folder / "triplets.parquet", pd.DataFrame([triplet]), tables.TRIPLETS)
+    pair = {"pair_id": "p0", "triplet_id": "t0", "t2i": "tiny-sd", "seed": 0, "corr_image_id": "c",
+            "corr_path": str(folder / "corr.png"), "adv_image_id": "a", "adv_path": str(folder / "adv.png"),
+            "vlm_scores": "{}", "min_corr_score": 1.0, "min_adv_score": 1.0, "kept": True}  # fmt: skip
+    write_table(folder / "pairs.parquet", pd.DataFrame([pair]), tables.PAIRS)
+
+
+def test_outside_plugins_are_scored_by_the_workflows_step(local_plugin, installed_plugin, tiny_config, tmp_path):
+    """`python -m blindspot.steps run score_metric` (the job as the workflow runs it) with a config whose
+    metrics are the example plug-in as `module:Class` and as an installed entry point."""
+    results = tmp_path / "results"
+    tiny_config["results_dir"] = str(results)
+    entry = {"model": "tiny-clip", "family": "embedding", "args": {"size": 8}}
+    tiny_config["evaluation"]["metrics"] = {
+        "colours-module": entry | {"plugin": f"{LOCAL_MODULE}:ColourShare", "label": "Colour share (module)"},
+        "colours-entry-point": entry | {"plugin": "colour_share", "label": "Colour share (entry point)"},
+    }
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(tiny_config))
+    domain = next(iter(tiny_config["domains"]))
+    write_benchmark_inputs(results, domain, tiny_config["seed"], tiny_config["benchmark"]["test_fraction"])
+    path = os.pathsep.join([str(local_plugin), str(installed_plugin), os.environ.get("PYTHONPATH", "")])
+    for metric in tiny_config["evaluation"]["metrics"]:
+        subprocess.run(
+            [sys.executable, "-m", "blindspot.steps", "run", "score_metric", "--configfile", str(configfile),
+             f"domain={domain}", f"metric={metric}", "shard=00000"],
+            cwd=REPO, check=True, capture_output=True, env=os.environ | {"PYTHONPATH": path},
+        )  # fmt: skip
+        scores = read_table(results / domain / "metric_scores" / metric / "00000.parquet", tables.METRIC_SCORES)
+        assert scores[["pair_id", "metric", "corr_raw", "adv_raw"]].to_dict("records") == [
+            {"pair_id": "p0", "metric": metric, "corr_raw": 1.0, "adv_raw": 0.0}
+        ]
