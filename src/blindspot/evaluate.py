@@ -28,7 +28,11 @@ ROWS = {"protobias": "evaluate_protobias", "humblebench": "evaluate_humblebench"
 def registry_entry(config: dict[str, Any], name: str) -> str:
     """A model's registry name: `name` when the registry has it, else a new entry for a hub id or path."""
     if name not in config["models"]:
-        config["models"][name] = {"id": name, "backend": "transformers", "gpus": 1 if not config.get("allow_cpu") else 0}
+        config["models"][name] = {
+            "id": name,
+            "backend": "transformers",
+            "gpus": 1 if not config.get("allow_cpu") else 0,
+        }
     return name
 
 
@@ -108,8 +112,8 @@ def provenance(config: dict[str, Any], benchmark: str) -> dict[str, Any]:
     from blindspot.protobias.released import fingerprint
 
     source = config["dataset"]["path"] if benchmark == "protobias" else config["humblebench"]["release"]
-    about: dict[str, Any] = {"dataset": source, "dataset_fingerprint": fingerprint(source), "blindspot": version("blindspot"),
-                             "seed": config["seed"]}  # fmt: skip
+    about: dict[str, Any] = {"dataset": source, "dataset_fingerprint": fingerprint(source),
+                             "blindspot": version("blindspot"), "seed": config["seed"]}  # fmt: skip
     if benchmark == "protobias":
         evaluation = config["evaluation"]
         about["metrics"] = {
@@ -117,7 +121,10 @@ def provenance(config: dict[str, Any], benchmark: str) -> dict[str, Any]:
             | (model_identity(config, entry["model"]) if "model" in entry else {})
             for name, entry in evaluation["metrics"].items()
         }
-        about["settings"] = {"bootstrap_samples": evaluation["bootstrap_samples"], "columns": config["dataset"]["columns"]}
+        about["settings"] = {
+            "bootstrap_samples": evaluation["bootstrap_samples"],
+            "columns": config["dataset"]["columns"],
+        }
     else:
         humble = config["humblebench"]
         about["vlms"] = {name: model_identity(config, name) for name in humble["vlms"]}
@@ -131,14 +138,17 @@ def result_table(config: dict[str, Any], benchmark: str) -> pd.DataFrame:
     return pd.read_csv(targets.path(config, kind[0], **kind[1]))
 
 
+def _flow(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+
+
 def record_rows(config: dict[str, Any], benchmark: str, rows: pd.DataFrame) -> pd.DataFrame:
     """The rows with their provenance (the dataset's fingerprint, the models' identity, the settings)
     as columns, written as CSV with the JSON of the whole provenance beside it."""
     about = provenance(config, benchmark)
     stamped = rows.assign(dataset_fingerprint=about["dataset_fingerprint"], blindspot=about["blindspot"],
-                          identity=yaml.safe_dump({k: about[k] for k in ("metrics", "vlms") if k in about},
-                                                  default_flow_style=True, width=10**6).strip(),
-                          settings=yaml.safe_dump(about["settings"], default_flow_style=True, width=10**6).strip())  # fmt: skip
+                          identity=_flow({k: about[k] for k in ("metrics", "vlms") if k in about}),
+                          settings=_flow(about["settings"]))  # fmt: skip
     stem = Path(targets.path(config, "table3", ext="csv")).parent / ROWS[benchmark]
     write_text(f"{stem}.csv", stamped.to_csv(index=False))
     write_json(f"{stem}.json", about)
@@ -199,9 +209,9 @@ def add_parser(commands: Any) -> None:
         sub.add_argument("--compare", action="append", default=[], help="a CSV of earlier rows to print beside")
         if name == "protobias":
             sub.add_argument("--dataset", required=True, help="the export's folder or hub id, or a table of pairs")
-            sub.add_argument("--metric", action="append", required=True, help="a metric of the config, or module:Class")
+            sub.add_argument("--metric", action="append", required=True, help="a config's metric, or module:Class")
             sub.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
-                             help="the table's column for a field (neutral_prompt, image_corr, image_adv, ...)")  # fmt: skip
+                             help="a field's column: neutral_prompt, image_corr, image_adv, ...")  # fmt: skip
         else:
             sub.add_argument("--release", required=True, help="HumbleBench's release: a file, folder or hub id")
             sub.add_argument("--vlm", action="append", required=True, help="a registry model, or a hub id or path")

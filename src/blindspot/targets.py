@@ -199,7 +199,7 @@ def released_targets(config: dict[str, Any]) -> list[str]:
         found += [target for kind in kinds for target in table_targets(config, kind)]
         found += [path(config, "metric_breakdown"), path(config, "accuracy_plot")]
     if config["humblebench"].get("release"):
-        found += humble_table_targets(config) + [path(config, "humble_metrics"), path(config, "nota_plot")]
+        found += [*humble_table_targets(config), path(config, "humble_metrics"), path(config, "nota_plot")]
     return found
 
 

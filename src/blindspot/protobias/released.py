@@ -103,7 +103,9 @@ def _columns_of(record: Mapping[str, Any], source: str, columns: Mapping[str, st
         if field not in (*REQUIRED, *OPTIONAL):
             raise DatasetError(f"dataset.columns: {field!r} is not a field (fields: {', '.join(REQUIRED + OPTIONAL)})")
         if column not in record:
-            raise DatasetError(f"dataset {source}: no column {column!r} (dataset.columns.{field}); it has {sorted(record)}")
+            raise DatasetError(
+                f"dataset {source}: no column {column!r} (dataset.columns.{field}); it has {sorted(record)}"
+            )
     found = {field: columns.get(field, field) for field in (*REQUIRED, *OPTIONAL)}
     for field in REQUIRED:
         if found[field] not in record:
@@ -139,7 +141,9 @@ def read_test_pairs(source: str, columns: Mapping[str, str], image_dir: str | Pa
         raise DatasetError(f"dataset {source}: no test pairs")
     frame = pd.DataFrame(rows).assign(split="test", seed_id=lambda f: f["triplet_id"])
     if not frame["pair_id"].is_unique:
-        raise DatasetError(f"dataset {source}: pair ids repeat, e.g. {frame['pair_id'][frame['pair_id'].duplicated()].iloc[0]!r}")
+        raise DatasetError(
+            f"dataset {source}: pair ids repeat, e.g. {frame['pair_id'][frame['pair_id'].duplicated()].iloc[0]!r}"
+        )
     for name in tables.BENCHMARK_PAIRS.names:
         if name not in frame:
             frame[name] = np.nan if pa.types.is_floating(tables.BENCHMARK_PAIRS.field(name).type) else None
@@ -207,9 +211,13 @@ def check_released_config(config: Mapping[str, Any]) -> None:
         raise ConfigError("dataset: give dataset.path (ProtoBias pairs to score) or humblebench.release, or both")
     for key in ("from_benchmark", "scene_graphs"):
         if humble.get(key):
-            raise ConfigError(f"dataset: HumbleBench's questions come from humblebench.release; set humblebench.{key} to null")
+            raise ConfigError(
+                f"dataset: HumbleBench's questions come from humblebench.release; set humblebench.{key} to null"
+            )
     trained = [name for name, entry in config["evaluation"]["metrics"].items() if entry["plugin"] == "protoscore"]
     if scored and trained:
         raise ConfigError(f"dataset: metric {trained[0]} is ProtoScore, trained on a built benchmark; leave it out")
     if scored and config["annotation"].get("pairwise_labels"):
-        raise ConfigError("dataset: Table 3's human majority comes from evaluation.human_choices, not annotation.pairwise_labels")
+        raise ConfigError(
+            "dataset: Table 3's human majority comes from evaluation.human_choices, not annotation.pairwise_labels"
+        )

@@ -1,0 +1,163 @@
+"""A benchmark from a released dataset (`dataset:`), `blindspot evaluate`, and its recorded rows."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO
+from PIL import Image
+from test_split import benchmark_pairs
+
+from blindspot import targets
+from blindspot.protobias.export import export_dataset
+from blindspot.protobias.released import DatasetError, read_test_pairs
+from blindspot.protobias.split import assign_splits
+
+
+def _image(path, value):
+    Image.fromarray(np.full((8, 8, 3), value, dtype=np.uint8)).save(path)
+    return str(path)
+
+
+@pytest.fixture
+def exported(tmp_path):
+    """A small benchmark with both splits, exported as `export_dataset` writes it."""
+    pairs = benchmark_pairs(8, models=("flux",))
+    for role, offset in (("corr", 0), ("adv", 1)):
+        pairs[f"{role}_path"] = [_image(tmp_path / f"{role}{i}.png", 10 * i + offset) for i in range(len(pairs))]
+    pairs = pairs.assign(
+        subcategory="birds", neutral_prompt=[f"a bird {i}" for i in range(len(pairs))], correct_description="d_c",
+        adversarial_description="d_a", correct_instance="penguin", adversarial_instance="robin", aux_element="stone",
+        knob="count", correct_value="one", adversarial_value="two", seed=7, generator="g", added_entries="",
+    )  # fmt: skip
+    benchmark = assign_splits(pairs, 1, 0.5)
+    assert set(benchmark["split"]) == {"train", "test"}
+    export_dataset(benchmark, tmp_path / "dataset", {"name": "T", "run_name": "r", "threshold": 8, "models": []})
+    return benchmark, tmp_path / "dataset"
+
+
+def test_the_export_reads_back_as_its_test_pairs_with_the_same_images(exported, tmp_path):
+    benchmark, folder = exported
+    pairs = read_test_pairs(str(folder), {}, tmp_path / "images")
+    test = benchmark[benchmark["split"] == "test"].set_index("pair_id")
+    assert sorted(pairs["pair_id"]) == sorted(test.index)
+    assert list(pairs["domain"]) == sorted(pairs["domain"])  # ordered as the workflow orders its own
+    for row in pairs.itertuples():
+        assert Path(row.corr_path).read_bytes() == Path(test.loc[row.pair_id, "corr_path"]).read_bytes()
+        assert row.neutral_prompt == test.loc[row.pair_id, "neutral_prompt"]
+        assert row.knob == "count"
+        assert row.split == "test"
+
+
+def test_a_foreign_table_is_read_through_its_column_mapping(tmp_path):
+    rows = [{"caption": f"a cat {i}", "good": _image(tmp_path / f"g{i}.png", i), "bad": f"b{i}.png"} for i in range(3)]
+    for i in range(3):
+        _image(tmp_path / f"b{i}.png", 100 + i)  # relative to the table's folder
+    pd.DataFrame(rows).to_csv(tmp_path / "pairs.csv", index=False)
+    columns = {"neutral_prompt": "caption", "image_corr": "good", "image_adv": "bad"}
+    pairs = read_test_pairs(str(tmp_path / "pairs.csv"), columns, tmp_path / "images")
+    assert sorted(pairs["neutral_prompt"]) == ["a cat 0", "a cat 1", "a cat 2"]
+    assert set(pairs["domain"]) == {"all"}
+    assert pairs["pair_id"].is_unique
+    assert (pairs["triplet_id"] == pairs["pair_id"]).all()
+    assert all(path.startswith(str(tmp_path / "images")) for path in pairs["adv_path"])
+
+
+def test_a_missing_column_is_named(tmp_path):
+    pd.DataFrame([{"caption": "a cat", "good": "g.png"}]).to_csv(tmp_path / "pairs.csv", index=False)
+    with pytest.raises(DatasetError, match=r"no column 'image_adv' for image_adv.*dataset.columns.image_adv"):
+        read_test_pairs(str(tmp_path / "pairs.csv"), {"neutral_prompt": "caption", "image_corr": "good"}, tmp_path)
+    with pytest.raises(DatasetError, match=r"no column 'bad' \(dataset.columns.image_adv\)"):
+        read_test_pairs(str(tmp_path / "pairs.csv"), {"neutral_prompt": "caption", "image_adv": "bad"}, tmp_path)
+
+
+def _released_config(tiny_config, tmp_path, dataset):
+    config = tiny_config | {"results_dir": str(tmp_path / "results"), "dataset": {"path": dataset}}
+    config["humblebench"] |= {"from_benchmark": None}
+    config["evaluation"]["metrics"] = {"clipscore": config["evaluation"]["metrics"]["clipscore"]}
+    return config
+
+
+@pytest.mark.integration
+def test_with_a_dataset_nothing_is_built_and_table3_is_made_from_it(tiny_config, tmp_path, exported):
+    config = _released_config(tiny_config, tmp_path, str(exported[1]))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--configfile", str(tmp_path / "c.yaml"), "--quiet", "rules"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    stats = (result.stdout + result.stderr).split("Job stats:")[1].split("total")[0]
+    rules = set(re.findall(r"^(\w+)\s+\d+$", stats, flags=re.MULTILINE))
+    # build_model too, where the tiny models are not built yet
+    assert (
+        {"import_dataset", "score_metric", "make_table3", "all"}
+        <= rules
+        <= {"build_model", "import_dataset", "score_metric", "make_table3", "all"}
+    )
+    assert targets.path(config, "table3", ext="csv") in targets.final_targets(config)
+    assert not any("humblebench" in target for target in targets.final_targets(config))
+
+
+def test_a_dataset_with_what_only_building_gives_stops_naming_the_key(tiny_config, tmp_path):
+    from blindspot.config import ConfigError
+    from blindspot.protobias.released import check_released_config
+
+    config = _released_config(tiny_config, tmp_path, "x") | {}
+    config["humblebench"]["from_benchmark"] = {"nota_share": 0.3}
+    with pytest.raises(ConfigError, match=r"humblebench\.from_benchmark"):
+        check_released_config(config)
+
+
+def _tiny_row(table, label):
+    return table[table["Method"] == label].drop(columns="Method").iloc[0]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_evaluate_protobias_on_the_tiny_export_gives_the_tiny_runs_row(tiny_run, tmp_path):
+    from blindspot.cli import main
+
+    work, _ = tiny_run
+    tiny = yaml.safe_load((work / "config" / "tiny.yaml").read_text())
+    dataset = work / targets.path(tiny, "dataset")
+    results = tmp_path / "evaluated"
+    main(["evaluate", "protobias", "--dataset", str(dataset), "--metric", "clipscore", "--results-dir", str(results),
+          "--configfile", str(work / "config" / "tiny.yaml")])  # fmt: skip
+    new = pd.read_csv(results / "tables" / "table3_metrics.csv")
+    original = pd.read_csv(work / targets.path(tiny, "table3", ext="csv"))
+    pd.testing.assert_series_equal(_tiny_row(new, "CLIPScore"), _tiny_row(original, "CLIPScore"), check_names=False)
+    about = json.loads((results / "tables" / "evaluate_protobias.json").read_text())
+    assert about["metrics"]["clipscore"]["plugin"] == "clip_similarity"
+    assert len(about["dataset_fingerprint"]) == 64
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_evaluate_humblebench_on_a_release_of_the_tiny_questions_gives_the_tiny_runs_rows(tiny_run, tmp_path):
+    from blindspot import tables
+    from blindspot.cli import main
+    from blindspot.humblebench.settings import LETTERS
+    from blindspot.io import read_table
+
+    work, _ = tiny_run
+    tiny = yaml.safe_load((work / "config" / "tiny.yaml").read_text())
+    questions = read_table(work / targets.path(tiny, "humble_questions"), tables.HUMBLE_QUESTIONS)
+    release = tmp_path / "release.jsonl"
+    release.write_text("".join(json.dumps({
+        "question_id": row.question_id, "label": row.label, "type": row.type, "image": str(work / row.image_path),
+        "question": "\n".join([row.question, *(f"{LETTERS[i]}. {o}" for i, o in enumerate(json.loads(row.options)))]),
+    }) + "\n" for row in questions.itertuples()))  # fmt: skip
+    results = tmp_path / "evaluated"
+    main(["evaluate", "humblebench", "--release", str(release), "--vlm", "tiny-qwen2.5-vl", "--results-dir",
+          str(results), "--configfile", str(work / "config" / "tiny.yaml")])  # fmt: skip
+    new = pd.read_csv(results / "tables" / "humblebench_metrics.csv")
+    original = pd.read_csv(work / targets.path(tiny, "humble_metrics"))
+    original = original[original["vlm"] == "tiny-qwen2.5-vl"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(new, original)
+    assert json.loads((results / "tables" / "evaluate_humblebench.json").read_text())["vlms"]["tiny-qwen2.5-vl"]
