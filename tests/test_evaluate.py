@@ -118,6 +118,23 @@ def _tiny_row(table, label):
     return table[table["Method"] == label].drop(columns="Method").iloc[0]
 
 
+def test_a_metric_is_the_configs_or_a_plug_in_with_its_model(tiny_config):
+    import copy
+
+    from blindspot.config import ConfigError
+    from blindspot.evaluate import metric_entries
+
+    config = copy.deepcopy(tiny_config)
+    chosen = metric_entries(config, ["clipscore", "my_pkg.scores:MyScore@tiny-clip", "x.y:Z@org/some-model"])
+    assert chosen["clipscore"] == tiny_config["evaluation"]["metrics"]["clipscore"]
+    assert (chosen["myscore"]["plugin"], chosen["myscore"]["model"]) == ("my_pkg.scores:MyScore", "tiny-clip")
+    assert config["models"]["org/some-model"]["id"] == "org/some-model"  # a hub id joins the registry
+    with pytest.raises(ConfigError, match=r"--metric my_pkg.scores:MyScore: name the plug-in's model"):
+        metric_entries(config, ["my_pkg.scores:MyScore"])
+    with pytest.raises(ConfigError, match="not a metric of the config"):
+        metric_entries(config, ["nosuchmetric"])
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_evaluate_protobias_on_the_tiny_export_gives_the_tiny_runs_row(tiny_run, tmp_path):

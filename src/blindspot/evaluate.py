@@ -37,16 +37,24 @@ def registry_entry(config: dict[str, Any], name: str) -> str:
 
 
 def metric_entries(config: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
-    """Each `--metric`: a metric of the base config by name, or a plug-in `module:Class` (its own model)."""
+    """Each `--metric`: a metric of the base config by name, or a plug-in `module:Class@MODEL` whose model
+    is a registry name or a hub id (every metric entry names the model it loads)."""
     known, chosen = config["evaluation"]["metrics"], {}
     for metric in metrics:
         if metric in known:
             chosen[metric] = known[metric]
         elif ":" in metric:
+            plugin, _, model = metric.partition("@")
+            if not model:
+                raise ConfigError(f"--metric {metric}: name the plug-in's model as {metric}@MODEL "
+                                  "(a registry name or a hub id)")  # fmt: skip
             family = next(iter(config["evaluation"]["families"]))
-            chosen[metric.rsplit(":", 1)[1].lower()] = {"plugin": metric, "label": metric, "family": family}
+            chosen[plugin.rsplit(":", 1)[1].lower()] = {"plugin": plugin, "model": registry_entry(config, model),
+                                                         "label": plugin, "family": family}  # fmt: skip
         else:
-            raise ConfigError(f"--metric {metric}: not a metric of the config ({', '.join(known)}) nor module:Class")
+            raise ConfigError(
+                f"--metric {metric}: not a metric of the config ({', '.join(known)}) nor module:Class@MODEL"
+            )
     return chosen
 
 
@@ -209,7 +217,9 @@ def add_parser(commands: Any) -> None:
         sub.add_argument("--compare", action="append", default=[], help="a CSV of earlier rows to print beside")
         if name == "protobias":
             sub.add_argument("--dataset", required=True, help="the export's folder or hub id, or a table of pairs")
-            sub.add_argument("--metric", action="append", required=True, help="a config's metric, or module:Class")
+            sub.add_argument(
+                "--metric", action="append", required=True, help="a config's metric, or module:Class@MODEL"
+            )
             sub.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
                              help="a field's column: neutral_prompt, image_corr, image_adv, ...")  # fmt: skip
         else:
