@@ -31,6 +31,28 @@ def hash_sidecar(path: str | Path) -> Path:
     return Path(path).with_suffix(".sha256")
 
 
+def store_image_bytes(data: bytes, image_dir: Path, where: str) -> Path:
+    """Encoded image bytes as a file in `image_dir` named by their content (so every record of one image
+    shares one file), written once and atomically; bytes that are no image are a `ValueError` naming `where`."""
+    import hashlib
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    from blindspot.io import atomic_path
+
+    try:
+        with Image.open(io.BytesIO(data)) as picture:
+            suffix = (picture.format or "png").lower().replace("jpeg", "jpg")
+    except UnidentifiedImageError:
+        raise ValueError(f"{where}: its image bytes are not an image") from None
+    target = Path(image_dir) / f"{hashlib.sha256(data).hexdigest()[:20]}.{suffix}"
+    if not target.exists():
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(data)
+    return target
+
+
 def read_rgb(path: str | Path) -> Any:
     """The image at `path` as an RGB PIL image, its file closed; an error names the file."""
     from PIL import Image

@@ -4,8 +4,6 @@ folders (parquet shards), with images as paths, bytes or `{bytes, path}`; read i
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -14,7 +12,7 @@ from typing import Any
 
 from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.settings import LETTERS, Question
-from blindspot.io import atomic_path
+from blindspot.images import store_image_bytes
 
 OPTION_LINE = re.compile(r"^\s*\(?([A-E])[.)]\s*(.+?)\s*$")
 
@@ -110,18 +108,7 @@ def _release_image(image: Any, base: Path, image_dir: Path, question_id: str) ->
     data = image.get("bytes") if isinstance(image, Mapping) else image
     if not isinstance(data, bytes):
         raise ValueError(f"release question {question_id}: its image is {type(image).__name__}, not a path or bytes")
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(data)) as picture:
-            suffix = (picture.format or "png").lower().replace("jpeg", "jpg")
-    except UnidentifiedImageError:
-        raise ValueError(f"release question {question_id}: its image bytes are not an image") from None
-    target = image_dir / f"{hashlib.sha256(data).hexdigest()[:20]}.{suffix}"
-    if not target.exists():
-        with atomic_path(target) as tmp:
-            tmp.write_bytes(data)
-    return str(target)
+    return str(store_image_bytes(data, image_dir, f"release question {question_id}"))
 
 
 def release_question(record: Mapping[str, Any]) -> Question:

@@ -6,7 +6,6 @@ nothing is built."""
 from __future__ import annotations
 
 import hashlib
-import io
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,8 @@ import pyarrow as pa
 from blindspot import tables
 from blindspot.config import ConfigError
 from blindspot.humblebench.release import release_records
-from blindspot.io import atomic_path, stable_id
+from blindspot.images import store_image_bytes
+from blindspot.io import stable_id
 from blindspot.protobias.export import FIELDS, IMAGES
 
 # The fields a pair needs, by this project's export's column names; `dataset.columns` maps them to
@@ -83,18 +83,10 @@ def _image_file(value: Any, base: Path, image_dir: Path, where: str) -> Path:
         value = source.read_bytes()
     if not isinstance(value, bytes):
         raise DatasetError(f"{where}: its image is {type(value).__name__}, not a path or bytes")
-    from PIL import Image, UnidentifiedImageError
-
     try:
-        with Image.open(io.BytesIO(value)) as picture:
-            suffix = (picture.format or "png").lower().replace("jpeg", "jpg")
-    except UnidentifiedImageError:
-        raise DatasetError(f"{where}: its image bytes are not an image") from None
-    target = image_dir / f"{hashlib.sha256(value).hexdigest()[:20]}.{suffix}"
-    if not target.exists():
-        with atomic_path(target) as tmp:
-            tmp.write_bytes(value)
-    return target
+        return store_image_bytes(value, image_dir, where)
+    except ValueError as error:
+        raise DatasetError(str(error)) from None
 
 
 def _columns_of(record: Mapping[str, Any], source: str, columns: Mapping[str, str]) -> dict[str, str]:
