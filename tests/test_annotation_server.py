@@ -17,6 +17,7 @@ from urllib.parse import quote, urlencode
 import pandas as pd
 import pytest
 from PIL import Image
+from screenshots import PICTURE_SIZE, assert_side_by_side, chromium_page, loaded_width, save_screenshot, task_tables
 
 from blindspot.annotation.label_studio import export_labels
 from blindspot.annotation.projects import load_project, make_project, read_labels
@@ -288,3 +289,44 @@ def test_a_project_made_from_relative_paths_is_served_from_any_folder(images, tm
         status, body = get(port, path + "/image/p1/right_image")
     assert status == 200
     assert body == (images / "blue.png").read_bytes()
+
+
+# What an annotator must see of each task: its images (loaded), its texts, its buttons.
+SHOWN = {
+    "image_score": {"images": ["#image"], "texts": {"#description": "a red square with the word red on it"},
+                    "buttons": [str(score) for score in range(1, 11)]},
+    "pairwise": {"images": ["#left", "#right"],
+                 "texts": {"#prompt": "a blue square", "#left-caption": "Left", "#right-caption": "Right"},
+                 "buttons": ["Left", "Right", "Neither / no clear preference"]},
+    "question_check": {"images": ["#image"], "buttons": ["Keep", "Modify", "Delete"],
+                       "texts": {"#question": "What colour is the square?", "#answer": "A",
+                                 "#options": "A. green\nB. red\nC. blue\nD. None of the above"}},
+}  # fmt: skip
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("task", list(SHOWN))
+def test_each_task_as_an_annotator_sees_it(task, tmp_path):
+    """A screenshot of each task's page (`builtin-<task>.png` in tests/screenshots.py's folder), and
+    everything on it in view without scrolling: the images loaded (a pair's side by side), the
+    texts, the buttons."""
+    make_project(task, task_tables(tmp_path / "root" / "images")[task], ["alice"], tmp_path / "project", "")
+    with running(tmp_path / "project") as (port, path), chromium_page() as page:
+        page.goto(f"http://127.0.0.1:{port}{path}")
+        images = [page.locator(selector) for selector in SHOWN[task]["images"]]
+        assert all(loaded_width(image) == PICTURE_SIZE for image in images)
+        if task == "pairwise":
+            assert_side_by_side(*images)
+            for side, image in zip(("left", "right"), images, strict=True):  # each caption right above its image
+                caption, box = page.locator(f"#{side}-caption").bounding_box(), image.bounding_box()
+                assert caption["x"] == box["x"]
+                assert caption["y"] + caption["height"] <= box["y"] < caption["y"] + 50
+        for selector, text in SHOWN[task]["texts"].items():
+            assert page.inner_text(selector) == text
+        buttons = [page.get_by_role("button", name=name, exact=True) for name in SHOWN[task]["buttons"]]
+        in_view = page.viewport_size["height"]
+        for element in [*images, *buttons, page.locator("#progress")]:
+            box = element.bounding_box()
+            assert box is not None, element
+            assert box["y"] + box["height"] <= in_view, (element, box)
+        save_screenshot(page, f"builtin-{task}")

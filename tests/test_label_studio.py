@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import requests
 from PIL import Image
+from screenshots import assert_side_by_side, chromium_page, save_screenshot, task_tables
 
 from blindspot.annotation import label_studio
 from blindspot.annotation.projects import label_studio_export, load_project, make_project, read_labels
@@ -23,6 +24,7 @@ pytestmark = [pytest.mark.label_studio, pytest.mark.integration]
 
 VENV = Path(__file__).resolve().parents[1] / ".venv-label-studio"
 OWNER = "owner@example.org"  # the user the server makes at start; the annotator "alice"
+PASSWORD = "blindspot-test-password"
 TOKEN = "blindspot-test-token"
 EMAILS = {"alice": OWNER, "bob": "bob@example.org"}
 START_TIMEOUT_S = 600  # the first start migrates a new database: minutes on 2 busy cores
@@ -46,7 +48,7 @@ def server(tmp_path_factory):
     port = free_port()
     env = {**os.environ, "LABEL_STUDIO_BASE_DATA_DIR": str(base / "data"),
            "LABEL_STUDIO_LOCAL_FILES_SERVING_ENABLED": "true", "LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT": str(root),
-           "LABEL_STUDIO_USERNAME": OWNER, "LABEL_STUDIO_PASSWORD": "blindspot-test-password",
+           "LABEL_STUDIO_USERNAME": OWNER, "LABEL_STUDIO_PASSWORD": PASSWORD,
            "LABEL_STUDIO_USER_TOKEN": TOKEN, "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
            "LATEST_VERSION_CHECK": "false"}  # fmt: skip
     log = (base / "server.log").open("w")
@@ -165,3 +167,57 @@ def test_pull_refuses_a_value_outside_the_label_config(server, tmp_path):
     with pytest.raises(ValueError, match=rf"task {first['data']['item_id']}: \['both'\] is not one of left"):
         label_studio.pull(folder, tmp_path / "pulled.json", TOKEN, EMAILS)
     assert not (tmp_path / "pulled.json").exists()
+
+
+# What an annotator must read on each task's labeling page, besides its images.
+SHOWN = {
+    "image_score": ["a red square with the word red on it"],
+    "pairwise": ["a blue square", "Left", "Right"],
+    "question_check": ["What colour is the square?", "Labelled correct", "keep", "modify", "delete"],
+}
+
+
+def shown_images(page, count: int) -> list:
+    """The `count` images a labeling page shows (rendered large, loaded), left to right; fails when
+    they do not load (Label Studio then shows an error box instead)."""
+    page.wait_for_function(
+        "n => [...document.images].filter(i => i.naturalWidth > 0 && i.getBoundingClientRect().width > 100)"
+        ".length >= n", arg=count, timeout=60_000,
+    )  # fmt: skip
+    images = [image for image in page.locator("img").all() if (image.bounding_box() or {"width": 0})["width"] > 100]
+    assert len(images) == count
+    return sorted(images, key=lambda image: image.bounding_box()["x"])
+
+
+@pytest.mark.browser
+def test_each_task_in_the_labeling_interface(server, tmp_path):
+    """Logged in as the admin, each task's first item opened in Label Studio's labeling interface: its
+    images served and loaded (a pair's side by side, captioned Left and Right), its texts shown, and a
+    screenshot `label-studio-<task>.png` in tests/screenshots.py's folder."""
+    from playwright.sync_api import expect
+
+    url, root = server
+    client = label_studio.Client(url, TOKEN)
+    with chromium_page() as page:
+        page.goto(url + "/user/login/")
+        page.fill("#email", OWNER)
+        page.fill("#password", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(lambda address: "/user/login" not in address)
+        for task, texts in SHOWN.items():
+            folder = tmp_path / task
+            table = task_tables(root / f"screenshots-{task}")[task]
+            project = make_project(task, table, ["alice"], folder, "/data/local-files/?d=")
+            project_id = label_studio.push(folder, url, TOKEN)
+            first = client.call("GET", "/api/tasks/", params={"project": project_id})["tasks"][0]
+            page.goto(f"{url}/projects/{project_id}/data?task={first['id']}")  # the task in the labeling interface
+            images = shown_images(page, len(project["items"][0]["images"]))
+            for text in texts:
+                expect(page.get_by_text(text, exact=True)).to_be_visible()
+            if task == "pairwise":
+                assert_side_by_side(*images)
+                for caption, image in zip(("Left", "Right"), images, strict=True):  # each caption above its image
+                    above, box = page.get_by_text(caption, exact=True).bounding_box(), image.bounding_box()
+                    assert abs(above["x"] - box["x"]) < 5
+                    assert above["y"] + above["height"] <= box["y"]
+            save_screenshot(page, f"label-studio-{task}")

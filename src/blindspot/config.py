@@ -156,6 +156,10 @@ def validate_config(config: dict[str, Any]) -> None:
     from blindspot.catalogue import check_throughput
 
     check_throughput(config)
+    # With `dataset:` nothing is built: nothing may ask for what only building gives.
+    from blindspot.protobias.released import check_released_config
+
+    check_released_config(config)
     evaluation = config["evaluation"]
     from blindspot.metrics import PluginError, check_plugin
 

@@ -155,3 +155,25 @@ def get_metric_template(wildcards):
     """A judge metric's prompt template (a file it reads), none for the others."""
     args = METRICS[wildcards.metric].get("args", {})
     return [args["template"]] if "template" in args else []
+
+
+def included_local_steps():
+    """The catalogue's local steps among the rules this config includes (with `dataset:` the building
+    rules are left out)."""
+    included = {rule.name for rule in workflow.rules}
+    return [step for step in catalogue.LOCAL_STEPS if step in included]
+
+
+# A released ProtoBias benchmark (`dataset:`) instead of a built one: scoring reads the imported tables.
+DATASET = config.get("dataset") or {}
+
+
+def scored(kind):
+    """A table the scoring rules read: the imported dataset's with `dataset:`, else the built one."""
+    return P(f"imported_{kind}" if "dataset" in config else kind)
+
+
+def get_dataset_input():
+    """The dataset when it is a local copy, so that a new copy re-imports it; a hub id stays a param."""
+    source = DATASET.get("path")
+    return [source] if source and Path(source).exists() else []

@@ -1,27 +1,6 @@
 # A released ProtoBias benchmark instead of a built one (`dataset:`): its test pairs become the tables the
 # scoring rules read, and nothing is built (the Snakefile leaves the building rules out).
 
-from blindspot.protobias.released import check_released_config
-
-try:
-    check_released_config(config)
-except ConfigError as error:
-    raise error.with_traceback(None) from None
-
-DATASET = config.get("dataset") or {}
-
-
-def scored(kind):
-    """A table the scoring rules read: the imported dataset's with `dataset:`, else the built one."""
-    return P(f"imported_{kind}" if "dataset" in config else kind)
-
-
-def get_dataset_input():
-    """The dataset when it is a local copy, so that a new copy re-imports it; a hub id stays a param."""
-    source = DATASET.get("path")
-    return [source] if source and Path(source).exists() else []
-
-
 rule import_dataset:
     input:
         source_copy=get_dataset_input(),

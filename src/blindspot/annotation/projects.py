@@ -37,9 +37,15 @@ PAIR_CHOICES = ("left", "right", "neither")
 LABEL_CONFIGS = {
     "image_score": """<View>
   <Header value="Score how well the image matches its description (1 = not at all, 10 = every detail)"/>
-  <Image name="image" value="$image"/>
-  <Text name="description" value="$description"/>
-  <Rating name="score" toName="image" maxRating="10" icon="star" size="medium"/>
+  <View style="display: flex; gap: 1em">
+    <View style="flex: 1">
+      <Image name="image" value="$image"/>
+    </View>
+    <View style="flex: 1">
+      <Text name="description" value="$description"/>
+      <Rating name="score" toName="image" maxRating="10" icon="star" size="medium"/>
+    </View>
+  </View>
 </View>
 """,
     "pairwise": """<View>
@@ -64,16 +70,24 @@ LABEL_CONFIGS = {
 """,
     "question_check": """<View>
   <Header value="Is the question answerable from the image, with exactly the labelled option correct?"/>
-  <Image name="image" value="$image"/>
-  <Text name="question" value="$question"/>
-  <Text name="options" value="$options"/>
-  <Text name="label" value="$label"/>
-  <Choices name="decision" toName="question" choice="single" showInline="true">
-    <Choice value="keep"/>
-    <Choice value="modify"/>
-    <Choice value="delete"/>
-  </Choices>
-  <TextArea name="edit" toName="question" placeholder='For modify: {"question": ..., "options": [...], "label": "A"}'/>
+  <View style="display: flex; gap: 1em">
+    <View style="flex: 1">
+      <Image name="image" value="$image"/>
+    </View>
+    <View style="flex: 1">
+      <Text name="question" value="$question"/>
+      <Text name="options" value="$options"/>
+      <Header value="Labelled correct" size="5"/>
+      <Text name="label" value="$label"/>
+      <Choices name="decision" toName="question" choice="single" showInline="true">
+        <Choice value="keep"/>
+        <Choice value="modify"/>
+        <Choice value="delete"/>
+      </Choices>
+      <TextArea name="edit" toName="question"
+                placeholder='For modify: {"question": ..., "options": [...], "label": "A"}'/>
+    </View>
+  </View>
 </View>
 """,
 }

@@ -55,7 +55,8 @@ _PAGE = Environment(autoescape=True).from_string("""<!doctype html>
 <style>
 body { font-family: sans-serif; margin: 1.5em; max-width: 70em; }
 img { max-width: 30em; max-height: 30em; border: 1px solid #888; }
-.pair { display: flex; gap: 2em; } .text { font-size: 1.2em; margin: 0.8em 0; white-space: pre-wrap; }
+.pair { display: flex; gap: 2em; } figure { margin: 0; } figcaption { font-weight: bold; margin-bottom: 0.3em; }
+.text { font-size: 1.2em; margin: 0.8em 0; white-space: pre-wrap; }
 button { font-size: 1.1em; margin: 0.2em; } kbd { border: 1px solid #888; padding: 0 0.3em; }
 </style></head><body>
 <p id="progress">{{ annotator }}: {{ done }} of {{ total }} labelled</p>
@@ -73,8 +74,11 @@ button { font-size: 1.1em; margin: 0.2em; } kbd { border: 1px solid #888; paddin
 {% elif task == "pairwise" %}
 <p>Which image matches the prompt? Judge only the details it states, not which image is more typical.</p>
 <p class="text" id="prompt">{{ item.prompt }}</p>
-<div class="pair"><img id="left" src="/a/{{ token }}/image/{{ item.id }}/left_image" alt="left image">
-<img id="right" src="/a/{{ token }}/image/{{ item.id }}/right_image" alt="right image"></div>
+<div class="pair">
+<figure><figcaption id="left-caption">Left</figcaption>
+<img id="left" src="/a/{{ token }}/image/{{ item.id }}/left_image" alt="left image"></figure>
+<figure><figcaption id="right-caption">Right</figcaption>
+<img id="right" src="/a/{{ token }}/image/{{ item.id }}/right_image" alt="right image"></figure></div>
 <button type="submit" name="choice" value="left">Left</button>
 <button type="submit" name="choice" value="right">Right</button>
 <button type="submit" name="choice" value="neither">Neither / no clear preference</button>
