@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
+from PIL import Image
 from scene_graphs import make_scene_graphs
 
 # Hub ids must fail fast, never hang on a network that is not there.
@@ -107,3 +109,31 @@ def tiny_run(tmp_path_factory, run_config):
     (work / "resources" / "downloads").symlink_to(REPO / "resources" / "downloads")
     log = snakemake("--profile", "profiles/local", "-c2", cwd=work)
     return work, log
+
+
+def grey_image(path, value) -> str:
+    """An 8x8 grey PNG of `value` at `path`; its path."""
+    Image.fromarray(np.full((8, 8, 3), value, dtype=np.uint8)).save(path)
+    return str(path)
+
+
+@pytest.fixture
+def exported(tmp_path):
+    """A small benchmark with both splits, exported as `export_dataset` writes it: (its pairs, the folder)."""
+    from test_split import benchmark_pairs
+
+    from blindspot.protobias.export import export_dataset
+    from blindspot.protobias.split import assign_splits
+
+    pairs = benchmark_pairs(8, models=("flux",))
+    for role, offset in (("corr", 0), ("adv", 1)):
+        pairs[f"{role}_path"] = [grey_image(tmp_path / f"{role}{i}.png", 10 * i + offset) for i in range(len(pairs))]
+    pairs = pairs.assign(
+        subcategory="birds", neutral_prompt=[f"a bird {i}" for i in range(len(pairs))], correct_description="d_c",
+        adversarial_description="d_a", correct_instance="penguin", adversarial_instance="robin", aux_element="stone",
+        knob="count", correct_value="one", adversarial_value="two", seed=7, generator="g", added_entries="",
+    )  # fmt: skip
+    benchmark = assign_splits(pairs, 1, 0.5)
+    assert set(benchmark["split"]) == {"train", "test"}
+    export_dataset(benchmark, tmp_path / "dataset", {"name": "T", "run_name": "r", "threshold": 8, "models": []})
+    return benchmark, tmp_path / "dataset"

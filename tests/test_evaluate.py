@@ -6,40 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO
-from PIL import Image
-from test_split import benchmark_pairs
+from conftest import REPO, grey_image
 
 from blindspot import targets
-from blindspot.protobias.export import export_dataset
 from blindspot.protobias.released import DatasetError, read_test_pairs
-from blindspot.protobias.split import assign_splits
-
-
-def _image(path, value):
-    Image.fromarray(np.full((8, 8, 3), value, dtype=np.uint8)).save(path)
-    return str(path)
-
-
-@pytest.fixture
-def exported(tmp_path):
-    """A small benchmark with both splits, exported as `export_dataset` writes it."""
-    pairs = benchmark_pairs(8, models=("flux",))
-    for role, offset in (("corr", 0), ("adv", 1)):
-        pairs[f"{role}_path"] = [_image(tmp_path / f"{role}{i}.png", 10 * i + offset) for i in range(len(pairs))]
-    pairs = pairs.assign(
-        subcategory="birds", neutral_prompt=[f"a bird {i}" for i in range(len(pairs))], correct_description="d_c",
-        adversarial_description="d_a", correct_instance="penguin", adversarial_instance="robin", aux_element="stone",
-        knob="count", correct_value="one", adversarial_value="two", seed=7, generator="g", added_entries="",
-    )  # fmt: skip
-    benchmark = assign_splits(pairs, 1, 0.5)
-    assert set(benchmark["split"]) == {"train", "test"}
-    export_dataset(benchmark, tmp_path / "dataset", {"name": "T", "run_name": "r", "threshold": 8, "models": []})
-    return benchmark, tmp_path / "dataset"
 
 
 def test_the_export_reads_back_as_its_test_pairs_with_the_same_images(exported, tmp_path):
@@ -56,9 +29,11 @@ def test_the_export_reads_back_as_its_test_pairs_with_the_same_images(exported, 
 
 
 def test_a_foreign_table_is_read_through_its_column_mapping(tmp_path):
-    rows = [{"caption": f"a cat {i}", "good": _image(tmp_path / f"g{i}.png", i), "bad": f"b{i}.png"} for i in range(3)]
+    rows = [
+        {"caption": f"a cat {i}", "good": grey_image(tmp_path / f"g{i}.png", i), "bad": f"b{i}.png"} for i in range(3)
+    ]
     for i in range(3):
-        _image(tmp_path / f"b{i}.png", 100 + i)  # relative to the table's folder
+        grey_image(tmp_path / f"b{i}.png", 100 + i)  # relative to the table's folder
     pd.DataFrame(rows).to_csv(tmp_path / "pairs.csv", index=False)
     columns = {"neutral_prompt": "caption", "image_corr": "good", "image_adv": "bad"}
     pairs = read_test_pairs(str(tmp_path / "pairs.csv"), columns, tmp_path / "images")
@@ -129,7 +104,7 @@ def test_a_metric_is_the_configs_or_a_plug_in_with_its_model(tiny_config):
     assert chosen["clipscore"] == tiny_config["evaluation"]["metrics"]["clipscore"]
     assert (chosen["myscore"]["plugin"], chosen["myscore"]["model"]) == ("my_pkg.scores:MyScore", "tiny-clip")
     assert config["models"]["org/some-model"]["id"] == "org/some-model"  # a hub id joins the registry
-    with pytest.raises(ConfigError, match=r"--metric my_pkg.scores:MyScore: name the plug-in's model"):
+    with pytest.raises(ConfigError, match=r"--metric my_pkg.scores:MyScore: name the plug-in.s model"):
         metric_entries(config, ["my_pkg.scores:MyScore"])
     with pytest.raises(ConfigError, match="not a metric of the config"):
         metric_entries(config, ["nosuchmetric"])

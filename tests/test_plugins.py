@@ -181,3 +181,23 @@ def test_outside_plugins_are_scored_by_the_workflows_step(local_plugin, installe
         assert scores[["pair_id", "metric", "corr_raw", "adv_raw"]].to_dict("records") == [
             {"pair_id": "p0", "metric": metric, "corr_raw": 1.0, "adv_raw": 0.0}
         ]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_outside_plugins_are_scored_by_evaluate(local_plugin, installed_plugin, exported, tmp_path):
+    """`blindspot evaluate protobias` with the example plug-in as `module:Class@MODEL` and as an entry point's
+    name: its rows are in the table it prints and writes."""
+    _, dataset = exported
+    results = tmp_path / "evaluated"
+    path = os.pathsep.join([str(local_plugin), str(installed_plugin), os.environ.get("PYTHONPATH", "")])
+    shown = subprocess.run(
+        [sys.executable, "-m", "blindspot.cli", "evaluate", "protobias", "--dataset", str(dataset),
+         "--metric", f"{LOCAL_MODULE}:ColourShare@tiny-clip", "--metric", "colour_share@tiny-clip",
+         "--results-dir", str(results)],
+        cwd=REPO, check=True, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path},
+    ).stdout  # fmt: skip
+    table = pd.read_csv(results / "tables" / "table3_metrics.csv").set_index("Method")
+    for label in (f"{LOCAL_MODULE}:ColourShare", "colour_share"):
+        assert label in shown
+        assert 0 <= table.loc[label, "Overall Acc."] <= 1  # scored (NaN fails this)

@@ -6,6 +6,7 @@ comparable: the dataset's fingerprint, each model's identity and the settings.""
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -37,24 +38,25 @@ def registry_entry(config: dict[str, Any], name: str) -> str:
 
 
 def metric_entries(config: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
-    """Each `--metric`: a metric of the base config by name, or a plug-in `module:Class@MODEL` whose model
-    is a registry name or a hub id (every metric entry names the model it loads)."""
+    """Each `--metric`: a metric of the base config by name, or a plug-in `PLUGIN@MODEL`, where PLUGIN is
+    `module:Class` or an installed entry point's name and MODEL the registry name or hub id of the model
+    it loads (every metric entry names one)."""
     known, chosen = config["evaluation"]["metrics"], {}
     for metric in metrics:
         if metric in known:
             chosen[metric] = known[metric]
-        elif ":" in metric:
-            plugin, _, model = metric.partition("@")
-            if not model:
-                raise ConfigError(f"--metric {metric}: name the plug-in's model as {metric}@MODEL "
-                                  "(a registry name or a hub id)")  # fmt: skip
-            family = next(iter(config["evaluation"]["families"]))
-            chosen[plugin.rsplit(":", 1)[1].lower()] = {"plugin": plugin, "model": registry_entry(config, model),
-                                                         "label": plugin, "family": family}  # fmt: skip
-        else:
-            raise ConfigError(
-                f"--metric {metric}: not a metric of the config ({', '.join(known)}) nor module:Class@MODEL"
+            continue
+        plugin, _, model = metric.partition("@")
+        if not model:
+            hint = (
+                f"name the plug-in's model as {metric}@MODEL (a registry name or a hub id)"
+                if ":" in metric
+                else (f"not a metric of the config ({', '.join(known)}) nor PLUGIN@MODEL")
             )
+            raise ConfigError(f"--metric {metric}: {hint}")
+        family = next(iter(config["evaluation"]["families"]))
+        name = re.sub(r"[^a-z0-9._-]+", "-", plugin.rsplit(":", 1)[-1].lower())
+        chosen[name] = {"plugin": plugin, "model": registry_entry(config, model), "label": plugin, "family": family}
     return chosen
 
 
