@@ -59,14 +59,12 @@ def loaded_width(image) -> int:
     return image.evaluate("img => img.decode().then(() => img.naturalWidth, () => 0)")
 
 
-def assert_side_by_side(left, right) -> None:
-    """The left image wholly left of the right one, on the same line, both loaded and in view."""
-    assert loaded_width(left) > 0
-    assert loaded_width(right) > 0
-    first, second = left.bounding_box(), right.bounding_box()
-    assert first["x"] + first["width"] <= second["x"], (first, second)
-    assert abs(first["y"] - second["y"]) < 5, (first, second)
-    assert min(first["width"], second["width"]) > 50, (first, second)  # shown, not shrunk to a thumbnail
+def assert_side_by_side(left: dict, right: dict) -> None:
+    """Two images' boxes (x, y, width, height): the left wholly left of the right, on the same line, both
+    shown at a size a person can judge."""
+    assert left["x"] + left["width"] <= right["x"], (left, right)
+    assert abs(left["y"] - right["y"]) < 5, (left, right)
+    assert min(left["width"], right["width"]) > 50, (left, right)  # shown, not shrunk to a thumbnail
 
 
 def save_screenshot(page, name: str) -> Path:

@@ -1,7 +1,7 @@
 """The built-in annotation page under abuse: oversized, mistyped, mis-sized, undecodable and stalled
 requests get a clear 4xx (never a dropped connection), a room of annotators posting at once loses
 nothing, scores and question edits are checked, and images are read only from under the image root,
-wherever the server was started."""
+wherever the server was started; and (marker `browser`) each task photographed as an annotator sees it."""
 
 import http.client
 import json
@@ -316,7 +316,7 @@ def test_each_task_as_an_annotator_sees_it(task, tmp_path):
         images = [page.locator(selector) for selector in SHOWN[task]["images"]]
         assert all(loaded_width(image) == PICTURE_SIZE for image in images)
         if task == "pairwise":
-            assert_side_by_side(*images)
+            assert_side_by_side(*(image.bounding_box() for image in images))
             for side, image in zip(("left", "right"), images, strict=True):  # each caption right above its image
                 caption, box = page.locator(f"#{side}-caption").bounding_box(), image.bounding_box()
                 assert caption["x"] == box["x"]

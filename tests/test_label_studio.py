@@ -1,7 +1,8 @@
 """Label Studio both ways against the real server (marker `label_studio`, `./setup.sh --label-studio`):
 for each task, push (project, local-files storage, tasks), images served, annotate through the API,
 import the built-in page's export, pull, and read the labels back with each annotator's name; a value
-outside the label config is refused on pull."""
+outside the label config is refused on pull; and (marker `browser`) each task photographed in the
+labeling interface."""
 
 import json
 import os
@@ -169,24 +170,32 @@ def test_pull_refuses_a_value_outside_the_label_config(server, tmp_path):
     assert not (tmp_path / "pulled.json").exists()
 
 
-# What an annotator must read on each task's labeling page, besides its images.
+# What an annotator must read on each task's labeling page, besides its images: texts, and the
+# choices (shown with their hotkey, so found as a part of their element's text).
 SHOWN = {
-    "image_score": ["a red square with the word red on it"],
-    "pairwise": ["a blue square", "Left", "Right"],
-    "question_check": ["What colour is the square?", "Labelled correct", "keep", "modify", "delete"],
-}
+    "image_score": {"texts": ["a red square with the word red on it"], "choices": []},
+    "pairwise": {"texts": ["a blue square", "Left", "Right"], "choices": ["left", "right", "neither"]},
+    "question_check": {"texts": ["What colour is the square?", "Labelled correct", "A"],
+                       "choices": ["keep", "modify", "delete"]},
+}  # fmt: skip
 
 
-def shown_images(page, count: int) -> list:
-    """The `count` images a labeling page shows (rendered large, loaded), left to right; fails when
-    they do not load (Label Studio then shows an error box instead)."""
-    page.wait_for_function(
-        "n => [...document.images].filter(i => i.naturalWidth > 0 && i.getBoundingClientRect().width > 100)"
-        ".length >= n", arg=count, timeout=60_000,
-    )  # fmt: skip
-    images = [image for image in page.locator("img").all() if (image.bounding_box() or {"width": 0})["width"] > 100]
-    assert len(images) == count
-    return sorted(images, key=lambda image: image.bounding_box()["x"])
+def shown_images(page, count: int) -> list[dict]:
+    """The boxes of the `count` images a labeling page shows (loaded, drawn large), left to right, once
+    they stay put for half a second; fails when they do not load (Label Studio then shows an error box
+    instead). Boxes, not elements: Label Studio replaces and moves its img elements while it settles."""
+    shown = page.wait_for_function(
+        """n => {
+            const shown = [...document.images]
+                .filter(i => i.naturalWidth > 0 && i.getBoundingClientRect().width > 100)
+                .map(i => i.getBoundingClientRect().toJSON()).sort((a, b) => a.x - b.x);
+            const settled = shown.length >= n && JSON.stringify(shown) === window.blindspotLastBoxes;
+            window.blindspotLastBoxes = JSON.stringify(shown);
+            return settled && shown;
+        }""", arg=count, polling=500, timeout=60_000,
+    ).json_value()  # fmt: skip
+    assert len(shown) == count, shown
+    return shown
 
 
 @pytest.mark.browser
@@ -204,7 +213,7 @@ def test_each_task_in_the_labeling_interface(server, tmp_path):
         page.fill("#password", PASSWORD)
         page.click("button[type=submit]")
         page.wait_for_url(lambda address: "/user/login" not in address)
-        for task, texts in SHOWN.items():
+        for task, shown in SHOWN.items():
             folder = tmp_path / task
             table = task_tables(root / f"screenshots-{task}")[task]
             project = make_project(task, table, ["alice"], folder, "/data/local-files/?d=")
@@ -212,12 +221,15 @@ def test_each_task_in_the_labeling_interface(server, tmp_path):
             first = client.call("GET", "/api/tasks/", params={"project": project_id})["tasks"][0]
             page.goto(f"{url}/projects/{project_id}/data?task={first['id']}")  # the task in the labeling interface
             images = shown_images(page, len(project["items"][0]["images"]))
-            for text in texts:
-                expect(page.get_by_text(text, exact=True)).to_be_visible()
+            labeling = page.locator(".lsf-main-view__annotation")  # the task being labelled, not the table beside it
+            seen = [labeling.get_by_text(text, exact=True).first for text in shown["texts"]]
+            for element in [*seen, *(labeling.get_by_text(choice).first for choice in shown["choices"])]:
+                expect(element).to_be_in_viewport(ratio=1)  # whole, without scrolling the labeling panel
             if task == "pairwise":
                 assert_side_by_side(*images)
-                for caption, image in zip(("Left", "Right"), images, strict=True):  # each caption above its image
-                    above, box = page.get_by_text(caption, exact=True).bounding_box(), image.bounding_box()
-                    assert abs(above["x"] - box["x"]) < 5
-                    assert above["y"] + above["height"] <= box["y"]
+                for caption, box in zip(("Left", "Right"), images, strict=True):  # each caption above its image
+                    above = page.get_by_text(caption, exact=True).bounding_box()
+                    assert box["x"] <= above["x"] < box["x"] + box["width"] / 2
+                    # Label Studio draws the picture inside the img's box, a little below its top edge
+                    assert above["y"] + above["height"] <= box["y"] + box["height"] / 2
             save_screenshot(page, f"label-studio-{task}")
