@@ -129,7 +129,8 @@ class TransformersVLMScorer:
         self, conversations: list[list[dict]], images: list[Any], candidates: list[int], max_new_tokens: int
     ) -> list[tuple[list[float], str]]:
         """For each conversation: the probability of each candidate token at the first answer position
-        (normalised over the whole vocabulary), and the greedy answer's text."""
+        (normalised over the whole vocabulary), and the greedy answer's text. One prefill per prompt: the
+        first position's distribution is `generate`'s own first raw logits."""
         import torch
 
         results = []
@@ -140,10 +141,13 @@ class TransformersVLMScorer:
             )
             prompt = self.inputs(batch_conv, batch_images)
             with torch.inference_mode():
-                logits = self.model(**prompt, logits_to_keep=1).logits[:, -1].float()  # the answer position only
-                probabilities = torch.softmax(logits, dim=-1)[:, candidates]
-                generated = self.model.generate(**prompt, max_new_tokens=max_new_tokens, do_sample=False)
-            texts = self.processor.batch_decode(generated[:, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
+                out = self.model.generate(**prompt, max_new_tokens=max_new_tokens, do_sample=False,
+                                          output_logits=True, return_dict_in_generate=True)  # fmt: skip
+                # raw logits (before any logits processor), so the probabilities are the model's own
+                probabilities = torch.softmax(out.logits[0].float(), dim=-1)[:, candidates]
+            texts = self.processor.batch_decode(
+                out.sequences[:, prompt["input_ids"].shape[1] :], skip_special_tokens=True
+            )
             results.extend(zip(probabilities.cpu().tolist(), (t.strip() for t in texts), strict=True))
         return results
 
