@@ -40,6 +40,7 @@ NOT_IN_THE_TINY_RUN = {
     "score_transfer": "the tiny preset has no transfer set (`protoscore.transfer`)",
     "validate_filter": "runs only with people's labels (tests/test_workflow.py adds them later)",
     "human_preferences": "runs only with people's labels (tests/test_workflow.py adds them later)",
+    "import_dataset": "runs only with `dataset:`, instead of the building rules (tests/test_evaluate.py runs it)",
 }
 # Jobs this machine cannot run in an env built here, and why.
 NOT_RUNNABLE_HERE = {
