@@ -1,10 +1,12 @@
 """Score (prompt, image) pairs with the official HPSv2 package (`hpsv2` 1.2.0, its code unchanged) on a
 tiny model's checkpoint. Runs in .venv-ports (requirements/ports.txt), never in the main environment:
 
-    .venv-ports/bin/python tests/ports/hpsv2_official.py MODEL_DIR ARCHITECTURE_JSON PAIRS_JSON OUT_JSON
+    .venv-ports/bin/python tests/ports/hpsv2_official.py MODEL_DIR ARCHITECTURE_JSON PAIRS_JSON OUT_JSON [--repeats N]
 
-PAIRS_JSON holds {"prompts": [...], "images": [png paths]}; OUT_JSON gets {"scores": [...]}, the
-cosines of `hpsv2.img_score.score` (one pair at a time, as it scores). That function hard-codes
+PAIRS_JSON holds {"prompts": [...], "images": [png paths]}; OUT_JSON gets {"scores": [...], "seconds": [...]},
+the cosines of `hpsv2.img_score.score` (one pair at a time, as it scores), and the object is also printed
+as the last line of stdout. `--repeats N` runs the scoring loop once as a warm-up and then N times, timing
+each (bench/peers/ports.py). That function hard-codes
 ViT-H-14 and a hub download, so its steps are run here as it runs them: the same
 `create_model_and_transforms` arguments with the tiny architecture (registered with hpsv2's own
 open_clip fork) and no pretrained tag, `load_state_dict(checkpoint["state_dict"])`, the same
@@ -14,6 +16,7 @@ the CPU, so it is left out).
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -28,6 +31,7 @@ def main() -> None:
     parser.add_argument("architecture", type=Path)
     parser.add_argument("pairs", type=Path)
     parser.add_argument("out", type=Path)
+    parser.add_argument("--repeats", type=int, default=0, help="time the scoring loop this many times after the first")
     args = parser.parse_args()
 
     add_model_config(args.architecture)
@@ -58,15 +62,26 @@ def main() -> None:
     model.eval()
 
     pairs = json.loads(args.pairs.read_text())
-    scores = []
-    for prompt, path in zip(pairs["prompts"], pairs["images"], strict=True):
-        with torch.no_grad():
-            image = preprocess_val(Image.open(path)).unsqueeze(0)
-            text = tokenizer([prompt])
-            outputs = model(image, text)
-            logits_per_image = outputs["image_features"] @ outputs["text_features"].T
-            scores.append(torch.diagonal(logits_per_image).item())
-    args.out.write_text(json.dumps({"scores": scores}))
+
+    def score_pairs():
+        scores = []
+        for prompt, path in zip(pairs["prompts"], pairs["images"], strict=True):
+            with torch.no_grad():
+                image = preprocess_val(Image.open(path)).unsqueeze(0)
+                text = tokenizer([prompt])
+                outputs = model(image, text)
+                logits_per_image = outputs["image_features"] @ outputs["text_features"].T
+                scores.append(torch.diagonal(logits_per_image).item())
+        return scores
+
+    scores, seconds = score_pairs(), []
+    for _ in range(args.repeats):
+        started = time.perf_counter()
+        scores = score_pairs()
+        seconds.append(time.perf_counter() - started)
+    result = {"scores": scores, "seconds": seconds}
+    args.out.write_text(json.dumps(result))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

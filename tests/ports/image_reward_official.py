@@ -5,8 +5,10 @@ code unchanged) at a tiny model's sizes, from the tiny recipe's ImageReward.pt. 
     .venv-ports/bin/python tests/ports/image_reward_official.py score MODEL_DIR PAIRS_JSON OUT_JSON
     .venv-ports/bin/python tests/ports/image_reward_official.py release-keys MODEL_DIR OUT_JSON
 
-`score` reads {"prompts": [...], "images": [png paths]} and writes {"scores": [...], "keys": [...]},
-one `ImageReward.score(prompt, image)` call per pair (the official entry point). `release-keys`
+`score` reads {"prompts": [...], "images": [png paths]} and writes {"scores": [...], "keys": [...],
+"seconds": [...]}, one `ImageReward.score(prompt, image)` call per pair (the official entry point);
+`--repeats N` runs that loop once as a warm-up and then N times, timing each (bench/peers/ports.py),
+and the object is also printed as the last line of stdout. `release-keys`
 writes the release-size model's state-dict keys and shapes ({key: shape}), random weights.
 
 What is replaced, and only in the constructors, since the release hard-codes its sizes: the ViT
@@ -22,6 +24,7 @@ import importlib.util
 import json
 import sys
 import tempfile
+import time
 import types
 from pathlib import Path
 
@@ -118,6 +121,7 @@ def main() -> None:
     score.add_argument("model_dir", type=Path)
     score.add_argument("pairs", type=Path)
     score.add_argument("out", type=Path)
+    score.add_argument("--repeats", type=int, default=0, help="time the scoring loop this many times after the first")
     keys = sub.add_parser("release-keys")
     keys.add_argument("model_dir", type=Path)
     keys.add_argument("out", type=Path)
@@ -127,9 +131,20 @@ def main() -> None:
         if args.command == "score":
             model = tiny_official(args.model_dir, med_config)
             pairs = json.loads(args.pairs.read_text())
-            with torch.no_grad():
-                scores = [model.score(p, Image.open(i)) for p, i in zip(pairs["prompts"], pairs["images"], strict=True)]
-            result = {"scores": scores, "keys": sorted(model.state_dict())}
+
+            def score_pairs():
+                with torch.no_grad():
+                    return [
+                        model.score(p, Image.open(i)) for p, i in zip(pairs["prompts"], pairs["images"], strict=True)
+                    ]
+
+            scores, seconds = score_pairs(), []
+            for _ in range(args.repeats):
+                started = time.perf_counter()
+                scores = score_pairs()
+                seconds.append(time.perf_counter() - started)
+            result = {"scores": scores, "keys": sorted(model.state_dict()), "seconds": seconds}
+            print(json.dumps(result))
         else:
             official, _, _ = import_offline(args.model_dir)
             med_config.write_text(json.dumps(MED_CONFIG))

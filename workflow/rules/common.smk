@@ -1,5 +1,6 @@
 # Parse-time work only: validate the config, constrain wildcards, define input functions.
 import dataclasses
+import functools
 import os
 import re
 import sys
@@ -74,7 +75,14 @@ def get_role_model_input(role):
 
 
 def _job_resources(rule, wildcards, attempt=1):
-    return job_resources(config, rule, dict(wildcards.items()), attempt)
+    return _resources_of(rule, tuple(sorted(wildcards.items())), attempt)
+
+
+# Snakemake asks for each job's threads and resources one at a time, and again when it prints the job:
+# a job's resources are worked out once (the config does not change during a run).
+@functools.cache
+def _resources_of(rule, wildcards, attempt):
+    return job_resources(config, rule, dict(wildcards), attempt)
 
 
 def get_threads(rule):
@@ -104,9 +112,11 @@ def get_api_key_is_set(wildcards):
     return bool(variable and os.environ.get(variable))
 
 
+@functools.cache
 def model_spec_params(name):
     """A model as its step takes it: the resolved registry entry (`blindspot.steps.spec` reads it), so
-    editing the entry, or `allow_cpu`, re-runs the model's jobs."""
+    editing the entry, or `allow_cpu`, re-runs the model's jobs. Worked out once per model; no step
+    changes it."""
     return dataclasses.asdict(model_spec(config, name))
 
 
