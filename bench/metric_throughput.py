@@ -4,8 +4,8 @@ a time, both arms in this process on the same pairs, taking turns (`timing.timed
 
 The API judge is left out (it needs a server; tests/test_api_judge.py runs one), and so is ProtoScore
 (it needs a scorer trained on a benchmark). A metric's helper models (`models:`) are built and passed.
-Run: .venv/bin/python bench/metric_throughput.py [--pairs 16] [--batch 8] [--repeats 3] [--resources DIR]
-     [--only NAME ...]
+Run: .venv/bin/python bench/metric_throughput.py [--pairs 16] [--batch 8] [--repeats 3] [--threads N]
+     [--resources DIR] [--only NAME ...]
 """
 
 import argparse
@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image
 from timing import timed_arms
 from tiny_preset import build_models, tiny_config
@@ -41,8 +42,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--resources", help="a folder to build the tiny models in and reuse (default: a temporary one)")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per arm (the median), after a warm-up")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch's threads (default: its own); 1 on a busy shared machine, where waiting threads spin",
+    )
     parser.add_argument("--only", action="append", help="measure only these metrics (the tiny preset's names)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     prompts = [f"a penguin on a rock with exactly {i % 4 + 1} stones" for i in range(2 * args.pairs)]
     images = [Image.fromarray(rng.integers(0, 255, (96, 96, 3), dtype=np.uint8)) for _ in prompts]

@@ -111,6 +111,20 @@ def tiny_run(tmp_path_factory, run_config):
     return work, log
 
 
+def whitespace_outside_strings(text: str) -> list[int]:
+    """Where JSON text has whitespace between its tokens (constrained decoding allows none, with the
+    separators "," and ":" on both backends)."""
+    found, in_string, escaped = [], False, False
+    for at, char in enumerate(text):
+        if in_string:
+            escaped, in_string = (not escaped and char == "\\"), in_string and (escaped or char != '"')
+        elif char == '"':
+            in_string = True
+        elif char.isspace():
+            found.append(at)
+    return found
+
+
 def grey_image(path, value) -> str:
     """An 8x8 grey PNG of `value` at `path`; its path."""
     Image.fromarray(np.full((8, 8, 3), value, dtype=np.uint8)).save(path)

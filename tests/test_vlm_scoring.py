@@ -112,9 +112,9 @@ def test_a_tiny_vlm_scores_images_against_their_descriptions(built_config, vlm, 
 @pytest.mark.slow
 @pytest.mark.parametrize("vlm", ["tiny-qwen2.5-vl", "tiny-internvl3"])
 def test_reading_only_the_answer_positions_logits_equals_reading_them_all(built_config, vlm):
-    """`score` asks the model for the last positions' logits only (`logits_to_keep`) and `choose` reads the
-    first answer position from `generate`'s own logits (one prefill); on the same batches, a full forward
-    pass gives the same numbers."""
+    """`score` and `choose` read the first answer position from `generate`'s own logits (one prefill), and
+    `score` what follows "1" from one step continued on that generation's cache (left-padded rows included);
+    on the same batches, a full forward pass gives the same numbers."""
     import torch
     from PIL import Image
 

@@ -3,7 +3,10 @@ runs them (`load_text_generator`, then `generate_json` under the triplet schema)
 greedy decoding, for the tiny run's objects and animals seeds rendered with the generator prompt.
 
 Both arms run in .venv-vllm (same torch and transformers), each in its own process, so neither engine
-holds cores or memory while the other is timed. Agreement: the greedy texts are equal, prompt by prompt.
+holds cores or memory while the other is timed, and each on the thread count a workflow job gets
+(`job_resources.cpu_threads`; vLLM's CPU worker binds one core per rank in any case). Agreement: the
+greedy texts are equal, prompt by prompt; the detail also counts prompts whose texts hold the same JSON
+values, which tells a whitespace difference between the two grammars from a different answer.
 """
 
 from __future__ import annotations
@@ -48,6 +51,13 @@ def first_divergence(peer: str, ours: str) -> str:
     return f"at character {at}: transformers {peer[at : at + 40]!r}, vLLM {ours[at : at + 40]!r}"
 
 
+def parsed(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
 def compare(config: dict[str, Any], repeats: int) -> list[Row]:
     build_models(config, {MODEL})
     prompts = conversations(config)
@@ -66,6 +76,7 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
                 "conversations": prompts,
                 "json_schema": TRIPLET_JSON_SCHEMA,
                 "repeats": repeats,
+                "threads": config["job_resources"]["cpu_threads"],
             }
             path = Path(scratch) / f"{backend}.json"
             path.write_text(json.dumps(job))
@@ -73,11 +84,13 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
     peer, ours = arms["transformers"], arms["vllm"]
     pairs = list(zip(peer["texts"], ours["texts"], strict=True))
     differ = [i for i, (a, b) in enumerate(pairs) if a != b]
+    same_values = sum(a == b or (parsed(a) is not None and parsed(a) == parsed(b)) for a, b in pairs)
     generation = model_spec(config, MODEL).generation
     detail = (
-        f"greedy texts equal for {len(pairs) - len(differ)}/{len(pairs)} prompts "
-        f"({', '.join(DOMAINS)} seeds, triplet JSON schema, max_tokens {generation['max_tokens']}, "
-        f"transformers batch size {config['prompt_stage']['batch_size']}, float32, {os.cpu_count()} CPU cores)"
+        f"greedy texts equal for {len(pairs) - len(differ)}/{len(pairs)} prompts, the same JSON values for "
+        f"{same_values}/{len(pairs)} ({', '.join(DOMAINS)} seeds, triplet JSON schema, max_tokens "
+        f"{generation['max_tokens']}, transformers batch size {config['prompt_stage']['batch_size']}, float32, "
+        f"{config['job_resources']['cpu_threads']} thread of {os.cpu_count()} cores)"
     )
     if differ:
         detail += f"; first differing prompt {differ[0]} " + first_divergence(*pairs[differ[0]])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,12 @@ import jinja2
 import yaml
 
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(source: str) -> jinja2.Template:
+    """A template's text compiled once: compiling costs more than rendering, and a job renders one per item."""
+    return _ENV.from_string(source)
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,6 @@ class PromptTemplate:
     def render(self, **fields: Any) -> list[dict[str, str]]:
         """Chat messages for one item; a field the template uses but was not given is an error."""
         return [
-            {"role": "system", "content": _ENV.from_string(self.system).render(**fields).strip()},
-            {"role": "user", "content": _ENV.from_string(self.user).render(**fields).strip()},
+            {"role": "system", "content": _compiled(self.system).render(**fields).strip()},
+            {"role": "user", "content": _compiled(self.user).render(**fields).strip()},
         ]

@@ -1,9 +1,11 @@
 """One text-generation interface, schema-constrained JSON output, two backends.
 
 vLLM serves the paper's models on GPUs; transformers runs the same calls on tiny models on a CPU.
-Both decode under the same JSON schema through xgrammar (vLLM's default structured-output
-backend), without free whitespace between tokens (a weak model otherwise pads JSON with
-whitespace until it runs out of tokens), so the two paths differ in engine, not in what they emit.
+Both decode under the same JSON schema through xgrammar, without free whitespace between tokens (a
+weak model otherwise pads JSON with whitespace until it runs out of tokens) and with the compact
+separators "," and ":" (what vLLM's xgrammar backend uses without whitespace), so the two paths differ
+in engine, not in what they emit: bench/compare.py shows their greedy texts equal. vLLM reads "no
+whitespace" only from its engine's structured-output config, never from a request's parameters.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from tqdm import tqdm
 from blindspot.config import ModelSpec
 
 log = logging.getLogger(__name__)
+JSON_SEPARATORS = (",", ":")
+# The backend must be named: vLLM refuses `disable_any_whitespace` with its default "auto".
+VLLM_STRUCTURED_OUTPUTS = {"backend": "xgrammar", "disable_any_whitespace": True}
 Conversation = list[dict[str, str]]
 
 
@@ -71,7 +76,9 @@ class TransformersTextGenerator:
         key = json.dumps(json_schema)
         if key not in self._compiled:
             info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.model.config.vocab_size)
-            self._compiled[key] = xgr.GrammarCompiler(info).compile_json_schema(key, any_whitespace=False)
+            self._compiled[key] = xgr.GrammarCompiler(info).compile_json_schema(
+                key, any_whitespace=False, separators=JSON_SEPARATORS
+            )
         return self._compiled[key]
 
     def generate_json(self, conversations: Sequence[Conversation], json_schema: dict[str, Any]) -> list[str]:
@@ -134,7 +141,7 @@ class VLLMTextGenerator:
         del batch_size  # vLLM schedules its own batches
         self.spec = spec
         self.seed = seed
-        self.llm = vllm_engine(spec, seed)
+        self.llm = vllm_engine(spec, seed, structured_outputs_config=VLLM_STRUCTURED_OUTPUTS)
 
     def sampling(self) -> dict[str, Any]:
         return _sampling(self.spec, self.seed)
@@ -149,7 +156,7 @@ class VLLMTextGenerator:
             top_p=settings["top_p"],
             max_tokens=settings["max_tokens"],
             seed=settings["seed"],
-            structured_outputs=StructuredOutputsParams(json=json_schema, disable_any_whitespace=True),
+            structured_outputs=StructuredOutputsParams(json=json_schema),
         )
         outputs = self.llm.chat(list(conversations), params, use_tqdm=True)
         return [output.outputs[0].text for output in outputs]

@@ -167,6 +167,10 @@ class TransformersVLMScorer:
         return texts
 
     def score(self, conversations: list[list[dict]], images: list[Any]) -> list[dict[str, Any]]:
+        """Each conversation's score row, from one prefill per prompt (its image encoded once): the greedy
+        answer's first raw logits are the first answer token's distribution, and the answer "1" then continues
+        from the prompt's part of that generation's cache for one step, whose logits are what follows "1". Both
+        go through `generate`, so the continuation's positions agree with the cache's on every model."""
         import torch
 
         results = []
@@ -175,16 +179,21 @@ class TransformersVLMScorer:
                 conversations[start : start + self.batch_size],
                 images[start : start + self.batch_size],
             )
-            # One pass over prompt + "1" gives both the first answer token and what follows "1".
-            with_one = self.inputs(batch_conv, batch_images, "1")
-            if not bool((with_one["input_ids"][:, -1] == self.one).all()):
-                raise ValueError(f"{self.spec.name}: the chat template's answer position does not tokenize '1' alone")
+            prompt = self.inputs(batch_conv, batch_images)
+            ids, mask = prompt["input_ids"], prompt["attention_mask"]
+            greedy = {"do_sample": False, "output_logits": True, "return_dict_in_generate": True}
             with torch.inference_mode():
-                logits = self.model(**with_one, logits_to_keep=2).logits.float()  # the answer position and after "1"
+                answer = self.model.generate(**prompt, max_new_tokens=self.max_new_tokens, **greedy)
+                answer.cache.crop(ids.shape[1] - answer.cache.get_seq_length())  # back to the prompt
+                then = self.model.generate(
+                    input_ids=torch.cat([ids, torch.full_like(ids[:, :1], self.one)], dim=1),
+                    attention_mask=torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1),
+                    cache=answer.cache, max_new_tokens=1, **greedy,
+                )  # fmt: skip
+                # raw logits (before any logits processor), so the probabilities are the model's own
+                logits = torch.stack([answer.logits[0], then.logits[0]], dim=1).float()
                 logprobs = torch.log_softmax(logits, dim=-1).cpu().numpy()
-                prompt = self.inputs(batch_conv, batch_images, "")
-                generated = self.model.generate(**prompt, max_new_tokens=self.max_new_tokens, do_sample=False)
-            texts = self.processor.batch_decode(generated[:, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
+            texts = self.processor.batch_decode(answer.sequences[:, ids.shape[1] :], skip_special_tokens=True)
             results.extend(scored(row[0], row[1], text, self.tokens) for row, text in zip(logprobs, texts, strict=True))
         return results
 
