@@ -51,7 +51,7 @@ def test_hpsv2_is_100_times_open_clips_own_cosine_per_pair(tiny_hpsv2):
     model.eval()
     for prompt, picture, score in zip(PROMPTS, pictures, scores, strict=True):
         with torch.no_grad():
-            image = model.encode_image(metric.preprocess(picture).unsqueeze(0))
+            image = model.encode_image(metric.preprocess([picture]))
             text = model.encode_text(tokenizer([prompt]))
         assert score == pytest.approx(100 * torch.cosine_similarity(image, text).item(), abs=1e-4)
     alone = [metric.score([p], [i])[0].raw for p, i in zip(PROMPTS, pictures, strict=True)]
@@ -66,18 +66,24 @@ def test_hpsv2_is_100_times_open_clips_own_cosine_per_pair(tiny_hpsv2):
 @pytest.mark.slow
 def test_hpsv2_letterboxes_like_the_official_val_transform(tiny_hpsv2):
     """hpsv2's `light_augmentation=True`: longest side to the model's size, black padding, no crop."""
+    import torch
+
     metric = HPSv2(spec(tiny_hpsv2), batch_size=1, architecture=CONFIG_FILE)
     white = Image.new("RGB", (64, 32), (255, 255, 255))  # wide: padded above and below
-    pixels = metric.preprocess(white)
+    pixels = metric.preprocess([white])[0]
     assert tuple(pixels.shape) == (3, 32, 32)
     mean, std = np.array(metric.image_mean), np.array(metric.image_std)
     np.testing.assert_allclose(pixels[:, 0, 0].numpy(), -mean / std, atol=1e-5)  # black padding
     np.testing.assert_allclose(pixels[:, 16, 16].numpy(), (1 - mean) / std, atol=1e-5)  # the image, uncropped
     np.testing.assert_allclose(pixels[:, 16, 0].numpy(), (1 - mean) / std, atol=1e-5)
-    tall = metric.preprocess(Image.new("RGB", (10, 32), (255, 255, 255)))  # already 32 high: padded, not resized
+    tall = metric.preprocess([Image.new("RGB", (10, 32), (255, 255, 255))])[0]  # already 32 high: padded, not resized
     assert tuple(tall.shape) == (3, 32, 32)
     np.testing.assert_allclose(tall[:, 5, 10].numpy(), -mean / std, atol=1e-5)
     np.testing.assert_allclose(tall[:, 5, 11].numpy(), (1 - mean) / std, atol=1e-5)
+    # a batch letterboxes its images of one size together, each as it would be alone
+    mixed = [*images(2), white, Image.new("RGB", (10, 32), (255, 255, 255)), *images(2)]
+    alone = torch.cat([metric.preprocess([image]) for image in mixed])
+    np.testing.assert_array_equal(metric.preprocess(mixed).numpy(), alone.numpy())
 
 
 @pytest.mark.slow

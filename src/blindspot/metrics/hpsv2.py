@@ -56,19 +56,19 @@ def resolve_architecture(architecture: str, folder: Path) -> str:
     return architecture
 
 
-def letterbox(image: Any, size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> Any:
+def letterbox(pixels: Any, size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> Any:
     """hpsv2 1.2.0's val transform (`image_transform(light_augmentation=True)`: ToTensor, then
-    `ResizeMaxSize` on the tensor, then Normalize). Where the longest side already has the model's
+    `ResizeMaxSize` on the tensor, then Normalize) of images of one size, as a stack of `to_tensor`
+    images (N, 3, H, W): one resize for all of them. Where the longest side already has the model's
     size, hpsv2 skips the padding too, and a non-square image then fails in its ViT; it is padded here."""
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms import functional as F
 
-    pixels = F.to_tensor(image.convert("RGB"))
-    height, width = pixels.shape[1:]
+    height, width = pixels.shape[-2:]
     scale = size / max(height, width)
     if scale != 1.0:
         pixels = F.resize(pixels, [round(height * scale), round(width * scale)], InterpolationMode.BICUBIC)
-    pad_h, pad_w = size - pixels.shape[1], size - pixels.shape[2]
+    pad_h, pad_w = size - pixels.shape[-2], size - pixels.shape[-1]
     pixels = F.pad(pixels, [pad_w // 2, pad_h // 2, pad_w - pad_w // 2, pad_h - pad_h // 2], fill=0)
     return F.normalize(pixels, mean, std)
 
@@ -107,15 +107,27 @@ class HPSv2:
         half = getattr(torch, spec.dtype, None)
         self.autocast_dtype = half if half in (torch.float16, torch.bfloat16) else None
 
-    def preprocess(self, image: Any) -> Any:
-        return letterbox(image, self.image_size, self.image_mean, self.image_std)
+    def preprocess(self, images: list[Any]) -> Any:
+        """The images as the model takes them (N, 3, size, size): those of one size letterboxed together."""
+        import torch
+        from torchvision.transforms import functional as F
+
+        tensors = [F.to_tensor(image.convert("RGB")) for image in images]
+        pixels = torch.empty(len(tensors), 3, self.image_size, self.image_size)
+        by_size: dict[tuple[int, ...], list[int]] = {}
+        for index, tensor in enumerate(tensors):
+            by_size.setdefault(tuple(tensor.shape), []).append(index)
+        for indices in by_size.values():
+            stack = torch.stack([tensors[index] for index in indices])
+            pixels[indices] = letterbox(stack, self.image_size, self.image_mean, self.image_std)
+        return pixels
 
     def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
         import torch
 
         cosines: list[float] = []
         for batch_prompts, batch_images in batches(self.name, prompts, images, self.batch_size):
-            pixels = torch.stack([self.preprocess(image) for image in batch_images]).to(self.device)
+            pixels = self.preprocess(batch_images).to(self.device)
             tokens = self.tokenizer(batch_prompts).to(self.device)
             autocast = torch.autocast(
                 self.device.type, dtype=self.autocast_dtype or torch.float32, enabled=self.autocast_dtype is not None
