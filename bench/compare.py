@@ -22,11 +22,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from timing import Row
+from timing import REPO, Row
 from tiny_preset import tiny_config
 
 # Each names a module in bench/peers with `compare(config, repeats) -> list[Row]`.
-COMPARISONS = ("humblebench", "ports", "render", "textgen", "dry_run")
+COMPARISONS = ("humblebench", "ports", "batching", "render", "textgen", "dry_run")
 AGREE = {True: "yes", False: "NO", None: "n/a"}
 
 
@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--only", action="append", choices=COMPARISONS, help="run only these comparisons")
     parser.add_argument("--resources", help="a folder to build the tiny models in and reuse (default: a temporary one)")
     args = parser.parse_args()
+    os.chdir(REPO)  # the config's paths (templates, taxonomies) are relative to the repository
     with tempfile.TemporaryDirectory() as scratch:
         config = tiny_config(Path(args.resources or scratch).resolve())
         rows = []
