@@ -38,7 +38,7 @@ def table(rows: list[Row]) -> str:
             f"{row.what:34} {row.peer:36} {row.peer_seconds:>8.3f} {row.ours_seconds:>8.3f} "
             f"{row.speedup:>7.2f}x  {AGREE[row.agree]}"
         )
-    lines += ["", *(f"{row.what}: {row.detail}" for row in rows)]
+    lines += ["", *(f"{row.what} / {row.peer}: {row.detail}" for row in rows)]
     return "\n".join(lines)
 
 

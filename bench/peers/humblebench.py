@@ -293,8 +293,8 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
             agree, detail = agreement(answered, peer, probabilities, same_budget=tokens == ours_tokens)
             rows.append(
                 Row(
-                    what=f"humble answers ({len(samples)} q) vs b{batch_size}/{tokens}",
-                    peer=f"official loop, batch {batch_size}, {tokens} tok",
+                    what=f"HumbleBench answers, {len(samples)} questions",
+                    peer=f"official loop, batch {batch_size}, {tokens} tokens",
                     peer_seconds=peer_seconds,
                     ours_seconds=ours_seconds,
                     agree=agree,
