@@ -3,7 +3,7 @@ table: per comparison the peer's seconds and ours (medians over --repeats, each 
 speed-up, and whether the two arms' outputs agree. Arms that need another environment (the official
 ImageReward and HPSv2 packages in .venv-ports, vLLM in .venv-vllm) run there as child processes.
 
-Run: .venv/bin/python bench/compare.py [--repeats 3] [--only NAME ...] [--resources DIR]
+Run: .venv/bin/python bench/compare.py [--repeats 3] [--only NAME ...] [--resources DIR] [--markdown]
 Exits 1 when any comparison's outputs disagree.
 """
 
@@ -42,10 +42,22 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def markdown(rows: list[Row]) -> str:
+    """The table as the README shows it."""
+    lines = ["| what | peer | peer s | ours s | speed-up | outputs agree |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(
+            f"| {row.what} | {row.peer} | {row.peer_seconds:.3f} | {row.ours_seconds:.3f} | {row.speedup:.2f}x "
+            f"| {AGREE[row.agree]} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", action="append", choices=COMPARISONS, help="run only these comparisons")
+    parser.add_argument("--markdown", action="store_true", help="also print the table in Markdown")
     parser.add_argument("--resources", help="a folder to build the tiny models in and reuse (default: a temporary one)")
     args = parser.parse_args()
     os.chdir(REPO)  # the config's paths (templates, taxonomies) are relative to the repository
@@ -56,6 +68,8 @@ def main() -> None:
             rows += importlib.import_module(f"peers.{name}").compare(config, args.repeats)
             print(f"done: {name}", file=sys.stderr)
     print(table(rows))
+    if args.markdown:
+        print("\n" + markdown(rows))
     sys.exit(1 if any(row.agree is False for row in rows) else 0)
 
 

@@ -19,7 +19,7 @@ from tiny_preset import build_models
 from blindspot.config import model_spec
 from blindspot.protobias.render import DiffusersRenderer, plan_renders, render_triplets
 
-TRIPLETS = 8
+TRIPLETS = 16  # 32 images: a job's fixed costs (planning, the writer thread, the progress bar) spread as over a shard
 OVERHEAD_LIMIT = 0.05
 
 
