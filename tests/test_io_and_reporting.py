@@ -3,6 +3,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -113,6 +114,19 @@ def test_only_a_paths_own_temporaries_are_removed(tmp_path):
     with atomic_path(tmp_path / "a.txt.b") as longer, atomic_path(tmp_path / "b") as other:
         assert remove_stale_temps([target, tmp_path / "absent" / "x"]) == [left]
         assert sorted(tmp_path.iterdir()) == sorted([longer, other, unrelated])
+
+
+def test_stale_temporaries_are_found_listing_each_folder_once(tmp_path, monkeypatch):
+    """A render job's thousands of images share the domain's folder: listing it per image would be
+    quadratic in the folder's size."""
+    targets = [tmp_path / f"{i}.png" for i in range(50)]
+    kill_writer(targets[7])
+    listed = []
+    iterdir = Path.iterdir
+    monkeypatch.setattr(Path, "iterdir", lambda folder: listed.append(folder) or iterdir(folder))
+    (removed,) = remove_stale_temps([*targets, *(t.with_suffix(".sha256") for t in targets)])
+    assert listed == [tmp_path]
+    assert is_temp_of(removed, targets[7])
 
 
 def test_tables_are_written_and_read_with_their_schema(tmp_path):

@@ -45,25 +45,37 @@ def _new_file(path: Path) -> None:
     os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
 
 
+_TEMP_NAME = re.compile(rf"\.(.+)\.[0-9a-f]{{8}}{re.escape(TEMP_SUFFIX)}")
+
+
+def temp_target(name: str) -> str | None:
+    """The file name a temporary named `name` was made for by atomic_path or atomic_dir, if it is one."""
+    match = _TEMP_NAME.fullmatch(name)
+    return match[1] if match else None
+
+
 def is_temp_of(candidate: Path, path: Path) -> bool:
     """Whether `candidate` is a temporary that atomic_path or atomic_dir made for `path` (and not for
     another file whose name starts with the same letters)."""
-    pattern = rf"\.{re.escape(path.name)}\.[0-9a-f]{{8}}{re.escape(TEMP_SUFFIX)}"
-    return candidate.parent == path.parent and re.fullmatch(pattern, candidate.name) is not None
+    return candidate.parent == path.parent and temp_target(candidate.name) == path.name
 
 
 def remove_stale_temps(paths: Iterable[str | Path]) -> list[Path]:
     """Remove the temporaries a killed writer of these paths left beside them; return what was removed.
 
     Only temporaries of the given paths are touched, so a job that owns the paths may call it while
-    other jobs write their own files in the same folder.
+    other jobs write their own files in the same folder. Each folder is listed once: a render job's
+    thousands of images share a folder of the domain's tens of thousands.
     """
-    removed = []
+    wanted: dict[Path, set[str]] = {}
     for path in map(Path, paths):
-        if not path.parent.is_dir():
+        wanted.setdefault(path.parent, set()).add(path.name)
+    removed = []
+    for folder, names in wanted.items():
+        if not folder.is_dir():
             continue
-        for candidate in path.parent.iterdir():
-            if not is_temp_of(candidate, path):
+        for candidate in folder.iterdir():
+            if temp_target(candidate.name) not in names:
                 continue
             if candidate.is_dir() and not candidate.is_symlink():
                 shutil.rmtree(candidate, ignore_errors=True)
