@@ -3,26 +3,29 @@ tiny model's checkpoint. Runs in .venv-ports (requirements/ports.txt), never in 
 
     .venv-ports/bin/python tests/ports/hpsv2_official.py MODEL_DIR ARCHITECTURE_JSON PAIRS_JSON OUT_JSON [--repeats N]
 
-PAIRS_JSON holds {"prompts": [...], "images": [png paths]}; OUT_JSON gets {"scores": [...], "seconds": [...]},
-the cosines of `hpsv2.img_score.score` (one pair at a time, as it scores), and the object is also printed
-as the last line of stdout. `--repeats N` runs the scoring loop once as a warm-up and then N times, timing
-each (bench/peers/ports.py). That function hard-codes
-ViT-H-14 and a hub download, so its steps are run here as it runs them: the same
-`create_model_and_transforms` arguments with the tiny architecture (registered with hpsv2's own
-open_clip fork) and no pretrained tag, `load_state_dict(checkpoint["state_dict"])`, the same
-tokenizer lookup, preprocessing and feature product (its `torch.cuda.amp.autocast()` does nothing on
-the CPU, so it is left out).
+PAIRS_JSON holds {"prompts": [...], "images": [png paths]}; OUT_JSON gets {"scores": [...], "seconds":
+median or null}, the cosines of `hpsv2.img_score.score` (one pair at a time, as it scores), and the
+object is also printed as the last line of stdout. That function hard-codes ViT-H-14 and a hub download,
+so its steps are run here as it runs them: the same `create_model_and_transforms` arguments with the
+tiny architecture (registered with hpsv2's own open_clip fork) and no pretrained tag,
+`load_state_dict(checkpoint["state_dict"])`, the same tokenizer lookup, preprocessing and feature
+product (its `torch.cuda.amp.autocast()` does nothing on the CPU, so it is left out). `--repeats N`
+times the scoring loop as bench/timing.py's `timed` does (a warm-up, then the median of N;
+bench/peers/ports.py).
 """
 
 import argparse
 import json
-import time
+import sys
 from pathlib import Path
 
 import torch
 from hpsv2.src.open_clip import create_model_and_transforms, get_tokenizer
 from hpsv2.src.open_clip.factory import add_model_config
 from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from timing import timed  # the benchmarks' one way to time an arm (stdlib only)
 
 
 def main() -> None:
@@ -74,11 +77,7 @@ def main() -> None:
                 scores.append(torch.diagonal(logits_per_image).item())
         return scores
 
-    scores, seconds = score_pairs(), []
-    for _ in range(args.repeats):
-        started = time.perf_counter()
-        scores = score_pairs()
-        seconds.append(time.perf_counter() - started)
+    seconds, scores = timed(score_pairs, args.repeats) if args.repeats else (None, score_pairs())
     result = {"scores": scores, "seconds": seconds}
     args.out.write_text(json.dumps(result))
     print(json.dumps(result))

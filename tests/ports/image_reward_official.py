@@ -6,8 +6,8 @@ code unchanged) at a tiny model's sizes, from the tiny recipe's ImageReward.pt. 
     .venv-ports/bin/python tests/ports/image_reward_official.py release-keys MODEL_DIR OUT_JSON
 
 `score` reads {"prompts": [...], "images": [png paths]} and writes {"scores": [...], "keys": [...],
-"seconds": [...]}, one `ImageReward.score(prompt, image)` call per pair (the official entry point);
-`--repeats N` runs that loop once as a warm-up and then N times, timing each (bench/peers/ports.py),
+"seconds": median or null}, one `ImageReward.score(prompt, image)` call per pair (the official entry
+point); `--repeats N` times that loop as bench/timing.py's `timed` does (bench/peers/ports.py),
 and the object is also printed as the last line of stdout. `release-keys`
 writes the release-size model's state-dict keys and shapes ({key: shape}), random weights.
 
@@ -24,12 +24,14 @@ import importlib.util
 import json
 import sys
 import tempfile
-import time
 import types
 from pathlib import Path
 
 import torch
 from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from timing import timed  # the benchmarks' one way to time an arm (stdlib only)
 
 # BLIP's configs/med_config.json, which ImageReward's release uses (BERT-base with cross-attention).
 MED_CONFIG = {
@@ -138,11 +140,7 @@ def main() -> None:
                         model.score(p, Image.open(i)) for p, i in zip(pairs["prompts"], pairs["images"], strict=True)
                     ]
 
-            scores, seconds = score_pairs(), []
-            for _ in range(args.repeats):
-                started = time.perf_counter()
-                scores = score_pairs()
-                seconds.append(time.perf_counter() - started)
+            seconds, scores = timed(score_pairs, args.repeats) if args.repeats else (None, score_pairs())
             result = {"scores": scores, "keys": sorted(model.state_dict()), "seconds": seconds}
             print(json.dumps(result))
         else:
