@@ -15,7 +15,14 @@ from PIL import Image
 from blindspot import tables
 from blindspot.config import model_spec
 from blindspot.io import read_table, write_table
-from blindspot.protobias.render import DiffusersRenderer, check_image, image_seed, plan_renders, render_triplets
+from blindspot.protobias.render import (
+    DiffusersRenderer,
+    check_image,
+    image_seed,
+    plan_renders,
+    render_triplets,
+    sha256_of,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -86,6 +93,8 @@ def test_a_corrupt_image_is_detected_rerendered_and_counted(built_config, tmp_pa
     assert all(path.stat().st_mtime_ns == mtime for path, mtime in finished.items())  # not written again
     # re-rendered in the batch of four it was first rendered in: the same bytes
     assert again.equals(first)
+    # the hashes recorded (from the sidecars of the images found, from memory for the one written) are the files'
+    assert list(again["sha256"]) == [sha256_of(Path(path)) for path in again["path"]]
     assert np.array_equal(np.asarray(Image.open(truncated).convert("RGB"), dtype=int), original)
 
 

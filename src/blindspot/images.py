@@ -95,9 +95,10 @@ def image_batches(
 
 class BackgroundWrites:
     """Image writes (PNG encoding, hashing) in `WORKERS` threads while the model makes the next images.
-    `submit` returns at once unless `limit` writes are still pending; then it waits for the oldest, so
-    at most `limit` images wait in memory. Leaving the block waits for every write, also when the block
-    failed (so a failed job keeps what it made); a failed write is raised, and the writes behind it dropped."""
+    `submit` returns the write's future at once unless `limit` writes are still pending; then it waits
+    for the oldest, so at most `limit` images wait in memory. Leaving the block waits for every write,
+    also when the block failed (so a failed job keeps what it made); a failed write is raised, and the
+    writes behind it dropped."""
 
     def __init__(self, limit: int):
         if limit < 1:
@@ -109,10 +110,12 @@ class BackgroundWrites:
     def __enter__(self) -> BackgroundWrites:
         return self
 
-    def submit(self, write: Callable[..., Any], *args: Any) -> None:
+    def submit(self, write: Callable[..., Any], *args: Any) -> Future:
         while len(self.pending) >= self.limit:
             self.pending.popleft().result()
-        self.pending.append(self.pool.submit(write, *args))
+        future = self.pool.submit(write, *args)
+        self.pending.append(future)
+        return future
 
     def __exit__(self, *exc_info: object) -> None:
         try:

@@ -12,6 +12,7 @@ floating-point sums, so only then are its pixels, on a CPU, bit for bit an unint
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import time
@@ -84,8 +85,7 @@ def check_image(path: Path) -> str:
 
     if not path.exists():
         return "missing"
-    sidecar = hash_sidecar(path)
-    if not sidecar.exists() or sidecar.read_text().strip() != sha256_of(path):
+    if recorded_sha256(path) != sha256_of(path):
         return "corrupt"
     try:
         with Image.open(path) as image:
@@ -95,11 +95,21 @@ def check_image(path: Path) -> str:
     return "ok"
 
 
+def recorded_sha256(path: Path) -> str | None:
+    """The hash written beside the image when it was saved, if any."""
+    sidecar = hash_sidecar(path)
+    return sidecar.read_text().strip() if sidecar.exists() else None
+
+
 def save_image(image: Any, path: Path) -> str:
-    """Write the PNG, then its hash; a kill between the two leaves an image that is re-rendered."""
+    """Write the PNG, then its hash; a kill between the two leaves an image that is re-rendered. The
+    PNG is encoded and hashed in memory: the file is written once and never read back."""
+    encoded = io.BytesIO()
+    image.save(encoded, format="PNG")
+    data = encoded.getbuffer()
     with atomic_path(path) as tmp:
-        image.save(tmp, format="PNG")
-    digest = sha256_of(path)
+        tmp.write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
     write_text(hash_sidecar(path), digest + "\n")
     return digest
 
@@ -159,17 +169,21 @@ def render_triplets(
     pending = [job for job in jobs if states[job.image_id] != "ok"]
     found = Counter(states.values())
     log.info("%s: %d images, %d to render (on disk: %s)", spec.name, len(jobs), len(pending), dict(found))
+    # The hashes of the images found whole (checked above), then of those written now.
+    digests = {job.image_id: recorded_sha256(job.path) for job in jobs if states[job.image_id] == "ok"}
     if pending:
         renderer = renderer or DiffusersRenderer(spec)
         batches = [jobs[start : start + batch_size] for start in range(0, len(jobs), batch_size)]
         unfinished = [batch for batch in batches if any(states[job.image_id] != "ok" for job in batch)]
+        saved = {}
         # One batch's PNGs encode and hash while the next renders; at most a batch waits to be written.
         with BackgroundWrites(limit=batch_size) as writes:
             for batch in tqdm(unfinished, desc=f"render {spec.name}", unit="batch"):
                 images = renderer.render([job.description for job in batch], [job.seed for job in batch])
                 for job, image in zip(batch, images, strict=True):
                     if states[job.image_id] != "ok":
-                        writes.submit(save_image, image, job.path)
+                        saved[job.image_id] = writes.submit(save_image, image, job.path)
+        digests |= {image_id: write.result() for image_id, write in saved.items()}
     settings = spec.render
     rows = [
         {
@@ -187,7 +201,7 @@ def render_triplets(
             "width": settings["width"],
             "settings": json.dumps(render_settings(spec), sort_keys=True),
             "path": str(job.path),
-            "sha256": sha256_of(job.path),
+            "sha256": digests[job.image_id],
         }
         for job in jobs
     ]
