@@ -81,24 +81,25 @@ def sha256_of(path: Path) -> str:
 
 def check_image(path: Path) -> str:
     """'ok' when the image decodes and matches its recorded hash, else 'missing' or 'corrupt'."""
+    return verified_image(path)[0]
+
+
+def verified_image(path: Path) -> tuple[str, str | None]:
+    """`check_image`'s answer and, for an image found whole, its sha256 (the one recorded beside it)."""
     from PIL import Image
 
     if not path.exists():
-        return "missing"
-    if recorded_sha256(path) != sha256_of(path):
-        return "corrupt"
+        return "missing", None
+    sidecar = hash_sidecar(path)
+    recorded = sidecar.read_text().strip() if sidecar.exists() else None
+    if recorded != sha256_of(path):
+        return "corrupt", None
     try:
         with Image.open(path) as image:
             image.load()
     except OSError:
-        return "corrupt"
-    return "ok"
-
-
-def recorded_sha256(path: Path) -> str | None:
-    """The hash written beside the image when it was saved, if any."""
-    sidecar = hash_sidecar(path)
-    return sidecar.read_text().strip() if sidecar.exists() else None
+        return "corrupt", None
+    return "ok", recorded
 
 
 def save_image(image: Any, path: Path) -> str:
@@ -165,12 +166,13 @@ def render_triplets(
     jobs = plan_renders(triplets, spec, Path(images_dir), n_per_description, base_seed)
     # The images folder is shared by the domain's shards, not an output: this job cleans its own images' leftovers.
     remove_stale_temps([path for job in jobs for path in (job.path, hash_sidecar(job.path))])
-    states = {job.image_id: check_image(job.path) for job in jobs}
+    checked = {job.image_id: verified_image(job.path) for job in jobs}
+    states = {image_id: state for image_id, (state, _) in checked.items()}
     pending = [job for job in jobs if states[job.image_id] != "ok"]
     found = Counter(states.values())
     log.info("%s: %d images, %d to render (on disk: %s)", spec.name, len(jobs), len(pending), dict(found))
-    # The hashes of the images found whole (checked above), then of those written now.
-    digests = {job.image_id: recorded_sha256(job.path) for job in jobs if states[job.image_id] == "ok"}
+    # The hashes of the images found whole, then of those written now.
+    digests = {image_id: digest for image_id, (state, digest) in checked.items() if state == "ok"}
     if pending:
         renderer = renderer or DiffusersRenderer(spec)
         batches = [jobs[start : start + batch_size] for start in range(0, len(jobs), batch_size)]
