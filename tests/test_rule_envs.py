@@ -119,9 +119,16 @@ def remove(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def recorded_run(tiny_run, tmp_path_factory):
-    """A copy of the finished tiny run (the workflow tests go on from the run itself) and its jobs."""
+    """A copy of the finished tiny run (the workflow tests go on from the run itself) and its jobs. The
+    built models are hard links: nothing writes into a model's files, and they are most of the run's
+    size (CI's disk holds this copy beside the run, and each env test's copy of this one)."""
     work = tmp_path_factory.mktemp("env_run") / "run"
-    shutil.copytree(tiny_run[0], work, symlinks=True)
+    models = tiny_run[0] / "resources" / "models"
+
+    def link_models(source: str, target: str) -> None:
+        (os.link if Path(source).is_relative_to(models) else shutil.copy2)(source, target)
+
+    shutil.copytree(tiny_run[0], work, symlinks=True, copy_function=link_models)
     return work, summary_jobs(work)
 
 
