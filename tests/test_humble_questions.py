@@ -216,10 +216,12 @@ def test_scene_graphs_are_read_and_checked(tmp_path):
     path = make_scene_graphs(tmp_path / "sg")
     graphs = read_scene_graphs(path)
     assert [g["image_id"] for g in graphs] == ["street", "kitchen"]
-    crops = humble_questions.crops(graphs)
-    assert [(i, c) for i, _, c, _ in crops] == [("street", "car"), ("street", "tree"), ("kitchen", "table"),
-                                                ("kitchen", "cup"), ("kitchen", "lamp")]  # fmt: skip
-    assert np.asarray(crops[0][3])[5, 5].tolist() == [220, 30, 30]  # the car's box, cropped
+    objects = humble_questions.scene_objects(graphs)
+    assert [(o.image_id, o.category) for o in objects] == [("street", "car"), ("street", "tree"), ("kitchen", "table"),
+                                                           ("kitchen", "cup"), ("kitchen", "lamp")]  # fmt: skip
+    car = humble_questions.read_crop(objects[0])
+    assert car.size == (objects[0].bbox[2] - objects[0].bbox[0], objects[0].bbox[3] - objects[0].bbox[1])
+    assert np.asarray(car)[5, 5].tolist() == [220, 30, 30]  # the car's box, cropped
     broken = json.loads(path.read_text())
     broken["images"][0]["relations"].append({"subject": 1, "object": 9, "predicate": "near"})
     (tmp_path / "sg" / "broken.json").write_text(json.dumps(broken))
@@ -342,8 +344,15 @@ def test_scene_graph_questions_from_the_tiny_models(built_config, tmp_path):
 
     graphs = read_scene_graphs(make_scene_graphs(tmp_path / "sg"))
     describer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=4)
+    handed, describe = [], describer.describe
+    describer.describe = lambda texts, images, tokens: (
+        handed.append([i.size for i in images]) or describe(texts, images, tokens)
+    )
     cues = humble_questions.attribute_cues(graphs, describer, "Describe the {category}.", max_new_tokens=4)
     assert set(cues) == {("street", 1), ("street", 2), ("kitchen", 1), ("kitchen", 2), ("kitchen", 3)}
+    # The crops come a model batch at a time, never all at once.
+    sizes = [(x1 - x0, y1 - y0) for x0, y0, x1, y1 in (o.bbox for o in humble_questions.scene_objects(graphs))]
+    assert handed == [sizes[:4], sizes[4:]]
     fields = humble_questions.scene_description(graphs[1], cues)
     assert "cup#2 at [40, 34, 56, 50]" in fields["objects"]
     assert fields["relations"] == "- cup#2 on table#1\n- lamp#3 above table#1"

@@ -12,11 +12,12 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
 from blindspot.humblebench.settings import LETTERS, NOTA_TEXT, TYPES, Question, draw, is_nota
+from blindspot.images import image_batches, read_rgb
 from blindspot.io import stable_id, write_text
 from blindspot.models.json_output import read_json_output, schema_problem
 
@@ -108,29 +109,38 @@ def read_scene_graphs(path: str | Path) -> list[dict[str, Any]]:
     return graphs
 
 
-def crops(graphs: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, str, Any]]:
-    """(image id, object id, category, cropped PIL image) for every object."""
-    from PIL import Image
+class SceneObject(NamedTuple):
+    image_id: str
+    object_id: int
+    category: str
+    file_name: str
+    bbox: tuple[int, int, int, int]
 
-    found = []
-    for graph in graphs:
-        with Image.open(graph["file_name"]) as image:
-            picture = image.convert("RGB")
-        for obj in graph["objects"]:
-            found.append((graph["image_id"], obj["id"], obj["category"], picture.crop(tuple(obj["bbox"]))))
-    return found
+
+def scene_objects(graphs: Sequence[Mapping[str, Any]]) -> list[SceneObject]:
+    """Every object of every scene graph, in order."""
+    return [SceneObject(graph["image_id"], obj["id"], obj["category"], graph["file_name"], tuple(obj["bbox"]))
+            for graph in graphs for obj in graph["objects"]]  # fmt: skip
+
+
+def read_crop(obj: SceneObject) -> Any:
+    """The object's box cut from its image (RGB)."""
+    return read_rgb(obj.file_name).crop(obj.bbox)
 
 
 def attribute_cues(
     graphs: Sequence[Mapping[str, Any]], describer: Any, instruction: str, max_new_tokens: int
 ) -> dict[tuple[str, int], str]:
     """What a VLM says about each cropped object (`instruction` with {category}): candidate attribute
-    cues for the question writer, as the paper's InstructBLIP step gives."""
-    objects = crops(graphs)
-    texts = describer.describe(
-        [instruction.format(category=c) for _, _, c, _ in objects], [crop for *_, crop in objects], max_new_tokens
-    )
-    return {(image_id, obj_id): text for (image_id, obj_id, _, _), text in zip(objects, texts, strict=True)}
+    cues for the question writer, as the paper's InstructBLIP step gives. The crops are cut a batch at
+    a time (a scene-graph release has hundreds of thousands of objects), each from its image read again:
+    the reads run beside the model."""
+    cues = {}
+    batches = image_batches(scene_objects(graphs), describer.batch_size, read_crop, desc="describe objects")
+    for objects, crops in batches:
+        texts = describer.describe([instruction.format(category=o.category) for o in objects], crops, max_new_tokens)
+        cues |= {(o.image_id, o.object_id): text for o, text in zip(objects, texts, strict=True)}
+    return cues
 
 
 QUESTIONS_SCHEMA = {
