@@ -4,8 +4,9 @@ file: a venv of the env's Python with that file installed holds what the env's p
 
 Envs are cached under `$BLINDSPOT_ENV_CACHE` (default ~/.cache/blindspot/envs) as `<name>-<hash>`,
 the hash that of what is installed, so an edited env is built again and an unchanged one is reused
-by every later run. Each is built in a temporary folder beside it and renamed when complete: a build
-that is killed or fails leaves nothing that looks finished.
+by every later run; building an edited env removes its older builds. Each is built in a temporary
+folder beside it and renamed when complete: a build that is killed or fails leaves nothing that looks
+finished.
 
 torch's CUDA build is 5.5 GB: it is installed once, alone, into a seed venv, and every env that pins
 torch starts as a hard-link copy of the seed (`cp -al`) before pip installs its requirements file.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -137,7 +139,16 @@ def build(spec: EnvSpec) -> Path:
         except OSError:
             if not spec.folder.is_dir():  # else another run finished the same env first
                 raise
+    remove_older_builds(spec)
     return spec.folder
+
+
+def remove_older_builds(spec: EnvSpec) -> None:
+    """Remove the env's builds from before its file was last edited: each is gigabytes, and a cache that
+    kept every edit's would fill the disk (an env hard-linked from an old seed keeps its own links)."""
+    for folder in CACHE.glob(f"{spec.name}-*"):
+        if folder != spec.folder and re.fullmatch(rf"{re.escape(spec.name)}-[0-9a-f]{{12}}", folder.name):
+            shutil.rmtree(folder)
 
 
 def _pip(spec: EnvSpec, env: Path, *args: str) -> None:

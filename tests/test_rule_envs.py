@@ -233,3 +233,15 @@ def test_an_edited_env_gets_a_folder_of_its_own():
     edited = rule_envs.EnvSpec(spec.name, spec.python, (*spec.requirements, "six==1.16.0"))
     assert edited.folder != spec.folder
     assert rule_envs.EnvSpec(spec.name, spec.python, spec.requirements).folder == spec.folder
+
+
+def test_building_an_edited_env_removes_its_older_builds(tmp_path, monkeypatch):
+    monkeypatch.setattr(rule_envs, "CACHE", tmp_path)
+    spec = rule_envs.read_env("base")
+    older = rule_envs.EnvSpec(spec.name, spec.python, (*spec.requirements, "six==1.16.0")).folder
+    kept = [spec.folder, tmp_path / "base-extra-0123456789ab", tmp_path / f".{older.name}.building",
+            rule_envs.read_env("nlp").folder]  # fmt: skip
+    for folder in [older, *kept]:
+        (folder / "bin").mkdir(parents=True)
+    rule_envs.remove_older_builds(spec)  # what a build does once it is complete
+    assert sorted(tmp_path.iterdir()) == sorted(kept)
