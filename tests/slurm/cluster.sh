@@ -7,6 +7,9 @@
 #
 #   tests/slurm/cluster.sh start | stop | status      (as root; `start` installs the packages)
 #
+# `stop` leaves no process of the cluster behind (a job step whose job did not end with its signals
+# waits for slurmctld forever, and slurmd for it), or fails naming what is left.
+#
 # BLINDSPOT_SLURM_DIR (default /tmp/blindspot-slurm) holds config, state, logs and PID files.
 # Finished jobs stay visible to `scontrol show job` for MinJobAge, which is how the tests read
 # what each job asked for without slurmdbd.
@@ -22,6 +25,8 @@ fail() {
   exit 1
 }
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A process that has not exited (an exited daemon stays a zombie where PID 1 does not reap it).
+running() { [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
 
 install_packages() {
   command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null && return
@@ -121,18 +126,38 @@ stop() {
     [ -z "${jobs// /}" ] || scancel $jobs 2>/dev/null || true
   fi
   for daemon in slurmd slurmctld munged; do
-    local pidfile="$BASE/run/$daemon.pid"
+    local pidfile="$BASE/run/$daemon.pid" pid
     if alive "$pidfile" && [ "$(cat /proc/"$(cat "$pidfile")"/comm)" = "$daemon" ]; then
-      kill -TERM "$(cat "$pidfile")"
-      for _ in $(seq 100); do alive "$pidfile" || break; sleep 0.1; done
-      ! alive "$pidfile" || kill -KILL "$(cat "$pidfile")"
+      pid=$(cat "$pidfile")
+      kill -TERM "$pid"
+      # The process, not its pidfile: slurmd removes the file at once, then waits for its job steps.
+      for _ in $(seq 100); do running "$pid" || break; sleep 0.1; done
+      ! running "$pid" || kill -KILL "$pid"
     fi
     rm -f "$pidfile"
   done
+  # What runs from this cluster's folder without a pidfile: a daemon of an earlier stop, and job steps
+  # whose job did not end with its signals (they wait for slurmctld forever).
+  local left
+  for _ in $(seq 50); do
+    left=$(cluster_processes)
+    [ -n "$left" ] || break
+    kill -KILL $left 2>/dev/null || true
+    sleep 0.1
+  done
+  [ -z "$(cluster_processes)" ] || fail "processes of the cluster did not end: $(ps -o pid=,args= -p "$(echo $left | tr " " ,)")"
   for f in slurm.conf gres.conf; do
     [ "$(readlink "/etc/slurm/$f" 2>/dev/null)" != "$BASE/etc/$f" ] || rm -f "/etc/slurm/$f"
   done
   say "stopped"
+}
+
+# The SLURM processes (daemons and job steps) that run in this cluster's folder.
+cluster_processes() {
+  local pid
+  for pid in $(pgrep -x 'slurmd|slurmctld|slurmstepd'); do
+    case "$(readlink "/proc/$pid/cwd" 2>/dev/null)" in "$BASE"/*) echo "$pid" ;; esac
+  done
 }
 
 case "${1:-}" in
