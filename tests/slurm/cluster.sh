@@ -155,7 +155,8 @@ stop() {
 # The SLURM processes (daemons and job steps) that run in this cluster's folder.
 cluster_processes() {
   local pid
-  for pid in $(pgrep -x 'slurmd|slurmctld|slurmstepd'); do
+  # One name a call: pgrep warns about a pattern longer than a process name (15 characters).
+  for pid in $(pgrep -x slurmd; pgrep -x slurmctld; pgrep -x slurmstepd); do
     case "$(readlink "/proc/$pid/cwd" 2>/dev/null)" in "$BASE"/*) echo "$pid" ;; esac
   done
 }
