@@ -24,9 +24,9 @@ fail() {
   for f in "$BASE"/log/*.log; do [ -f "$f" ] && { echo "== $f"; tail -n 15 "$f"; }; done
   exit 1
 }
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 # A process that has not exited (an exited daemon stays a zombie where PID 1 does not reap it).
 running() { [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
+alive() { [ -s "$1" ] && running "$(cat "$1")"; }
 
 install_packages() {
   command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null && return
