@@ -2,6 +2,7 @@
 (tiny VLM for the attribute cues, SmolLM2 writing the questions), the verification round trip, and
 answering with the tiny Qwen2.5-VL."""
 
+import functools
 import io
 import json
 
@@ -345,14 +346,25 @@ def test_scene_graph_questions_from_the_tiny_models(built_config, tmp_path):
     graphs = read_scene_graphs(make_scene_graphs(tmp_path / "sg"))
     describer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=4)
     handed, describe = [], describer.describe
-    describer.describe = lambda texts, images, tokens: (
-        handed.append([i.size for i in images]) or describe(texts, images, tokens)
-    )
-    cues = humble_questions.attribute_cues(graphs, describer, "Describe the {category}.", max_new_tokens=4)
+
+    def describing(texts, images, tokens, kill_at=None):
+        handed.append([i.size for i in images])
+        if len(handed) == kill_at:
+            raise RuntimeError("the job is killed")
+        return describe(texts, images, tokens)
+
+    def cues_of(journal, kill_at=None):
+        describer.describe = functools.partial(describing, kill_at=kill_at)
+        return humble_questions.attribute_cues(graphs, describer, "Describe the {category}.", 4, journal)
+
+    with pytest.raises(RuntimeError, match="killed"):
+        cues_of(tmp_path / "cues.jsonl", kill_at=2)
+    cues = cues_of(tmp_path / "cues.jsonl")
     assert set(cues) == {("street", 1), ("street", 2), ("kitchen", 1), ("kitchen", 2), ("kitchen", 3)}
-    # The crops come a model batch at a time, never all at once.
+    # The crops come a model batch at a time, never all at once; resumed, only the unfinished batch.
     sizes = [(x1 - x0, y1 - y0) for x0, y0, x1, y1 in (o.bbox for o in humble_questions.scene_objects(graphs))]
-    assert handed == [sizes[:4], sizes[4:]]
+    assert handed == [sizes[:4], sizes[4:], sizes[4:]]
+    assert cues_of(tmp_path / "uninterrupted.jsonl") == cues
     fields = humble_questions.scene_description(graphs[1], cues)
     assert "cup#2 at [40, 34, 56, 50]" in fields["objects"]
     assert fields["relations"] == "- cup#2 on table#1\n- lamp#3 above table#1"

@@ -10,7 +10,16 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from blindspot.io import atomic_path, is_temp_of, read_table, remove_stale_temps, stable_id, write_table, write_text
+from blindspot.io import (
+    BatchJournal,
+    atomic_path,
+    is_temp_of,
+    read_table,
+    remove_stale_temps,
+    stable_id,
+    write_table,
+    write_text,
+)
 from blindspot.reporting import latex_escape, to_latex, to_markdown, write_report_table
 
 SCHEMA = pa.schema([("a", pa.string()), ("b", pa.float64())])
@@ -73,6 +82,35 @@ class Named(list):
             return self.__dict__["named"][name]
         except KeyError:
             raise AttributeError(name) from None
+
+
+def test_a_killed_job_resumes_from_its_journal(tmp_path):
+    journal_path = tmp_path / "step.journal.jsonl"
+    code = textwrap.dedent(f"""
+        import time
+        from blindspot.io import BatchJournal
+        with BatchJournal({str(journal_path)!r}, "k1") as journal:
+            for index in range(5):
+                if index == 2:
+                    journal.file.write('{{"batch": 2, "res')  # killed mid-line
+                    journal.file.flush()
+                    print("killed at 2", flush=True)
+                    time.sleep(60)
+                journal.record(index, ["text", index])
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "killed at 2"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    with BatchJournal(journal_path, "k1") as resumed:
+        assert resumed.done == {0: ["text", 0], 1: ["text", 1]}  # the cut-off line is dropped
+        resumed.record(2, ["text", 2])
+    with BatchJournal(journal_path, "k1") as again:
+        assert again.done == {index: ["text", index] for index in range(3)}
+    with BatchJournal(journal_path, "k2") as other:  # another model or other settings: nothing is reused
+        assert other.done == {}
+    assert [path.name for path in tmp_path.iterdir()] == [journal_path.name]  # no temporaries left
 
 
 def test_the_next_run_of_a_job_removes_the_temporaries_a_killed_run_left(tmp_path, monkeypatch):

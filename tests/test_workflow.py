@@ -211,6 +211,7 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     questions = read_table(results / "humblebench" / "questions.parquet", tables.HUMBLE_QUESTIONS)
     candidates = read_table(results / "humblebench" / "scene_graph_candidates.parquet", tables.HUMBLE_QUESTIONS)
     assert len(candidates)  # the writer (real SmolLM2, under the JSON grammar) wrote questions about the scene graphs
+    assert not (results / "humblebench" / "scene_graph_cues.journal.jsonl").exists()  # done: removed
     # SmolLM2-135M writes options that repeat: without people's verification those are left out.
     assert not any(problem(row) for row in questions.to_dict("records"))
     assert set(questions["source"]) <= {"benchmark", "scene_graph"}

@@ -71,6 +71,7 @@ OUTPUT_DESCRIPTIONS = {
     "scene_questions": "HumbleBench questions written from scene graphs, before people check them",
     "scene_verification": "the sheet for people's keep/modify/delete decisions on those questions",
     "scene_counters": "the scene-graph question writing's counts and provenance",
+    "scene_cues_journal": "the object cues described so far, for resuming (not an output: a failed job leaves it)",
     "humble_questions": "every HumbleBench question with its source, origin, options and label",
     "humble_images": "the images of the official HumbleBench release",
     "humble_question_counters": "questions per source and per type, and the people's scene-graph decisions applied",

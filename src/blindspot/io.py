@@ -142,6 +142,49 @@ def read_table(path: str | Path, schema: pa.Schema) -> pd.DataFrame:
     return table.to_pandas()
 
 
+class BatchJournal:
+    """A long step's finished batches, one JSON line each, appended (and flushed to disk) as each
+    finishes, so a job killed midway resumes at its first unfinished batch. The first line holds `key`:
+    whatever decides the batches' results (the model and its settings, the batches' make-up). A journal
+    of another key is started afresh, and a line the kill cut short is dropped. Not an output: the step
+    removes it once its outputs are written. Use it as a context manager (leaving closes the file)."""
+
+    def __init__(self, path: str | Path, key: str):
+        self.path = Path(path)
+        self.done: dict[int, Any] = self._read(key)
+        # Rewritten whole (atomically) before appending: a cut-off line must not run into the next.
+        lines = [{"key": key}, *({"batch": index, "result": result} for index, result in self.done.items())]
+        write_text(self.path, "".join(json.dumps(line) + "\n" for line in lines))
+        self.file = self.path.open("a")
+
+    def _read(self, key: str) -> dict[int, Any]:
+        if not self.path.exists():
+            return {}
+        done = {}
+        for number, line in enumerate(self.path.read_text().splitlines()):
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                break  # the line being written when the job was killed: the last
+            if number == 0 and entry != {"key": key}:
+                return {}
+            if number:
+                done[entry["batch"]] = entry["result"]
+        return done
+
+    def record(self, index: int, result: Any) -> None:
+        self.file.write(json.dumps({"batch": index, "result": result}) + "\n")
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.done[index] = result
+
+    def __enter__(self) -> BatchJournal:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.file.close()
+
+
 def stable_id(*parts: Any) -> str:
     """A short id that is a hash of its inputs, so the same inputs always give the same id."""
     payload = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)

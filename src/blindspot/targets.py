@@ -52,6 +52,7 @@ PATHS = {
     "scene_questions": "{results}/humblebench/scene_graph_candidates.parquet",
     "scene_verification": "{results}/humblebench/scene_graph_verification.csv",
     "scene_counters": "{results}/humblebench/scene_graph_candidates.counters.json",
+    "scene_cues_journal": "{results}/humblebench/scene_graph_cues.journal.jsonl",
     "humble_questions": "{results}/humblebench/questions.parquet",
     "humble_images": "{results}/humblebench/release_images",
     "humble_question_counters": "{results}/humblebench/questions.counters.json",

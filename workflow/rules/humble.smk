@@ -26,6 +26,8 @@ rule write_scene_questions:
         writer_max_tokens=SCENE_GRAPHS.get("writer_max_tokens"),
         batch_size=HUMBLE["batch_size"],
         seed=config["seed"],
+        # Not an output: Snakemake would delete it when a job fails, and resuming needs it.
+        cues_journal=P("scene_cues_journal"),
     log:
         LOG("write_scene_questions"),
     benchmark:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from blindspot.humblebench.settings import LETTERS, NOTA_TEXT, TYPES, Question, draw, is_nota
 from blindspot.images import image_batches, read_rgb
-from blindspot.io import stable_id, write_text
+from blindspot.io import BatchJournal, stable_id, write_text
 from blindspot.models.json_output import read_json_output, schema_problem
 
 log = logging.getLogger(__name__)
@@ -129,18 +129,38 @@ def read_crop(obj: SceneObject) -> Any:
 
 
 def attribute_cues(
-    graphs: Sequence[Mapping[str, Any]], describer: Any, instruction: str, max_new_tokens: int
+    graphs: Sequence[Mapping[str, Any]],
+    describer: Any,
+    instruction: str,
+    max_new_tokens: int,
+    journal_path: str | Path,
 ) -> dict[tuple[str, int], str]:
     """What a VLM says about each cropped object (`instruction` with {category}): candidate attribute
     cues for the question writer, as the paper's InstructBLIP step gives. The crops are cut a batch at
     a time (a scene-graph release has hundreds of thousands of objects), each from its image read again:
-    the reads run beside the model."""
-    cues = {}
-    batches = image_batches(scene_objects(graphs), describer.batch_size, read_crop, desc="describe objects")
-    for objects, crops in batches:
-        texts = describer.describe([instruction.format(category=o.category) for o in objects], crops, max_new_tokens)
-        cues |= {(o.image_id, o.object_id): text for o, text in zip(objects, texts, strict=True)}
-    return cues
+    the reads run beside the model. Each batch's cues go to the journal at `journal_path` as it
+    finishes; a job killed midway describes only the batches it had not finished, in the same batches
+    as before (their make-up changes the floating-point sums, so only then are its cues an
+    uninterrupted job's)."""
+    objects = scene_objects(graphs)
+    size = describer.batch_size
+    batches = [objects[start : start + size] for start in range(0, len(objects), size)]
+    spec = describer.spec
+    key = stable_id("attribute cues", spec.model_id, spec.revision, spec.dtype, instruction, max_new_tokens, batches)
+    with BatchJournal(journal_path, key) as journal:
+        pending = [index for index in range(len(batches)) if index not in journal.done]
+        if len(pending) < len(batches):
+            log.info(
+                "resuming: %d of %d batches of objects described already", len(batches) - len(pending), len(batches)
+            )
+        # Every pending batch but the last is whole, so their objects re-batch into the same batches.
+        todo = [obj for index in pending for obj in batches[index]]
+        described = image_batches(todo, size, read_crop, desc="describe objects")
+        for index, (batch, crops) in zip(pending, described, strict=True):
+            texts = describer.describe([instruction.format(category=o.category) for o in batch], crops, max_new_tokens)
+            journal.record(index, texts)
+        texts = [text for index in range(len(batches)) for text in journal.done[index]]
+    return {(o.image_id, o.object_id): text for o, text in zip(objects, texts, strict=True)}
 
 
 QUESTIONS_SCHEMA = {

@@ -18,18 +18,19 @@ from blindspot.steps import log, spec, write_counters
 
 def write_scene_questions(
     scene_graphs: str, template: str, describer: dict[str, Any], writer: dict[str, Any], cue_instruction: str,
-    cue_tokens: int, writer_max_tokens: int, batch_size: int, seed: int, out: str, verification_out: str,
-    counters_out: str,
+    cue_tokens: int, writer_max_tokens: int, batch_size: int, seed: int, cues_journal: str, out: str,
+    verification_out: str, counters_out: str,
 ) -> None:  # fmt: skip
     """HumbleBench's own construction: attribute cues from a VLM on each cropped object, then an LLM
-    writing questions from the scene graph; candidates, with a CSV for people to verify them."""
+    writing questions from the scene graph; candidates, with a CSV for people to verify them. The cues
+    are journaled as they come (`cues_journal`), so a killed job describes only what it had not."""
     from blindspot.humblebench import questions as humble_questions
     from blindspot.models.textgen import load_text_generator
     from blindspot.models.vlm_scoring import TransformersVLMScorer
 
     graphs = humble_questions.read_scene_graphs(scene_graphs)
     vlm = TransformersVLMScorer(spec(describer), batch_size)
-    cues = humble_questions.attribute_cues(graphs, vlm, cue_instruction, cue_tokens)
+    cues = humble_questions.attribute_cues(graphs, vlm, cue_instruction, cue_tokens, cues_journal)
     del vlm  # one model at a time in memory
     writer_spec = spec(writer)
     # Up to three questions of JSON: the writer's own token budget (for triplets) may be too short.
@@ -41,6 +42,7 @@ def write_scene_questions(
     humble_questions.export_for_verification(rows, verification_out)
     write_counters(counters_out, counters, "scene-graph questions")
     write_table(out, pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names), tables.HUMBLE_QUESTIONS)
+    Path(cues_journal).unlink()
 
 
 def make_humble_questions(
