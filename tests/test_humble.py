@@ -62,9 +62,9 @@ def test_nota_only_removes_the_correct_option():
     assert present(already, "nota_only", {"remove_correct": True, "reletter": True}, seed=0).options == OPTIONS
 
 
-def test_noise_image_makes_nota_the_label_and_the_noise_is_seeded():
+def test_noise_image_keeps_the_label_and_the_noise_is_seeded():
     shown = present(QUESTION, "noise", {"noise_image": True}, seed=3)
-    assert (shown.label, shown.noise_image, shown.options) == ("E", True, OPTIONS)
+    assert (shown.label, shown.nota, shown.noise_image, shown.options) == ("C", "E", True, OPTIONS)
     first, again, other = (np.asarray(noise_image(q, 3, (16, 8))) for q in ("q1", "q1", "q2"))
     assert first.shape == (8, 16, 3)
     assert (first == again).all()
@@ -294,13 +294,14 @@ def answer_rows(vlm, setting, rows):
 def answered():
     original = [("q1", "A", "E", "A", "A", "Object"), ("q2", "E", "E", "E", "B", "Relation"),
                 ("q3", "B", "E", "E", "B", "Attribute"), ("q4", "C", "E", "", "C", "Object")]  # fmt: skip
-    noise = [(q, "E", "E", pred, pred, kind) for (q, _, _, _, _, kind), pred in zip(original, "EAEE", strict=True)]
+    noise = [(q, label, "E", pred, pred, kind)
+             for (q, label, _, _, _, kind), pred in zip(original, "EAEE", strict=True)]  # fmt: skip
     other = [("q1", "A", "E", "B", "A", "Object"), ("q2", "E", "E", "E", "E", "Relation"),
              ("q3", "B", "E", "B", "B", "Attribute"), ("q4", "C", "E", "C", "C", "Object")]  # fmt: skip
     return pd.DataFrame(
         answer_rows("vlm-a", "original", original) + answer_rows("vlm-a", "noise", noise)
-        + answer_rows("vlm-b", "original", other) + answer_rows("vlm-b", "noise", [(q, "E", "E", "A", "A", k)
-                                                                                      for q, *_, k in other])
+        + answer_rows("vlm-b", "original", other) + answer_rows("vlm-b", "noise", [(q, label, "E", "A", "A", k)
+                                                                                      for q, label, *_, k in other])
     )  # fmt: skip
 
 
@@ -317,7 +318,9 @@ def test_tables_4_5_and_6_from_answers(answered):
     }  # fmt: skip
     assert t4.loc["vlm-b", "Overall"] == 75.0
     assert table4(metrics, "logits", "original").set_index("Model").loc["vlm-a", "Overall"] == 75.0  # other reading
-    assert table4(metrics, "text", "noise").set_index("Model").loc["vlm-a", "Overall"] == 75.0  # 3 of 4 say NOTA
+    noise = table4(metrics, "text", "noise").set_index("Model")
+    assert noise.loc["vlm-a", "Overall"] == 0.0  # 3 of 4 say NOTA, which their labels are not
+    assert noise.loc["vlm-a", "HS"] == 0.0  # q2 (NOTA) missed, NOTA said on all three others
     t5 = table5(metrics, "text", SETTINGS).set_index("Setting")
     assert t5.loc["Original", "# Models"] == 2
     assert t5.loc["Original", "Avg. Overall"] == 62.5

@@ -86,7 +86,7 @@ def test_the_noise_setting_shows_the_official_noise_image_or_noise_per_question(
         Image.new("RGB", size, "red").save(paths[-1])
     official = [present(Question(f"q{i}", "?", OPTIONS, "A", "Object"), "noise", {"noise_image": True}, 3)
                 for i in range(2)]  # fmt: skip
-    assert [(shown.noise, shown.noise_image, shown.label) for shown in official] == [("official", True, "E")] * 2
+    assert [(shown.noise, shown.noise_image, shown.label) for shown in official] == [("official", True, "A")] * 2
     pictures = [np.asarray(shown_image(shown, str(path), seed=3)) for shown, path in zip(official, paths, strict=True)]
     assert pictures[0].shape == (256, 256, 3)
     assert (pictures[0] == pictures[1]).all()  # one image for every question

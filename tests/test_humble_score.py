@@ -3,7 +3,6 @@ CSV) scored against the release, end to end through the CLI; and the official sc
 same predictions (the numbers in docs/humblebench.md)."""
 
 import json
-import math
 import re
 from pathlib import Path
 
@@ -92,8 +91,10 @@ ORIGINAL = {
     "macro_f1": (1 + 1 + 1 + 0 + 0.8) / 5,  # A, B, C perfect; D missed; E: 2 right, 1 false
     "d_prime": 2 * 0.6744897501960817,  # z(1 - 1/4) - z(1/4): a hit rate of 1 moves half a count in
 }  # fmt: skip
-# Noise: every label is NOTA; 1, 2 ("e"), 3 (NOTA's text) and 5 say it; 6 names no option.
-NOISE = {"overall": 4 / 6, "nota_hit": 4 / 6, "nota_selection": 4 / 6, "unparseable": 1 / 6}
+# Noise: the labels stay A, B, C, E, E, D (officially and in the paper's Table 5); 1, 2 ("e"), 3 (NOTA's
+# text) and 5 say NOTA, 4 says A, 6 names no option: only 5 is right.
+NOISE = {"overall": 1 / 6, "nota_hit": 1 / 2, "false_nota": 3 / 4, "nota_selection": 4 / 6, "unparseable": 1 / 6,
+         "humility": (1 / 2 + 1 - 3 / 4) / 2}  # fmt: skip
 # NOTA-only: 1 names the removed A (not shown: unparseable); 3 says D; the rest say NOTA.
 NOTA_ONLY = {"overall": 4 / 6, "nota_hit": 4 / 6, "unparseable": 1 / 6}
 
@@ -108,8 +109,6 @@ def test_official_results_folder_scored_end_to_end(official, release, tmp_path, 
     for setting, expected in (("original", ORIGINAL), ("noise", NOISE), ("nota_only", NOTA_ONLY)):
         for name, value in expected.items():
             assert found.loc[setting, name] == pytest.approx(value), (setting, name)
-    assert math.isnan(found.loc["noise", "false_nota"])  # no question with a real answer: HS and d' undefined
-    assert math.isnan(found.loc["noise", "humility"])
     for kind in ("table4_humblebench_original", "table5_humblebench_settings", "table6_humblebench_models"):
         for ext in ("csv", "md", "tex"):
             assert (out / "tables" / f"{kind}.{ext}").stat().st_size > 0
@@ -233,12 +232,14 @@ def test_official_scorer_beside_ours(official, release, tmp_path):
     }
     assert {s: {k: round(v, 2) for k, v in m.items()} for s, m in theirs.items()} == {
         "common": {"Overall_accuracy": 66.67, "E_accuracy": 50.0},  # 3 ("... on a table") wrong; 5 no hit
-        "noise_image": {"Overall_accuracy": 16.67, "E_accuracy": 50.0},  # labels stay A-D: saying NOTA is wrong
+        "noise_image": {"Overall_accuracy": 16.67, "E_accuracy": 50.0},  # labels stay: saying NOTA is wrong
         "nota_only": {"Overall_accuracy": 66.67, "E_accuracy": 50.0},  # "E." is right but no hit
     }
     assert score(official, release, tmp_path / "ours") == 0
     ours = metrics(tmp_path / "ours")
     assert round(100 * ours.loc["original", "overall"], 2) == 83.33
     assert round(100 * ours.loc["original", "nota_hit"], 2) == 100.0
-    assert round(100 * ours.loc["noise", "overall"], 2) == 66.67
+    assert round(100 * ours.loc["noise", "overall"], 2) == 16.67  # the same labels as the official
+    assert round(100 * ours.loc["noise", "nota_hit"], 2) == 50.0  # "E" and "E." alike
+    assert round(100 * ours.loc["noise", "nota_selection"], 2) == 66.67  # the noise settings' headline
     assert round(100 * ours.loc["nota_only", "nota_hit"], 2) == 66.67

@@ -172,7 +172,7 @@ def annotator_table(choices: pd.DataFrame) -> pd.DataFrame:
 def majority_choices(choices: pd.DataFrame) -> pd.DataFrame:
     """The human majority per pair: the most frequent choice. A tie between the most frequent choices
     (3 corr against 3 adv, or corr against neither) is "neither": no clear majority preference, which
-    Table 3's kappa leaves out and its accuracy counts as not preferring I_corr."""
+    Table 3's kappa and the Human row's accuracy count as not preferring I_corr (docs/fidelity.md P27)."""
     rows = []
     for pair_id, part in choices.groupby("pair_id", sort=True):
         counts = part["choice"].value_counts()

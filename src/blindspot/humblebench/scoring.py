@@ -7,8 +7,8 @@ The official code (github.com/maifoundations/HumbleBench, `HumbleBench/utils/io.
 question_id, prediction`, where `question` holds the options as shown (a NOTA-only question keeps its
 letters with a gap) and `prediction` is the model's raw answer. Each line is read as it was shown: the
 option lines of its question are matched to the release's options, which gives the letter map, NOTA's
-letter and the label. In the official noise setting the label stays the original letter, although no
-option is supported any more; here, as in the paper, it is NOTA.
+letter and the label. In the noise settings the label stays the question's, as the official code and
+the paper's Table 5 have it, although no option is supported any more (docs/fidelity.md H7).
 """
 
 from __future__ import annotations
@@ -135,8 +135,8 @@ def official_rows(
         moved = shown_options(question, str(record["question"]), at)
         letter_map = {old: moved.get(old, "") for old in LETTERS[: len(question.options)]}
         nota = letter_map[nota_letter(question.options)]
-        label = nota if transforms.get("noise_image") or not letter_map[question.label] else letter_map[question.label]
-        if not transforms.get("noise_image") and str(record["label"]).strip() != label:
+        label = letter_map[question.label] or nota  # NOTA-only removed the correct option
+        if str(record["label"]).strip() != label:
             raise ValueError(
                 f"{at}: question {question.question_id} is labelled {record['label']!r}, but the release's correct "
                 f"option is shown as {label!r}"

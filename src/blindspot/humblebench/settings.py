@@ -7,10 +7,13 @@ into what the model is shown (`present`), recording how letters moved; settings 
 code does (github.com/maifoundations/HumbleBench, `HumbleBench/utils/entity.py` and `io.py`):
 - `shuffle_nota`: NOTA moves to a position drawn from the question id and the seed; the other
   options keep their order, letters are re-assigned, and the map from old to new letters is kept.
-- `noise_image`: noise replaces the real image; no option is supported any more, so NOTA becomes
-  the label. Officially one 256x256 grey noise image, the same for every question (numpy's global
-  seed 3720, the official `set_global_seed`); with `noise_per_question`, RGB noise of the image's
-  size drawn from the question id and the seed.
+- `noise_image`: noise replaces the real image. No option is supported any more, so NOTA is the
+  answer to hope for, but the label stays the question's, as in the official code and the paper's
+  Table 5 (whose noise rows have an Overall apart from the NOTA selection rate, and an HS): these
+  settings are read by their NOTA selection rate (docs/fidelity.md H7). Officially one 256x256 grey
+  noise image, the same for every question (numpy's global seed 3720, the official
+  `set_global_seed`); with `noise_per_question`, RGB noise of the image's size drawn from the
+  question id and the seed.
 - `remove_correct` (the NOTA-only setting): the correct option is removed, so NOTA becomes the label.
   Officially the other options keep their letters, with a gap ("A, C, D, E"; NOTA stays E); with
   `reletter`, the rest are re-lettered without a gap (NOTA becomes D). A question whose label
@@ -125,8 +128,6 @@ def present(question: Question, setting: str, transforms: Mapping[str, Any], see
         position = int(draw(seed, question.question_id, setting).integers(len(options) + 1))
         options.insert(position, nota_text)
         letters.insert(position, nota)
-    if transforms.get("noise_image"):
-        label = nota
     # Officially a removed option leaves a gap; a moved NOTA, or the `reletter` form, re-letters A, B, ...
     relettered = transforms.get("shuffle_nota") or transforms.get("reletter")
     shown = LETTERS[: len(options)] if relettered else "".join(letters)

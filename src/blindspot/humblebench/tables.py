@@ -221,13 +221,14 @@ def plot_nota_tradeoff(
     metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]], path: str | Path
 ) -> None:
     """NOTA hit rate (y) against false-NOTA rate (x), one marker per model and setting; the diagonal is
-    a model that picks NOTA at random. Settings without both rates (noise, NOTA-only), and those that
-    `settings` does not name (as in Tables 5 and 6), are left out."""
+    a model that picks NOTA at random. Left out: the noise settings (their labels are not what the
+    image shows, so a NOTA there is no false-NOTA), settings without both rates (NOTA-only), and
+    those that `settings` does not name (as in Tables 5 and 6)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     part = _one_reading(metrics, reading, ["nota_hit", "false_nota"]).dropna(subset=["nota_hit", "false_nota"])
-    part = part[part["setting"].isin(list(settings))]
+    part = part[part["setting"].isin([name for name, entry in settings.items() if not entry.get("noise_image")])]
     figure = Figure(figsize=(6.5, 5.0), dpi=150, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()

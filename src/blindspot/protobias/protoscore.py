@@ -144,8 +144,11 @@ def base_model(spec: Any) -> str:
 
 
 def split_heldout(pairs: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(training pairs, held-out pairs): a pair is held out by a hash of its id, so the slice is stable."""
-    held = pairs["pair_id"].map(lambda pair: int(stable_id(seed, "heldout", pair), 16) % 10_000 < fraction * 10_000)
+    """(training pairs, held-out pairs): a triplet's pairs are held out together, by a hash of its id, so
+    the slice is stable and no held-out pair has a sibling (another render of its triplet) in training."""
+    held = pairs["triplet_id"].map(
+        lambda triplet: int(stable_id(seed, "heldout", triplet), 16) % 10_000 < fraction * 10_000
+    )
     return pairs[~held].reset_index(drop=True), pairs[held].reset_index(drop=True)
 
 
@@ -247,7 +250,7 @@ def train(
     scorer: PairwiseScorer, pairs: pd.DataFrame, out: str | Path, checkpoint: str | Path,
     stop_after_steps: int | None = None,
 ) -> pd.DataFrame:  # fmt: skip
-    """Train on `pairs` (neutral_prompt, corr_path, adv_path, pair_id), resuming from `checkpoint` when it
+    """Train on `pairs` (neutral_prompt, corr_path, adv_path, pair_id, triplet_id), resuming from `checkpoint` when it
     holds one of this run; write the adapter, the head and the training log to `out`. `stop_after_steps` stops
     after that many optimizer steps in this call (a preemption, for the resume test). Returns the log:
     one row per optimizer step (loss, learning rate, pairs per second) and per evaluation
