@@ -299,6 +299,15 @@ def test_a_missing_taxonomy_or_template_fails_the_config_check_naming_its_key(ti
         validate_config(tiny_config)
 
 
+def test_a_broken_template_fails_the_config_check_naming_its_key_and_file(tiny_config, tmp_path):
+    broken = tmp_path / "cautious.yaml"
+    broken.write_text("name: humble_cautious\nversion: 2\nuser: '{{ question }'\n")
+    tiny_config["humblebench"]["settings"]["cautious"]["template"] = str(broken)
+    with pytest.raises(ConfigError, match=rf"^config key 'humblebench\.settings\.cautious\.template': prompt template "
+                                          rf"{re.escape(str(broken))}: its user message, line 1"):  # fmt: skip
+        check_files(tiny_config)
+
+
 def test_a_missing_scene_graph_file_names_its_key(tiny_config, tmp_path):
     scene_graphs = {"file": str(tmp_path / "graphs.json"), "template": "config/prompts/humble_scene_questions_v1.yaml"}
     tiny_config["humblebench"]["scene_graphs"] = scene_graphs

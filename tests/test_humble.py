@@ -384,7 +384,7 @@ def test_answers_read_a_batch_at_a_time_are_those_of_the_images_in_memory(built_
     from blindspot.prompts import PromptTemplate
 
     scorer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=2)
-    template = PromptTemplate.load(REPO / "config" / "prompts" / "humble_original_v1.yaml")
+    template = PromptTemplate.load(REPO / "config" / "prompts" / "humble_original_v2.yaml")
     templates = {"original": template, "noise": template}
     questions = []
     for i, colour in enumerate(["red", "green", "blue"]):

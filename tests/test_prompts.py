@@ -33,3 +33,34 @@ def test_version_changes_with_the_file(tmp_path):
     path.write_text("name: t\nsystem: s\nuser: u\n")
     with pytest.raises(ValueError, match="version"):
         PromptTemplate.load(path)
+
+
+def test_the_humblebench_prompts_are_the_official_prefixes_before_the_question_and_no_system_message():
+    fields = {"question": "What colour is the car?", "options": "A. red\nE. None of the above", "letters": "A, E"}
+    original = PromptTemplate.load(REPO / "config" / "prompts" / "humble_original_v2.yaml").render(**fields)
+    assert [message["role"] for message in original] == ["user"]
+    question = original[0]["content"]
+    assert question.startswith("What colour is the car?\nA. red\nE. None of the above\n")
+    for name, first in (("cautious", "Be highly cautious."), ("grounding", "Base your answer strictly")):
+        [message] = PromptTemplate.load(REPO / "config" / "prompts" / f"humble_{name}_v2.yaml").render(**fields)
+        prefix, _, rest = message["content"].partition("\n\n\n")  # the official prompt ends in a newline
+        assert prefix.startswith("You are answering a visual multiple-choice question.\n\n" + first)
+        assert rest == question
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "is not a mapping"),
+        ("name: t\nversion: 1\nuser: [unclosed\n", "is not YAML"),
+        ("name: t\nuser: u\n", r"lacks \['version'\]"),
+        ("name: t\nversion: 1\nuser: 'u {{ x '\n", "its user message, line 1"),
+    ],
+)
+def test_a_broken_template_is_one_line_naming_its_file(tmp_path, text, says):
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=says) as error:
+        PromptTemplate.load(path)
+    assert str(path) in str(error.value)
+    assert "\n" not in str(error.value)

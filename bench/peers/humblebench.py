@@ -11,8 +11,8 @@ NOT_REASONING_POST_PROMPT), renders them with the chat template, reads the image
 
 Where it cannot be the official code word for word:
 - NOT_REASONING_POST_PROMPT is not in the stored sources: the peer appends our template's answer
-  instruction, and also gets the template's system message (the official chat has none), so that both
-  arms show the model the same tokens; a random-weight model's answers are comparable only then.
+  instruction, so that both arms show the model the same tokens; a random-weight model's answers are
+  comparable only then. Neither arm sends a system message, as the official chat does not.
 - Without qwen_vl_utils installed, the images are opened with PIL as RGB. The images are sized in
   multiples of 28 pixels, at least 56x56, which its `smart_resize` leaves as they are, so both are the same.
 - transformers 5 calls `torch_dtype` `dtype`.
@@ -94,30 +94,29 @@ def synthetic_questions(folder: Path, n: int, seed: int) -> pd.DataFrame:
 
 def official_samples(
     questions: pd.DataFrame, template: PromptTemplate, transforms: dict[str, Any], seed: int
-) -> tuple[list[dict[str, Any]], str, str]:
+) -> tuple[list[dict[str, Any]], str]:
     """The questions as release records (`question` holds the stem and the lettered options, `image` a
-    {"path"}), and the system message and the text appended to each question, both from our template:
-    its user message is the release's question text, then the answer instruction."""
-    samples, systems, post_prompts = [], set(), set()
+    {"path"}), and the text appended to each question, from our template: its one message is the
+    release's question text, then the answer instruction."""
+    samples, post_prompts = [], set()
     for row in questions.to_dict("records"):
         fields = present(row_question(row), SETTING, transforms, seed).prompt_fields()
         text = f"{fields['question']}\n{fields['options']}"
-        system, user = template.render(**fields)
-        if not user["content"].startswith(text):
-            raise ValueError(f"{template.name}: its user message does not begin with the question and options")
-        systems.add(system["content"])
+        messages = template.render(**fields)
+        if len(messages) != 1 or not messages[0]["content"].startswith(text):
+            raise ValueError(f"{template.name}: not one user message beginning with the question and options")
+        user = messages[0]
         post_prompts.add(user["content"][len(text) :])
         samples.append({"question_id": row["question_id"], "question": text, "label": row["label"],
                         "type": row["type"], "image": {"path": row["image_path"]}})  # fmt: skip
-    if len(systems) != 1 or len(post_prompts) != 1:
+    if len(post_prompts) != 1:
         raise ValueError(f"{template.name}: the official post prompt is one text for every question; these vary")
-    return samples, systems.pop(), post_prompts.pop()
+    return samples, post_prompts.pop()
 
 
-def official_messages(sample: dict[str, Any], system: str, post_prompt: str) -> list[dict[str, Any]]:
-    """models/Qwen25_VL.py `infer`'s chat for one question (with our system message in front)."""
+def official_messages(sample: dict[str, Any], post_prompt: str) -> list[dict[str, Any]]:
+    """models/Qwen25_VL.py `infer`'s chat for one question."""
     return [
-        {"role": "system", "content": system},
         {"role": "user", "content": [{"type": "image", "image": sample["image"]["path"]},
                                      {"type": "text", "text": sample["question"] + post_prompt}]},
     ]  # fmt: skip
@@ -150,23 +149,23 @@ def official_model(path: str) -> tuple[Any, Any]:
     return model, processor
 
 
-def official_inputs(processor: Any, batch: list[dict[str, Any]], system: str, post_prompt: str, device: Any) -> Any:
+def official_inputs(processor: Any, batch: list[dict[str, Any]], post_prompt: str, device: Any) -> Any:
     """models/Qwen25_VL.py `infer` up to `generate`: one batch's chats rendered, their images read, and
     the processor's padded tensors."""
-    messages = [official_messages(sample, system, post_prompt) for sample in batch]
+    messages = [official_messages(sample, post_prompt) for sample in batch]
     texts = [processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
     images, videos = vision_inputs(messages)
     return processor(text=texts, images=images, videos=videos, padding=True, return_tensors="pt").to(device)
 
 
 def official_infer(
-    model: Any, processor: Any, batch: list[dict[str, Any]], system: str, post_prompt: str, max_new_tokens: int
+    model: Any, processor: Any, batch: list[dict[str, Any]], post_prompt: str, max_new_tokens: int
 ) -> list[dict[str, Any]]:
     """models/Qwen25_VL.py `infer`: one batch generated with the model's generation defaults (greedy here),
     the prompt trimmed off, decoded into each sample's `prediction`."""
     import torch
 
-    inputs = official_inputs(processor, batch, system, post_prompt, model.device)
+    inputs = official_inputs(processor, batch, post_prompt, model.device)
     with torch.no_grad():
         generated = model.generate(**inputs, max_new_tokens=max_new_tokens)
     trimmed = [out[len(prompt) :] for prompt, out in zip(inputs.input_ids, generated, strict=True)]
@@ -175,7 +174,7 @@ def official_infer(
 
 
 def first_position_probabilities(
-    model: Any, processor: Any, batches: Sequence[list[dict[str, Any]]], system: str, post_prompt: str
+    model: Any, processor: Any, batches: Sequence[list[dict[str, Any]]], post_prompt: str
 ) -> np.ndarray:
     """Not in the official code, which reads only text: the model's next-token probabilities over the
     option letters at the first answer position, for the official loop's own batches and inputs (one
@@ -185,7 +184,7 @@ def first_position_probabilities(
     letters = option_token_ids(processor.tokenizer)
     found = []
     for batch in batches:
-        inputs = official_inputs(processor, batch, system, post_prompt, model.device)
+        inputs = official_inputs(processor, batch, post_prompt, model.device)
         with torch.no_grad():
             logits = model(**inputs).logits[:, -1].float()  # left padding: the last position answers
         found.append(torch.softmax(logits, dim=-1)[:, letters].cpu().numpy())
@@ -257,7 +256,7 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
     transforms = setting_transforms(setting)
     with tempfile.TemporaryDirectory() as scratch:
         questions = synthetic_questions(Path(scratch), QUESTIONS, seed)
-        samples, system, post_prompt = official_samples(questions, template, transforms, seed)
+        samples, post_prompt = official_samples(questions, template, transforms, seed)
         scorer = load_vlm_scorer(spec, humble["batch_size"])
         model, processor = official_model(spec.path)
         ours_prompts = [
@@ -268,7 +267,7 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
             for row in questions.to_dict("records")
         ]
         peer_prompts = [
-            processor.apply_chat_template(official_messages(s, system, post_prompt), tokenize=False,
+            processor.apply_chat_template(official_messages(s, post_prompt), tokenize=False,
                                           add_generation_prompt=True)
             for s in samples
         ]  # fmt: skip
@@ -285,11 +284,11 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
         # only the two paths' own costs in the time.
         for batch_size, tokens in ((OFFICIAL_BATCH_SIZE, OFFICIAL_MAX_NEW_TOKENS), (1, OFFICIAL_MAX_NEW_TOKENS),
                                    (OFFICIAL_BATCH_SIZE, ours_tokens)):  # fmt: skip
-            infer = functools.partial(official_infer, model, processor, system=system, post_prompt=post_prompt,
+            infer = functools.partial(official_infer, model, processor, post_prompt=post_prompt,
                                       max_new_tokens=tokens)  # fmt: skip
             peer_seconds, peer = timed(functools.partial(official_run, samples, batch_size, infer), repeats)
             batches = official_batches(samples, batch_size)
-            probabilities = first_position_probabilities(model, processor, batches, system, post_prompt)
+            probabilities = first_position_probabilities(model, processor, batches, post_prompt)
             agree, detail = agreement(answered, peer, probabilities, same_budget=tokens == ours_tokens)
             rows.append(
                 Row(

@@ -15,6 +15,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from blindspot.prompts import PromptTemplate
+
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
 SCHEMA_PATH = SCHEMA_DIR / "config.schema.yaml"
 # (stage, role) -> the backends a model in that role may have.
@@ -111,6 +113,11 @@ def check_files(config: dict[str, Any]) -> None:
             if not Path(value).is_file():
                 where = "is not a file" if Path(value).exists() else "does not exist"
                 raise ConfigError(f"config key '{key}': {value} {where} (relative paths start at {Path.cwd()})")
+            if key.endswith("template"):  # read when the workflow is planned, not after a job's model loads
+                try:
+                    PromptTemplate.load(value)
+                except ValueError as error:
+                    raise ConfigError(f"config key '{key}': {error}") from None
 
 
 def validate_config(config: dict[str, Any]) -> None:

@@ -22,6 +22,9 @@ def _compiled(source: str) -> jinja2.Template:
 
 @dataclass(frozen=True)
 class PromptTemplate:
+    """A chat prompt: a user message and, unless `system` is empty, a system message before it (some
+    peers send none: the model's chat template then adds its own default, if it has one)."""
+
     name: str
     version: str  # "<name>/v<n>+<sha256 prefix of the file>": edits without a bump still show
     system: str
@@ -29,17 +32,29 @@ class PromptTemplate:
 
     @classmethod
     def load(cls, path: str | Path) -> PromptTemplate:
+        """The template in `path`; ValueError with one line naming the file when it is not one."""
         raw = Path(path).read_bytes()
-        spec = yaml.safe_load(raw)
-        missing = {"name", "version", "system", "user"} - set(spec)
+        try:
+            spec = yaml.safe_load(raw)
+        except yaml.YAMLError as error:
+            raise ValueError(f"prompt template {path} is not YAML: {' '.join(str(error).split())}") from None
+        if not isinstance(spec, dict):
+            raise ValueError(f"prompt template {path} is not a mapping with name, version and user")
+        missing = {"name", "version", "user"} - set(spec)
         if missing:
             raise ValueError(f"prompt template {path} lacks {sorted(missing)}")
+        for part in ("system", "user"):  # compiled (once) here, so a syntax error names the file
+            try:
+                _compiled(spec.get(part) or "")
+            except jinja2.TemplateSyntaxError as error:
+                raise ValueError(
+                    f"prompt template {path}: its {part} message, line {error.lineno}: {error.message}"
+                ) from None
         digest = hashlib.sha256(raw).hexdigest()[:8]
-        return cls(spec["name"], f"{spec['name']}/v{spec['version']}+{digest}", spec["system"], spec["user"])
+        return cls(spec["name"], f"{spec['name']}/v{spec['version']}+{digest}", spec.get("system") or "", spec["user"])
 
     def render(self, **fields: Any) -> list[dict[str, str]]:
         """Chat messages for one item; a field the template uses but was not given is an error."""
-        return [
-            {"role": "system", "content": _compiled(self.system).render(**fields).strip()},
-            {"role": "user", "content": _compiled(self.user).render(**fields).strip()},
-        ]
+        system = _compiled(self.system).render(**fields).strip()
+        user = {"role": "user", "content": _compiled(self.user).render(**fields).strip()}
+        return [{"role": "system", "content": system}, user] if system else [user]

@@ -375,10 +375,10 @@ class APIJudgeMetric:
 
     def body(self, prompt: str, png: bytes) -> dict[str, Any]:
         """The chat-completions request for one (prompt, image) pair."""
-        system, user = self.template.render(prompt=prompt)
+        *system, user = self.template.render(prompt=prompt)
         image_url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
         messages = [
-            {"role": "system", "content": system["content"]},
+            *system,
             {"role": "user", "content": [
                 {"type": "image_url", "image_url": {"url": image_url}},
                 {"type": "text", "text": user["content"]},

@@ -292,12 +292,9 @@ def image_question(text: str) -> list[dict]:
 
 
 def image_conversation(template: PromptTemplate, **fields: str) -> list[dict]:
-    """The template's system message, then a user message of one image and the rendered text."""
-    system, user = template.render(**fields)
-    return [
-        {"role": "system", "content": system["content"]},
-        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user["content"]}]},
-    ]
+    """The template's system message, if it has one, then a user message of one image and the rendered text."""
+    *system, user = template.render(**fields)
+    return [*system, {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user["content"]}]}]
 
 
 def judge_images(
