@@ -101,6 +101,9 @@ def test_a_label_studio_export_is_read_back(tables, tmp_path):
     assert read_labels("pairwise", tmp_path / "again.json").equals(labels)
     with pytest.raises(ValueError, match="not in the subset: p9"):
         pairwise_choices(labels.assign(item_id="p9"), tables["pairwise"])
+    (tmp_path / "export.csv").write_text("id,choice\n1,left\n")  # Label Studio's CSV export, named by mistake
+    with pytest.raises(ValueError, match=r"export\.csv is not a JSON export \(Label Studio's JSON, not its CSV\)"):
+        read_labels("pairwise", tmp_path / "export.csv")
 
 
 class Server:

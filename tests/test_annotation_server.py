@@ -330,3 +330,12 @@ def test_each_task_as_an_annotator_sees_it(task, tmp_path):
             assert box is not None, element
             assert box["y"] + box["height"] <= in_view, (element, box)
         save_screenshot(page, f"builtin-{task}")
+
+
+def test_a_port_that_is_taken_is_one_line_naming_it(images, tmp_path, capsys):
+    from blindspot.cli import main
+
+    pairwise_project(images, tmp_path / "project")
+    with running(tmp_path / "project") as (port, _), pytest.raises(SystemExit):
+        main(["annotate", "serve", str(tmp_path / "project"), "--port", str(port)])
+    assert capsys.readouterr().err.splitlines()[-1].startswith(f"blindspot: error: cannot serve on 127.0.0.1:{port}: ")

@@ -40,6 +40,26 @@ def test_paper_config_names_the_papers_models(paper_config):
     assert set(paper_config["domains"]) == {"animals", "demography", "objects"}
 
 
+def test_a_job_stopped_by_bad_input_says_why_in_one_line(tmp_path):
+    taxonomy = tmp_path / "animals.yaml"
+    text = (REPO / "config" / "taxonomy" / "animals.yaml").read_text()
+    taxonomy.write_text(text.replace("    label: bird\n", "    label: bird\n    label: fowl\n", 1))
+    path = tiny_with(tmp_path, "taxonomy: config/taxonomy/animals.yaml", f"taxonomy: {taxonomy}")
+    done = subprocess.run(
+        [sys.executable, "-m", "blindspot.steps", "run", "make_seeds", "--configfile", str(path), "domain=animals"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    line = line_of(taxonomy, "label: fowl")
+    twice = f"key 'subcategories.birds.label' is given twice (first on line {line - 1})"
+    assert done.stderr.strip().splitlines()[-1] == f"taxonomy file {taxonomy} line {line}: {twice}"
+    bad_wildcard = [sys.executable, "-m", "blindspot.steps", "run", "make_seeds", "animals", "--configfile", str(path)]
+    done = subprocess.run(bad_wildcard, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].endswith("wildcards are NAME=VALUE, not animals")
+
+
 @pytest.mark.parametrize(
     ("edit", "key"),
     [
@@ -296,6 +316,13 @@ def test_a_missing_taxonomy_or_template_fails_the_config_check_naming_its_key(ti
     validate_config(tiny_config)
     edit(tiny_config)
     with pytest.raises(ConfigError, match=f"^config key '{re.escape(key)}': "):
+        validate_config(tiny_config)
+
+
+def test_a_question_kind_naming_an_unknown_field_fails_the_config_check(tiny_config):
+    tiny_config["humblebench"]["from_benchmark"]["kinds"]["count"]["text"] = "How many {object} are there?"
+    says = r"cannot fill in 'object' \(it may use \{aux\}, \{label\}, \{subject\}\)$"
+    with pytest.raises(ConfigError, match=r"^config key 'humblebench\.from_benchmark\.kinds\.count\.text': " + says):
         validate_config(tiny_config)
 
 

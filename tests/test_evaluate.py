@@ -156,3 +156,12 @@ def test_evaluate_humblebench_on_a_release_of_the_tiny_questions_gives_the_tiny_
     original = original[original["vlm"] == "tiny-qwen2.5-vl"].reset_index(drop=True)
     pd.testing.assert_frame_equal(new, original)
     assert json.loads((results / "tables" / "evaluate_humblebench.json").read_text())["vlms"]["tiny-qwen2.5-vl"]
+
+
+def test_a_column_that_is_not_field_equals_column_is_one_line(tmp_path, capsys):
+    from blindspot.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["evaluate", "protobias", "--dataset", str(tmp_path), "--metric", "clipscore", "--column", "image_corr",
+              "--configfile", str(REPO / "config" / "tiny.yaml")])  # fmt: skip
+    assert capsys.readouterr().err.splitlines()[-1] == "blindspot: error: --column 'image_corr' is not FIELD=COLUMN"

@@ -5,6 +5,7 @@ answering with the tiny Qwen2.5-VL."""
 import functools
 import io
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -228,6 +229,16 @@ def test_scene_graphs_are_read_and_checked(tmp_path):
     (tmp_path / "sg" / "broken.json").write_text(json.dumps(broken))
     with pytest.raises(ValueError, match="image street has a relation between unknown objects"):
         read_scene_graphs(tmp_path / "sg" / "broken.json")
+    for edit, says in [
+        (lambda graphs: graphs.pop("images"), "have no 'images' list"),
+        (lambda graphs: graphs["images"][1]["objects"][0].pop("bbox"), "image kitchen lacks bbox"),
+        (lambda graphs: graphs["images"][0].update(file_name="gone.png"), r"image street: its file .*gone\.png is not"),
+    ]:
+        broken = json.loads(path.read_text())
+        edit(broken)
+        (tmp_path / "sg" / "broken.json").write_text(json.dumps(broken))
+        with pytest.raises(ValueError, match=f"^scene graphs {re.escape(str(tmp_path))}.*broken.json:? {says}"):
+            read_scene_graphs(tmp_path / "sg" / "broken.json")
 
 
 def test_the_writers_json_becomes_questions_and_bad_output_is_reported():

@@ -159,6 +159,16 @@ def validate_config(config: dict[str, Any]) -> None:
                 f"config key 'humblebench.tables.{use}': '{setting}' is not one of the settings "
                 f"({', '.join(humble['settings'])})"
             )
+    from blindspot.humblebench.questions import KIND_FIELDS
+
+    for name, kind in ((humble.get("from_benchmark") or {}).get("kinds") or {}).items():
+        try:
+            kind["text"].format(**dict.fromkeys(KIND_FIELDS, ""))
+        except (KeyError, IndexError, ValueError) as error:  # a field it does not have, {0}, a lone brace
+            raise ConfigError(
+                f"config key 'humblebench.from_benchmark.kinds.{name}.text': cannot fill in {error} "
+                f"(it may use {', '.join('{' + field + '}' for field in KIND_FIELDS)})"
+            ) from None
     # The steps timed per item are the catalogue's, which itself reads the config's models.
     from blindspot.catalogue import check_throughput
 

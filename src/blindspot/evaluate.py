@@ -191,6 +191,9 @@ def evaluate(args: Any) -> pd.DataFrame:
     base = load_config(args.configfile)
     results_dir = args.results_dir or str(Path(base["results_dir"]) / f"evaluate_{args.benchmark}")
     if args.benchmark == "protobias":
+        malformed = [pair for pair in args.column if not pair.partition("=")[0] or "=" not in pair]
+        if malformed:
+            raise ConfigError(f"--column {malformed[0]!r} is not FIELD=COLUMN")
         columns = dict(pair.split("=", 1) for pair in args.column)
         config = protobias_config(base, args.dataset, args.metric, columns, results_dir)
     else:

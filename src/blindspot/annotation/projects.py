@@ -226,7 +226,11 @@ def _value(task: str, results: Sequence[Mapping[str, Any]], where: str) -> dict[
 def read_labels(task: str, export: str | Path) -> pd.DataFrame:
     """Labels from a Label Studio JSON export file (or the built-in page's, the same format):
     `labels_from_export`."""
-    return labels_from_export(task, json.loads(Path(export).read_text()), export)
+    try:
+        tasks = json.loads(Path(export).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{export} is not a JSON export (Label Studio's JSON, not its CSV): {error}") from None
+    return labels_from_export(task, tasks, export)
 
 
 def labels_from_export(task: str, tasks: Sequence[Mapping[str, Any]], source: str | Path) -> pd.DataFrame:

@@ -373,7 +373,10 @@ def serve(
     folder = Path(folder).resolve()
     project = load_project(folder)
     store = LabelStore(folder / DATABASE)
-    return AnnotationServer((host, port), make_handler(folder, project, store, connection_timeout))
+    try:
+        return AnnotationServer((host, port), make_handler(folder, project, store, connection_timeout))
+    except OSError as error:  # the port is taken, or the host is not this machine's
+        raise ValueError(f"cannot serve on {host}:{port}: {error.strerror or error}") from None
 
 
 def links(folder: str | Path, host: str, port: int) -> dict[str, str]:

@@ -22,6 +22,7 @@ from blindspot.io import BatchJournal, stable_id, write_text
 from blindspot.models.json_output import read_json_output, schema_problem
 
 log = logging.getLogger(__name__)
+KIND_FIELDS = ("aux", "label", "subject")  # what a `from_benchmark` kind's text may name
 
 
 def question_row(
@@ -86,7 +87,8 @@ def questions_from_benchmark(
                 question_id = stable_id("benchmark", pair.pair_id, role, kind)
                 rng = draw(seed, question_id, "options")
                 options, label = _options(truth, pool, bool(rng.random() < nota_share), rng)
-                text = kinds[kind]["text"].format(aux=pair.aux_element, label=pair.label, subject=instance)
+                fields = dict(zip(KIND_FIELDS, (pair.aux_element, pair.label, instance), strict=True))
+                text = kinds[kind]["text"].format(**fields)
                 question = Question(question_id, text, options, label, kinds[kind]["type"])
                 origin = {"pair_id": pair.pair_id, "role": role, "kind": kind, "domain": pair.domain, "truth": truth}
                 rows.append(question_row(question, "benchmark", getattr(pair, f"{role}_path"), origin, verified=True))
@@ -97,15 +99,30 @@ def questions_from_benchmark(
 def read_scene_graphs(path: str | Path) -> list[dict[str, Any]]:
     """Scene graphs in the Panoptic Scene Graph style: {"images": [{"image_id", "file_name" (relative to
     the file), "objects": [{"id", "category", "bbox": [x0, y0, x1, y1]}], "relations": [{"subject",
-    "object", "predicate"}]}]}. Relations must name objects of their own image."""
+    "object", "predicate"}]}]}. Relations must name objects of their own image, and every image file must
+    be there: a ValueError names the first that is not, before any model loads."""
     path = Path(path)
-    graphs = json.loads(path.read_text())["images"]
-    for graph in graphs:
+    try:
+        graphs = json.loads(path.read_text(encoding="utf-8"))["images"]
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"scene graphs {path} are not JSON: {error}") from None
+    except (KeyError, TypeError):
+        raise ValueError(f"scene graphs {path} have no 'images' list (the Panoptic Scene Graph layout)") from None
+    for number, graph in enumerate(graphs):
+        where = f"scene graphs {path}: image {graph.get('image_id', number)}"
+        missing = [key for key in ("image_id", "file_name", "objects") if key not in graph]
+        missing += sorted(
+            {key for obj in graph.get("objects", []) for key in ("id", "category", "bbox") if key not in obj}
+        )
+        if missing:
+            raise ValueError(f"{where} lacks {', '.join(missing)}")
         ids = {obj["id"] for obj in graph["objects"]}
         for relation in graph.get("relations", []):
-            if relation["subject"] not in ids or relation["object"] not in ids:
-                raise ValueError(f"{path}: image {graph['image_id']} has a relation between unknown objects {relation}")
+            if relation.get("subject") not in ids or relation.get("object") not in ids:
+                raise ValueError(f"{where} has a relation between unknown objects {relation}")
         graph["file_name"] = str(path.parent / graph["file_name"])
+        if not Path(graph["file_name"]).is_file():
+            raise ValueError(f"{where}: its file {graph['file_name']} is not there")
     return graphs
 
 

@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from blindspot.config import SCHEMA_DIR, ConfigError, check_schema
+from blindspot.config import SCHEMA_DIR, ConfigError, check_schema, read_yaml
 from blindspot.io import stable_id
 
 SEED_COLUMNS = [
@@ -33,7 +32,7 @@ REALIZATION_FACETS = ("clothing", "appearance", "symbols")  # paper A.1, in the 
 
 def load_taxonomy(path: str | Path, domain: str) -> dict[str, Any]:
     path = Path(path)
-    taxonomy = yaml.safe_load(path.read_text())
+    taxonomy = read_yaml(path, "taxonomy")  # a key given twice would silently drop a subcategory
     check_schema(taxonomy, SCHEMA_DIR / "taxonomy.schema.yaml", f"taxonomy {path}")
     if taxonomy["domain"] != domain:
         raise ConfigError(f"taxonomy {path} key 'domain': '{taxonomy['domain']}' but config names it '{domain}'")

@@ -29,10 +29,16 @@ import pandas as pd
 
 from blindspot import catalogue
 from blindspot.config import GPUUnavailable, ModelSpec, running_step, shard_slice
+from blindspot.images import ImageReadError
 from blindspot.io import provenance, remove_stale_temps, write_json, write_table
-from blindspot.metrics import PluginError
+from blindspot.metrics.scoring import NoAnswers
+from blindspot.protobias.triplets import ShardFailedError
 
 log = logging.getLogger("blindspot")
+# What stops a job for a reason its message names (a file, key or value; a job without its GPUs; a shard
+# whose every item failed): one line, as the CLI shows the same errors. ValueError covers the config's,
+# the plug-ins' and the inputs' own errors.
+JOB_STOPPERS = (ValueError, FileNotFoundError, ImageReadError, GPUUnavailable, ShardFailedError, NoAnswers)
 
 
 def step_function(name: str) -> Callable[..., None]:
@@ -96,12 +102,12 @@ def step_arguments(step: Callable[..., None], job: Any) -> dict[str, Any]:
 
 def run_step(step: str, /, **arguments: Any) -> None:
     """Run the step named `step` as one job (its arguments may have any name, `step` too). Messages
-    about the job's resources name it, and a job whose model finds fewer GPUs than it asks for stops
-    with that one line rather than a traceback."""
+    about the job's resources name it, and a job stopped by bad input, a missing GPU or a shard that
+    failed whole stops with the one line that says why (`JOB_STOPPERS`), not a traceback."""
     with running_step(step):
         try:
             step_function(step)(**arguments)
-        except (GPUUnavailable, PluginError) as error:  # one line, as the config check's errors are
+        except JOB_STOPPERS as error:
             raise SystemExit(str(error)) from None
 
 
@@ -150,7 +156,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     from blindspot.config import ConfigError, load_config
     from blindspot.dag import job_arguments
 
-    wildcards = dict(pair.split("=", 1) for pair in [*args.wildcards, *rest])
+    words = [*args.wildcards, *rest]
+    if not all("=" in word for word in words):
+        parser.error(f"wildcards are NAME=VALUE, not {' '.join(word for word in words if '=' not in word)}")
+    wildcards = dict(word.split("=", 1) for word in words)
     try:
         arguments = job_arguments(load_config(args.configfile), args.step, wildcards)
     except (ConfigError, ValueError) as error:
