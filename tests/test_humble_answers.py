@@ -107,9 +107,11 @@ def test_an_empty_shard_never_loads_the_model(tmp_path):
         raise AssertionError("the model was loaded for an empty shard")
 
     spec = ModelSpec(name="vlm-a", backend="transformers", gpus=0, dtype="float32", path="x")
+    journal = tmp_path / "answers.journal.jsonl"
     frame, counters = answer_shard(
-        questions(tmp_path, 3).iloc[:0], "original", {}, PromptTemplate.load(TEMPLATE), spec, load_scorer, 4, 0
+        questions(tmp_path, 3).iloc[:0], "original", {}, PromptTemplate.load(TEMPLATE), spec, load_scorer, 4, 0, journal
     )
+    assert not journal.exists()
     assert frame.empty
     assert list(frame.columns) == tables.HUMBLE_ANSWERS.names
     assert counters == {"questions": 0, "unparseable_text": 0, "text_and_logits_agree": 0}
@@ -134,11 +136,21 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
 
     template = PromptTemplate.load(TEMPLATE)
     table = questions(tmp_path, 4)
-    frame, counters = answer_shard(table, "nota_only", transforms, template, spec, load_scorer, 4, 3)
+    journal = tmp_path / "answers.journal.jsonl"
+    frame, counters = answer_shard(table, "nota_only", transforms, template, spec, load_scorer, 4, 3, journal)
     assert len(loaded) == 1
+    # Killed after its first batch (the journal cut down to it), the job answers only the second; its
+    # table is the uninterrupted job's to the last bit.
+    journal.write_text("".join(journal.read_text().splitlines(keepends=True)[:2]))
+    answered, answer = [], loaded[0].choose
+    loaded[0].choose = lambda conversations, *rest: answered.append(len(conversations)) or answer(conversations, *rest)
+    resumed, _ = answer_shard(table, "nota_only", transforms, template, spec, lambda: loaded[0], 4, 3, journal)
+    assert answered == [2]
+    pd.testing.assert_frame_equal(resumed, frame)
+    loaded[0].choose = answer
     shown = [(present(Question(r["question_id"], r["question"], OPTIONS, r["label"], r["type"]), "nota_only",
                       transforms, 3), r["image_path"]) for r in table.to_dict("records")]  # fmt: skip
-    expected = answer_in_batches(shown, loaded[0], {"nota_only": template}, 4, 3)
+    expected = answer_in_batches(shown, loaded[0], {"nota_only": template}, 4, 3, tmp_path / "again.jsonl")
     assert frame.drop(columns=["vlm", "model_id", "model_revision"]).to_dict("records") == [
         {name: row[name] for name in frame.columns if name in row} for row in expected
     ]

@@ -121,3 +121,31 @@ def test_a_failed_write_is_raised_when_the_block_ends(tmp_path):
 
     with pytest.raises(OSError, match="disk full writing"), BackgroundWrites(limit=4) as writes:
         writes.submit(write, Image.new("RGB", (4, 4)), tmp_path / "a.png")
+
+
+def test_journaled_batches_resume_at_the_first_unfinished_batch(tmp_path):
+    paths = [str(path) for path in write_pngs(tmp_path, 10)]
+    journal, worked = tmp_path / "job.journal.jsonl", []
+
+    def grey_levels(batch, pictures, kill_at=None):
+        worked.append(len(batch))
+        if len(worked) == kill_at:
+            raise RuntimeError("the job is killed")
+        return [int(np.asarray(picture)[0, 0, 0]) + 0.5 for picture in pictures]
+
+    def run(key="model-a", kill_at=None, path=journal):
+        work = lambda batch, pictures: grey_levels(batch, pictures, kill_at)  # noqa: E731
+        return images.journaled_batches(paths, 4, read_rgb, work, path, key)
+
+    with pytest.raises(RuntimeError, match="killed"):
+        run(kill_at=3)  # the third and last batch (of 2 items) never finishes
+    assert worked == [4, 4, 2]
+    assert run() == [level + 0.5 for level in range(10)]
+    assert worked == [4, 4, 2, 2]  # only the unfinished batch
+    assert run() == [level + 0.5 for level in range(10)]
+    assert worked == [4, 4, 2, 2]  # all journaled: nothing to do
+    run(key="model-b")  # another model: its own results, from the start
+    assert worked == [4, 4, 2, 2, 4, 4, 2]
+    worked.clear()
+    images.journaled_batches(paths, 5, read_rgb, grey_levels, journal, "model-b")  # other batches: afresh
+    assert worked == [5, 5]

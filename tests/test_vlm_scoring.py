@@ -1,3 +1,5 @@
+import functools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -95,7 +97,27 @@ def test_a_tiny_vlm_scores_images_against_their_descriptions(built_config, vlm, 
     )  # fmt: skip
     template = PromptTemplate.load(REPO / built_config["image_stage"]["judge_template"])
     scorer = TransformersVLMScorer(model_spec(built_config, vlm), batch_size=2)
-    frame, counters = judge_images(renders, scorer, template)
+    score, scored = scorer.score, []
+
+    def scoring(conversations, images, kill=False):
+        scored.append(len(images))
+        if kill:
+            raise RuntimeError("the job is killed")
+        return score(conversations, images)
+
+    scorer.score = functools.partial(scoring, kill=True)  # killed in its first batch: nothing journaled
+    with pytest.raises(RuntimeError, match="killed"):
+        judge_images(renders, scorer, template, tmp_path / "scores.journal.jsonl")
+    scorer.score = scoring
+    frame, counters = judge_images(renders, scorer, template, tmp_path / "scores.journal.jsonl")
+    assert scored == [2, 2, 1]
+    # Resumed from its journal after the first batch (cut down to it), the job scores only the second,
+    # and its table is the uninterrupted job's to the last bit (the journal keeps the scores as JSON).
+    journal = tmp_path / "scores.journal.jsonl"
+    journal.write_text("".join(journal.read_text().splitlines(keepends=True)[:2]))
+    resumed, _ = judge_images(renders, scorer, template, journal)
+    assert scored == [2, 2, 1, 1]
+    pd.testing.assert_frame_equal(resumed, frame)
     assert list(frame["image_id"]) == ["a", "b", "c"]
     for row in frame.itertuples():
         assert sum(row.probabilities) == pytest.approx(1.0)
@@ -105,7 +127,7 @@ def test_a_tiny_vlm_scores_images_against_their_descriptions(built_config, vlm, 
         assert pd.isna(row.text_score) or row.text_score in SCORES
     assert counters["images"] == 3
     # The same image and description score the same, whatever else is in the batch.
-    alone, _ = judge_images(renders.iloc[[2]], scorer, template)
+    alone, _ = judge_images(renders.iloc[[2]], scorer, template, tmp_path / "alone.journal.jsonl")
     assert alone["expected_score"].iloc[0] == pytest.approx(frame["expected_score"].iloc[2], abs=1e-4)
 
 

@@ -274,10 +274,12 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
         if ours_prompts != peer_prompts:
             raise ValueError("the two arms render different prompts; their answers could not be compared")
 
-        ours_seconds, answered = timed(
-            lambda: answer_shard(questions, SETTING, transforms, template, spec, lambda: scorer, ours_tokens, seed)[0],
-            repeats,
-        )
+        def ours() -> pd.DataFrame:
+            journal = Path(tempfile.mkdtemp(dir=scratch)) / "answers.journal.jsonl"  # a fresh job's, as the step's
+            return answer_shard(questions, SETTING, transforms, template, spec, lambda: scorer, ours_tokens, seed,
+                                journal)[0]  # fmt: skip
+
+        ours_seconds, answered = timed(ours, repeats)
         vision = "qwen_vl_utils" if QWEN_VL_UTILS else "PIL (qwen_vl_utils is not installed)"
         rows = []
         # The official loop as it runs (128 tokens; batch 4, and 1), and at our token budget, which leaves

@@ -93,6 +93,34 @@ def image_batches(
                     future.cancel()
 
 
+def journaled_batches(
+    items: Sequence[Item], batch_size: int, read: Callable[[Item], Any], work: Callable[[list[Item], list[Any]], list],
+    journal_path: str | Path, key: Any, desc: str | None = None,
+) -> list:  # fmt: skip
+    """`work(batch, images)` over `image_batches` of `items`, its results (one JSON value per item) in
+    the items' order. Each batch's results go to the journal at `journal_path` as it finishes, under a
+    key of `key` (what else decides them: the model, its settings), the items and the batch size: a job
+    killed midway does only the batches it had not finished, in the same batches as before (their
+    make-up changes a model's floating-point sums, so only then are its results an uninterrupted job's)."""
+    import logging
+
+    from blindspot.io import BatchJournal, stable_id
+
+    batches = [list(items[start : start + batch_size]) for start in range(0, len(items), batch_size)]
+    with BatchJournal(journal_path, stable_id(key, batch_size, batches)) as journal:
+        pending = [index for index in range(len(batches)) if index not in journal.done]
+        if len(pending) < len(batches):
+            logging.getLogger(__name__).info(
+                "resuming from %s: %d of %d batches done already", journal_path, len(batches) - len(pending),
+                len(batches),
+            )  # fmt: skip
+        # Every pending batch but the last is whole, so their items re-batch into the same batches.
+        todo = [item for index in pending for item in batches[index]]
+        for index, (batch, images) in zip(pending, image_batches(todo, batch_size, read, desc), strict=True):
+            journal.record(index, work(batch, images))
+        return [result for index in range(len(batches)) for result in journal.done[index]]
+
+
 class BackgroundWrites:
     """Image writes (PNG encoding, hashing) in `WORKERS` threads while the model makes the next images.
     `submit` returns the write's future at once unless `limit` writes are still pending; then it waits

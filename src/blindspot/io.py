@@ -142,6 +142,13 @@ def read_table(path: str | Path, schema: pa.Schema) -> pd.DataFrame:
     return table.to_pandas()
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python number it holds (JSON has no float32)."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 class BatchJournal:
     """A long step's finished batches, one JSON line each, appended (and flushed to disk) as each
     finishes, so a job killed midway resumes at its first unfinished batch. The first line holds `key`:
@@ -173,7 +180,7 @@ class BatchJournal:
         return done
 
     def record(self, index: int, result: Any) -> None:
-        self.file.write(json.dumps({"batch": index, "result": result}) + "\n")
+        self.file.write(json.dumps({"batch": index, "result": result}, default=_plain) + "\n")
         self.file.flush()
         os.fsync(self.file.fileno())
         self.done[index] = result

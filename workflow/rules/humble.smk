@@ -88,6 +88,8 @@ rule answer_humble:
         batch_size=HUMBLE["batch_size"],
         max_new_tokens=HUMBLE["max_new_tokens"],
         seed=config["seed"],
+        # Not an output: Snakemake would delete it when a job fails, and resuming needs it.
+        journal=P("humble_answer_journal"),
     log:
         LOG("answer_humble"),
     benchmark:

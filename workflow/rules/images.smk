@@ -41,6 +41,8 @@ rule judge_images:
     params:
         model=get_model_spec("vlm"),
         batch_size=config["image_stage"]["judge_batch_size"],
+        # Not an output: Snakemake would delete it when a job fails, and resuming needs it.
+        journal=P("vlm_score_journal"),
     log:
         LOG("judge_images"),
     benchmark:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from blindspot.config import ModelSpec
 from blindspot.humblebench.parsing import parse_answer
 from blindspot.humblebench.questions import row_question
 from blindspot.humblebench.settings import LETTERS, Presented, present, shard_of, shown_image
-from blindspot.images import image_batches
+from blindspot.images import journaled_batches
 from blindspot.models.vlm_scoring import image_conversation
 from blindspot.prompts import PromptTemplate
 
@@ -27,19 +28,20 @@ def shard_questions(questions: pd.DataFrame, shard: int, shards: int) -> pd.Data
 
 def answer_shard(
     questions: pd.DataFrame, setting: str, transforms: Mapping[str, Any], template: PromptTemplate, spec: ModelSpec,
-    load_scorer: Callable[[], Any], max_new_tokens: int, seed: int,
+    load_scorer: Callable[[], Any], max_new_tokens: int, seed: int, journal_path: str | Path,
 ) -> tuple[pd.DataFrame, dict[str, int]]:  # fmt: skip
     """The answers of the VLM `spec` to `questions` as the setting shows them (`settings.present`), one
     row per question (`tables.HUMBLE_ANSWERS`), and counters: questions, answers whose text names no
     option, answers whose two readings agree. `load_scorer` is called only for a shard with questions,
-    so an empty shard never loads the model."""
+    so an empty shard never loads the model. The answers are journaled a batch at a time
+    (`answer_in_batches`)."""
     shown = [
         (present(row_question(row), setting, transforms, seed), row["image_path"])
         for row in questions.to_dict("records")
     ]
     answered = []
     if shown:
-        answered = answer_in_batches(shown, load_scorer(), {setting: template}, max_new_tokens, seed)
+        answered = answer_in_batches(shown, load_scorer(), {setting: template}, max_new_tokens, seed, journal_path)
     about = {"vlm": spec.name, "model_id": spec.model_id, "model_revision": spec.revision or ""}
     frame = pd.DataFrame([row | about for row in answered], columns=tables.HUMBLE_ANSWERS.names)
     counters = {
@@ -87,14 +89,21 @@ def answer_questions(
 
 def answer_in_batches(
     questions: Sequence[tuple[Presented, str]], scorer: Any, templates: Mapping[str, PromptTemplate],
-    max_new_tokens: int, seed: int,
+    max_new_tokens: int, seed: int, journal_path: str | Path,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """`answer_questions` for each (shown question, image file), a batch of the scorer's at a time: the
-    next batch's images (or their noise) are made while the model answers this one."""
-    rows = []
-    for batch, images in image_batches(
-        questions, scorer.batch_size, lambda question: shown_image(*question, seed), desc=f"answer {scorer.spec.name}"
-    ):
+    next batch's images (or their noise) are made while the model answers this one. Each batch's
+    answers go to the journal at `journal_path` (`images.journaled_batches`): a job killed midway
+    answers only the batches it had not finished."""
+
+    def answer(batch: list[tuple[Presented, str]], images: list[Any]) -> list[dict[str, Any]]:
         shown = [(presented, image) for (presented, _), image in zip(batch, images, strict=True)]
-        rows += answer_questions(shown, scorer, templates, max_new_tokens)
-    return rows
+        return answer_questions(shown, scorer, templates, max_new_tokens)
+
+    spec = scorer.spec
+    key = ("answers", spec.model_id, spec.revision, spec.dtype, {s: t.version for s, t in templates.items()},
+           max_new_tokens, seed)  # fmt: skip
+    return journaled_batches(
+        questions, scorer.batch_size, lambda question: shown_image(*question, seed), answer, journal_path, key,
+        desc=f"answer {spec.name}",
+    )  # fmt: skip

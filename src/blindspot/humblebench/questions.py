@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from blindspot.humblebench.settings import LETTERS, NOTA_TEXT, TYPES, Question, draw, is_nota
-from blindspot.images import image_batches, read_rgb
-from blindspot.io import BatchJournal, stable_id, write_text
+from blindspot.images import journaled_batches, read_rgb
+from blindspot.io import stable_id, write_text
 from blindspot.models.json_output import read_json_output, schema_problem
 
 log = logging.getLogger(__name__)
@@ -155,28 +155,18 @@ def attribute_cues(
     """What a VLM says about each cropped object (`instruction` with {category}): candidate attribute
     cues for the question writer, as the paper's InstructBLIP step gives. The crops are cut a batch at
     a time (a scene-graph release has hundreds of thousands of objects), each from its image read again:
-    the reads run beside the model. Each batch's cues go to the journal at `journal_path` as it
-    finishes; a job killed midway describes only the batches it had not finished, in the same batches
-    as before (their make-up changes the floating-point sums, so only then are its cues an
-    uninterrupted job's)."""
+    the reads run beside the model. The cues are journaled a batch at a time (`journaled_batches`), so
+    a job killed midway describes only the batches it had not finished."""
     objects = scene_objects(graphs)
-    size = describer.batch_size
-    batches = [objects[start : start + size] for start in range(0, len(objects), size)]
     spec = describer.spec
-    key = stable_id("attribute cues", spec.model_id, spec.revision, spec.dtype, instruction, max_new_tokens, batches)
-    with BatchJournal(journal_path, key) as journal:
-        pending = [index for index in range(len(batches)) if index not in journal.done]
-        if len(pending) < len(batches):
-            log.info(
-                "resuming: %d of %d batches of objects described already", len(batches) - len(pending), len(batches)
-            )
-        # Every pending batch but the last is whole, so their objects re-batch into the same batches.
-        todo = [obj for index in pending for obj in batches[index]]
-        described = image_batches(todo, size, read_crop, desc="describe objects")
-        for index, (batch, crops) in zip(pending, described, strict=True):
-            texts = describer.describe([instruction.format(category=o.category) for o in batch], crops, max_new_tokens)
-            journal.record(index, texts)
-        texts = [text for index in range(len(batches)) for text in journal.done[index]]
+
+    def describe(batch: list[SceneObject], crops: list[Any]) -> list[str]:
+        return describer.describe([instruction.format(category=o.category) for o in batch], crops, max_new_tokens)
+
+    key = ("attribute cues", spec.model_id, spec.revision, spec.dtype, instruction, max_new_tokens)
+    texts = journaled_batches(
+        objects, describer.batch_size, read_crop, describe, journal_path, key, desc="describe objects"
+    )
     return {(o.image_id, o.object_id): text for o, text in zip(objects, texts, strict=True)}
 
 

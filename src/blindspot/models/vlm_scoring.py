@@ -13,6 +13,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from blindspot.config import ModelSpec
-from blindspot.images import image_batches, read_rgb
+from blindspot.images import journaled_batches, read_rgb
 from blindspot.prompts import PromptTemplate
 
 log = logging.getLogger(__name__)
@@ -298,19 +299,27 @@ def image_conversation(template: PromptTemplate, **fields: str) -> list[dict]:
 
 
 def judge_images(
-    renders: pd.DataFrame, scorer: TransformersVLMScorer | VLLMVLMScorer, template: PromptTemplate
-) -> tuple[pd.DataFrame, dict[str, Any]]:
+    renders: pd.DataFrame, scorer: TransformersVLMScorer | VLLMVLMScorer, template: PromptTemplate,
+    journal_path: str | Path,
+) -> tuple[pd.DataFrame, dict[str, Any]]:  # fmt: skip
     """Score each image against its own description only (I_corr with D_c, I_adv with D_a), a batch of
-    the scorer's at a time: the next batch decodes while the model scores this one."""
+    the scorer's at a time: the next batch decodes while the model scores this one. Each batch's scores
+    go to the journal at `journal_path` (`images.journaled_batches`): a job killed midway scores only
+    the batches it had not finished."""
     started = time.monotonic()
     records = renders.to_dict("records")
     spec = scorer.spec
-    scores = []
-    for batch, images in image_batches(
-        records, scorer.batch_size, lambda record: read_rgb(record["path"]), desc=f"judge {spec.name}"
-    ):
+
+    def score(batch: list[dict[str, Any]], images: list[Any]) -> list[dict[str, Any]]:
         conversations = [image_conversation(template, description=record["description"]) for record in batch]
-        scores += scorer.score(conversations, images)
+        return scorer.score(conversations, images)
+
+    # The images' sha256 (in the records) are in the key: a re-rendered image is scored again.
+    key = ("image scores", spec.model_id, spec.revision, spec.dtype, spec.backend, template.version)
+    scores = journaled_batches(
+        records, scorer.batch_size, lambda record: read_rgb(record["path"]), score, journal_path, key,
+        desc=f"judge {spec.name}",
+    )  # fmt: skip
     frame = pd.DataFrame(
         [
             {

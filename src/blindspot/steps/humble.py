@@ -73,9 +73,11 @@ def make_humble_questions(
 
 def answer_humble(
     questions: str, template: str, model: dict[str, Any], transforms: dict[str, Any], answer_shards: int,
-    batch_size: int, max_new_tokens: int, seed: int, vlm: str, setting: str, shard: str, out: str, counters_out: str,
+    batch_size: int, max_new_tokens: int, seed: int, journal: str, vlm: str, setting: str, shard: str, out: str,
+    counters_out: str,
 ) -> None:  # fmt: skip
-    """One VLM answers one shard of the questions as one setting shows them, its images read a batch at a time."""
+    """One VLM answers one shard of the questions as one setting shows them, its images read a batch at a
+    time; the answers are journaled as they come (`journal`), so a killed job answers only what it had not."""
     from blindspot.humblebench import answers as humble_answers
     from blindspot.models.vlm_scoring import load_vlm_scorer
 
@@ -83,10 +85,11 @@ def answer_humble(
     mine = humble_answers.shard_questions(read_table(questions, tables.HUMBLE_QUESTIONS), int(shard), answer_shards)
     frame, counters = humble_answers.answer_shard(
         mine, setting, transforms, PromptTemplate.load(template), vlm_spec,
-        lambda: load_vlm_scorer(vlm_spec, batch_size), max_new_tokens, seed,
+        lambda: load_vlm_scorer(vlm_spec, batch_size), max_new_tokens, seed, journal,
     )  # fmt: skip
     write_counters(counters_out, counters, f"{vlm}/{setting}/{shard}")
     write_table(out, frame, tables.HUMBLE_ANSWERS)
+    Path(journal).unlink(missing_ok=True)  # an empty shard never made one
 
 
 def make_humble_tables(

@@ -4,6 +4,7 @@ measure their image quality (Table 2)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -30,17 +31,19 @@ def render_images(
 
 def judge_images(
     domain: str, t2i: str, vlm: str, shard: str, renders: str, template: str, out: str, counters_out: str,
-    model: dict[str, Any], batch_size: int,
+    model: dict[str, Any], batch_size: int, journal: str,
 ) -> None:  # fmt: skip
-    """Score every image of one render shard against its own description with one VLM."""
+    """Score every image of one render shard against its own description with one VLM; the scores are
+    journaled as they come (`journal`), so a killed job scores only what it had not."""
     from blindspot.models.vlm_scoring import judge_images as judge
     from blindspot.models.vlm_scoring import load_vlm_scorer
 
     # The VLM loads first: a job without the GPUs it asks for stops before reading anything.
     scorer = load_vlm_scorer(spec(model), batch_size)
-    frame, counters = judge(read_table(renders, tables.RENDERS), scorer, PromptTemplate.load(template))
+    frame, counters = judge(read_table(renders, tables.RENDERS), scorer, PromptTemplate.load(template), journal)
     write_counters(counters_out, counters, f"{domain}/{t2i}/{vlm}/{shard}")
     write_table(out, frame, tables.VLM_SCORES)
+    Path(journal).unlink()
 
 
 def keep_consensus_pairs(
