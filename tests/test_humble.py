@@ -357,9 +357,12 @@ def test_table7_puts_people_and_models_on_the_same_questions(answered, tmp_path)
         table7(answered, read_human_answers(tmp_path / "unknown.csv"), "text")
 
 
-def test_the_nota_plot_is_a_png(answered, tmp_path):
-    from blindspot.humblebench.tables import metrics_table, plot_nota_tradeoff
+def test_the_nota_plot_is_a_png_of_the_settings_whose_labels_the_image_supports(answered, tmp_path):
+    from blindspot.humblebench.tables import metrics_table, plot_nota_tradeoff, tradeoff_points
 
+    # The noise setting has both rates (its labels stay the questions'), but it is read by NOTA selection.
+    assert not metrics_table(answered).query("setting == 'noise'")[["nota_hit", "false_nota"]].isna().any(axis=None)
+    assert set(tradeoff_points(metrics_table(answered), "text", SETTINGS)["setting"]) == {"original"}
     plot_nota_tradeoff(metrics_table(answered), "text", SETTINGS, tmp_path / "nota.png")
     assert (tmp_path / "nota.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # more settings than marker shapes: the shapes repeat

@@ -217,18 +217,24 @@ def write_report(
     plot_nota_tradeoff(found, reading, settings, plot)
 
 
+def tradeoff_points(metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """The NOTA plot's points: NOTA hit and false-NOTA rate per model and setting, for the settings read
+    by overall accuracy (`headline`), whose labels are what the image supports. Left out are the noise
+    settings (read by NOTA selection: a NOTA there is no false NOTA), NOTA-only (no false-NOTA rate) and
+    what `settings` does not name."""
+    part = _one_reading(metrics, reading, ["nota_hit", "false_nota"]).dropna(subset=["nota_hit", "false_nota"])
+    return part[part["setting"].isin([name for name, entry in settings.items() if entry["headline"] == "overall"])]
+
+
 def plot_nota_tradeoff(
     metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]], path: str | Path
 ) -> None:
-    """NOTA hit rate (y) against false-NOTA rate (x), one marker per model and setting; the diagonal is
-    a model that picks NOTA at random. Left out: the noise settings (their labels are not what the
-    image shows, so a NOTA there is no false-NOTA), settings without both rates (NOTA-only), and
-    those that `settings` does not name (as in Tables 5 and 6)."""
+    """NOTA hit rate (y) against false-NOTA rate (x), one marker per model and setting (`tradeoff_points`);
+    the diagonal is a model that picks NOTA at random."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    part = _one_reading(metrics, reading, ["nota_hit", "false_nota"]).dropna(subset=["nota_hit", "false_nota"])
-    part = part[part["setting"].isin([name for name, entry in settings.items() if not entry.get("noise_image")])]
+    part = tradeoff_points(metrics, reading, settings)
     figure = Figure(figsize=(6.5, 5.0), dpi=150, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
