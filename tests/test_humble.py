@@ -333,6 +333,19 @@ def test_tables_4_5_and_6_from_answers(answered):
     assert t6.loc["vlm-b"].to_dict() == {"Original (Overall)": 75.0, "Noise image (NOTA sel.)": 0.0}
 
 
+def test_the_appendix_table_shows_each_nota_measure_moving_from_one_setting_to_another(answered):
+    from blindspot.humblebench.tables import metrics_table, shift_table
+
+    table = shift_table(metrics_table(answered), "text", "original", "noise").set_index("Model")
+    # vlm-a says NOTA on q2 and q3 of the original (q4 unparseable), on all but q2 on noise (labels kept)
+    assert table.loc["vlm-a"].drop("d'").to_dict() == {
+        "NOTA Selection": "50.00 → 75.00", "NOTA Hit": "100.00 → 0.00", "False-NOTA": "33.33 → 100.00",
+        "Non-NOTA Acc.": "33.33 → 0.00",
+    }  # fmt: skip
+    assert re.fullmatch(r"-?\d+\.\d\d → -?\d+\.\d\d", table.loc["vlm-a", "d'"])
+    assert shift_table(metrics_table(answered), "text", "original", "cautious").loc[0, "NOTA Hit"] == "100.00 → -"
+
+
 def test_table7_puts_people_and_models_on_the_same_questions(answered, tmp_path):
     from blindspot.humblebench.tables import read_human_answers, table7
 

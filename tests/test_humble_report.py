@@ -86,12 +86,15 @@ def test_the_step_writes_every_table_and_the_plot(tmp_path, humans):
 
     make_humble_tables(
         answers=paths, human_answers=[str(tmp_path / "humans.csv")], reading="text", settings=SETTINGS,
-        original="original", stress="nota_only", metrics=str(tmp_path / "metrics.csv"), table4=files("t4"),
-        table5=files("t5"), table6=files("t6"), table7=files("t7"), plot=str(tmp_path / "nota.png"),
+        original="original", stress="nota_only", cautious="nota_only", metrics=str(tmp_path / "metrics.csv"),
+        table4=files("t4"), table5=files("t5"), table6=files("t6"), table7=files("t7"), table_a1=files("ta1"),
+        plot=str(tmp_path / "nota.png"),
     )  # fmt: skip
-    found, report = report_tables(frame, humans, "text", SETTINGS, "original", "nota_only")
+    found, report = report_tables(frame, humans, "text", SETTINGS, "original", "nota_only", "nota_only")
     assert (tmp_path / "metrics.csv").read_text() == found.to_csv(index=False)
-    for name, short in (("table4", "t4"), ("table5", "t5"), ("table6", "t6"), ("table7", "t7")):
+    caption = "Appendix Table 1: Original → NOTA-only, NOTA behaviour per model (text reading), % (d' as it is)"
+    assert report["table_a1"][1] == caption
+    for name, short in (("table4", "t4"), ("table5", "t5"), ("table6", "t6"), ("table7", "t7"), ("table_a1", "ta1")):
         assert (tmp_path / f"{short}.csv").read_text() == report[name][0].to_csv(index=False)
         assert (tmp_path / f"{short}.md").read_text().startswith(report[name][1])
     assert (tmp_path / "nota.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

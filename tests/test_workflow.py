@@ -136,11 +136,12 @@ def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
     assert "results/tiny/tables/metric_accuracy.png" in targets
     assert "results/tiny/tables/table6_humblebench_models.tex" in targets
     assert "results/tiny/tables/humblebench_nota_tradeoff.png" in targets
+    assert "results/tiny/tables/tableA1_humblebench_cautious.csv" in targets  # the appendix's Original -> Cautious
     assert not any("table7" in target for target in targets)  # no human answers in the tiny preset
     assert "results/tiny/annotation_projects" in targets
     assert not any("agreement" in target for target in targets)  # no people's labels in the tiny preset
     assert "results/tiny/tables/example_grid.png" in targets
-    assert len(targets) == 3 + 3 * 3 + 3 * 3 + 6 + 1
+    assert len(targets) == 3 + 3 * 3 + 4 * 3 + 6 + 1
 
 
 @pytest.mark.slow

@@ -84,6 +84,8 @@ OUTPUT_DESCRIPTIONS = {
     "table5": "Table 5: HumbleBench across the settings",
     "table6": "Table 6: models across settings, each setting's `headline` metric",
     "table7": "Table 7: people and models on the same questions (only with `humblebench.human_answers`)",
+    "table_a1": "the appendix's Table 1: each model's NOTA measures, Original -> Cautious prompt (only with "
+    "`humblebench.tables.cautious`)",
     "nota_plot": "NOTA hit rate against false-NOTA rate per model and setting",
     "annotation_projects": "one Label Studio project per task (`image_score`, `pairwise`, `question_check`) with "
     "annotator links; copy one out of the results folder before serving it, since Snakemake replaces the folder "

@@ -65,6 +65,7 @@ PATHS = {
     "table5": "{results}/tables/table5_humblebench_settings.{ext}",
     "table6": "{results}/tables/table6_humblebench_models.{ext}",
     "table7": "{results}/tables/table7_humblebench_humans.{ext}",
+    "table_a1": "{results}/tables/tableA1_humblebench_cautious.{ext}",
     "nota_plot": "{results}/tables/humblebench_nota_tradeoff.png",
     "annotation_projects": "{results}/annotation_projects",
     "filter_agreement": "{results}/tables/filter_validation_agreement.{ext}",
@@ -156,8 +157,11 @@ def humble_answer_targets(config: dict[str, Any]) -> list[str]:
 
 
 def humble_table_targets(config: dict[str, Any]) -> list[str]:
-    """HumbleBench's tables: 4 to 6 always, 7 only with human answers."""
-    kinds = ["table4", "table5", "table6"] + (["table7"] if config["humblebench"].get("human_answers") else [])
+    """HumbleBench's tables: 4 to 6 always, 7 only with human answers, the appendix's Original -> Cautious
+    table only with a `cautious` setting named."""
+    humble = config["humblebench"]
+    kinds = ["table4", "table5", "table6"] + (["table7"] if humble.get("human_answers") else [])
+    kinds += ["table_a1"] if humble["tables"].get("cautious") else []
     return [target for kind in kinds for target in table_targets(config, kind)]
 
 

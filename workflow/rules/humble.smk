@@ -113,6 +113,7 @@ rule make_humble_tables:
         table5=humble_tables("table5"),
         table6=humble_tables("table6"),
         table7=targets.table_targets(config, "table7") if config["humblebench"].get("human_answers") else [],
+        table_a1=humble_tables("table_a1") if HUMBLE["tables"].get("cautious") else [],
         plot=report(P("nota_plot"), caption="../report/humblebench.rst", category="HumbleBench"),
     params:
         reading=HUMBLE["reading"],
@@ -120,6 +121,7 @@ rule make_humble_tables:
         settings={name: {key: setting[key] for key in ("label", "headline")} for name, setting in HUMBLE["settings"].items()},
         original=HUMBLE["tables"]["original"],
         stress=HUMBLE["tables"]["stress"],
+        cautious=HUMBLE["tables"].get("cautious"),
     log:
         LOG("make_humble_tables"),
     threads: get_threads("make_humble_tables")

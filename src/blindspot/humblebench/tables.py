@@ -121,6 +121,29 @@ def table6(metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[s
     return table
 
 
+SHIFT_COLUMNS = {"nota_selection": "NOTA Selection", "nota_hit": "NOTA Hit", "false_nota": "False-NOTA",
+                 "non_nota_accuracy": "Non-NOTA Acc.", "d_prime": "d'"}  # fmt: skip
+
+
+def shift_table(metrics: pd.DataFrame, reading: str, before: str, after: str) -> pd.DataFrame:
+    """The appendix's Table 1 (Original -> Cautious prompt in the paper): per model, how each NOTA
+    measure moves from the setting `before` to `after`, "before -> after" as the paper prints it
+    (percentages; d' as it is, two decimals; "-" where a setting has no value)."""
+    part = _one_reading(metrics, reading, list(SHIFT_COLUMNS)).set_index(["setting", "vlm"])
+
+    def shown(setting: str, model: str, metric: str) -> str:
+        value = part[metric].get((setting, model), math.nan)
+        return "-" if math.isnan(value) else f"{value:.2f}" if metric == "d_prime" else f"{100 * value:.2f}"
+
+    models = list(dict.fromkeys(part.index.get_level_values("vlm")))
+    rows = [
+        {"Model": model, **{title: f"{shown(before, model, metric)} → {shown(after, model, metric)}"
+                            for metric, title in SHIFT_COLUMNS.items()}}
+        for model in models
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=["Model", *SHIFT_COLUMNS.values()])
+
+
 def read_human_answers(path: str | Path) -> pd.DataFrame:
     """Human answers: `annotator,question_id,setting,answer` (a letter of the options as shown in that
     setting, or empty when the person gave none)."""
@@ -179,12 +202,13 @@ def table7(
 
 def report_tables(
     answers: pd.DataFrame, humans: pd.DataFrame | None, reading: str, settings: Mapping[str, Mapping[str, Any]],
-    original: str, stress: str, readings: Sequence[str] = READINGS,
+    original: str, stress: str, cautious: str | None = None, readings: Sequence[str] = READINGS,
 ) -> tuple[pd.DataFrame, dict[str, tuple[pd.DataFrame, str]]]:  # fmt: skip
     """Every metric per VLM x setting x reading of `readings` (`metrics_table`), and by name Tables 4 to
-    6 of `reading`, and 7 given people's answers (`read_human_answers`), each with its caption; `original`
-    is the setting of Table 4 and of Table 7's normal columns, `stress` that of Table 7's NOTA hit under
-    stress."""
+    6 of `reading`, 7 given people's answers (`read_human_answers`) and, given a `cautious` setting, the
+    appendix's Original -> Cautious table, each with its caption; `original` is the setting of Table 4,
+    of Table 7's normal columns and of the appendix table's left side, `stress` that of Table 7's NOTA hit
+    under stress."""
     if original not in settings:
         raise ValueError(f"Table 4's setting {original!r} is not one of the settings {list(settings)}")
     found = metrics_table(answers, readings)
@@ -200,6 +224,12 @@ def report_tables(
         report["table7"] = (
             table7(answers, humans, reading, original, stress),
             "Table 7: humans and models on the same questions, %",
+        )
+    if cautious:
+        report["table_a1"] = (
+            shift_table(found, reading, original, cautious),
+            f"Appendix Table 1: {settings[original]['label']} → {settings[cautious]['label']}, NOTA behaviour "
+            f"per model ({reading} reading), % (d' as it is)",
         )
     return found, report
 

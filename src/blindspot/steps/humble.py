@@ -94,15 +94,16 @@ def answer_humble(
 
 def make_humble_tables(
     answers: Sequence[str], human_answers: Sequence[str], reading: str, settings: dict[str, dict[str, str]],
-    original: str, stress: str, metrics: str, table4: Sequence[str], table5: Sequence[str], table6: Sequence[str],
-    table7: Sequence[str], plot: str,
+    original: str, stress: str, cautious: str | None, metrics: str, table4: Sequence[str], table5: Sequence[str],
+    table6: Sequence[str], table7: Sequence[str], table_a1: Sequence[str], plot: str,
 ) -> None:  # fmt: skip
-    """Every metric per VLM x setting x reading, Tables 4-6 (and 7, given human answers), and the NOTA plot."""
+    """Every metric per VLM x setting x reading, Tables 4-6 (7, given human answers; the appendix's
+    Original -> Cautious table, given a `cautious` setting), and the NOTA plot."""
     from blindspot.humblebench import tables as humble_tables
 
     frame = pd.concat([read_table(path, tables.HUMBLE_ANSWERS) for path in answers], ignore_index=True)
     people = humble_tables.read_human_answers(human_answers[0]) if human_answers else None
-    found, report = humble_tables.report_tables(frame, people, reading, settings, original, stress)
-    files = {"table4": table4, "table5": table5, "table6": table6, "table7": table7}
+    found, report = humble_tables.report_tables(frame, people, reading, settings, original, stress, cautious)
+    files = {"table4": table4, "table5": table5, "table6": table6, "table7": table7, "table_a1": table_a1}
     humble_tables.write_report(found, report, reading, settings, metrics, files, plot)
     log.info("HumbleBench tables over %d answers", len(frame))
