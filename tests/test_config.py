@@ -120,6 +120,7 @@ def gpu_job(tmp_path, config: dict, asks: int, visible: str | None):
         renders=str(tmp_path / "renders.parquet"), template="config/prompts/judge_image_v1.yaml",
         out=str(tmp_path / "scores.parquet"), counters_out=str(tmp_path / "counters.json"),
         model=spec_of(config, "tiny-qwen2.5-vl"), batch_size=config["image_stage"]["judge_batch_size"],
+        journal=str(tmp_path / "scores.journal.jsonl"),
     )  # fmt: skip
     repo = Path(__file__).resolve().parents[1]
     return subprocess.run([sys.executable, *command], cwd=repo, env=env, capture_output=True, text=True, timeout=300,

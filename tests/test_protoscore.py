@@ -63,19 +63,19 @@ def synthetic_pairs(folder, n: int, offset: int = 0) -> pd.DataFrame:
         for role, colour in (("corr", [200, 40, 40]), ("adv", [40, 40, 200])):
             noise = rng.integers(-30, 30, (32, 32, 3))
             Image.fromarray((np.array(colour) + noise).clip(0, 255).astype(np.uint8)).save(folder / f"{role}{i}.png")
-        rows.append({"pair_id": f"p{i}", "triplet_id": f"t{i // 2}", "neutral_prompt": f"a photo of thing {i}",
+        rows.append({"pair_id": f"p{i}", "seed_id": f"s{i // 2}", "neutral_prompt": f"a photo of thing {i}",
                      "corr_path": str(folder / f"corr{i}.png"), "adv_path": str(folder / f"adv{i}.png")})  # fmt: skip
     return pd.DataFrame(rows)
 
 
-def test_the_held_out_slice_is_stable_about_its_share_and_keeps_triplets_whole():
-    pairs = pd.DataFrame({"pair_id": [f"p{i}" for i in range(1200)], "triplet_id": [f"t{i // 3}" for i in range(1200)]})
+def test_the_held_out_slice_is_stable_about_its_share_and_keeps_seeds_whole():
+    pairs = pd.DataFrame({"pair_id": [f"p{i}" for i in range(1200)], "seed_id": [f"s{i // 3}" for i in range(1200)]})
     kept, held = split_heldout(pairs, 0.25, seed=3)
     assert len(kept) + len(held) == 1200
     assert 210 < len(held) < 390
     assert list(split_heldout(pairs, 0.25, seed=3)[1]["pair_id"]) == list(held["pair_id"])
-    assert set(kept["triplet_id"]).isdisjoint(held["triplet_id"])  # a triplet's renders stay on one side
-    assert (held.groupby("triplet_id").size() == 3).all()
+    assert set(kept["seed_id"]).isdisjoint(held["seed_id"])  # a seed's triplets and renders stay on one side
+    assert (held.groupby("seed_id").size() == 3).all()
 
 
 @pytest.mark.slow

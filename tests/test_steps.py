@@ -161,3 +161,21 @@ def test_a_step_argument_may_have_any_name(monkeypatch):
     monkeypatch.setattr(steps, "step_function", lambda step: lambda **arguments: received.update(arguments))
     steps.run_step("export_dataset", name="protobias", step="x")
     assert received == {"name": "protobias", "step": "x"}
+
+
+def test_a_job_stopped_by_bad_input_ends_its_log_with_the_one_line_after_the_traceback(tmp_path):
+    log = tmp_path / "logs" / "make_seeds.log"
+    code = textwrap.dedent(f"""
+        from blindspot import steps
+        def make_seeds():
+            raise ValueError("taxonomy x.yaml key 'domain': 'birds' but config names it 'animals'")
+        steps.step_function = lambda name: make_seeds
+        steps.setup_logging({str(log)!r})
+        steps.run_step("make_seeds")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert done.stderr == ""  # all of it is in the job's log
+    lines = log.read_text().splitlines()
+    assert "Traceback (most recent call last):" in lines  # for whoever debugs it
+    assert lines[-1] == "taxonomy x.yaml key 'domain': 'birds' but config names it 'animals'"

@@ -86,7 +86,7 @@ OUTPUT_DESCRIPTIONS = {
     "table7": "Table 7: people and models on the same questions (only with `humblebench.human_answers`)",
     "table_a1": "the appendix's Table 1: each model's NOTA measures, Original -> Cautious prompt (only with "
     "`humblebench.tables.cautious`)",
-    "nota_plot": "NOTA hit rate against false-NOTA rate per model and setting",
+    "nota_plot": "NOTA hit rate against false-NOTA rate per model, in the settings read by overall accuracy",
     "annotation_projects": "one Label Studio project per task (`image_score`, `pairwise`, `question_check`) with "
     "annotator links; copy one out of the results folder before serving it, since Snakemake replaces the folder "
     "when the subsets change",

@@ -101,8 +101,8 @@ def answer_in_batches(
         return answer_questions(shown, scorer, templates, max_new_tokens)
 
     spec = scorer.spec
-    key = ("answers", spec.model_id, spec.revision, spec.dtype, {s: t.version for s, t in templates.items()},
-           max_new_tokens, seed)  # fmt: skip
+    versions = {setting: template.version for setting, template in templates.items()}
+    key = ("answers", spec, versions, max_new_tokens, seed)  # the whole registry entry: backend, weights, ...
     return journaled_batches(
         questions, scorer.batch_size, lambda question: shown_image(*question, seed), answer, journal_path, key,
         desc=f"answer {spec.name}",

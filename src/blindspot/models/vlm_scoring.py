@@ -315,7 +315,7 @@ def judge_images(
         return scorer.score(conversations, images)
 
     # The images' sha256 (in the records) are in the key: a re-rendered image is scored again.
-    key = ("image scores", spec.model_id, spec.revision, spec.dtype, spec.backend, template.version)
+    key = ("image scores", spec, template.version)  # the whole registry entry: backend, weights, engine, ...
     scores = journaled_batches(
         records, scorer.batch_size, lambda record: read_rgb(record["path"]), score, journal_path, key,
         desc=f"judge {spec.name}",

@@ -144,10 +144,11 @@ def base_model(spec: Any) -> str:
 
 
 def split_heldout(pairs: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(training pairs, held-out pairs): a triplet's pairs are held out together, by a hash of its id, so
-    the slice is stable and no held-out pair has a sibling (another render of its triplet) in training."""
-    held = pairs["triplet_id"].map(
-        lambda triplet: int(stable_id(seed, "heldout", triplet), 16) % 10_000 < fraction * 10_000
+    """(training pairs, held-out pairs): a seed's pairs are held out together, by a hash of its id, as the
+    benchmark splits (a seed's triplets are near-copies), so the slice is stable and no held-out pair has a
+    near-copy (another render, or another generator's triplet of its seed) in training."""
+    held = pairs["seed_id"].map(
+        lambda seed_id: int(stable_id(seed, "heldout", seed_id), 16) % 10_000 < fraction * 10_000
     )
     return pairs[~held].reset_index(drop=True), pairs[held].reset_index(drop=True)
 
@@ -250,7 +251,7 @@ def train(
     scorer: PairwiseScorer, pairs: pd.DataFrame, out: str | Path, checkpoint: str | Path,
     stop_after_steps: int | None = None,
 ) -> pd.DataFrame:  # fmt: skip
-    """Train on `pairs` (neutral_prompt, corr_path, adv_path, pair_id, triplet_id), resuming from `checkpoint` when it
+    """Train on `pairs` (neutral_prompt, corr_path, adv_path, pair_id, seed_id), resuming from `checkpoint` when it
     holds one of this run; write the adapter, the head and the training log to `out`. `stop_after_steps` stops
     after that many optimizer steps in this call (a preemption, for the resume test). Returns the log:
     one row per optimizer step (loss, learning rate, pairs per second) and per evaluation
@@ -270,7 +271,8 @@ def train(
     optimizer = torch.optim.AdamW(_trainable(scorer), lr=settings.learning_rate, weight_decay=settings.weight_decay)
     scheduler = _schedule(optimizer, total_steps, settings.warmup_fraction)
     checkpoint = Path(checkpoint)
-    run_key = stable_id(scorer.base, settings.__dict__, sorted(pairs["pair_id"]))
+    # The pairs trained on and held out, not only all pairs: how the slice is drawn may change.
+    run_key = stable_id(scorer.base, settings.__dict__, sorted(train_pairs["pair_id"]), sorted(heldout["pair_id"]))
     position, history = (0, [])
     last = latest_checkpoint(checkpoint)
     state = torch.load(last / "state.pt", weights_only=False) if last is not None else None

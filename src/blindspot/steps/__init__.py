@@ -103,11 +103,14 @@ def step_arguments(step: Callable[..., None], job: Any) -> dict[str, Any]:
 def run_step(step: str, /, **arguments: Any) -> None:
     """Run the step named `step` as one job (its arguments may have any name, `step` too). Messages
     about the job's resources name it, and a job stopped by bad input, a missing GPU or a shard that
-    failed whole stops with the one line that says why (`JOB_STOPPERS`), not a traceback."""
+    failed whole stops with the one line that says why (`JOB_STOPPERS`); a job that writes a log file
+    keeps the traceback there, above that line, for whoever debugs it."""
     with running_step(step):
         try:
             step_function(step)(**arguments)
         except JOB_STOPPERS as error:
+            if sys.stderr is not sys.__stderr__:  # a job's log file (`setup_logging`): the traceback goes there too
+                log.error("the job stopped; where:", exc_info=True)
             raise SystemExit(str(error)) from None
 
 
