@@ -229,10 +229,9 @@ def score(
         for name, entry in settings.items()
         if name == original or name in set(answers["setting"])
     }
-    cautious = humblebench["tables"].get("cautious")
     found, report = report_tables(
-        answers, None, READING, used, original, humblebench["tables"]["stress"],
-        cautious if cautious in used else None, readings=(READING,),
+        answers, None, READING, used, original, humblebench["tables"]["stress"], humblebench["tables"].get("cautious"),
+        readings=(READING,),
     )  # fmt: skip
     files = {name: [PATHS[name].format(results=out, ext=ext) for ext in TABLE_FORMATS] for name in report}
     write_report(found, report, READING, used, PATHS["humble_metrics"].format(results=out), files,

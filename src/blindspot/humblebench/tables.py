@@ -205,8 +205,8 @@ def report_tables(
     original: str, stress: str, cautious: str | None = None, readings: Sequence[str] = READINGS,
 ) -> tuple[pd.DataFrame, dict[str, tuple[pd.DataFrame, str]]]:  # fmt: skip
     """Every metric per VLM x setting x reading of `readings` (`metrics_table`), and by name Tables 4 to
-    6 of `reading`, 7 given people's answers (`read_human_answers`) and, given a `cautious` setting, the
-    appendix's Original -> Cautious table, each with its caption; `original` is the setting of Table 4,
+    6 of `reading`, 7 given people's answers (`read_human_answers`) and, given a `cautious` setting among
+    `settings`, the appendix's Original -> Cautious table, each with its caption; `original` is the setting of Table 4,
     of Table 7's normal columns and of the appendix table's left side, `stress` that of Table 7's NOTA hit
     under stress."""
     if original not in settings:
@@ -225,7 +225,7 @@ def report_tables(
             table7(answers, humans, reading, original, stress),
             "Table 7: humans and models on the same questions, %",
         )
-    if cautious:
+    if cautious in settings:
         report["table_a1"] = (
             shift_table(found, reading, original, cautious),
             f"Appendix Table 1: {settings[original]['label']} → {settings[cautious]['label']}, NOTA behaviour "
