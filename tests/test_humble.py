@@ -410,7 +410,10 @@ def test_answers_read_a_batch_at_a_time_are_those_of_the_images_in_memory(built_
         noise = {"noise_image": True, "noise_per_question": True}
         setting, transforms = ("noise", noise) if i == 1 else ("original", {})
         questions.append((present(question, setting, transforms, seed=3), str(path)))
-    rows = answer_in_batches(questions, scorer, templates, max_new_tokens=4, seed=3, journal_path=tmp_path / "j")
+    rows, computed = answer_in_batches(
+        questions, scorer, templates, max_new_tokens=4, seed=3, journal_path=tmp_path / "j"
+    )
+    assert computed == 3
     # The second question is shown noise of its image's size, not its image.
     pictures = [Image.open(questions[0][1]).convert("RGB"), noise_image("q1", 3, (48, 32)),
                 Image.open(questions[2][1]).convert("RGB")]  # fmt: skip

@@ -114,7 +114,7 @@ def test_an_empty_shard_never_loads_the_model(tmp_path):
     assert not journal.exists()
     assert frame.empty
     assert list(frame.columns) == tables.HUMBLE_ANSWERS.names
-    assert counters == {"questions": 0, "unparseable_text": 0, "text_and_logits_agree": 0}
+    assert counters == {"questions": 0, "unparseable_text": 0, "text_and_logits_agree": 0, "computed_items": 0}
 
 
 @pytest.mark.slow
@@ -144,13 +144,17 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
     journal.write_text("".join(journal.read_text().splitlines(keepends=True)[:2]))
     answered, answer = [], loaded[0].choose
     loaded[0].choose = lambda conversations, *rest: answered.append(len(conversations)) or answer(conversations, *rest)
-    resumed, _ = answer_shard(table, "nota_only", transforms, template, spec, lambda: loaded[0], 4, 3, journal)
+    resumed, resumed_counters = answer_shard(
+        table, "nota_only", transforms, template, spec, lambda: loaded[0], 4, 3, journal
+    )
     assert answered == [2]
     pd.testing.assert_frame_equal(resumed, frame)
+    # Its throughput is over the questions it answered itself.
+    assert resumed_counters["computed_items"] == 2
     loaded[0].choose = answer
     shown = [(present(Question(r["question_id"], r["question"], OPTIONS, r["label"], r["type"]), "nota_only",
                       transforms, 3), r["image_path"]) for r in table.to_dict("records")]  # fmt: skip
-    expected = answer_in_batches(shown, loaded[0], {"nota_only": template}, 4, 3, tmp_path / "again.jsonl")
+    expected = answer_in_batches(shown, loaded[0], {"nota_only": template}, 4, 3, tmp_path / "again.jsonl").results
     assert frame.drop(columns=["vlm", "model_id", "model_revision"]).to_dict("records") == [
         {name: row[name] for name in frame.columns if name in row} for row in expected
     ]
@@ -167,4 +171,5 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
         "questions": 4,
         "unparseable_text": int((frame["prediction_text"] == "").sum()),
         "text_and_logits_agree": int((frame["prediction_text"] == frame["prediction_logits"]).sum()),
+        "computed_items": 4,
     }

@@ -140,9 +140,9 @@ def test_journaled_batches_resume_at_the_first_unfinished_batch(tmp_path):
     with pytest.raises(RuntimeError, match="killed"):
         run(kill_at=3)  # the third and last batch (of 2 items) never finishes
     assert worked == [4, 4, 2]
-    assert run() == [level + 0.5 for level in range(10)]
+    assert run() == ([level + 0.5 for level in range(10)], 2)
     assert worked == [4, 4, 2, 2]  # only the unfinished batch
-    assert run() == [level + 0.5 for level in range(10)]
+    assert run() == ([level + 0.5 for level in range(10)], 0)
     assert worked == [4, 4, 2, 2]  # all journaled: nothing to do
     run(key="model-b")  # another model: its own results, from the start
     assert worked == [4, 4, 2, 2, 4, 4, 2]

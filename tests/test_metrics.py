@@ -136,14 +136,14 @@ def test_the_score_cache_scores_only_what_is_new(built_config, pairs_on_disk, tm
     metric = CountingMetric(spec)
     first, counters = score_pairs(pairs_on_disk, "clipscore", identity, lambda: metric, cache)
     # The middle pair shows one image twice under one prompt: scored once.
-    assert metric.scored == counters["images_scored"] == 5
+    assert metric.scored == counters["images_scored"] == counters["computed_items"] == 5
     assert counters["cache_hits"] == 0
 
     def must_not_load():
         raise AssertionError("a fully cached run loaded the model")
 
     again, counters = score_pairs(pairs_on_disk, "clipscore", identity, must_not_load, cache)
-    assert counters == counters | {"images_scored": 0, "cache_hits": 6}
+    assert counters == counters | {"images_scored": 0, "cache_hits": 6, "computed_items": 0}
     pd.testing.assert_frame_equal(first, again)
     assert list(first.columns) == [f.name for f in tables.METRIC_SCORES]
     assert first["corr_score"].between(0, 1).all()

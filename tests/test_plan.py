@@ -16,7 +16,7 @@ from conftest import REPO
 from blindspot import catalogue, plan, targets
 from blindspot.cli import main
 from blindspot.config import ConfigError, validate_config
-from blindspot.io import write_table
+from blindspot.io import write_json, write_table
 
 BLINDSPOT = REPO / ".venv" / "bin" / "blindspot"
 # Jobs of the paper run from scratch, Snakemake's less the target rule `all`: 506 since the seeds are sized
@@ -150,21 +150,35 @@ def test_throughput_medians_from_benchmark_files(tiny_config, tmp_path, capsys):
     write_benchmark(bench / "judge_images" / "animals" / "tiny-flux" / "tiny-qwen2.5-vl" / "00000.tsv", 6.0)
     write_benchmark(bench / "judge_images" / "animals" / "tiny-flux" / "tiny-internvl3" / "00000.tsv", 8.0)
     write_benchmark(bench / "judge_images" / "animals" / "tiny-flux" / "tiny-internvl3" / "00001.tsv", 16.0)
+    # A resumed judge_images job (12 s) scored 4 of its 8 images itself: its counters say so.
+    write_benchmark(bench / "judge_images" / "animals" / "tiny-flux" / "tiny-qwen2.5-vl" / "00001.tsv", 12.0)
+    # A render job that found every image on disk did no work: it says nothing of the model's speed.
+    write_benchmark(bench / "render_images" / "animals" / "tiny-flux" / "00000.tsv", 30.0)
     run = config | {"results_dir": str(tmp_path / "results")}
     scores = targets.path(run, "vlm_scores", domain="animals", t2i="tiny-flux", vlm="tiny-qwen2.5-vl", shard="00000")
     write_scores(scores, 3)
+    resumed = {"domain": "animals", "t2i": "tiny-flux", "vlm": "tiny-qwen2.5-vl", "shard": "00001"}
+    write_scores(targets.path(run, "vlm_scores", **resumed), 8)
+    write_json(targets.path(run, "vlm_score_counters", **resumed), {"images": 8, "computed_items": 4})
+    write_json(
+        targets.path(run, "render_counters", domain="animals", t2i="tiny-flux", shard="00000"),
+        {"images": 8, "reused": 8, "computed_items": 0},
+    )
     measured = plan.measured_throughput(config, bench)
-    assert len(measured) == 5
+    assert len(measured) == 7
     table = plan.throughput_table(measured)
     # Median of 2 and 5 s per seed.
     assert table["generate_triplets"] == {"smollm2-135m": 3.5}
-    # tiny-qwen2.5-vl: 6 s over the 3 rows of its output; tiny-internvl3: plan's 16 and 8 images -> 0.5 and 2.0.
-    assert table["judge_images"] == {"tiny-qwen2.5-vl": 2.0, "tiny-internvl3": 1.25}
-    assert sorted(measured["items_from"]) == ["output", "plan", "plan", "plan", "plan"]
+    # tiny-qwen2.5-vl: 6 s over the 3 rows of its output, and 12 s over the 4 images (not 8 rows) the
+    # resumed job scored itself -> 2.0 and 3.0; tiny-internvl3: plan's 16 and 8 images -> 0.5 and 2.0.
+    assert table["judge_images"] == {"tiny-qwen2.5-vl": 2.5, "tiny-internvl3": 1.25}
+    assert "render_images" not in table
+    assert sorted(measured["items_from"]) == ["counters", "counters", "output", "plan", "plan", "plan", "plan"]
 
     assert main(["throughput", "--configfile", str(write_config(config, tmp_path)), str(bench)]) == 0
     out = capsys.readouterr().out
-    assert "1 jobs," in out
+    assert "counters) for 2 jobs, rows of its output parquet for 1, the plan's upper bound (no output" in out
+    assert "1 jobs had no items of their own" in out
     pasted = yaml.safe_load(out)
     assert pasted["throughput"] == table
     validate_config(config | pasted)

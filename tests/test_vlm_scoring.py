@@ -115,9 +115,10 @@ def test_a_tiny_vlm_scores_images_against_their_descriptions(built_config, vlm, 
     # and its table is the uninterrupted job's to the last bit (the journal keeps the scores as JSON).
     journal = tmp_path / "scores.journal.jsonl"
     journal.write_text("".join(journal.read_text().splitlines(keepends=True)[:2]))
-    resumed, _ = judge_images(renders, scorer, template, journal)
+    resumed, resumed_counters = judge_images(renders, scorer, template, journal)
     assert scored == [2, 2, 1, 1]
     pd.testing.assert_frame_equal(resumed, frame)
+    assert (counters["computed_items"], resumed_counters["computed_items"]) == (3, 1)
     assert list(frame["image_id"]) == ["a", "b", "c"]
     for row in frame.itertuples():
         assert sum(row.probabilities) == pytest.approx(1.0)

@@ -153,9 +153,11 @@ def render_throughput(measured: pd.DataFrame, benchmark_dir: str) -> str:
     counts = measured["items_from"].value_counts()
     header = [
         f"# Measured from {len(measured)} benchmark files in {benchmark_dir}: median over jobs of wall seconds",
-        "# (Snakemake's `s`, model loading included) / items. Items: rows of the job's output parquet for "
-        f"{counts.get('output', 0)} jobs,",
-        f"# the plan's upper bound (no output found) for {counts.get('plan', 0)} jobs.",
+        "# (Snakemake's `s`, model loading included) / items. Items: what the job's model worked on (its",
+        f"# counters) for {counts.get('counters', 0)} jobs, rows of its output parquet for {counts.get('output', 0)}, "
+        f"the plan's upper bound (no output",
+        f"# found) for {counts.get('plan', 0)}; {int((measured['items'] == 0).sum())} jobs had no items of their own "
+        "(an empty shard, or all done before): left out.",
     ]
     table = plan.throughput_table(measured)
     body = (

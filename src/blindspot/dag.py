@@ -46,18 +46,22 @@ def _jobs(config_yaml: str) -> Iterator[list[Any]]:
             yield list(workflow.dag.jobs)
 
 
-def dag_jobs(config: dict[str, Any]) -> list[tuple[str, dict[str, str], str]]:
-    """(rule, wildcards, first output) of every job of a run from scratch."""
+def dag_jobs(config: dict[str, Any]) -> list[tuple[str, dict[str, str], str, str]]:
+    """(rule, wildcards, first output, counters file or "") of every job of a run from scratch."""
     jobs = _dag_jobs(yaml.safe_dump(config, sort_keys=False), str(Path.cwd()))
-    return [(rule, dict(wildcards), output) for rule, wildcards, output in jobs]
+    return [(rule, dict(wildcards), output, counters) for rule, wildcards, output, counters in jobs]
 
 
 @functools.lru_cache(maxsize=8)
-def _dag_jobs(config_yaml: str, folder: str) -> tuple[tuple[str, tuple[tuple[str, str], ...], str], ...]:
+def _dag_jobs(config_yaml: str, folder: str) -> tuple[tuple[str, tuple[tuple[str, str], ...], str, str], ...]:
     with _jobs(config_yaml) as jobs:
         return tuple(
-            (job.rule.name, tuple(job.wildcards.items()), str(job.output[0]) if job.output else "") for job in jobs
-        )
+            (
+                job.rule.name, tuple(job.wildcards.items()), str(job.output[0]) if job.output else "",
+                str(job.output.get("counters_out", "")),  # the steps' name for it (`steps.write_counters`)
+            )
+            for job in jobs
+        )  # fmt: skip
 
 
 def job_arguments(config: dict[str, Any], rule: str, wildcards: dict[str, str]) -> dict[str, Any]:

@@ -40,9 +40,11 @@ OUTPUT_DESCRIPTIONS = {
     "table1": "Table 1: prompt quality, per domain and overall",
     "images": "content-addressed PNG images of one T2I model, each with a `.sha256` sidecar",
     "renders": "one row per image: triplet, role, description, model, seed, steps, guidance, size, path, sha256",
-    "render_counters": "the render shard's counts (images made, re-used, `corrupt_rerendered`) and provenance",
+    "render_counters": (
+        "the render shard's counts (images made, re-used, `corrupt_rerendered`, `computed_items`) and provenance"
+    ),
     "vlm_scores": "each VLM's score of each image: the distribution over 1..10, expected and argmax score, and text",
-    "vlm_score_counters": "the VLM scoring shard's counts and provenance",
+    "vlm_score_counters": "the VLM scoring shard's counts (`computed_items`: not from its journal) and provenance",
     "vlm_score_journal": "the scores given so far, for resuming (not an output: a failed job leaves it)",
     "pairs": "every (I_corr, I_adv) pair with its VLM scores and `kept`; the rejected pairs too",
     "pair_counters": "pairs in, pairs kept, kept per T2I model and rejections per VLM",
@@ -60,7 +62,7 @@ OUTPUT_DESCRIPTIONS = {
     "imported_images": "with `dataset:`: the dataset's images, one file per distinct image, named by its content",
     "imported_counters": "with `dataset:`: the test pairs imported, per domain",
     "metric_scores": "M(T, I_corr) and M(T, I_adv) per test pair: raw, normalised, and what a judge wrote",
-    "metric_score_counters": "the scoring shard's cache hits, images scored and failures by reason",
+    "metric_score_counters": ("the scoring shard's cache hits, images scored, failures by reason and `computed_items`"),
     "metric_cache": "the score cache of one metric (and an API judge's raw responses)",
     "table3": "Table 3: pairwise accuracy and Cohen's kappa per metric, grouped by family; on the human-annotated "
     "test pairs as in the paper when there are human choices, else on the whole test split (its title says which)",
@@ -77,7 +79,7 @@ OUTPUT_DESCRIPTIONS = {
     "humble_images": "the images of the official HumbleBench release",
     "humble_question_counters": "questions per source and per type, and the people's scene-graph decisions applied",
     "humble_answers": "each answer as shown: options, letter map, letter probabilities, text, both readings",
-    "humble_answer_counters": "the answering shard's counts and provenance",
+    "humble_answer_counters": "the answering shard's counts (`computed_items`: not from its journal) and provenance",
     "humble_answer_journal": "the answers given so far, for resuming (not an output: a failed job leaves it)",
     "humble_metrics": "every HumbleBench metric, per model, setting and type, for both readings",
     "table4": "Table 4: HumbleBench, the Original setting",
@@ -131,7 +133,9 @@ jobs' paths for a config; [usage](usage.md) shows how to ask Snakemake for some 
 Every table is parquet with a fixed schema; the final tables come as CSV, Markdown and LaTeX too.
 Every row carries its provenance: hash ids, model id and revision, template version, sampling
 settings and seed. Every shard writes a `.counters.json` beside its table: what it kept and dropped
-and why, with the package versions and git commit it ran with. Every file is written to a temporary
+and why, with the package versions and git commit it ran with. A model stage's counters also say how
+many items its model worked on (`computed_items`; a resumed job took the rest from its journal, the
+disk or the score cache): what `blindspot throughput` times. Every file is written to a temporary
 name and renamed, so a killed job never leaves a partial output behind.
 """
 

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from tqdm import tqdm
 
@@ -93,10 +93,18 @@ def image_batches(
                     future.cancel()
 
 
+class Journaled(NamedTuple):
+    """`journaled_batches`' answer: every item's result, and how many items this call worked on (the
+    others' results came from the journal), which is what a job's throughput is measured over."""
+
+    results: list
+    computed: int
+
+
 def journaled_batches(
     items: Sequence[Item], batch_size: int, read: Callable[[Item], Any], work: Callable[[list[Item], list[Any]], list],
     journal_path: str | Path, key: Any, desc: str | None = None,
-) -> list:  # fmt: skip
+) -> Journaled:  # fmt: skip
     """`work(batch, images)` over `image_batches` of `items`, its results (one JSON value per item) in
     the items' order. Each batch's results go to the journal at `journal_path` as it finishes, under a
     key of `key` (what else decides them: the model, its settings), the items and the batch size: a job
@@ -118,7 +126,7 @@ def journaled_batches(
         todo = [item for index in pending for item in batches[index]]
         for index, (batch, images) in zip(pending, image_batches(todo, batch_size, read, desc), strict=True):
             journal.record(index, work(batch, images))
-        return [result for index in range(len(batches)) for result in journal.done[index]]
+        return Journaled([result for index in range(len(batches)) for result in journal.done[index]], len(todo))
 
 
 class BackgroundWrites:

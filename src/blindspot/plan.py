@@ -34,14 +34,14 @@ ITEMS_NOTE = (
     "HumbleBench answers: the release's questions (`release_questions`) and two per benchmark image, per shard."
 )
 COLUMNS = ["stage", "rule", "job", "domain", "model", "models", "shard", "items", "gpus", "threads", "mem_mb",
-           "runtime", "throughput_key", "output"]  # fmt: skip
+           "runtime", "throughput_key", "output", "counters"]  # fmt: skip
 
 
 def job_table(config: dict[str, Any]) -> pd.DataFrame:
     """One row per job of a run from scratch (the target rule `all` aside): its stage, rule, job name,
     models, items and resources."""
     rows = []
-    for rule, wildcards, output in dag_jobs(config):
+    for rule, wildcards, output, counters in dag_jobs(config):
         if rule not in STEPS:  # the target rule
             continue
         loaded = catalogue.job_models(config, rule, wildcards)
@@ -60,6 +60,7 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
                 **job_resources(config, rule, wildcards).as_dict(),
                 "throughput_key": catalogue.throughput_key(config, rule, wildcards),
                 "output": output,
+                "counters": counters,
             }
         )
     frame = pd.DataFrame(rows, columns=COLUMNS)
@@ -272,6 +273,15 @@ def benchmark_file(benchmark_dir: str | Path, rule: str, job: str) -> Path:
     return Path(benchmark_dir) / full.relative_to(root)
 
 
+def computed_items(counters: str) -> int | None:
+    """Items a finished job ran through its model, as its counters file says (`computed_items`): a job
+    that resumed (a journal, images already on disk, cached scores) did the rest before, in another
+    job's time. None when the job writes no such counter."""
+    if not counters or not Path(counters).is_file():
+        return None
+    return json.loads(Path(counters).read_text()).get("computed_items")
+
+
 def output_items(config: dict[str, Any], rule: str, output: str) -> int | None:
     """Items a finished job handled, from its output parquet's row count; None when the file is not there."""
     if not Path(output).is_file():
@@ -287,8 +297,10 @@ def output_items(config: dict[str, Any], rule: str, output: str) -> int | None:
 def measured_throughput(config: dict[str, Any], benchmark_dir: str | Path) -> pd.DataFrame:
     """Seconds per item of every benchmarked GPU-rule job: wall seconds (`s`) over items.
 
-    Items come from the job's output parquet under the run's results folder (the parent of
-    `benchmark_dir`) when it is there, else from the plan's upper bound (`items_from` says which).
+    Items are what the job ran through its model, from its counters (`computed_items`) where it counts
+    them, so a resumed job is timed over its own work only; else the rows of its output under the run's
+    results folder (the parent of `benchmark_dir`); else the plan's upper bound (`items_from` says which).
+    A job without items of its own (an empty shard, or every item done before) has no time per item.
     """
     benchmark_dir = Path(benchmark_dir)
     run = config | {"results_dir": str(benchmark_dir.parent)}
@@ -299,9 +311,13 @@ def measured_throughput(config: dict[str, Any], benchmark_dir: str | Path) -> pd
         if not path.is_file():
             continue
         seconds = float(pd.read_csv(path, sep="\t")["s"].iloc[0])
-        items = output_items(run, job["rule"], job["output"])
-        items_from = "output" if items is not None else "plan"
-        items = items if items is not None else int(job["items"])
+        counted, output_rows = computed_items(job["counters"]), output_items(run, job["rule"], job["output"])
+        if counted is not None:
+            items, items_from = counted, "counters"
+        elif output_rows is not None:
+            items, items_from = output_rows, "output"
+        else:
+            items, items_from = int(job["items"]), "plan"
         rows.append(
             {
                 "rule": job["rule"],

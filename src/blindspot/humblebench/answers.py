@@ -16,7 +16,7 @@ from blindspot.config import ModelSpec
 from blindspot.humblebench.parsing import parse_answer
 from blindspot.humblebench.questions import row_question
 from blindspot.humblebench.settings import LETTERS, Presented, present, shard_of, shown_image
-from blindspot.images import journaled_batches
+from blindspot.images import Journaled, journaled_batches
 from blindspot.models.vlm_scoring import image_conversation
 from blindspot.prompts import PromptTemplate
 
@@ -32,22 +32,25 @@ def answer_shard(
 ) -> tuple[pd.DataFrame, dict[str, int]]:  # fmt: skip
     """The answers of the VLM `spec` to `questions` as the setting shows them (`settings.present`), one
     row per question (`tables.HUMBLE_ANSWERS`), and counters: questions, answers whose text names no
-    option, answers whose two readings agree. `load_scorer` is called only for a shard with questions,
-    so an empty shard never loads the model. The answers are journaled a batch at a time
-    (`answer_in_batches`)."""
+    option, answers whose two readings agree, questions this job answered (`computed_items`: the
+    others came from its journal). `load_scorer` is called only for a shard with questions, so an
+    empty shard never loads the model. The answers are journaled a batch at a time (`answer_in_batches`)."""
     shown = [
         (present(row_question(row), setting, transforms, seed), row["image_path"])
         for row in questions.to_dict("records")
     ]
-    answered = []
+    answered, computed = [], 0
     if shown:
-        answered = answer_in_batches(shown, load_scorer(), {setting: template}, max_new_tokens, seed, journal_path)
+        answered, computed = answer_in_batches(
+            shown, load_scorer(), {setting: template}, max_new_tokens, seed, journal_path
+        )
     about = {"vlm": spec.name, "model_id": spec.model_id, "model_revision": spec.revision or ""}
     frame = pd.DataFrame([row | about for row in answered], columns=tables.HUMBLE_ANSWERS.names)
     counters = {
         "questions": len(frame),
         "unparseable_text": int((frame["prediction_text"] == "").sum()),
         "text_and_logits_agree": int((frame["prediction_text"] == frame["prediction_logits"]).sum()),
+        "computed_items": computed,
     }
     return frame, counters
 
@@ -90,7 +93,7 @@ def answer_questions(
 def answer_in_batches(
     questions: Sequence[tuple[Presented, str]], scorer: Any, templates: Mapping[str, PromptTemplate],
     max_new_tokens: int, seed: int, journal_path: str | Path,
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> Journaled:  # fmt: skip
     """`answer_questions` for each (shown question, image file), a batch of the scorer's at a time: the
     next batch's images (or their noise) are made while the model answers this one. Each batch's
     answers go to the journal at `journal_path` (`images.journaled_batches`): a job killed midway

@@ -166,7 +166,7 @@ def attribute_cues(
     key = ("attribute cues", spec, instruction, max_new_tokens)  # the whole registry entry: backend, weights, ...
     texts = journaled_batches(
         objects, describer.batch_size, read_crop, describe, journal_path, key, desc="describe objects"
-    )
+    ).results
     return {(o.image_id, o.object_id): text for o, text in zip(objects, texts, strict=True)}
 
 

@@ -202,11 +202,13 @@ def score_pairs(
                     f"{role}_detail": score.detail}  # fmt: skip
         rows.append(row)
     frame = pd.DataFrame(rows, columns=[field.name for field in tables.METRIC_SCORES])
+    computed = len({key for key, _, _ in missing})
     counters = {
         "pairs": len(frame),
-        "images_scored": len({key for key, _, _ in missing}) - failures.total(),
+        "images_scored": computed - failures.total(),
         "cache_hits": 2 * len(frame) - len(missing),
         "failed": dict(failures),
+        "computed_items": computed,  # failed ones too: the model ran on them
         "seconds": round(time.monotonic() - started, 3),
     }
     return frame, counters

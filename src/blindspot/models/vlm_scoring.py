@@ -316,7 +316,7 @@ def judge_images(
 
     # The images' sha256 (in the records) are in the key: a re-rendered image is scored again.
     key = ("image scores", spec, template.version)  # the whole registry entry: backend, weights, engine, ...
-    scores = journaled_batches(
+    scores, computed = journaled_batches(
         records, scorer.batch_size, lambda record: read_rgb(record["path"]), score, journal_path, key,
         desc=f"judge {spec.name}",
     )  # fmt: skip
@@ -336,6 +336,7 @@ def judge_images(
         "mean_expected_score": round(float(frame["expected_score"].mean()), 4) if len(frame) else None,
         "text_unparsed": int((~parsed).sum()),
         "text_disagrees_with_argmax": int((parsed & (frame.get("text_score") != frame.get("argmax_score"))).sum()),
+        "computed_items": computed,
         "seconds": round(time.monotonic() - started, 3),
     }
     return frame, counters

@@ -173,10 +173,10 @@ def render_triplets(
     log.info("%s: %d images, %d to render (on disk: %s)", spec.name, len(jobs), len(pending), dict(found))
     # The hashes of the images found whole, then of those written now.
     digests = {image_id: digest for image_id, (state, digest) in checked.items() if state == "ok"}
-    if pending:
+    batches = [jobs[start : start + batch_size] for start in range(0, len(jobs), batch_size)]
+    unfinished = [batch for batch in batches if any(states[job.image_id] != "ok" for job in batch)]
+    if unfinished:
         renderer = renderer or DiffusersRenderer(spec)
-        batches = [jobs[start : start + batch_size] for start in range(0, len(jobs), batch_size)]
-        unfinished = [batch for batch in batches if any(states[job.image_id] != "ok" for job in batch)]
         saved = {}
         # One batch's PNGs encode and hash while the next renders; at most a batch waits to be written.
         with BackgroundWrites(limit=batch_size) as writes:
@@ -212,6 +212,8 @@ def render_triplets(
         "reused": found["ok"],
         "rendered": len(pending),
         "corrupt_rerendered": found["corrupt"],
+        # What the model made, the whole of each batch with an image to render: what throughput is over.
+        "computed_items": sum(len(batch) for batch in unfinished),
         "seconds": round(time.monotonic() - started, 3),
     }
     return pd.DataFrame(rows), counters
