@@ -36,10 +36,14 @@ def clear_token(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
 
 
-def lay_out(cache: Path, repo_id: str, files: dict[str, bytes], commit: str = COMMIT, ref: str | None = "main") -> Path:
-    """models--ORG--NAME/{blobs,refs,snapshots}: each file a blob named by its hash, linked from the
-    commit's snapshot; `ref` (a branch) points at the commit. Returns the snapshot folder."""
-    folder = cache / ("models--" + repo_id.replace("/", "--"))
+def lay_out(
+    cache: Path, repo_id: str, files: dict[str, bytes], commit: str = COMMIT, ref: str | None = "main",
+    repo_type: str = "model",
+) -> Path:  # fmt: skip
+    """models--ORG--NAME/{blobs,refs,snapshots} (datasets--... for a dataset): each file a blob named by
+    its hash, linked from the commit's snapshot; `ref` (a branch) points at the commit. Returns the
+    snapshot folder."""
+    folder = cache / (f"{repo_type}s--" + repo_id.replace("/", "--"))
     snapshot = folder / "snapshots" / commit
     for path, content in files.items():
         blob = folder / "blobs" / hashlib.sha256(content).hexdigest()
@@ -76,11 +80,15 @@ def transformers_repo(shards: int = 2) -> dict[str, bytes]:
 
 
 class FakeHub:
-    """The hub at `endpoint` while the `with` block runs. `gated` repositories answer a download or an
-    auth-check without OPEN_TOKEN with the hub's GatedRepo error. `downloads` counts GETs of each file."""
+    """The hub at `endpoint` while the `with` block runs, with model repositories `repos` and dataset
+    repositories `datasets`. `gated` repositories answer a download or an auth-check without OPEN_TOKEN
+    with the hub's GatedRepo error. `downloads` counts GETs of each file."""
 
-    def __init__(self, repos: dict[str, dict[str, bytes]], gated: tuple[str, ...] = (), commit: str = COMMIT):
-        self.repos, self.gated, self.commit = repos, gated, commit
+    def __init__(
+        self, repos: dict[str, dict[str, bytes]], gated: tuple[str, ...] = (), commit: str = COMMIT,
+        datasets: dict[str, dict[str, bytes]] | None = None,
+    ):  # fmt: skip
+        self.repos, self.gated, self.commit, self.datasets = repos, gated, commit, datasets or {}
         self.downloads: Counter[str] = Counter()
 
     def __enter__(self) -> FakeHub:
@@ -105,11 +113,15 @@ class FakeHub:
                 parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
                 if parts == ["api", "models"]:
                     return self.send(200, b"[]")
+                # A dataset's routes are a model's with "datasets" in place of "models" (or before the id).
+                repos = hub.datasets if "datasets" in (parts[1:2] if parts[:1] == ["api"] else parts[:1]) else hub.repos
+                if repos is hub.datasets:
+                    parts = ["api", "models", *parts[2:]] if parts[0] == "api" else parts[1:]
                 api = parts[:2] == ["api", "models"]
                 repo_id = "/".join(parts[2:4] if api else parts[:2])
-                if repo_id not in hub.repos:
+                if repo_id not in repos:
                     return self.refuse("RepoNotFound")
-                files = hub.repos[repo_id]
+                files = repos[repo_id]
                 locked = repo_id in hub.gated and self.headers.get("Authorization") != f"Bearer {OPEN_TOKEN}"
                 if api and parts[4:5] == ["revision"]:
                     siblings = [{"rfilename": path} for path in files]

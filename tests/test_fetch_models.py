@@ -2,8 +2,10 @@
 read, what the hub cache already holds (decided without a network), and real downloads through
 huggingface_hub from a hub on 127.0.0.1 (tests/hub_cache.py)."""
 
+import copy
 import io
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -309,3 +311,41 @@ def test_a_repository_without_what_the_loader_reads_is_one_line_and_nothing_is_d
         assert hub.fetch_models(config, tmp_path / "hub", endpoint=fake.endpoint, out=out) == 1
         assert "FAILED   tiny-qwen2: org/weights-only@main lacks config.json, which its loader reads" in out.getvalue()
         assert not fake.downloads
+
+
+def test_a_dataset_is_read_whole_and_a_cut_off_download_lacks_its_missing_shards():
+    release = hub.HubModel(("humblebench.release",), "org/humble", None, "dataset", repo_type="dataset")
+    listing = {"README.md": b"", "data/train-00000-of-00003.parquet": b"", "data/train-00002-of-00003.parquet": b""}
+    assert select(release, listing) == hub.Selection(tuple(sorted(listing)), ("data/train-00001-of-00003.parquet",))
+
+
+def test_a_hub_release_is_fetched_with_the_models_then_read_from_the_cache_offline(
+    tiny_config, tmp_path, online, monkeypatch
+):
+    from huggingface_hub import constants
+    from test_humble_questions import imagefolder
+
+    from blindspot.humblebench.release import load_release
+
+    published = imagefolder(tmp_path / "published")  # maifoundations/HumbleBench's layout
+    files = {
+        path.relative_to(published).as_posix(): path.read_bytes() for path in published.rglob("*") if path.is_file()
+    }
+    config = copy.deepcopy(tiny_config)
+    config["humblebench"]["release"] = "org/humble"
+    cache = tmp_path / "hub"
+    with FakeHub({}, datasets={"org/humble": files}) as fake:
+        out = io.StringIO()
+        assert hub.fetch_models(config, cache, endpoint=fake.endpoint, out=out) == 0
+        assert f"fetched  humblebench.release: org/humble@main ({COMMIT[:12]})" in out.getvalue().splitlines()
+        assert set(fake.downloads) == {f"org/humble/{path}" for path in files}
+    (release,) = hub.hub_models(config)
+    assert hub.cache_state(release, cache).complete
+    # A job: the hub is off, and the release comes from the cache under HF_HOME.
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    rows = load_release("org/humble", tmp_path / "images")
+    assert [row["question_id"] for row in rows] == ["1", "2", "3"]
+    assert all(Path(row["image_path"]).is_file() for row in rows)
+    with pytest.raises(ValueError, match=r"^release org/other: not in the hub cache and the hub is off"):
+        load_release("org/other", tmp_path / "images")

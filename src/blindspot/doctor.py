@@ -127,7 +127,9 @@ def model_checks(config: dict[str, Any], cache_dir: str | Path, endpoint: str) -
     for model in hub.hub_models(config):
         state = states[model] = hub.cache_state(model, cache_dir)
         if state.complete:
-            checks.append(Check("model", model.label, OK, f"in the hub cache: {model.at} ({state.commit[:12]})"))
+            checks.append(
+                Check(model.repo_type, model.label, OK, f"in the hub cache: {model.at} ({state.commit[:12]})")
+            )
             continue
         if state.commit:
             what = f"{model.at} is incomplete in the hub cache (lacks {', '.join(state.lacking[:3])})"
@@ -137,10 +139,10 @@ def model_checks(config: dict[str, Any], cache_dir: str | Path, endpoint: str) -
             what = f"{model.at} is not in the hub cache"
         reason = unreachable()
         if reason is None:
-            checks.append(Check("model", model.label, WARN, f"{what}; `blindspot fetch-models` would fetch it"))
+            checks.append(Check(model.repo_type, model.label, WARN, f"{what}; `blindspot fetch-models` would fetch it"))
         else:
             advice = f"{what}, and {reason}: run `blindspot fetch-models` where the hub answers"
-            checks.append(Check("model", model.label, FAIL, advice))
+            checks.append(Check(model.repo_type, model.label, FAIL, advice))
     for model, state in states.items():
         if model.gated:
             checks.append(token_check(model, state.complete, endpoint, not state.complete and unreachable() is None))

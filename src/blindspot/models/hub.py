@@ -1,14 +1,14 @@
-"""The registry's Hugging Face models on this machine: which hub repositories a run reads, which of
-their files the code loads, whether the local hub cache holds them at the pinned revision, and
-fetching them.
+"""The registry's Hugging Face models (and HumbleBench's release, when it is a hub dataset) on this
+machine: which hub repositories a run reads, which of their files the code loads, whether the local
+hub cache holds them at the pinned revision, and fetching them.
 
 Compute nodes have no internet, and the SLURM profile switches the hub off in jobs, so a job reads its
 weights from the cache under HF_HOME only. `blindspot fetch-models` fills that cache on the login
 node and `blindspot doctor` checks it; both decide what a model needs with `select_files`, so what
 is fetched is what is checked. Only the files the loaders read are fetched: configs, tokenizers and
 the weights in the format the libraries pick (safetensors over .bin, the shards an index names,
-never a release's single-file original, ONNX/GGUF copies or fp16 variants), and of a metric released
-as one checkpoint file (ImageReward, HPSv2, AlignScore) that file.
+never a release's single-file original, ONNX/GGUF copies or fp16 variants), of a metric released
+as one checkpoint file (ImageReward, HPSv2, AlignScore) that file, and of a dataset every file.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ LAYOUT_MARKERS = {
 }
 # The marker of a repository read for its configs and tokenizer only.
 CONFIG_MARKERS = ("tokenizer_config.json", "preprocessor_config.json", "config.json")
+# A dataset's parquet shards as the hub names them: each says how many there are.
+DATASET_SHARD = re.compile(r"(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet")
 BACKEND_LAYOUTS = {"transformers": "transformers", "vllm": "transformers", "open_clip": "transformers",
                    "sentence_transformers": "sentence_transformers", "diffusers": "diffusers"}  # fmt: skip
 # What a metric plug-in reads from its model's repository when not the whole model folder: the one
@@ -82,6 +84,7 @@ class HubModel:
     gated: bool = False
     trust_remote_code: bool = False
     weights_gb: float = 0.0
+    repo_type: str = "model"  # or "dataset" (HumbleBench's release)
 
     @property
     def label(self) -> str:
@@ -153,9 +156,22 @@ def used_models(config: dict[str, Any]) -> list[str]:
     return [name for name in config["models"] if name in loaded]
 
 
+def hub_datasets(config: dict[str, Any]) -> dict[str, str]:
+    """The datasets the config names by hub id (not a local copy), by config key: HumbleBench's release
+    and a released ProtoBias dataset to score. Jobs read them from the hub cache, which `fetch-models`
+    fills (`humblebench.release.dataset_snapshot`)."""
+    named = {
+        "humblebench.release": config["humblebench"].get("release"),
+        "dataset.path": config.get("dataset", {}).get("path"),
+    }
+    return {key: value for key, value in named.items()
+            if value and HUB_ID.fullmatch(value) and not Path(value).exists()}  # fmt: skip
+
+
 def hub_models(config: dict[str, Any]) -> list[HubModel]:
     """Every hub repository the run reads, one per repository and revision (two registry entries of
-    the same weights, one through vLLM and one through transformers, are fetched once)."""
+    the same weights, one through vLLM and one through transformers, are fetched once), and the
+    datasets the config names by hub id (`hub_datasets`)."""
     reads: dict[str, set[str]] = {}
     for name, read in _reads(config):
         reads.setdefault(name, set()).add(read)
@@ -172,6 +188,9 @@ def hub_models(config: dict[str, Any]) -> list[HubModel]:
                 trust_remote_code=entry.get("trust_remote_code", False), weights_gb=entry.get("weights_gb", 0.0),
             )
         )  # fmt: skip
+    found.extend(
+        HubModel((key,), repo_id, None, "dataset", repo_type="dataset") for key, repo_id in hub_datasets(config).items()
+    )
     for metric_name, metric in config["evaluation"]["metrics"].items():
         for arg in PLUGIN_CONFIG_ARGS.get(metric["plugin"], ()):
             repo = metric.get("args", {}).get(arg)
@@ -235,6 +254,10 @@ def select_files(model: HubModel, listing: Collection[str], read_json: Callable[
     cached snapshot), and what they would read that the listing lacks. `read_json` reads a listed
     JSON file (model_index.json, modules.json, shard indexes)."""
     listing = set(listing)
+    if model.layout == "dataset":  # read whole; a cut-off download lacks some of its numbered shards
+        shards = [match for path in listing if (match := DATASET_SHARD.fullmatch(path))]
+        wanted = {f"{m['stem']}-{i:05d}-of-{m['count']}.parquet" for m in shards for i in range(int(m["count"]))}
+        return Selection(tuple(sorted(listing)), tuple(sorted(wanted - listing)))
     files: list[str] = [f for f in model.files if f in listing]
     lacking: list[str] = [f for f in model.files if f not in listing]
     if model.layout is None:
@@ -256,16 +279,16 @@ def select_files(model: HubModel, listing: Collection[str], read_json: Callable[
     return Selection(tuple(dict.fromkeys(files)), tuple(lacking))
 
 
-def repo_folder(cache_dir: str | Path, repo_id: str) -> Path:
+def repo_folder(cache_dir: str | Path, repo_id: str, repo_type: str = "model") -> Path:
     from huggingface_hub.file_download import repo_folder_name
 
-    return Path(cache_dir) / repo_folder_name(repo_id=repo_id, repo_type="model")
+    return Path(cache_dir) / repo_folder_name(repo_id=repo_id, repo_type=repo_type)
 
 
 def cache_state(model: HubModel, cache_dir: str | Path) -> CacheState:
     """Whether the cache holds `model` at its revision (a commit, or the commit its branch or tag
     pointed at when fetched) with every file the loaders read."""
-    folder = repo_folder(cache_dir, model.repo_id)
+    folder = repo_folder(cache_dir, model.repo_id, model.repo_type)
     snapshots = folder / "snapshots"
     held = sorted(p.name for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
     revision = model.revision or "main"
@@ -318,9 +341,12 @@ def fetch(model: HubModel, cache_dir: str | Path, endpoint: str | None = None) -
     endpoint = endpoint or constants.ENDPOINT
     if model.gated and not has_token():
         raise HubError(gated_advice(model, endpoint) + " (no token found)")
-    where = {"cache_dir": str(cache_dir), "endpoint": endpoint, "revision": model.revision}
+    where = {"cache_dir": str(cache_dir), "endpoint": endpoint, "revision": model.revision,
+             "repo_type": model.repo_type}  # fmt: skip
     try:
-        listing = HfApi(endpoint=endpoint).list_repo_files(model.repo_id, revision=model.revision)
+        listing = HfApi(endpoint=endpoint).list_repo_files(
+            model.repo_id, revision=model.revision, repo_type=model.repo_type
+        )
         selection = select_files(
             model, listing, lambda path: json.loads(Path(hf_hub_download(model.repo_id, path, **where)).read_text())
         )

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from blindspot import tables
 from blindspot.config import ConfigError
-from blindspot.humblebench.release import release_records
+from blindspot.humblebench.release import dataset_snapshot, release_records
 from blindspot.images import store_image_bytes
 from blindspot.io import stable_id
 from blindspot.protobias.export import FIELDS, IMAGES
@@ -39,13 +39,13 @@ def _is_local(source: str) -> bool:
 
 
 def dataset_records(source: str) -> Iterator[dict[str, Any]]:
-    """The dataset's rows. This project's export (a folder of `data/{domain}/{split}-*.parquet`, or a hub
-    id with one config per domain) gives each row its domain and split from where it lies; any other
+    """The dataset's rows. This project's export (a folder of `data/{domain}/{split}-*.parquet`, or the hub
+    id it was uploaded to) gives each row its domain and split from where it lies; any other
     table (a .jsonl, .json, .parquet or .csv file, or a folder `release_records` reads) gives its rows."""
-    path = Path(source)
-    if not _is_local(source):
-        yield from _hub_records(source)
+    if not _is_local(source):  # a hub id: its snapshot in the hub cache, the same layout
+        yield from dataset_records(str(dataset_snapshot(source, "dataset")))
         return
+    path = Path(source)
     if not path.exists():
         raise DatasetError(f"dataset {source}: no such file or folder")
     shards = sorted(path.glob("data/*/*.parquet")) if path.is_dir() else []
@@ -57,18 +57,6 @@ def dataset_records(source: str) -> Iterator[dict[str, Any]]:
         yield from pd.read_csv(path, keep_default_na=False).to_dict("records")
     else:
         yield from release_records(source)
-
-
-def _hub_records(source: str) -> Iterator[dict[str, Any]]:
-    """A hub dataset's rows, each config a domain and each split a split; images left as bytes."""
-    import datasets
-
-    for config_name in datasets.get_dataset_config_names(source):
-        for split, rows in datasets.load_dataset(source, config_name).items():
-            for column, feature in rows.features.items():
-                if isinstance(feature, datasets.Image):
-                    rows = rows.cast_column(column, datasets.Image(decode=False))
-            yield from ({"domain": config_name, "split": split} | record for record in rows)
 
 
 def _image_file(value: Any, base: Path, image_dir: Path, where: str) -> Path:
