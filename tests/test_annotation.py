@@ -19,6 +19,7 @@ from conftest import CHROMIUM
 from PIL import Image
 
 from blindspot.annotation.projects import (
+    CONTROLS,
     LABEL_CONFIGS,
     TASKS,
     label_studio_export,
@@ -295,8 +296,76 @@ def test_a_label_outside_the_config_is_refused_naming_task_and_value(task, resul
     export = tmp_path / "export.json"
     export.write_text(json.dumps([{"id": 1, "data": {"item_id": "x7"},
                                    "annotations": [{"completed_by": 1, "result": [result]}]}]))  # fmt: skip
-    with pytest.raises(ValueError, match=rf"export.json: task x7: .*{message}"):
+    with pytest.raises(ValueError, match=rf"export.json: task x7 \(Label Studio task 1\) by 1: .*{message}"):
         read_labels(task, export)
+
+
+def test_each_config_requires_the_control_an_import_reads():
+    for task, control in CONTROLS.items():
+        element = next(e for e in ET.fromstring(LABEL_CONFIGS[task]).iter() if e.get("name") == control)
+        assert element.get("required") == "true", task
+
+
+EDIT_ONLY = [{"from_name": "edit", "to_name": "question", "type": "textarea", "value": {"text": ["x"]}}]
+
+
+@pytest.mark.parametrize(
+    ("task", "result", "message"),
+    [("image_score", [], r"no 'score' among the results \(none\)"),
+     ("pairwise", [], r"no 'choice' among the results \(none\)"),
+     ("question_check", EDIT_ONLY, r"no 'decision' among the results \(edit\)")],
+)  # fmt: skip
+def test_an_empty_or_partial_annotation_is_refused_naming_task_and_annotator(task, result, message, tmp_path):
+    """What Label Studio saves when a project allows empty annotations: refused, not dropped; a
+    cancelled (skipped) one is still left out."""
+    export = tmp_path / "export.json"
+    skipped = {"completed_by": {"email": "bob@lab"}, "was_cancelled": True, "result": []}
+    export.write_text(json.dumps([{"id": 3, "data": {"item_id": "x7"}, "annotations": [skipped]}]))
+    assert read_labels(task, export).empty
+    empty = {"completed_by": {"email": "alice@lab"}, "was_cancelled": False, "result": result}
+    export.write_text(json.dumps([{"id": 3, "data": {"item_id": "x7"}, "annotations": [skipped, empty]}]))
+    with pytest.raises(ValueError, match=rf"^\S*export.json: task x7 \(Label Studio task 3\) by alice@lab: {message}"):
+        read_labels(task, export)
+
+
+def choice(who: str, value: str, **when) -> dict:
+    return {"completed_by": {"email": who}, "result": [{"from_name": "choice", "value": {"choices": [value]}}], **when}
+
+
+@pytest.mark.parametrize(
+    ("newer", "older"),
+    [({"updated_at": "2025-03-02T09:00:00.120000Z", "created_at": "2025-03-01T09:00:00Z"},  # edited later
+      {"updated_at": "2025-03-02T09:00:00+00:00", "created_at": "2025-03-02T08:00:00Z"}),
+     ({"created_at": "2025-03-02T10:00:00+01:00"}, {"created_at": "2025-03-02T08:30:00Z"}),  # the built-in page's
+     ({"id": 12}, {"id": 9}),
+     ({"id": 1}, {})],
+)  # fmt: skip
+def test_of_two_annotations_by_one_person_the_latest_is_kept_whatever_the_export_order(newer, older, tmp_path):
+    export = tmp_path / "export.json"
+    annotations = [
+        choice("alice@lab", "right", **newer),
+        choice("bob@lab", "left"),
+        choice("alice@lab", "left", **older),
+    ]
+    export.write_text(json.dumps([{"id": 1, "data": {"item_id": "p1"}, "annotations": annotations}]))
+    labels = read_labels("pairwise", export)
+    assert labels.values.tolist() == [["alice@lab", "p1", "right"], ["bob@lab", "p1", "left"]]
+
+
+def test_a_json_min_export_is_refused_saying_so(tmp_path):
+    """Label Studio's JSON-MIN export: the task's data and each control's value at the top level, one
+    record per annotation (label_studio_sdk's `Converter.convert_to_json_min`)."""
+    record = {"item_id": "p1", "prompt": "a square", "left_image": "/data/local-files/?d=images/red.png",
+              "right_image": "/data/local-files/?d=images/blue.png", "id": 1, "choice": "left", "annotator": 1,
+              "annotation_id": 1, "created_at": "2025-03-02T09:00:00.120000Z",
+              "updated_at": "2025-03-02T09:00:00.120000Z", "lead_time": 3.2}  # fmt: skip
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps([record]))
+    with pytest.raises(
+        ValueError, match=r"export.json: a JSON-MIN export .*: export JSON from Label Studio, or use"
+    ) as error:
+        read_labels("pairwise", export)
+    assert "\n" not in str(error.value)
 
 
 def test_an_unknown_pairwise_choice_is_refused(tables):

@@ -1,8 +1,8 @@
 """Label Studio both ways against the real server (marker `label_studio`, `./setup.sh --label-studio`):
-for each task, push (project, local-files storage, tasks), images served, annotate through the API,
-import the built-in page's export, pull, and read the labels back with each annotator's name; a value
-outside the label config is refused on pull; and (marker `browser`) each task photographed in the
-labeling interface."""
+for each task, push (project refusing empty annotations, local-files storage, tasks), images served,
+annotate through the API, import the built-in page's export, pull, and read the labels back with each
+annotator's name; a value outside the label config is refused on pull; and (marker `browser`) each
+task photographed in the labeling interface."""
 
 import json
 import os
@@ -118,6 +118,7 @@ def test_push_annotate_export_import_pull(server, task, tmp_path):
     assert project["image_root"] == str(root)  # the default: the storage folder's parent, not itself
     project_id = label_studio.push(folder, url, TOKEN)
     client = label_studio.Client(url, TOKEN)
+    assert client.call("GET", f"/api/projects/{project_id}")["enable_empty_annotation"] is False
     tasks = client.call("GET", "/api/tasks/", params={"project": project_id, "fields": "all"})["tasks"]
     assert sorted(t["data"]["item_id"] for t in tasks) == [item["id"] for item in project["items"]]
     for entry in tasks:  # every image a task shows is served, byte for byte
@@ -165,7 +166,8 @@ def test_pull_refuses_a_value_outside_the_label_config(server, tmp_path):
     first = client.call("GET", "/api/tasks/", params={"project": project_id, "fields": "all"})["tasks"][0]
     result = [{"from_name": "choice", "to_name": "prompt", "type": "choices", "value": {"choices": ["both"]}}]
     client.call("POST", f"/api/tasks/{first['id']}/annotations/", json={"result": result})
-    with pytest.raises(ValueError, match=rf"task {first['data']['item_id']}: \['both'\] is not one of left"):
+    where = rf"task {first['data']['item_id']} \(Label Studio task {first['id']}\) by alice"
+    with pytest.raises(ValueError, match=rf"{where}: \['both'\] is not one of left"):
         label_studio.pull(folder, tmp_path / "pulled.json", TOKEN, EMAILS)
     assert not (tmp_path / "pulled.json").exists()
 

@@ -95,7 +95,8 @@ def export_labels(folder: str | Path, out: str | Path, emails: Mapping[str, str]
 
 
 def push(folder: str | Path, url: str, token: str, title: str | None = None) -> int:
-    """A Label Studio project for a project folder: its label config, a local-files storage at its
+    """A Label Studio project for a project folder: its label config, with empty annotations refused
+    (Label Studio allows them by default, and a pull refuses them), a local-files storage at its
     `storage_path` (Label Studio must run with LOCAL_FILES_SERVING_ENABLED=true and
     LOCAL_FILES_DOCUMENT_ROOT set to its `image_root`), and its tasks. Records the server and the
     project's id in `label_studio.json` for `pull`; returns the id."""
@@ -105,6 +106,7 @@ def push(folder: str | Path, url: str, token: str, title: str | None = None) -> 
     created = client.call("POST", "/api/projects/", json={
         "title": title or f"blindspot {project['task']} ({folder.resolve().name})",
         "label_config": LABEL_CONFIGS[project["task"]],
+        "enable_empty_annotation": False,  # Label Studio's default lets an annotator submit nothing
     })  # fmt: skip
     project_id = created["id"]
     client.call("POST", "/api/storages/localfiles/", json={

@@ -33,6 +33,7 @@ from blindspot.io import write_json, write_text
 
 TASKS = ("image_score", "pairwise", "question_check")
 PAIR_CHOICES = ("left", "right", "neither")
+CONTROLS = {"image_score": "score", "pairwise": "choice", "question_check": "decision"}  # each config's required one
 
 LABEL_CONFIGS = {
     "image_score": """<View>
@@ -43,7 +44,7 @@ LABEL_CONFIGS = {
     </View>
     <View style="flex: 1">
       <Text name="description" value="$description"/>
-      <Rating name="score" toName="image" maxRating="10" icon="star" size="medium"/>
+      <Rating name="score" toName="image" maxRating="10" icon="star" size="medium" required="true"/>
     </View>
   </View>
 </View>
@@ -61,7 +62,7 @@ LABEL_CONFIGS = {
       <Image name="right" value="$right_image"/>
     </View>
   </View>
-  <Choices name="choice" toName="prompt" choice="single" showInline="true">
+  <Choices name="choice" toName="prompt" choice="single" showInline="true" required="true">
     <Choice value="left"/>
     <Choice value="right"/>
     <Choice value="neither"/>
@@ -79,7 +80,7 @@ LABEL_CONFIGS = {
       <Text name="options" value="$options"/>
       <Header value="Labelled correct" size="5"/>
       <Text name="label" value="$label"/>
-      <Choices name="decision" toName="question" choice="single" showInline="true">
+      <Choices name="decision" toName="question" choice="single" showInline="true" required="true">
         <Choice value="keep"/>
         <Choice value="modify"/>
         <Choice value="delete"/>
@@ -199,28 +200,45 @@ def _one_choice(value: Any, allowed: Sequence[str], where: str) -> str:
     return choices[0]
 
 
-def _value(task: str, results: Sequence[Mapping[str, Any]], where: str) -> dict[str, Any] | None:
-    """The label in an annotation's results, checked against the task's label config: None when it
-    holds none (skipped); a ValueError naming `where` and the value for anything the config cannot
-    give."""
+def _value(task: str, results: Sequence[Mapping[str, Any]], where: str) -> dict[str, Any]:
+    """The label in an annotation's results, checked against the task's label config: a ValueError
+    naming `where` and the value for anything the config cannot give, and for results without the
+    task's control (an empty or partial annotation, which Label Studio saves when a project allows
+    empty annotations), so no annotation is dropped unseen."""
     if not isinstance(results, list) or not all(isinstance(r, Mapping) and "from_name" in r for r in results):
         raise ValueError(f"{where}: the result is not a list of Label Studio results")
     named = {result["from_name"]: result.get("value") for result in results}
-    if task == "image_score" and "score" in named:
+    control = CONTROLS[task]
+    if control not in named:
+        raise ValueError(
+            f"{where}: no {control!r} among the results ({', '.join(map(str, named)) or 'none'}): an empty or "
+            "partial annotation; have it finished, or skipped, in Label Studio"
+        )
+    if task == "image_score":
         score = named["score"].get("rating") if isinstance(named["score"], Mapping) else None
         if type(score) is not int or not 1 <= score <= 10:
             raise ValueError(f"{where}: score {score!r} is not a whole number from 1 to 10")
         return {"score": score}
-    if task == "pairwise" and "choice" in named:
+    if task == "pairwise":
         return {"choice": _one_choice(named["choice"], PAIR_CHOICES, where)}
-    if task == "question_check" and "decision" in named:
-        decision = _one_choice(named["decision"], DECISIONS, where)
-        edit = named.get("edit") or {"text": [""]}
-        text = edit.get("text") if isinstance(edit, Mapping) else None
-        if not isinstance(text, list) or not all(isinstance(line, str) for line in text):
-            raise ValueError(f"{where}: edit {text!r} is not a list of texts")
-        return {"decision": decision, "edit": "\n".join(text)}
-    return None
+    decision = _one_choice(named["decision"], DECISIONS, where)
+    edit = named.get("edit") or {"text": [""]}
+    text = edit.get("text") if isinstance(edit, Mapping) else None
+    if not isinstance(text, list) or not all(isinstance(line, str) for line in text):
+        raise ValueError(f"{where}: edit {text!r} is not a list of texts")
+    return {"decision": decision, "edit": "\n".join(text)}
+
+
+def _time(annotation: Mapping[str, Any], field: str, where: str) -> pd.Timestamp:
+    """An annotation's `created_at` or `updated_at` in UTC (Label Studio writes "...Z", the built-in
+    page "...+00:00"); NaT when absent."""
+    text = annotation.get(field)
+    if not text:
+        return pd.NaT
+    try:
+        return pd.to_datetime(text, utc=True)
+    except ValueError:
+        raise ValueError(f"{where}: {field} {text!r} is not a timestamp") from None
 
 
 def read_labels(task: str, export: str | Path) -> pd.DataFrame:
@@ -235,23 +253,37 @@ def read_labels(task: str, export: str | Path) -> pd.DataFrame:
 
 def labels_from_export(task: str, tasks: Sequence[Mapping[str, Any]], source: str | Path) -> pd.DataFrame:
     """Labels from Label Studio's JSON export (`tasks`, read from `source`): one row per annotator and
-    item with its value, the last annotation of each kept. Cancelled (skipped) annotations are left
-    out; a value the task's label config cannot give (a choice "both", a score of 11) is a ValueError
-    naming `source`, the task and the value."""
+    item with its value, in export order. Of several annotations by one annotator on one item the
+    latest is kept: by `updated_at`, then `created_at`, then the annotation's integer `id` (whichever
+    the export has; one without them counts as older, ties keep export order), since Label Studio's
+    export has no order. Cancelled (skipped) annotations are left out; any other without a value the
+    task's label config can give (none at all, a choice "both", a score of 11) is a ValueError naming
+    `source`, the task, its annotator and the value. Label Studio's JSON-MIN export is refused."""
     rows = []
     for number, entry in enumerate(tasks, start=1):
+        if isinstance(entry, Mapping) and "item_id" in entry and "data" not in entry:
+            raise ValueError(
+                f"{source}: a JSON-MIN export (task {number} has item_id at the top, no data or annotations): "
+                "export JSON from Label Studio, or use `blindspot annotate pull`"
+            )
         item = entry.get("data", {}).get("item_id") if isinstance(entry, Mapping) else None
         if not isinstance(item, str):
             raise ValueError(f"{source}: task {number} has no data.item_id")
+        which = f"task {item}" + (f" (Label Studio task {entry['id']})" if "id" in entry else "")
         for annotation in entry.get("annotations", []):
             if annotation.get("was_cancelled"):
                 continue
-            value = _value(task, annotation.get("result", []), f"{source}: task {item}")
-            if value is not None:
-                rows.append({"annotator": _annotator(annotation), "item_id": item, **value})
-    columns = {"image_score": ["score"], "pairwise": ["choice"], "question_check": ["decision", "edit"]}[task]
-    frame = pd.DataFrame(rows, columns=["annotator", "item_id", *columns])
-    return frame.drop_duplicates(["annotator", "item_id"], keep="last").reset_index(drop=True)
+            who = _annotator(annotation)
+            where = f"{source}: {which} by {who}"
+            order = {field: _time(annotation, field, where) for field in ("updated_at", "created_at")}
+            annotation_id = annotation.get("id")
+            rows.append({"annotator": who, "item_id": item, **_value(task, annotation.get("result", []), where),
+                         **order, "id": annotation_id if isinstance(annotation_id, int) else None})  # fmt: skip
+    values = {"image_score": ["score"], "pairwise": ["choice"], "question_check": ["decision", "edit"]}[task]
+    columns = ["annotator", "item_id", *values]
+    frame = pd.DataFrame(rows, columns=[*columns, "updated_at", "created_at", "id"])
+    latest = frame.sort_values(["updated_at", "created_at", "id"], kind="stable", na_position="first")
+    return latest.drop_duplicates(["annotator", "item_id"], keep="last").sort_index()[columns].reset_index(drop=True)
 
 
 def pairwise_choices(labels: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
