@@ -1,10 +1,14 @@
 import json
+import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from blindspot.protobias import export
 from blindspot.protobias.export import export_dataset
 from blindspot.protobias.split import (
     assign_splits,
@@ -121,3 +125,82 @@ def test_the_export_loads_with_datasets_as_pil_images_and_prompt_fields(tmp_path
     assert json.loads(row["vlm_scores"])["qwen"]
     objects = datasets.load_dataset(str(tmp_path / "dataset"), "objects", cache_dir=str(tmp_path / "cache"))
     assert list(objects) == ["train"]  # its test split is empty here, so it is not declared
+
+
+ABOUT = {"name": "T", "run_name": "r", "threshold": 8, "models": []}
+
+
+def noise_benchmark(folder: Path, n_pairs: int, side: int) -> pd.DataFrame:
+    """`n_pairs` pairs of one domain whose images are `side`-pixel noise PNGs, which PNG cannot compress, so
+    their bytes, not the table's text, are what an export has to hold; every third pair is in train."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    pairs = benchmark_pairs(n_pairs, models=("flux",)).assign(domain="animals")
+    pairs["split"] = ["train" if i % 3 == 0 else "test" for i in range(n_pairs)]
+    for column in ("corr_path", "adv_path"):
+        pairs[column] = [str(folder / f"{column}{i}.png") for i in range(n_pairs)]
+        for path in pairs[column]:
+            Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).save(path)
+    return pairs.assign(
+        subcategory="birds", neutral_prompt=[f"a bird {i}" for i in range(n_pairs)], correct_description="d_c",
+        adversarial_description="d_a", correct_instance="penguin", adversarial_instance="robin", aux_element="stone",
+        knob="count", correct_value="one", adversarial_value="two", seed=range(n_pairs), generator="g",
+        added_entries="",
+    )  # fmt: skip
+
+
+def test_the_export_writes_each_split_in_batches_of_rows_with_every_field_and_image_in_pair_order(
+    tmp_path, monkeypatch
+):
+    import datasets
+
+    monkeypatch.setattr(export, "BATCH_ROWS", 3)
+    benchmark = noise_benchmark(tmp_path / "images", 20, 8)
+    export_dataset(benchmark, tmp_path / "dataset", ABOUT)
+    # Only the files `datasets` reads: the Arrow files the export streams through are gone.
+    assert sorted(str(p.relative_to(tmp_path / "dataset")) for p in (tmp_path / "dataset").rglob("*")) == [
+        "README.md", "data", "data/animals", "data/animals/test-00000-of-00001.parquet",
+        "data/animals/train-00000-of-00001.parquet",
+    ]  # fmt: skip
+    for split, sizes in (("test", [3, 3, 3, 3, 1]), ("train", [3, 3, 1])):
+        metadata = pq.ParquetFile(
+            tmp_path / "dataset" / "data" / "animals" / f"{split}-00000-of-00001.parquet"
+        ).metadata
+        assert [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)] == sizes
+
+    loaded = datasets.load_dataset(str(tmp_path / "dataset"), "animals", cache_dir=str(tmp_path / "cache"))
+    assert loaded["test"].features == datasets.Features(
+        {name: datasets.Value("int64" if name == "seed" else "string") for name in export.FIELDS}
+        | {"image_corr": datasets.Image(), "image_adv": datasets.Image()}
+    )
+    for split in ("test", "train"):
+        rows = loaded[split].cast_column("image_corr", datasets.Image(decode=False))
+        rows = rows.cast_column("image_adv", datasets.Image(decode=False))
+        expected = benchmark[benchmark["split"] == split].sort_values("pair_id")
+        assert [{name: row[name] for name in export.FIELDS} for row in rows] == expected[list(export.FIELDS)].to_dict(
+            "records"
+        )
+        for row, corr, adv in zip(rows, expected["corr_path"], expected["adv_path"], strict=True):
+            assert row["image_corr"] == {"bytes": Path(corr).read_bytes(), "path": Path(corr).name}
+            assert row["image_adv"] == {"bytes": Path(adv).read_bytes(), "path": Path(adv).name}
+
+
+def test_the_exports_memory_does_not_grow_with_the_split(tmp_path, monkeypatch):
+    """A paper-scale test split is tens of GB of PNGs against a job of 12 GB: the export may hold a batch of
+    rows' images, never the split's."""
+    monkeypatch.setattr(export, "BATCH_ROWS", 2)
+
+    def peak(n_pairs: int) -> int:
+        benchmark = noise_benchmark(tmp_path / f"images{n_pairs}", n_pairs, 128)
+        tracemalloc.start()
+        try:
+            export_dataset(benchmark, tmp_path / f"dataset{n_pairs}", ABOUT)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    peak(3)  # the first export's one-time allocations (modules `datasets` imports lazily) are not the split's
+    small, large = peak(3), peak(60)
+    image = (tmp_path / "images60" / "corr_path0.png").stat().st_size
+    # Holding the split would add about 2 * 57 images; a batch is 2 * BATCH_ROWS of them.
+    assert large - small < 2 * export.BATCH_ROWS * image
