@@ -2,6 +2,7 @@
 
 import re
 
+import pytest
 import yaml
 from conftest import REPO, local_rules
 
@@ -31,3 +32,31 @@ def test_jobs_read_weights_offline_from_the_hub_cache_the_profile_passes_on():
     assert {"HF_HOME", "HF_HUB_OFFLINE"} <= set(profile["envvars"])
     # Memory and time come from the rules (blindspot.resources), never from a default.
     assert not {"mem_mb", "runtime"} & set(profile.get("default-resources") or {})
+
+
+def test_the_list_form_of_a_profile_reads_as_its_mapping_form(tmp_path):
+    """Snakemake takes default-resources, set-resources and set-threads as mappings or as lists of their
+    command-line form; a site profile may use either."""
+    from blindspot.slurm import profile_resources, profile_threads
+
+    mappings, lists = tmp_path / "mappings.yaml", tmp_path / "lists.yaml"
+    mappings.write_text(
+        "default-resources: {slurm_partition: gpu, slurm_account: lab}\n"
+        "set-resources: {render_images: {slurm_partition: big, mem_mb: 8000 * attempt}}\n"
+        "set-threads: {render_images: 4}\n"
+    )
+    lists.write_text(
+        "default-resources: [slurm_partition=gpu, slurm_account=lab]\n"
+        "set-resources: ['render_images:slurm_partition=big', 'render_images:mem_mb=8000 * attempt']\n"
+        "set-threads: [render_images=4]\n"
+    )
+    for profile in (mappings, lists):
+        assert profile_resources("render_images", 2, profile) == {
+            "slurm_partition": "big", "slurm_account": "lab", "mem_mb": 16000,
+        }  # fmt: skip
+        assert profile_resources("judge_images", 1, profile) == {"slurm_partition": "gpu", "slurm_account": "lab"}
+        assert (profile_threads("render_images", profile), profile_threads("judge_images", profile)) == (4, None)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("set-resources: [slurm_partition=big]\n")
+    with pytest.raises(ValueError, match=r"set-resources entry 'slurm_partition=big' is not RULE:NAME=VALUE$"):
+        profile_resources("render_images", 1, bad)

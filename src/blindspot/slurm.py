@@ -54,16 +54,36 @@ def _evaluate(expression: Any, attempt: int) -> Any:
         return expression  # a plain string such as a partition name
 
 
+def _section(settings: dict[str, Any], key: str, profile: str | Path) -> dict[str, Any]:
+    """A profile section as a mapping. Snakemake also takes a list of its command-line form (`NAME=VALUE`;
+    set-resources `RULE:NAME=VALUE`, made a mapping per rule here) or one such string."""
+    value = settings.get(key) or {}
+    if isinstance(value, dict):
+        return value
+    mapping: dict[str, Any] = {}
+    for entry in [value] if isinstance(value, str) else value:
+        name, equals, setting = str(entry).partition("=")
+        rule, colon, name = name.rpartition(":") if key == "set-resources" else ("", ":", name)
+        if not (equals and colon and name.strip()):
+            form = "RULE:NAME=VALUE" if key == "set-resources" else "NAME=VALUE"
+            raise ValueError(f"profile {profile}: {key} entry {entry!r} is not {form}")
+        target = mapping.setdefault(rule.strip(), {}) if key == "set-resources" else mapping
+        target[name.strip()] = setting.strip()
+    return mapping
+
+
 def profile_resources(rule: str, attempt: int = 1, profile: str | Path = DEFAULT_PROFILE) -> dict[str, Any]:
     """The resources the profile adds to (or overrides for) one job of `rule` on its `attempt`-th try."""
-    settings = yaml.safe_load(Path(profile).read_text())
-    merged = (settings.get("default-resources") or {}) | (settings.get("set-resources") or {}).get(rule, {})
+    settings = yaml.safe_load(Path(profile).read_text()) or {}
+    merged = _section(settings, "default-resources", profile) | _section(settings, "set-resources", profile).get(
+        rule, {}
+    )
     return {name: _evaluate(expression, attempt) for name, expression in merged.items()}
 
 
 def profile_threads(rule: str, profile: str | Path = DEFAULT_PROFILE) -> int | None:
     """The threads, and so the CPUs, the profile sets for a job of `rule`, if it overrides the job's own."""
-    threads = yaml.safe_load(Path(profile).read_text()).get("set-threads", {}).get(rule)
+    threads = _section(yaml.safe_load(Path(profile).read_text()) or {}, "set-threads", profile).get(rule)
     return None if threads is None else int(threads)
 
 
