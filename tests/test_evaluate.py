@@ -100,10 +100,12 @@ def test_a_metric_is_the_configs_or_a_plug_in_with_its_model(tiny_config):
     from blindspot.evaluate import metric_entries
 
     config = copy.deepcopy(tiny_config)
-    chosen = metric_entries(config, ["clipscore", "my_pkg.scores:MyScore@tiny-clip", "x.y:Z@org/some-model"])
+    chosen = metric_entries(config, ["clipscore", "my_pkg.scores:MyScore@tiny-clip"])
     assert chosen["clipscore"] == tiny_config["evaluation"]["metrics"]["clipscore"]
     assert (chosen["myscore"]["plugin"], chosen["myscore"]["model"]) == ("my_pkg.scores:MyScore", "tiny-clip")
-    assert config["models"]["org/some-model"]["id"] == "org/some-model"  # a hub id joins the registry
+    # A model the registry lacks: what its jobs ask for (GPUs, memory, dtype) cannot be guessed.
+    with pytest.raises(ConfigError, match=r"^model org/some-model: not in the config's registry; add an entry"):
+        metric_entries(config, ["x.y:Z@org/some-model"])
     with pytest.raises(ConfigError, match=r"--metric my_pkg.scores:MyScore: name the plug-in.s model"):
         metric_entries(config, ["my_pkg.scores:MyScore"])
     with pytest.raises(ConfigError, match="not a metric of the config"):

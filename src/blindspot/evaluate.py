@@ -27,20 +27,20 @@ ROWS = {"protobias": "evaluate_protobias", "humblebench": "evaluate_humblebench"
 
 
 def registry_entry(config: dict[str, Any], name: str) -> str:
-    """A model's registry name: `name` when the registry has it, else a new entry for a hub id or path."""
+    """`name`, which must be in the registry: what a job asks for (GPUs, memory from `weights_gb`, dtype)
+    is the entry's, and cannot be guessed from a hub id."""
     if name not in config["models"]:
-        config["models"][name] = {
-            "id": name,
-            "backend": "transformers",
-            "gpus": 1 if not config.get("allow_cpu") else 0,
-        }
+        raise ConfigError(
+            f"model {name}: not in the config's registry; add an entry for it (id, backend, gpus, dtype, "
+            "weights_gb) to a copy of the config and pass that with --configfile"
+        )
     return name
 
 
 def metric_entries(config: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
     """Each `--metric`: a metric of the base config by name, or a plug-in `PLUGIN@MODEL`, where PLUGIN is
-    `module:Class` or an installed entry point's name and MODEL the registry name or hub id of the model
-    it loads (every metric entry names one)."""
+    `module:Class` or an installed entry point's name and MODEL the registry name of the model it loads
+    (every metric entry names one)."""
     known, chosen = config["evaluation"]["metrics"], {}
     for metric in metrics:
         if metric in known:
@@ -49,7 +49,7 @@ def metric_entries(config: dict[str, Any], metrics: Sequence[str]) -> dict[str, 
         plugin, _, model = metric.partition("@")
         if not model:
             hint = (
-                f"name the plug-in's model as {metric}@MODEL (a registry name or a hub id)"
+                f"name the plug-in's model as {metric}@MODEL (a registry name)"
                 if ":" in metric
                 else (f"not a metric of the config ({', '.join(known)}) nor PLUGIN@MODEL")
             )
