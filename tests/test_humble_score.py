@@ -1,17 +1,23 @@
 """`blindspot humble score`: answers made elsewhere (the official code's prediction files, or a plain
-CSV) scored against the release, end to end through the CLI; and the official scorer beside ours on the
-same predictions (the numbers in docs/humblebench.md)."""
+CSV) scored against the release, end to end through the CLI; the official scorer beside ours on the
+same predictions (the numbers in docs/humblebench.md); and the reader on the official code's own result
+files, lines copied verbatim (tests/data/humblebench_official)."""
 
 import json
+import random
 import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from blindspot.cli import main
+from blindspot.config import load_config
+from blindspot.humblebench.scoring import read_predictions, release_questions
 
-CONFIG = str(Path(__file__).resolve().parents[1] / "config" / "config.yaml")
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "config" / "config.yaml")
 OPTIONS = {
     1: ("Object", "What animal is on the sofa?", ["A cat", "A dog", "A rabbit", "A bird"], "A"),
     2: ("Attribute", "What colour is the car?", ["Red", "Blue", "Green", "White"], "B"),
@@ -243,3 +249,202 @@ def test_official_scorer_beside_ours(official, release, tmp_path):
     assert round(100 * ours.loc["noise", "nota_hit"], 2) == 50.0  # "E" and "E." alike
     assert round(100 * ours.loc["noise", "nota_selection"], 2) == 66.67  # the noise settings' headline
     assert round(100 * ours.loc["nota_only", "nota_hit"], 2) == 66.67
+
+
+# The official code's own result files (github.com/maifoundations/HumbleBench, MIT): a few lines of each,
+# copied verbatim into `<setting>/<Model>/<Model>.jsonl` as `HumbleBench/utils/io.py` writes them, and the
+# release's records of their questions (tests/data/humblebench_official/README.md).
+OFFICIAL_DATA = Path(__file__).parent / "data" / "humblebench_official"
+RELEASE = OFFICIAL_DATA / "release.jsonl"
+# Each verbatim line as our reader must take it, read by hand from the line: (label, NOTA's letter, letter
+# map, parsed answer). The letter map is the shown letter of the release's options A to E in turn ("-":
+# removed); the release has NOTA at E, written "None of above" in 44 and 45. "" is no letter. Keyed by
+# (official folder, the config's setting, model) and question id.
+VERBATIM = {
+    ("common", "original", "Insight-V"): {  # the release's questions as they are
+        1: ("B", "E", "ABCDE", ""),  # reasoning naming no option ("a room" is an article)
+        12: ("B", "E", "ABCDE", ""),  # names no option
+        13: ("A", "E", "ABCDE", "A"),  # "... Therefore, the correct answer is A.1."
+        44: ("D", "E", "ABCDE", "E"),  # "... the correct answer is E. None of the above."
+        45: ("E", "E", "ABCDE", "D"),  # "... the correct answer is D. A large glass bottle." ("A large": article)
+    },
+    ("shuffle_nota_position", "shuffled_nota", "Cambrian"): {  # all five permuted; (release letter) after each
+        1: ("A", "B", "EADCB", "C"),  # A. Under (B), B. None of the above (E), C. On top of (D), D. In front of (C),
+        # E. Next to (A); label A; "C"
+        12: ("E", "B", "AECDB", "E"),  # A. Yes (A), B. None (E), C. Can't be determined (C), D. multiple (D), E. No (B)
+        13: ("E", "C", "EDABC", "C"),  # A. 3 (C), B. 4 (D), C. None of the above (E), D. 2 (B), E. 1 (A); "C"
+        44: ("C", "B", "EADCB", "E"),  # A. 2 (B), B. None of above (E), C. 4 (D), D. 3 (C), E. 1 (A); "E"
+        45: ("D", "D", "BECAD", "D"),  # A. A large glass bottle (D), B. A wine glass (A), C. A sandwich (C),
+        # D. None of above (E), E. A handbag (B); label D, NOTA itself; "D"
+    },
+    ("cautious_prompt", "cautious", "Gemma-3"): {  # the cautious prompt, a blank line, the release's question
+        1: ("B", "E", "ABCDE", "D"),
+        12: ("B", "E", "ABCDE", "C"),  # "A.Yes", "B.No": no space after the letter, as in the release
+        13: ("A", "E", "ABCDE", "A"),
+        44: ("D", "E", "ABCDE", "B"),
+        45: ("E", "E", "ABCDE", "C"),
+    },
+    ("noise_image__forced_grounding_prompt", "noise_grounding", "LLaVA-Next"): {  # labels stay the release's
+        1: ("B", "E", "ABCDE", "E"),  # "E " (a trailing space: officially no NOTA hit, as it is not exactly "E")
+        12: ("B", "E", "ABCDE", "B"),  # "B "
+        13: ("A", "E", "ABCDE", "E"),  # "E "
+        44: ("D", "E", "ABCDE", "E"),  # "E "
+        45: ("E", "E", "ABCDE", "E"),  # "E "
+    },
+    ("nota_only", "nota_only", "Insight-V"): {  # the correct option removed, its letter left a gap; label E
+        1: ("E", "E", "A-CDE", ""),  # A. Next to, C. In front of, D. On top of, E. None of the above
+        12: ("E", "E", "A-CDE", ""),  # "A. Yes", re-spaced by the official rebuild; names no option
+        13: ("E", "E", "-BCDE", "B"),  # B. 2, C. 3, D. 4, E. None; "... the correct answer is B. 1."
+        44: ("E", "E", "ABC-E", "E"),  # A. 1, B. 2, C. 3, E. None of above; "... the correct answer is E. None ..."
+        45: ("E", "E", "ABCDE", "D"),  # labelled NOTA already: shown unchanged ("A.A wine glass"); "... is D. A ..."
+    },
+    ("noise_image", "noise", "Insight-V"): {  # labels stay the release's
+        1: ("B", "E", "ABCDE", ""),  # names no option ("'in front of' or 'on top of'")
+        12: ("B", "E", "ABCDE", ""),
+        13: ("A", "E", "ABCDE", ""),
+        44: ("D", "E", "ABCDE", "E"),  # "... Therefore, the correct answer is E. None of the above."
+        45: ("E", "E", "ABCDE", "E"),  # the same ending
+    },
+}
+
+
+def verbatim_lines(folder: str, model: str) -> list[dict]:
+    path = OFFICIAL_DATA / folder / model / f"{model}.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def official_reading() -> pd.DataFrame:
+    """The verbatim folder read as `humble score` reads it, with the paper config's settings."""
+    config = load_config(CONFIG)
+    questions = release_questions(str(RELEASE))
+    return read_predictions(str(OFFICIAL_DATA), questions, config["humblebench"]["settings"], config["seed"])
+
+
+def test_official_result_lines_read_as_shown():
+    rows = official_reading()
+    found: dict = {}
+    for row in rows.to_dict("records"):
+        letter_map = json.loads(row["letter_map"])
+        found.setdefault(row["setting"], {})[int(row["question_id"])] = (
+            row["label"], row["nota"], "".join(letter_map[letter] or "-" for letter in "ABCDE"), row["prediction_text"]
+        )  # fmt: skip
+    assert found == {setting: lines for (_, setting, _), lines in VERBATIM.items()}
+    for (folder, setting, model), lines in VERBATIM.items():
+        answers = rows[rows["setting"] == setting]
+        assert set(answers["vlm"]) == {model}
+        # The raw answer is kept as the line has it, type and all.
+        by_id = answers.set_index(answers["question_id"].astype(int))
+        for line in verbatim_lines(folder, model):
+            assert by_id.loc[line["question_id"], "answer"] == line["prediction"]
+            assert by_id.loc[line["question_id"], "type"] == line["type"]
+        assert [line["question_id"] for line in verbatim_lines(folder, model)] == list(lines)
+
+
+def official_prefix(template: str) -> str:
+    """What our prompt template puts before the question: the official prompt word for word and the
+    blank line the official code adds (docs/fidelity.md H9)."""
+    user = yaml.safe_load((ROOT / "config" / "prompts" / f"humble_{template}_v2.yaml").read_text())["user"]
+    return user.split("{{ question }}")[0]
+
+
+def official_dataloader(record: dict, folder: str) -> tuple[str, str, dict[str, str]]:
+    """What the official `DataLoader` (`HumbleBench/utils/entity.py` at 6d33ea3) makes of a release record
+    in a setting folder: the question and label it saves, and where each release option went ("" if
+    removed). `_shuffle_sample_options` permutes all five options with `Random(42 + question_id)` and
+    rebuilds the question ("A. text"); `_apply_nota_only` drops the correct option and rebuilds, unless the
+    label is E; then the cautious or grounding prompt goes before the question, with a blank line."""
+    flags = folder.split("__")
+    lines = record["question"].strip().split("\n")
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("A."))
+    options = {letter: lines[start + i].strip()[2:].lstrip() for i, letter in enumerate("ABCDE")}
+    moved = {letter: letter for letter in "ABCDE"}
+    label, question = record["label"], record["question"]
+    if "shuffle_nota_position" in flags:
+        old = list("ABCDE")
+        random.Random(42 + record["question_id"]).shuffle(old)
+        options = {new: options[was] for new, was in zip("ABCDE", old, strict=True)}
+        moved = {was: new for new, was in zip("ABCDE", old, strict=True)}
+        label = moved[label]
+    if "nota_only" in flags and label != "E":
+        del options[label]
+        moved = {was: "" if now == label else now for was, now in moved.items()}
+        label = "E"
+    if options.keys() != set("ABCDE") or "shuffle_nota_position" in flags:
+        question = "\n".join([*lines[:start], *(f"{letter}. {text}" for letter, text in options.items())])
+    for flag, template in (("cautious_prompt", "cautious"), ("forced_grounding_prompt", "grounding")):
+        if flag in flags:
+            question = official_prefix(template) + question
+    return question, label, moved
+
+
+def test_verbatim_lines_are_the_official_code_on_the_release():
+    """The release file rebuilt for these questions, run through the official code's transforms, gives
+    each verbatim line's question and label; our letter maps are the official code's; and our prompt
+    templates carry the official prefixes as the result files show them."""
+    release = {record["question_id"]: record for record in map(json.loads, RELEASE.read_text().splitlines())}
+    rows = official_reading()
+    for folder, setting, model in VERBATIM:
+        for line in verbatim_lines(folder, model):
+            question, label, moved = official_dataloader(release[line["question_id"]], folder)
+            assert (line["question"], line["label"]) == (question, label), (folder, line["question_id"])
+            row = rows[(rows["setting"] == setting) & (rows["question_id"] == str(line["question_id"]))].iloc[0]
+            assert json.loads(row["letter_map"]) == moved, (folder, line["question_id"])
+
+
+def test_verbatim_results_folder_scored_end_to_end(tmp_path):
+    """`humble score` on the verbatim folder: six settings, one model each; the numbers follow from the
+    table above (5 questions per setting)."""
+    assert score(OFFICIAL_DATA, RELEASE, tmp_path / "scored") == 0
+    found = metrics(tmp_path / "scored")
+    assert found["vlm"].to_dict() == {setting: model for _, setting, model in VERBATIM}
+    expected = {
+        "original": {"overall": 1 / 5, "unparseable": 2 / 5},  # 13 right
+        # 12 and 45 right; 13 and 45 say NOTA; 45, the one labelled NOTA (D), says it
+        "shuffled_nota": {"overall": 2 / 5, "nota_selection": 2 / 5, "nota_hit": 1.0},
+        "cautious": {"overall": 1 / 5, "nota_hit": 0.0},  # 13 right; 45 (labelled NOTA) says C
+        "noise_grounding": {"overall": 2 / 5, "nota_selection": 4 / 5},  # 12 and 45 right; all but 12 say NOTA
+        "nota_only": {"overall": 1 / 5, "nota_hit": 1 / 5, "unparseable": 2 / 5},  # 44 says NOTA
+        "noise": {"overall": 1 / 5, "nota_selection": 2 / 5, "unparseable": 3 / 5},
+    }
+    for setting, values in expected.items():
+        for name, value in values.items():
+            assert found.loc[setting, name] == pytest.approx(value), (setting, name)
+
+
+def test_official_scorer_parts_from_ours_on_verbatim_lines():
+    """Where the official scorer (re-implemented above) and ours part on real lines (docs/humblebench.md,
+    "Where the official scorer differs"; docs/fidelity.md H6)."""
+    noise = {line["question_id"]: line for line in verbatim_lines("noise_image", "Insight-V")}
+    # 13 names no option, but "a close-up view" holds the word "a": officially option A, the label, right.
+    assert official_is_prediction_correct(noise[13]["prediction"], "A") is True
+    assert VERBATIM["noise_image", "noise", "Insight-V"][13][3] == ""  # ours: unparseable, wrong
+    # 45 ends "the correct answer is E. None of the above" after "a close-up view": officially two letters.
+    assert official_is_prediction_correct(noise[45]["prediction"], "E") is False
+    # Shuffled, a label of E is no longer NOTA, but the official NOTA hit (E_accuracy) still counts the
+    # lines labelled E: 12 (E is "No", answered "E": a hit) and 13 (E is "1"). Ours counts 45, labelled
+    # NOTA (D), which says D (the end-to-end test's nota_hit of 1).
+    shuffled = verbatim_lines("shuffle_nota_position", "Cambrian")
+    assert official_compute_metrics(shuffled) == {"Overall_accuracy": 40.0, "E_accuracy": 50.0}
+
+
+def test_a_malformed_official_line_is_an_error_naming_file_and_line(tmp_path, capsys):
+    """The official `load_saved_results` skips a line that is not JSON with a warning (an interrupted
+    append can leave one); ours stops, naming the file and the line, rather than score fewer questions."""
+    lone = tmp_path / "nota_only" / "Insight-V" / "Insight-V.jsonl"
+    lone.parent.mkdir(parents=True)
+    text = (OFFICIAL_DATA / "nota_only" / "Insight-V" / "Insight-V.jsonl").read_text(encoding="utf-8")
+    lone.write_text(text + text.splitlines()[0][:80] + "\n", encoding="utf-8")
+    message = _error(capsys, tmp_path, RELEASE, tmp_path / "out")
+    assert f"{lone}: line 6 is not JSON" in message
+
+
+def test_a_line_separator_inside_an_answer_is_not_a_line_break(tmp_path):
+    """The official code writes `json.dumps(..., ensure_ascii=False)` and reads `for line in f`: a U+2028
+    in a model's answer stays raw inside its line, which `str.splitlines` would cut in two."""
+    folder = tmp_path / "common" / "Insight-V"
+    folder.mkdir(parents=True)
+    record = verbatim_lines("common", "Insight-V")[0] | {"prediction": "A\u2028because it is red"}
+    (folder / "Insight-V.jsonl").write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
+    config = load_config(CONFIG)
+    read = read_predictions(str(tmp_path), release_questions(str(RELEASE)), config["humblebench"]["settings"], 0)
+    assert read["answer"].tolist() == ["A\u2028because it is red"]

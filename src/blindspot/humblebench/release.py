@@ -18,6 +18,12 @@ from blindspot.models.hub import HUB_ID
 OPTION_LINE = re.compile(r"^\s*\(?([A-E])[.)]\s*(.+?)\s*$")
 
 
+def jsonl_lines(path: Path) -> list[str]:
+    """A JSON-lines file's lines, split at newlines only: `json.dumps(..., ensure_ascii=False)`, as the
+    official code writes, leaves U+2028 and other line separators `str.splitlines` splits at raw in strings."""
+    return path.read_text(encoding="utf-8").split("\n")
+
+
 def split_release_question(text: str, question_id: str) -> tuple[str, tuple[str, ...]]:
     """The release writes the options into the question ("...?\\nA. red\\n...\\nE. None of the above"):
     the stem and the option texts, which must be lettered A, B, ... in order."""
@@ -59,7 +65,7 @@ def _imagefolder_records(metadata: Sequence[Path]) -> Iterator[dict[str, Any]]:
     """Rows of a Hugging Face imagefolder: each `metadata.jsonl` names its images (`file_name`) relative
     to its own folder; they are given as whole paths (the folder may be a hub snapshot in the cache)."""
     for path in metadata:
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
+        for number, line in enumerate(jsonl_lines(path), start=1):
             if not line.strip():
                 continue
             record = json.loads(line)
@@ -76,7 +82,7 @@ def release_records(source: str) -> Iterator[dict[str, Any]]:
     path = Path(source)
     if path.is_file():
         if path.suffix == ".jsonl":
-            return (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+            return (json.loads(line) for line in jsonl_lines(path) if line.strip())
         if path.suffix == ".json":
             return iter(json.loads(path.read_text()))
         if path.suffix == ".parquet":

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from blindspot.humblebench.parsing import parse_answer
-from blindspot.humblebench.release import OPTION_LINE, release_question, release_records
+from blindspot.humblebench.release import OPTION_LINE, jsonl_lines, release_question, release_records
 from blindspot.humblebench.settings import LETTERS, Question, nota_letter, present, setting_transforms
 from blindspot.humblebench.tables import report_tables, write_report
 from blindspot.targets import PATHS, TABLE_FORMATS
@@ -147,7 +147,7 @@ def official_rows(
 
 
 def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(jsonl_lines(path), start=1):
         if not line.strip():
             continue
         try:
@@ -198,8 +198,10 @@ def read_predictions(
     setting: str | None = None,
 ) -> pd.DataFrame:  # fmt: skip
     """Answer rows from a plain CSV (`.csv`) or the official code's prediction files. A question
-    answered twice by one model in one setting keeps its last answer, as the official reader does
-    (`load_saved_results`: a resumed run appends)."""
+    answered twice by one model in one setting keeps its last answer, as the official reader
+    (`load_saved_results`) does: a resumed run appends. Unlike it, which skips a line that is not JSON
+    with a warning, a line that is not a JSON object, or lacks an official field, is an error naming its
+    file and line."""
     path = Path(predictions)
     if not path.exists():
         raise FileNotFoundError(f"{predictions}: no such file or folder")
