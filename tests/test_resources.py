@@ -1,5 +1,6 @@
 """What a job asks the cluster for follows from what it loads, the same for the rules, the plan and submitit."""
 
+import copy
 import re
 import subprocess
 import sys
@@ -39,6 +40,16 @@ def test_a_model_jobs_memory_is_its_base_weights_and_images_in_flight(paper_conf
     # A retry asks for twice the memory and time.
     again = job_resources(paper_config, "render_images", wildcards, attempt=2)
     assert (again.mem_mb, again.runtime) == (2 * needs.mem_mb, 2 * needs.runtime)
+
+
+def test_no_attempt_asks_for_more_time_than_the_partition_allows(paper_config):
+    uncapped = copy.deepcopy(paper_config)
+    uncapped["job_resources"]["runtime_max"] = None
+    cap = paper_config["job_resources"]["runtime_max"]
+    wanted = [job_resources(uncapped, "train_protoscore", {}, attempt).runtime for attempt in (1, 2, 3)]
+    assert wanted[0] < cap < wanted[2]  # the paper config's third try would be refused at submission
+    asked = [job_resources(paper_config, "train_protoscore", {}, attempt).runtime for attempt in (1, 2, 3)]
+    assert asked == [min(minutes, cap) for minutes in wanted]
 
 
 def test_a_two_gpu_judge_gets_the_cpus_of_two_gpus_and_a_table_rule_one(paper_config):

@@ -16,7 +16,8 @@ no rule that loads a model can be left on a profile's default.
   times `runtime_margin`, plus `load_minutes`; at least `runtime_min`. A model job without a
   throughput entry gets `runtime_default`.
 
-Memory and time grow with the attempt, so a job that ran out of either gets more when retried.
+Memory and time grow with the attempt, so a job that ran out of either gets more when retried; time
+never beyond `runtime_max` (the partition's MaxTime: SLURM refuses a longer request outright).
 """
 
 from __future__ import annotations
@@ -76,9 +77,7 @@ def job_resources(config: dict[str, Any], step: str, wildcards: dict[str, str], 
         runtime = settings["load_minutes"] + settings["runtime_margin"] * seconds * items / 60
     else:
         runtime = settings["runtime_default"] if loads_something else settings["runtime_min"]
-    return JobResources(
-        gpus=gpus,
-        threads=threads,
-        mem_mb=attempt * math.ceil(mem_mb),
-        runtime=attempt * max(settings["runtime_min"], math.ceil(runtime)),
-    )
+    runtime = attempt * max(settings["runtime_min"], math.ceil(runtime))
+    if settings.get("runtime_max"):
+        runtime = min(runtime, settings["runtime_max"])
+    return JobResources(gpus=gpus, threads=threads, mem_mb=attempt * math.ceil(mem_mb), runtime=runtime)
