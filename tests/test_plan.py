@@ -252,6 +252,7 @@ def test_cli_plan_as_a_subprocess():
 def test_a_config_snakemake_cannot_plan_is_one_line_naming_the_file(tiny_config, tmp_path, capsys):
     # A missing file the config names is the config check's; a build's input only Snakemake sees.
     tiny_config["models"]["niqe"]["build"]["archive"] = "resources/downloads/nowhere.tar.gz"
+    tiny_config["resources_dir"] = str(tmp_path / "resources")  # not this checkout's: NIQE is built there
     with pytest.raises(SystemExit) as exit_info:
         main(["plan", "--configfile", str(write_config(tiny_config, tmp_path))])
     assert exit_info.value.code == 2

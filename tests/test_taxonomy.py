@@ -184,6 +184,11 @@ def test_the_dataset_card_counts_paper_and_added_pairs():
     card = dataset_card(benchmark, {"name": "T", "run_name": "r", "threshold": 8, "models": []})
     assert "paper only" in card
     assert "| animals  |       5 |            3 |" in card
+    front = yaml.safe_load(card.split("---")[1])
+    # The hub asks a licence "other" for its name and a link (huggingface/hub-docs, datasetcard.md).
+    assert (front["license"], front["license_name"], front["license_link"]) == (
+        "other", "mixed-model-licences", "README.md",
+    )  # fmt: skip
 
 
 def test_drafts_put_each_value_where_it_belongs():

@@ -96,7 +96,10 @@ def dataset_card(benchmark: pd.DataFrame, about: Mapping[str, Any]) -> str:
     present = benchmark.groupby("domain")["split"].unique()
     front = {
         "pretty_name": about["name"],
+        # The images carry their models' licences (listed below): the hub's form for such a licence.
         "license": "other",
+        "license_name": "mixed-model-licences",
+        "license_link": "README.md",
         "task_categories": ["text-to-image"],
         "tags": ["evaluation", "prototypicality-bias", "text-to-image-metrics"],
         "configs": [
