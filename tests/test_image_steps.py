@@ -127,7 +127,9 @@ def test_a_shard_measures_its_kept_pairs_with_each_metric_and_table2_sums_them(t
         images.measure_image_quality(
             shard=shard, pairs=str(pairs), triplets=str(files["triplets"]), seeds=str(files["seeds"]),
             out=str(tmp_path / f"quality{shard}.parquet"), models=[niqe, again], batch_size=2, shard_size=4,
+            journals=str(tmp_path / f"quality{shard}.journals"),
         )  # fmt: skip
+        assert not (tmp_path / f"quality{shard}.journals").exists()  # the job removes its journals
     first = read_table(tmp_path / "quality00000.parquet", tables.IMAGE_QUALITY)
     # Shard 0 holds seeds 0-3; triplet 0's pair was not kept: three pairs, each by both metrics, in order.
     assert first["metric"].tolist() == ["niqe"] * 3 + ["niqe-again"] * 3

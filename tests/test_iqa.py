@@ -47,10 +47,39 @@ def test_real_niqe_parameters_rank_noise_below_a_smooth_image(built_config, tmp_
     pairs = pd.DataFrame({"pair_id": ["p"], "t2i": ["x"], "corr_path": [paths["smooth"]], "adv_path": [paths["noise"]]})
     niqe = PyiqaMetric(model_spec(built_config, "niqe"), batch_size=2)
     assert not niqe.higher_is_better
-    row = measure_pairs(pairs, niqe).iloc[0]
+    row = measure_pairs(pairs, niqe, tmp_path / "niqe.jsonl").iloc[0]
     assert row["corr_score"] < row["adv_score"]  # noise is far from natural-scene statistics
-    musiq = measure_pairs(pairs, PyiqaMetric(model_spec(built_config, "tiny-musiq"), batch_size=2)).iloc[0]
-    assert np.isfinite([musiq["corr_score"], musiq["adv_score"]]).all()
+    musiq = PyiqaMetric(model_spec(built_config, "tiny-musiq"), batch_size=2)
+    scores = measure_pairs(pairs, musiq, tmp_path / "musiq.jsonl")
+    assert np.isfinite(scores[["corr_score", "adv_score"]].to_numpy()).all()
+
+
+@pytest.mark.slow
+def test_a_killed_quality_job_scores_only_the_batches_it_had_not_finished(built_config, tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    paths = []
+    for index in range(6):
+        paths.append(str(tmp_path / f"{index}.png"))
+        Image.fromarray((255 * rng.random((64, 64, 3))).astype(np.uint8)).save(paths[-1])
+    pairs = pd.DataFrame({"pair_id": ["p0", "p1", "p2"], "t2i": "x", "corr_path": paths[:3], "adv_path": paths[3:]})
+    musiq = PyiqaMetric(model_spec(built_config, "tiny-musiq"), batch_size=2)
+    whole = measure_pairs(pairs, musiq, tmp_path / "whole.jsonl")
+    metric, scored = musiq.metric, []
+
+    def killed_in_the_second_batch(pixels):
+        scored.append(len(pixels))
+        if len(scored) == 2:
+            raise RuntimeError("the job is killed")
+        return metric(pixels)
+
+    musiq.metric = killed_in_the_second_batch
+    with pytest.raises(RuntimeError, match="killed"):
+        measure_pairs(pairs, musiq, tmp_path / "resumed.jsonl")
+    resumed = measure_pairs(pairs, musiq, tmp_path / "resumed.jsonl")
+    assert scored == [2, 2, 2, 2]  # the first batch once; then the second and third
+    pd.testing.assert_frame_equal(resumed, whole)
 
 
 def test_weights_file_needs_exactly_one_file(tmp_path, tiny_config):

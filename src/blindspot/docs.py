@@ -49,6 +49,9 @@ OUTPUT_DESCRIPTIONS = {
     "pairs": "every (I_corr, I_adv) pair with its VLM scores and `kept`; the rejected pairs too",
     "pair_counters": "pairs in, pairs kept, kept per T2I model and rejections per VLM",
     "image_quality": "MUSIQ and NIQE of both images of each kept pair",
+    "image_quality_journals": (
+        "one journal per metric of the scores given so far, for resuming (not an output: a failed job leaves it)"
+    ),
     "table2": "Table 2: image quality",
     "benchmark_pairs": "the kept pairs with their train/test split and triplet fields",
     "filter_validation": "the annotation subset of images for validating the VLM filter",

@@ -31,6 +31,7 @@ PATHS = {
     "pairs": "{results}/{domain}/pairs.parquet",
     "pair_counters": "{results}/{domain}/pairs.counters.json",
     "image_quality": "{results}/{domain}/image_quality/{shard}.parquet",
+    "image_quality_journals": "{results}/{domain}/image_quality/{shard}.journals",
     "table2": "{results}/tables/table2_image_quality.{ext}",
     "benchmark_pairs": "{results}/benchmark/pairs.parquet",
     "filter_validation": "{results}/benchmark/annotation/filter_validation.parquet",

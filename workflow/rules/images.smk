@@ -90,6 +90,8 @@ rule measure_image_quality:
         models=[model_spec_params(name) for name in config["image_stage"]["iqa_metrics"]],
         batch_size=config["image_stage"]["iqa_batch_size"],
         shard_size=config["shard_size"],
+        # Not an output: Snakemake would delete it when a job fails, and resuming needs it.
+        journals=P("image_quality_journals"),
     log:
         LOG("measure_image_quality"),
     benchmark:

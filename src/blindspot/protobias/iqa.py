@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from blindspot.config import ModelSpec
-from blindspot.images import image_batches, read_rgb
+from blindspot.images import journaled_batches, read_rgb
 from blindspot.protobias.render import triplets_of_seeds
 
 log = logging.getLogger(__name__)
@@ -43,22 +44,25 @@ class PyiqaMetric:
         self.metric = pyiqa.create_metric(spec.metric, device=spec.device, pretrained_model_path=weights_file(spec))
         self.higher_is_better = not self.metric.lower_better
 
-    def score(self, paths: list[str]) -> np.ndarray:
-        """One score per image file, a batch at a time; the next batch decodes while this one is scored."""
+    def score(self, paths: list[str], journal_path: str | Path) -> np.ndarray:
+        """One score per image file, a batch at a time; the next batch decodes while this one is scored.
+        Each batch's scores go to the journal at `journal_path` (`images.journaled_batches`)."""
         import torch
         from torchvision.transforms.functional import to_tensor
 
-        out = []
-        batches = image_batches(paths, self.batch_size, lambda path: to_tensor(read_rgb(path)), f"iqa {self.spec.name}")
-        for _, pixels in batches:
+        def score(batch: list[str], pixels: list[Any]) -> list[float]:
             with torch.inference_mode():
-                out.append(self.metric(torch.stack(pixels)).reshape(-1).float().cpu().numpy())
-        return np.concatenate(out) if out else np.zeros(0)
+                return self.metric(torch.stack(pixels)).reshape(-1).float().cpu().tolist()
+
+        key = ("image quality", self.spec)  # the whole registry entry: weights, metric, ...
+        read = lambda path: to_tensor(read_rgb(path))  # noqa: E731
+        scores = journaled_batches(paths, self.batch_size, read, score, journal_path, key, f"iqa {self.spec.name}")
+        return np.asarray(scores.results, dtype=np.float32)
 
 
-def measure_pairs(pairs: pd.DataFrame, metric: PyiqaMetric) -> pd.DataFrame:
+def measure_pairs(pairs: pd.DataFrame, metric: PyiqaMetric, journal_path: str | Path) -> pd.DataFrame:
     """One row per pair: the metric on I_corr and on I_adv."""
-    scores = metric.score(list(pairs["corr_path"]) + list(pairs["adv_path"]))
+    scores = metric.score(list(pairs["corr_path"]) + list(pairs["adv_path"]), journal_path)
     n = len(pairs)
     return pd.DataFrame(
         {
@@ -78,9 +82,16 @@ def pairs_to_measure(pairs: pd.DataFrame, triplets: pd.DataFrame, seed_ids: pd.S
     return pairs[pairs["kept"] & pairs["triplet_id"].isin(in_shard)]
 
 
-def measure_quality(pairs: pd.DataFrame, specs: Sequence[ModelSpec], batch_size: int) -> pd.DataFrame:
-    """Every metric on both images of each pair; the metrics are loaded one after another."""
-    return pd.concat([measure_pairs(pairs, PyiqaMetric(spec, batch_size)) for spec in specs], ignore_index=True)
+def measure_quality(
+    pairs: pd.DataFrame, specs: Sequence[ModelSpec], batch_size: int, journals: str | Path
+) -> pd.DataFrame:
+    """Every metric on both images of each pair; the metrics are loaded one after another, and each
+    journals its scores in the folder `journals` (one file per metric), so a killed job resumes."""
+    Path(journals).mkdir(parents=True, exist_ok=True)
+    return pd.concat(
+        [measure_pairs(pairs, PyiqaMetric(spec, batch_size), Path(journals) / f"{spec.name}.jsonl") for spec in specs],
+        ignore_index=True,
+    )
 
 
 def table2(quality: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:

@@ -3,6 +3,7 @@ measure their image quality (Table 2)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -67,15 +68,17 @@ def keep_consensus_pairs(
 
 def measure_image_quality(
     shard: str, pairs: str, triplets: str, seeds: str, out: str, models: Sequence[dict[str, Any]], batch_size: int,
-    shard_size: int,
+    shard_size: int, journals: str,
 ) -> None:  # fmt: skip
-    """MUSIQ, NIQE (or whatever `iqa_metrics` names) on both images of each kept pair of one shard."""
+    """MUSIQ, NIQE (or whatever `iqa_metrics` names) on both images of each kept pair of one shard; each
+    metric's scores are journaled a batch at a time (`journals`), so a killed job scores only the rest."""
     from blindspot.protobias.iqa import measure_quality, pairs_to_measure
 
     seed_ids = shard_rows(read_table(seeds, tables.SEEDS), shard, shard_size)["seed_id"]
     kept = pairs_to_measure(read_table(pairs, tables.PAIRS), read_table(triplets, tables.TRIPLETS), seed_ids)
-    frame = measure_quality(kept, [spec(model) for model in models], batch_size)
+    frame = measure_quality(kept, [spec(model) for model in models], batch_size, journals)
     write_table(out, frame, tables.IMAGE_QUALITY)
+    shutil.rmtree(journals, ignore_errors=True)
 
 
 def make_table2(quality: Sequence[str], csv: str, markdown: str, latex: str) -> None:
