@@ -56,6 +56,12 @@ def test_the_list_form_of_a_profile_reads_as_its_mapping_form(tmp_path):
         }  # fmt: skip
         assert profile_resources("judge_images", 1, profile) == {"slurm_partition": "gpu", "slurm_account": "lab"}
         assert (profile_threads("render_images", profile), profile_threads("judge_images", profile)) == (4, None)
+    # As in Snakemake, a rule's own resources beat the defaults and lose to the rule's set-resources.
+    site = tmp_path / "site.yaml"
+    site.write_text("default-resources: [mem_mb=4000, runtime=60]\nset-resources: [render_images:runtime=600]\n")
+    assert profile_resources("render_images", 1, site, own={"mem_mb": 9000, "runtime": 30}) == {
+        "mem_mb": 9000, "runtime": 600,
+    }  # fmt: skip
     bad = tmp_path / "bad.yaml"
     bad.write_text("set-resources: [slurm_partition=big]\n")
     with pytest.raises(ValueError, match=r"set-resources entry 'slurm_partition=big' is not RULE:NAME=VALUE$"):

@@ -72,13 +72,16 @@ def _section(settings: dict[str, Any], key: str, profile: str | Path) -> dict[st
     return mapping
 
 
-def profile_resources(rule: str, attempt: int = 1, profile: str | Path = DEFAULT_PROFILE) -> dict[str, Any]:
-    """The resources the profile adds to (or overrides for) one job of `rule` on its `attempt`-th try."""
+def profile_resources(
+    rule: str, attempt: int = 1, profile: str | Path = DEFAULT_PROFILE, own: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The resources of one job of `rule` on its `attempt`-th try, as Snakemake ranks them: the profile's
+    default-resources, then the rule's `own`, then the profile's set-resources for the rule."""
     settings = yaml.safe_load(Path(profile).read_text()) or {}
-    merged = _section(settings, "default-resources", profile) | _section(settings, "set-resources", profile).get(
-        rule, {}
-    )
-    return {name: _evaluate(expression, attempt) for name, expression in merged.items()}
+    defaults = _section(settings, "default-resources", profile)
+    chosen = _section(settings, "set-resources", profile).get(rule, {})
+    evaluated = {name: _evaluate(expression, attempt) for name, expression in (defaults | chosen).items()}
+    return {name: evaluated[name] for name in defaults} | (own or {}) | {name: evaluated[name] for name in chosen}
 
 
 def profile_threads(rule: str, profile: str | Path = DEFAULT_PROFILE) -> int | None:
@@ -134,7 +137,7 @@ def submit_stage(
     arguments = job_arguments(config, step, wildcards) | arguments
     needs = job_resources(config, step, wildcards, attempt)
     threads = profile_threads(step, profile) or needs.threads
-    resources = {"mem_mb": needs.mem_mb, "runtime": needs.runtime} | profile_resources(step, attempt, profile)
+    resources = profile_resources(step, attempt, profile, own={"mem_mb": needs.mem_mb, "runtime": needs.runtime})
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
     executor.update_parameters(**submitit_parameters(resources, threads, needs.gpus, step))
     return executor.submit(_run_stage, step, arguments, threads)
