@@ -249,6 +249,17 @@ def test_a_canary_reads_nvidia_smi_else_the_devices_slurm_made_visible():
     assert doctor.gpus_seen("") == (0, "no nvidia-smi; CUDA_VISIBLE_DEVICES=(unset)")
 
 
+def test_a_driver_too_old_for_the_pinned_torchs_cuda_fails_before_any_gpu_hour():
+    """A job on such a node sees no GPU (docs/usage.md shows one); the canary's driver says so first."""
+    assert doctor.driver_of("GPU 0: NVIDIA H100 (UUID: GPU-1)\ndriver=535.104.05\n") == "535.104.05"
+    assert doctor.driver_too_old("535.104.05", "13.0") == (
+        "driver 535.104.05 is older than torch's CUDA 13.0 needs (>= 580): every GPU job would see no GPU"
+    )
+    assert doctor.driver_too_old("580.65.06", "13.0") is None
+    assert doctor.driver_too_old("535.104.05", "12.8") is None
+    assert doctor.driver_too_old("535.104.05", None) is None  # a CPU build of torch asks nothing of a driver
+
+
 def test_a_canary_asks_with_the_profiles_partition_account_and_gpu_model(tmp_path):
     resources = {"slurm_partition": "gpu", "slurm_account": "proj", "gpu_model": "h100", "mem_mb": 8000}
     command = doctor.canary_command(2, resources, "canary", tmp_path / "out")

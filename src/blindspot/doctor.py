@@ -44,6 +44,8 @@ GB = 1e9
 PNG_BYTES_PER_PIXEL = 1.5
 RELEASE_IMAGE_PIXELS = 640 * 480
 ROW_BYTES = 1024
+# The oldest Linux driver each CUDA major version runs on (NVIDIA's CUDA toolkit release notes).
+MIN_DRIVER = {11: 450, 12: 525, 13: 580}
 # What a canary job prints: the GPUs nvidia-smi lists and its driver, and what SLURM made visible.
 CANARY_SCRIPT = (
     'echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-}"; '
@@ -265,11 +267,26 @@ def profile_checks(profile: dict[str, Any]) -> list[Check]:
     return checks
 
 
+def driver_of(output: str) -> str | None:
+    """The NVIDIA driver a canary job reported, if it had nvidia-smi."""
+    return next((line.removeprefix("driver=") for line in output.splitlines() if line.startswith("driver=")), None)
+
+
+def driver_too_old(driver: str, cuda: str | None) -> str | None:
+    """Why `driver` cannot run torch built for CUDA `cuda` (this environment's torch, the version every
+    GPU env pins), or None: CUDA's minimum Linux driver for its major version."""
+    need = MIN_DRIVER.get(int(cuda.split(".")[0])) if cuda else None
+    major = re.match(r"\d+", driver)
+    if need is None or major is None or int(major.group()) >= need:
+        return None
+    return f"driver {driver} is older than torch's CUDA {cuda} needs (>= {need}): every GPU job would see no GPU"
+
+
 def gpus_seen(output: str) -> tuple[int, str]:
     """GPUs a canary job saw, and what it said: nvidia-smi's list and driver, else CUDA_VISIBLE_DEVICES."""
     lines = output.splitlines()
     listed = [line for line in lines if re.match(r"GPU \d+:", line)]
-    driver = next((line.removeprefix("driver=") for line in lines if line.startswith("driver=")), None)
+    driver = driver_of(output)
     if driver is not None:
         names = sorted({re.sub(r"^GPU \d+: | \(UUID.*$", "", line) for line in listed})
         return len(listed), f"{', '.join(names) or 'no GPU'} (driver {driver})"
@@ -287,6 +304,13 @@ def canary_command(gpus: int, resources: dict[str, Any], name: str, output: Path
         if resources.get(key):
             command.append(f"{flag}={resources[key]}")
     return [*command, "--wrap", CANARY_SCRIPT]
+
+
+def torch_cuda() -> str | None:
+    """The CUDA version this environment's torch is built for: the t2i, vlm, nlp and iqa envs pin the same torch."""
+    import torch
+
+    return torch.version.cuda
 
 
 def canary_checks(config: dict[str, Any], profile: Path, timeout_s: float) -> list[Check]:
@@ -330,10 +354,13 @@ def canary_checks(config: dict[str, Any], profile: Path, timeout_s: float) -> li
                 Check("gpus", subject, FAIL, f"the canary job failed (sbatch exit {process.returncode}): {said}")
             )
             continue
-        seen, what = gpus_seen(output.read_text() if output.is_file() else "")
+        said = output.read_text() if output.is_file() else ""
+        seen, what = gpus_seen(said)
         verdict = OK if seen == gpus else FAIL if seen < gpus else WARN
         note = " (more than asked: the node does not confine jobs to their GPUs)" if seen > gpus else ""
         checks.append(Check("gpus", subject, verdict, f"asked for {gpus}, the job sees {seen}: {what}{note}"))
+        if (driver := driver_of(said)) and (old := driver_too_old(driver, torch_cuda())):
+            checks.append(Check("driver", subject, FAIL, old))
     return checks
 
 
