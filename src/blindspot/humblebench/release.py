@@ -13,7 +13,7 @@ from typing import Any
 from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.settings import LETTERS, Question
 from blindspot.images import store_image_bytes
-from blindspot.models.hub import HUB_ID
+from blindspot.models.hub import dataset_snapshot, is_hub_dataset
 
 OPTION_LINE = re.compile(r"^\s*\(?([A-E])[.)]\s*(.+?)\s*$")
 
@@ -77,7 +77,7 @@ def _imagefolder_records(metadata: Sequence[Path]) -> Iterator[dict[str, Any]]:
 def release_records(source: str) -> Iterator[dict[str, Any]]:
     """The release's records, from any of its formats: a .jsonl, .json or .parquet file; a folder (a
     `save_to_disk` dataset, an imagefolder with `metadata.jsonl`, or a hub snapshot of parquet shards);
-    or a hub dataset id, read as its snapshot in the hub cache (`dataset_snapshot`). A record's image is
+    or a hub dataset id, read as its snapshot in the hub cache (`models.hub.dataset_snapshot`). A record's image is
     a path (relative to the file or metadata folder), an image's bytes, or a {"bytes", "path"} dict."""
     path = Path(source)
     if path.is_file():
@@ -100,27 +100,9 @@ def release_records(source: str) -> Iterator[dict[str, Any]]:
         if shards:
             return (record for shard in shards for record in _table_records(shard))
         raise ValueError(f"release {source}: a folder without a saved dataset, metadata.jsonl or parquet shards")
-    if path.suffix in (".jsonl", ".json", ".parquet") or not HUB_ID.fullmatch(source):
+    if not is_hub_dataset(source):
         raise ValueError(f"release {source}: no such file or folder")
     return release_records(str(dataset_snapshot(source, "release")))
-
-
-def dataset_snapshot(repo_id: str, what: str) -> Path:
-    """The snapshot folder of hub dataset `repo_id` (the `what` of the config: its release, its dataset)
-    in the hub cache under HF_HOME, as `fetch-models` leaves it; where the hub is on (not in a job),
-    what the cache lacks is downloaded first."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
-
-    try:
-        return Path(snapshot_download(repo_id, repo_type="dataset"))
-    except RepositoryNotFoundError:
-        raise ValueError(f"{what} {repo_id}: no such file or folder, nor a dataset on the hub") from None
-    except LocalEntryNotFoundError:
-        raise ValueError(
-            f"{what} {repo_id}: not in the hub cache and the hub is off (HF_HUB_OFFLINE); run `blindspot "
-            "fetch-models` where the hub answers, or give a local copy"
-        ) from None
 
 
 def _release_image(image: Any, base: Path, image_dir: Path, question_id: str) -> str:

@@ -1,5 +1,5 @@
-"""The registry's Hugging Face models (and HumbleBench's release, when it is a hub dataset) on this
-machine: which hub repositories a run reads, which of their files the code loads, whether the local
+"""The registry's Hugging Face models (and the datasets a config names by hub id) on this machine:
+which hub repositories a run reads, which of their files the code loads, whether the local
 hub cache holds them at the pinned revision, and fetching them.
 
 Compute nodes have no internet, and the SLURM profile switches the hub off in jobs, so a job reads its
@@ -44,6 +44,8 @@ LAYOUT_MARKERS = {
 }
 # The marker of a repository read for its configs and tokenizer only.
 CONFIG_MARKERS = ("tokenizer_config.json", "preprocessor_config.json", "config.json")
+# Files a dataset source may be, so never a hub id.
+TABLE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 # A dataset's parquet shards as the hub names them: each says how many there are.
 DATASET_SHARD = re.compile(r"(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet")
 BACKEND_LAYOUTS = {"transformers": "transformers", "vllm": "transformers", "open_clip": "transformers",
@@ -84,7 +86,7 @@ class HubModel:
     gated: bool = False
     trust_remote_code: bool = False
     weights_gb: float = 0.0
-    repo_type: str = "model"  # or "dataset" (HumbleBench's release)
+    repo_type: str = "model"  # or "dataset" (`hub_datasets`)
 
     @property
     def label(self) -> str:
@@ -156,16 +158,39 @@ def used_models(config: dict[str, Any]) -> list[str]:
     return [name for name in config["models"] if name in loaded]
 
 
+def is_hub_dataset(source: str) -> bool:
+    """Whether a dataset source (a release, a dataset to score) names a hub dataset, not a local file or folder."""
+    path = Path(source)
+    return bool(HUB_ID.fullmatch(source)) and path.suffix not in TABLE_SUFFIXES and not path.exists()
+
+
+def dataset_snapshot(repo_id: str, what: str) -> Path:
+    """The snapshot folder of hub dataset `repo_id` (the `what` of the config: its release, its dataset)
+    in the hub cache under HF_HOME, as `fetch-models` leaves it; where the hub is on (not in a job),
+    what the cache lacks is downloaded first."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, repo_type="dataset"))
+    except RepositoryNotFoundError:
+        raise ValueError(f"{what} {repo_id}: no such file or folder, nor a dataset on the hub") from None
+    except LocalEntryNotFoundError:
+        raise ValueError(
+            f"{what} {repo_id}: not in the hub cache and the hub is off (HF_HUB_OFFLINE); run `blindspot "
+            "fetch-models` where the hub answers, or give a local copy"
+        ) from None
+
+
 def hub_datasets(config: dict[str, Any]) -> dict[str, str]:
     """The datasets the config names by hub id (not a local copy), by config key: HumbleBench's release
     and a released ProtoBias dataset to score. Jobs read them from the hub cache, which `fetch-models`
-    fills (`humblebench.release.dataset_snapshot`)."""
+    fills (`dataset_snapshot`)."""
     named = {
         "humblebench.release": config["humblebench"].get("release"),
         "dataset.path": config.get("dataset", {}).get("path"),
     }
-    return {key: value for key, value in named.items()
-            if value and HUB_ID.fullmatch(value) and not Path(value).exists()}  # fmt: skip
+    return {key: value for key, value in named.items() if value and is_hub_dataset(value)}
 
 
 def hub_models(config: dict[str, Any]) -> list[HubModel]:

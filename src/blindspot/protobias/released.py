@@ -16,9 +16,10 @@ import pyarrow as pa
 
 from blindspot import tables
 from blindspot.config import ConfigError
-from blindspot.humblebench.release import dataset_snapshot, release_records
+from blindspot.humblebench.release import release_records
 from blindspot.images import store_image_bytes
 from blindspot.io import stable_id
+from blindspot.models.hub import dataset_snapshot, is_hub_dataset
 from blindspot.protobias.export import FIELDS, IMAGES
 
 # The fields a pair needs, by this project's export's column names; `dataset.columns` maps them to
@@ -33,16 +34,11 @@ class DatasetError(ValueError):
     """A dataset that cannot be read as pairs; the message names the dataset and what is wrong."""
 
 
-def _is_local(source: str) -> bool:
-    path = Path(source)
-    return path.exists() or source.startswith((".", "/")) or path.suffix in (".jsonl", ".json", ".parquet", ".csv")
-
-
 def dataset_records(source: str) -> Iterator[dict[str, Any]]:
     """The dataset's rows. This project's export (a folder of `data/{domain}/{split}-*.parquet`, or the hub
     id it was uploaded to) gives each row its domain and split from where it lies; any other
     table (a .jsonl, .json, .parquet or .csv file, or a folder `release_records` reads) gives its rows."""
-    if not _is_local(source):  # a hub id: its snapshot in the hub cache, the same layout
+    if is_hub_dataset(source):  # its snapshot in the hub cache: the same layout
         yield from dataset_records(str(dataset_snapshot(source, "dataset")))
         return
     path = Path(source)
