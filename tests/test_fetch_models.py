@@ -137,6 +137,9 @@ def test_the_paper_config_reads_each_hub_repository_once_with_what_its_plugin_lo
     assert models["yzha/AlignScore"].files == ("AlignScore-large.ckpt",)
     # plug-in arguments that name a repository for its configs and tokenizer
     assert not models["FacebookAI/roberta-large"].weights
+    # the official CLIP-FlanT5 builds its tower from the tower's weights, whatever the release holds
+    assert models["openai/clip-vit-large-patch14-336"].weights
+    assert not models["google/flan-t5-xxl"].weights
     assert models["laion/CLIP-ViT-H-14-laion2B-s32B-b79K"].names == ("pickscore.args.processor",)
     assert models["black-forest-labs/FLUX.1-schnell"].layout == "diffusers"
     assert models["BAAI/bge-large-en-v1.5"].layout == "sentence_transformers"

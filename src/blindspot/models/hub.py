@@ -59,13 +59,16 @@ PLUGIN_CHECKPOINTS = {
     "hpsv2": hpsv2.HUB_CHECKPOINT,
 }
 PLUGIN_FILE_ARGS = {"hpsv2": ("architecture",)}
-# Plug-in arguments that name another hub repository whose configs and tokenizer (not weights) the
-# plug-in reads at the default revision: PickScore's processor, AlignScore's base, ImageReward's tokenizer.
-PLUGIN_CONFIG_ARGS = {
-    "clip_similarity": ("processor",),
-    "align_score": ("base",),
-    "image_reward": ("tokenizer",),
-    "clip_flant5": ("tokenizer", "vision_tower"),
+# Plug-in arguments that name another hub repository the plug-in reads at the default revision, each
+# with whether its weights are read too or its configs and tokenizer only: PickScore's processor,
+# AlignScore's base, ImageReward's tokenizer, CLIP-FlanT5's tokenizer and vision tower. The official
+# CLIP-FlanT5 builds its tower from the tower's own weights before loading the release over them, so
+# they are fetched whatever the release holds.
+PLUGIN_REPO_ARGS = {
+    "clip_similarity": {"processor": False},
+    "align_score": {"base": False},
+    "image_reward": {"tokenizer": False},
+    "clip_flant5": {"tokenizer": False, "vision_tower": True},
 }
 
 
@@ -217,10 +220,10 @@ def hub_models(config: dict[str, Any]) -> list[HubModel]:
         HubModel((key,), repo_id, None, "dataset", repo_type="dataset") for key, repo_id in hub_datasets(config).items()
     )
     for metric_name, metric in config["evaluation"]["metrics"].items():
-        for arg in PLUGIN_CONFIG_ARGS.get(metric["plugin"], ()):
+        for arg, weights in PLUGIN_REPO_ARGS.get(metric["plugin"], {}).items():
             repo = metric.get("args", {}).get(arg)
             if repo and HUB_ID.fullmatch(repo) and not Path(repo).exists():
-                found.append(HubModel((f"{metric_name}.args.{arg}",), repo, None, "transformers", weights=False))
+                found.append(HubModel((f"{metric_name}.args.{arg}",), repo, None, "transformers", weights=weights))
     merged: dict[tuple, HubModel] = {}
     for model in found:
         key = (model.repo_id, model.revision, model.layout, model.weights)
