@@ -95,11 +95,11 @@ from blindspot.config import load_config, model_spec
 from blindspot.humblebench.answers import option_token_ids
 from blindspot.models.vlm_scoring import load_vlm_scorer
 config, conversations, out = load_config(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
-scorer = load_vlm_scorer(model_spec(config, "smollm2-135m"), batch_size=1)
+scorer = load_vlm_scorer(model_spec(config, "smollm2-135m"), batch_size=3)
 images = [None] * len(conversations)
 scores = scorer.score(conversations, images)
 choices = scorer.choose(conversations, images, option_token_ids(scorer.tokenizer), 4)
-open(out, "w").write(json.dumps({"scores": scores, "choices": choices}))
+open(out, "w").write(json.dumps({"scores": scores, "choices": choices, "batch_size": scorer.batch_size}))
 """
 
 
@@ -126,6 +126,8 @@ def test_vllm_scorer_reads_the_same_score_distribution_as_transformers(vllm_run,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-5000:]
     served = json.loads(out.read_text())
+    # the batch callers hand over is the config's, as with transformers, not vLLM's own max_num_seqs
+    assert served["batch_size"] == 3
 
     path = model_spec(built_config, "smollm2-135m").path
     tokenizer = AutoTokenizer.from_pretrained(path)

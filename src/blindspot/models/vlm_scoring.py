@@ -208,13 +208,14 @@ class VLLMVLMScorer:
     def __init__(self, spec: ModelSpec, batch_size: int, max_new_tokens: int = 8):
         from blindspot.models.textgen import vllm_engine
 
-        del batch_size  # vLLM schedules its own batches
         self.spec = spec
         self.max_new_tokens = max_new_tokens
         self.llm = vllm_engine(spec)
-        # Callers hand over images this many at a time: as many as vLLM runs at once, so its batches stay
-        # full while a job's images (and vLLM's copies of them) stay bounded.
-        self.batch_size = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
+        # Callers hand over images this many at a time, as to the transformers backend: the config's batch
+        # is the journal's unit and the images a job holds (its memory), whatever GPU vLLM finds. vLLM
+        # schedules its own steps within a call; an image prompt's ~1,300 tokens fill a step's token
+        # budget with a few prompts, so a batch of tens keeps the GPU busy.
+        self.batch_size = batch_size
         self.tokenizer = self.llm.get_tokenizer()
         self.tokens = ScoreTokens.from_tokenizer(self.tokenizer)
         self.one = self.tokenizer.encode("1", add_special_tokens=False)[0]
