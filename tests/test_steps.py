@@ -4,11 +4,13 @@ code reads. A step never sees the config."""
 import ast
 import functools
 import inspect
+import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from conftest import REPO, SNAKEMAKE
@@ -179,3 +181,43 @@ def test_a_job_stopped_by_bad_input_ends_its_log_with_the_one_line_after_the_tra
     lines = log.read_text().splitlines()
     assert "Traceback (most recent call last):" in lines  # for whoever debugs it
     assert lines[-1] == "taxonomy x.yaml key 'domain': 'birds' but config names it 'animals'"
+
+
+def test_a_job_copies_remote_code_into_its_own_modules_cache_not_the_shared_one(tmp_path):
+    """transformers copies a model's remote code into HF_MODULES_CACHE before importing it; jobs sharing
+    HF_HOME's would race on that copy, so each job gets its own, removed when it ends."""
+    model = tmp_path / "remote-model"
+    model.mkdir()
+    (model / "configuration_demo.py").write_text(
+        "from transformers import PretrainedConfig\n\n\nclass DemoConfig(PretrainedConfig):\n    model_type = 'demo'\n"
+    )
+    config = {"model_type": "demo", "auto_map": {"AutoConfig": "configuration_demo.DemoConfig"}}
+    (model / "config.json").write_text(json.dumps(config))
+    code = textwrap.dedent(f"""
+        import json, os
+        from blindspot import steps
+
+        def load_remote_config():
+            from transformers import AutoConfig
+
+            loaded = AutoConfig.from_pretrained({str(model)!r}, trust_remote_code=True)
+            folder = os.environ["HF_MODULES_CACHE"]
+            copies = [os.path.relpath(os.path.join(root, name), folder)
+                      for root, _, names in os.walk(folder) for name in names if name == "configuration_demo.py"]
+            print(json.dumps({{"class": type(loaded).__name__, "folder": folder, "copies": copies}}))
+
+        steps.step_function = lambda name: load_remote_config
+        steps.run_step("judge_images")
+        print(json.dumps({{"after": os.environ.get("HF_MODULES_CACHE")}}))
+    """)
+    hf_home = tmp_path / "hf"
+    env = os.environ | {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}
+    env.pop("HF_MODULES_CACHE", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    during, after = map(json.loads, done.stdout.splitlines()[-2:])
+    assert during["class"] == "DemoConfig"
+    assert len(during["copies"]) == 1  # the job's own copy
+    assert not (hf_home / "modules").exists()  # the shared cache is untouched
+    assert not Path(during["folder"]).exists()  # removed with the job
+    assert after == {"after": None}

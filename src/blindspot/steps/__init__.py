@@ -20,8 +20,11 @@ import importlib
 import inspect
 import json
 import logging
+import os
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -100,12 +103,32 @@ def step_arguments(step: Callable[..., None], job: Any) -> dict[str, Any]:
     return arguments
 
 
+@contextmanager
+def private_modules_cache() -> Iterator[Path]:
+    """A job's own HF_MODULES_CACHE, removed when the job ends. transformers imports a model's remote
+    code (`trust_remote_code`: InternVL's) from a copy it writes there, truncating the file first, so jobs
+    that start together on one shared HF_HOME can import another's half-written copy
+    (huggingface/transformers#27421). Set before the job imports transformers, which reads it once;
+    vLLM's workers inherit it."""
+    previous = os.environ.get("HF_MODULES_CACHE")
+    with tempfile.TemporaryDirectory(prefix="blindspot-modules-") as folder:
+        os.environ["HF_MODULES_CACHE"] = folder
+        try:
+            yield Path(folder)
+        finally:
+            if previous is None:
+                del os.environ["HF_MODULES_CACHE"]
+            else:
+                os.environ["HF_MODULES_CACHE"] = previous
+
+
 def run_step(step: str, /, **arguments: Any) -> None:
-    """Run the step named `step` as one job (its arguments may have any name, `step` too). Messages
-    about the job's resources name it, and a job stopped by bad input, a missing GPU or a shard that
-    failed whole stops with the one line that says why (`JOB_STOPPERS`); a job that writes a log file
-    keeps the traceback there, above that line, for whoever debugs it."""
-    with running_step(step):
+    """Run the step named `step` as one job (its arguments may have any name, `step` too), with its own
+    modules cache (`private_modules_cache`). Messages about the job's resources name it, and a job
+    stopped by bad input, a missing GPU or a shard that failed whole stops with the one line that says
+    why (`JOB_STOPPERS`); a job that writes a log file keeps the traceback there, above that line, for
+    whoever debugs it."""
+    with running_step(step), private_modules_cache():
         try:
             step_function(step)(**arguments)
         except JOB_STOPPERS as error:
