@@ -66,3 +66,26 @@ def test_the_list_form_of_a_profile_reads_as_its_mapping_form(tmp_path):
     bad.write_text("set-resources: [slurm_partition=big]\n")
     with pytest.raises(ValueError, match=r"set-resources entry 'slurm_partition=big' is not RULE:NAME=VALUE$"):
         profile_resources("render_images", 1, bad)
+
+
+def test_sizes_and_times_in_a_profile_are_read_in_snakemakes_units(tmp_path):
+    """Snakemake takes `mem: 16G`, `mem_mib` and `runtime: 2h` and gives a job `mem_mb` and minutes; the
+    submitit path reads them the same, so a site's `mem: 100G` for a rule replaces the job's own mem_mb."""
+    from blindspot.slurm import profile_resources
+
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        "default-resources: {slurm_partition: gpu, disk: 1T, mem_mib: 1000, runtime: 30}\n"
+        "set-resources: {render_images: {mem: 100G, runtime: 2h}, judge_images: {mem_mib: 2000 * attempt}}\n"
+    )
+    own = {"mem_mb": 9000, "runtime": 45}
+    assert profile_resources("render_images", 1, site, own=own) == {
+        "slurm_partition": "gpu", "disk_mb": 1000000, "mem_mb": 100000, "runtime": 120,
+    }  # fmt: skip
+    assert profile_resources("judge_images", 2, site, own=own)["mem_mb"] == 4194  # 4000 MiB in MB, as Snakemake rounds it
+    assert profile_resources("make_seeds", 1, site) == {"slurm_partition": "gpu", "disk_mb": 1000000,
+                                                        "mem_mb": 1048, "runtime": 30}  # fmt: skip
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("set-resources: {render_images: {mem: lots}}\n")
+    with pytest.raises(ValueError, match=r"^profile .*bad.yaml: set-resources of render_images: Resource 'mem'.*"):
+        profile_resources("render_images", 1, bad)

@@ -72,6 +72,25 @@ def _section(settings: dict[str, Any], key: str, profile: str | Path) -> dict[st
     return mapping
 
 
+def _standard(section: dict[str, Any], attempt: int, where: str) -> dict[str, Any]:
+    """A profile section's resources for the attempt, in the units Snakemake gives a job (its own
+    `Resource`): a size (`mem: 16G`, `mem_mib`, `disk`) becomes `mem_mb` or `disk_mb`, a time such as
+    `runtime: 2h` minutes."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.resources import Resource, SizedResources
+
+    standard = {}
+    for name, expression in section.items():
+        try:
+            resource = Resource(name, _evaluate(expression, attempt))
+            if name.removesuffix("_mb").removesuffix("_mib") in SizedResources:
+                resource = resource.standardize_size()
+        except WorkflowError as error:
+            raise ValueError(f"{where}: {' '.join(str(error).split())}") from None
+        standard[resource.name] = resource.value
+    return standard
+
+
 def profile_resources(
     rule: str, attempt: int = 1, profile: str | Path = DEFAULT_PROFILE, own: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -80,8 +99,11 @@ def profile_resources(
     settings = yaml.safe_load(Path(profile).read_text()) or {}
     defaults = _section(settings, "default-resources", profile)
     chosen = _section(settings, "set-resources", profile).get(rule, {})
-    evaluated = {name: _evaluate(expression, attempt) for name, expression in (defaults | chosen).items()}
-    return {name: evaluated[name] for name in defaults} | (own or {}) | {name: evaluated[name] for name in chosen}
+    return (
+        _standard(defaults, attempt, f"profile {profile}: default-resources")
+        | (own or {})
+        | _standard(chosen, attempt, f"profile {profile}: set-resources of {rule}")
+    )
 
 
 def profile_threads(rule: str, profile: str | Path = DEFAULT_PROFILE) -> int | None:
