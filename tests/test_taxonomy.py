@@ -9,7 +9,7 @@ from conftest import REPO
 from blindspot.config import SCHEMA_DIR, ConfigError, check_schema
 from blindspot.prompts import PromptTemplate
 from blindspot.protobias.export import dataset_card, source_counts
-from blindspot.protobias.taxonomy import draft, enumerate_seeds, load_taxonomy, sample_seeds
+from blindspot.protobias.taxonomy import balanced_quotas, draft, enumerate_seeds, load_taxonomy, sample_seeds
 
 DOMAINS = ("animals", "demography", "objects")
 
@@ -286,3 +286,26 @@ def test_a_new_domain_is_only_data(tmp_path):
         "a oak on a savanna with exactly one bench",
     }
     assert set(seeds["added_entries"]) == {"subcategory,correct_instance,adversarial_instance,scene,aux_element"}
+
+
+def test_each_knob_gets_an_equal_share_of_the_seeds_as_far_as_its_seeds_allow():
+    """Drawn uniformly from all seeds, colour tone (4 values, 12 ordered pairs) would get six times
+    scale's share (2 values): docs/fidelity.md P36."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    entry = config["domains"]["animals"]
+    shares = sample_seeds(REPO / entry["taxonomy"], "animals", entry["n_seeds"], config["seed"])["knob"].value_counts()
+    assert len(shares) == len(taxonomy_of("animals")["knobs"])
+    assert shares.max() - shares.min() <= 1
+
+
+@pytest.mark.parametrize(
+    ("sizes", "total", "quotas"),
+    [
+        ({"a": 10, "b": 2, "c": 10}, 11, {"a": 4, "b": 2, "c": 5}),  # b gives all it has, a and c share the rest
+        ({"a": 10, "b": 2, "c": 10}, 22, {"a": 10, "b": 2, "c": 10}),
+        ({"a": 3, "b": 3}, 5, {"a": 2, "b": 3}),
+        ({"a": 5}, 0, {"a": 0}),
+    ],
+)
+def test_balanced_quotas_fill_the_smallest_strata_first(sizes, total, quotas):
+    assert balanced_quotas(sizes, total) == quotas

@@ -1,4 +1,4 @@
-"""CLIP-family similarity: CLIPScore (Hessel et al.: 2.5 x max(cos, 0) with CLIP ViT-L/14) and
+"""CLIP-family similarity: CLIPScore (Hessel et al.: 2.5 x max(cos, 0) with CLIP ViT-B/32) and
 PickScore (its CLIP-H's logit scale x cos). Cosine per (prompt, image) pair, never a batch mean."""
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ and the human majority's, read as binary too: the majority prefers I_corr, or it
 I_adv, or no image: `neither` or a tie). The paper computes "all reported values in Table 3 ... on the
 same annotated human-reference subset", so kappa covers every annotated pair, and a pair without a
 clear majority counts as the humans not preferring I_corr, as in the Human row's accuracy. Both come
-with 95% percentile-bootstrap intervals over pairs (`blindspot.protobias.bootstrap`). Pairs from one
-prompt triplet (several T2I models and seeds) are resampled independently, as in the paper; the
-intervals ignore that clustering.
+with 95% percentile-bootstrap intervals over pairs (`blindspot.protobias.bootstrap`), which the paper
+does not report (docs/fidelity.md P25). Pairs from one prompt triplet (several T2I models and seeds)
+are resampled independently; the intervals ignore that clustering.
 
 Table 3 is computed on the human-annotated test pairs when there are human choices, as in the paper;
 the whole test split then gets a second table of accuracy. Without human choices the one table is

@@ -173,8 +173,22 @@ def enumerate_seeds(taxonomy: dict[str, Any]) -> list[dict[str, str]]:
     return seeds
 
 
+def balanced_quotas(sizes: dict[str, int], total: int) -> dict[str, int]:
+    """`total` (at most the strata's sum) spread over strata as evenly as their sizes allow, smallest
+    first: a stratum too small for an equal share of what is left gives all it has, the others share
+    the rest, and the larger strata take the remainder of the division."""
+    quotas, left = {}, total
+    for position, (name, size) in enumerate(sorted(sizes.items(), key=lambda item: (item[1], item[0]))):
+        quotas[name] = min(size, left // (len(sizes) - position))
+        left -= quotas[name]
+    return quotas
+
+
 def sample_seeds(taxonomy_path: str | Path, domain: str, n_seeds: int, seed: int) -> pd.DataFrame:
-    """Sample `n_seeds` enumerated seeds, deterministically for a given taxonomy file and seed.
+    """Sample `n_seeds` enumerated seeds, deterministically for a given taxonomy file and seed: as many
+    per knob as each knob's seeds allow (`balanced_quotas`), uniformly within a knob. Drawn uniformly
+    from all seeds, a knob would get a share set by its number of values (colour tone's 4 values make
+    12 ordered pairs, scale's 2 make 2): docs/fidelity.md P36.
 
     Rows are ordered by seed_id, so shards (contiguous slices) do not depend on sampling order.
     """
@@ -187,7 +201,15 @@ def sample_seeds(taxonomy_path: str | Path, domain: str, n_seeds: int, seed: int
         )
     domain_key = int(hashlib.sha256(domain.encode()).hexdigest()[:8], 16)
     rng = np.random.default_rng([seed, domain_key])
-    chosen = rng.choice(len(candidates), size=n_seeds, replace=False)
+    by_knob: dict[str, list[int]] = {}
+    for index, candidate in enumerate(candidates):
+        by_knob.setdefault(candidate["knob"], []).append(index)
+    quotas = balanced_quotas({knob: len(indices) for knob, indices in by_knob.items()}, n_seeds)
+    chosen = [
+        by_knob[knob][position]
+        for knob in sorted(by_knob)
+        for position in rng.choice(len(by_knob[knob]), size=quotas[knob], replace=False)
+    ]
     taxonomy_sha = hashlib.sha256(Path(taxonomy_path).read_bytes()).hexdigest()
     rows = []
     for index in chosen:
