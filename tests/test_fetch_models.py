@@ -352,3 +352,21 @@ def test_a_hub_release_is_fetched_with_the_models_then_read_from_the_cache_offli
     assert all(Path(row["image_path"]).is_file() for row in rows)
     with pytest.raises(ValueError, match=r"^release org/other: not in the hub cache and the hub is off"):
         load_release("org/other", tmp_path / "images")
+
+
+def test_a_job_names_the_commit_of_the_weights_it_reads_from_the_cache(tiny_config, tmp_path, monkeypatch):
+    """A hub model's spec carries the commit its branch pointed at when fetched, so rows, journals and
+    score caches name the weights, and a re-fetch that moves the branch changes the job's params."""
+    from huggingface_hub import constants
+
+    from blindspot.config import model_spec
+
+    config = with_hub_models(tiny_config, {"tiny-qwen2": {"id": "org/llm"}})
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert model_spec(config, "tiny-qwen2").revision is None  # not fetched yet: nothing to name
+    lay_out(tmp_path / "hub", "org/llm", {"config.json": b"{}", "model.safetensors": b"w"})
+    assert model_spec(config, "tiny-qwen2").revision == COMMIT
+    lay_out(tmp_path / "hub", "org/llm", {"config.json": b"{}", "model.safetensors": b"v"}, commit=OTHER_COMMIT)
+    assert model_spec(config, "tiny-qwen2").revision == OTHER_COMMIT
+    config["models"]["tiny-qwen2"]["revision"] = COMMIT  # a pinned commit stays as given
+    assert model_spec(config, "tiny-qwen2").revision == COMMIT

@@ -82,7 +82,7 @@ def test_sizes_and_times_in_a_profile_are_read_in_snakemakes_units(tmp_path):
     assert profile_resources("render_images", 1, site, own=own) == {
         "slurm_partition": "gpu", "disk_mb": 1000000, "mem_mb": 100000, "runtime": 120,
     }  # fmt: skip
-    assert profile_resources("judge_images", 2, site, own=own)["mem_mb"] == 4194  # 4000 MiB in MB, as Snakemake rounds it
+    assert profile_resources("judge_images", 2, site, own=own)["mem_mb"] == 4194  # 4000 MiB, as Snakemake rounds it
     assert profile_resources("make_seeds", 1, site) == {"slurm_partition": "gpu", "disk_mb": 1000000,
                                                         "mem_mb": 1048, "runtime": 30}  # fmt: skip
     bad = tmp_path / "bad.yaml"

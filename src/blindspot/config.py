@@ -358,19 +358,27 @@ def gpu_shortage(spec: ModelSpec, seen: int) -> str:
 
 
 def model_spec(config: dict[str, Any], name: str) -> ModelSpec:
+    """A registry entry resolved for a job. A hub model's revision is the commit the hub cache holds for
+    it (`fetch-models` put it there), so rows, journals and caches name the weights they came from, and
+    weights fetched anew re-run the jobs that read them."""
+    from blindspot.models.hub import cached_commit, model_source
+
     try:
         entry = config["models"][name]
     except KeyError:
         raise ConfigError(f"model '{name}' is not in the registry") from None
     built = "build" in entry
     path = built_model_dir(config, name) if built else entry["id"]
+    revision = entry.get("revision")
+    if model_source(entry) == "hub":
+        revision = cached_commit(entry["id"], revision) or revision
     return ModelSpec(
         name=name,
         backend=entry["backend"],
         gpus=entry["gpus"],
         dtype=entry.get("dtype", "none"),
         path=str(path),
-        revision=entry.get("revision"),
+        revision=revision,
         built=built,
         trust_remote_code=entry.get("trust_remote_code", False),
         max_model_len=entry.get("max_model_len"),

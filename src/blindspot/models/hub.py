@@ -313,15 +313,27 @@ def repo_folder(cache_dir: str | Path, repo_id: str, repo_type: str = "model") -
     return Path(cache_dir) / repo_folder_name(repo_id=repo_id, repo_type=repo_type)
 
 
+def cached_commit(
+    repo_id: str, revision: str | None, cache_dir: str | Path | None = None, repo_type: str = "model"
+) -> str | None:
+    """The commit the hub cache (HF_HOME's unless `cache_dir`) holds for a repository's revision: a
+    commit as given, or the one its branch or tag pointed at when fetched; None when it has no such ref."""
+    from huggingface_hub import constants
+
+    revision = revision or "main"
+    if COMMIT.fullmatch(revision):
+        return revision
+    ref = repo_folder(cache_dir or constants.HF_HUB_CACHE, repo_id, repo_type) / "refs" / revision
+    return ref.read_text().strip() if ref.is_file() else None
+
+
 def cache_state(model: HubModel, cache_dir: str | Path) -> CacheState:
     """Whether the cache holds `model` at its revision (a commit, or the commit its branch or tag
     pointed at when fetched) with every file the loaders read."""
     folder = repo_folder(cache_dir, model.repo_id, model.repo_type)
     snapshots = folder / "snapshots"
     held = sorted(p.name for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
-    revision = model.revision or "main"
-    ref = folder / "refs" / revision
-    commit = revision if COMMIT.fullmatch(revision) else (ref.read_text().strip() if ref.is_file() else None)
+    commit = cached_commit(model.repo_id, model.revision, cache_dir, model.repo_type)
     if commit not in held:
         return CacheState(None, other_commits=tuple(held))
     snapshot = snapshots / commit
