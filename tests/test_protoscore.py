@@ -14,6 +14,7 @@ from blindspot.metrics import normalise
 from blindspot.metrics.protoscore import ProtoScore
 from blindspot.protobias.protoscore import (
     TrainSettings,
+    latest_checkpoint,
     load_scorer,
     pairwise_accuracy,
     ranking_loss,
@@ -175,6 +176,17 @@ def test_a_resumed_run_ends_with_the_uninterrupted_weights(built_config, tmp_pat
     after_kill = train(load_scorer(spec, settings()), fewer, tmp_path / "fewer", tmp_path / "checkpoint")
     assert "checkpoint of another run" in caplog.text
     pd.testing.assert_frame_equal(after_kill.drop(columns="pairs_per_second"), alone.drop(columns="pairs_per_second"))
+
+
+def test_a_pointer_to_a_removed_checkpoint_is_no_checkpoint(tmp_path):
+    """A kill while the checkpoint folders were being removed can leave `latest` naming a folder that is
+    gone or half gone: the retry starts afresh instead of failing on every attempt."""
+    (tmp_path / "latest").write_text("position-000000050\n")
+    assert latest_checkpoint(tmp_path) is None
+    (tmp_path / "position-000000050").mkdir()  # its state.pt already removed
+    assert latest_checkpoint(tmp_path) is None
+    (tmp_path / "position-000000050" / "state.pt").write_bytes(b"state")
+    assert latest_checkpoint(tmp_path) == tmp_path / "position-000000050"
 
 
 def test_a_logit_is_normalised_with_the_logistic_function():

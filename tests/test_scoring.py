@@ -76,6 +76,9 @@ def test_the_identity_follows_score_settings_not_run_settings(tiny_config):
     before = identity_of(tiny_config, "api-judge")
     tiny_config["models"]["local-api-judge"] |= {"client": {"concurrency": 16}, "endpoint": "http://10.0.0.1/v1"}
     assert identity_of(tiny_config, "api-judge") == before  # same answers, another route
+    clip = identity_of(tiny_config, "clipscore")
+    tiny_config["models"]["tiny-clip"] |= {"weights_gb": 40.0, "gated": True}  # a retry's memory, an access flag
+    assert identity_of(tiny_config, "clipscore") == clip
     tiny_config["models"]["local-api-judge"]["request"] = {"temperature": 0.7}
     assert identity_of(tiny_config, "api-judge")["version"] != before["version"]
     clip = identity_of(tiny_config, "clipscore")
@@ -153,6 +156,20 @@ class RecordingMetric:
 
     def __init__(self, spec, batch_size, **args):
         self.built.append((spec, batch_size, args))
+
+
+@pytest.mark.parametrize("left", [b"", b'{"raw": 0.5, "det', b'{"raw": 0.5}', b"[]"])
+def test_an_entry_a_crash_left_unreadable_is_scored_again(tmp_path, left):
+    from blindspot.metrics import Score
+
+    cache = ScoreCache(tmp_path)
+    key = ScoreCache.key("clipscore", "built:tiny-clip", "", "v", "sha", "a cat")
+    cache.put(key, Score(0.25, {}), (0.0, 2.5))
+    assert cache.get(key) == (Score(0.25, {}), (0.0, 2.5))
+    cache._path(key).write_bytes(left)  # renamed into place before its data reached the disk
+    assert cache.get(key) is None
+    cache.put(key, Score(0.5, {}), (0.0, 2.5))
+    assert cache.get(key) == (Score(0.5, {}), (0.0, 2.5))
 
 
 def test_a_shard_scores_the_kept_test_pairs_of_its_own_seeds():

@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 ROLES = ("corr", "adv")
 # Registry keys that decide where or how fast a model runs, or who may call it, not its scores.
-RUN_ONLY_KEYS = {"gpus", "licence", "client", "api_key_env", "endpoint", "engine_args", "max_model_len", "build"}
+RUN_ONLY_KEYS = {"gpus", "weights_gb", "gated", "licence", "client", "api_key_env", "endpoint", "engine_args",
+                 "max_model_len", "build"}  # fmt: skip
 
 
 class NoAnswers(RuntimeError):
@@ -65,12 +66,18 @@ class ScoreCache:
         return stable_id(metric, model_id, revision, version, image, prompt)
 
     def get(self, key: str) -> tuple[Score, tuple[float, float]] | None:
-        """The cached score and the bounds it is normalised within."""
+        """The cached score and the bounds it is normalised within; None for an entry that is not there, or
+        that a crashed node left empty or cut off (renamed into place before its data reached the disk),
+        which is then scored again and replaced."""
         path = self._path(key)
         if not path.exists():
             return None
-        entry = json.loads(path.read_text())
-        return Score(math.nan if entry["raw"] is None else entry["raw"], entry["detail"]), tuple(entry["bounds"])
+        try:
+            entry = json.loads(path.read_text())
+            return Score(math.nan if entry["raw"] is None else entry["raw"], entry["detail"]), tuple(entry["bounds"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("score cache entry %s is unreadable: scoring it again", path)
+            return None
 
     def put(self, key: str, score: Score, bounds: tuple[float, float]) -> None:
         raw = None if math.isnan(score.raw) else score.raw

@@ -220,9 +220,11 @@ def _save_checkpoint(scorer: PairwiseScorer, optimizer: Any, scheduler: Any, pos
 
 
 def latest_checkpoint(checkpoint: str | Path) -> Path | None:
-    """The folder of the last complete checkpoint, if there is one."""
+    """The folder of the last complete checkpoint, if there is one: not where `latest` survived a kill
+    while the folders were being removed (a new run's mismatch, or the end of training)."""
     pointer = Path(checkpoint) / "latest"
-    return Path(checkpoint) / pointer.read_text().strip() if pointer.is_file() else None
+    folder = Path(checkpoint) / pointer.read_text().strip() if pointer.is_file() else None
+    return folder if folder is not None and (folder / "state.pt").is_file() else None
 
 
 def _load_checkpoint(
