@@ -15,12 +15,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import CHROMIUM
+from conftest import CHROMIUM, REPO
+from markupsafe import escape
 from PIL import Image
 
+from blindspot.annotation import label_studio
 from blindspot.annotation.projects import (
     CONTROLS,
+    INSTRUCTIONS,
     LABEL_CONFIGS,
+    PAIRWISE_INSTRUCTIONS,
+    QUESTION_CHECK_INSTRUCTIONS,
     TASKS,
     label_studio_export,
     load_project,
@@ -28,8 +33,11 @@ from blindspot.annotation.projects import (
     pairwise_choices,
     read_labels,
 )
+from blindspot.prompts import PromptTemplate
 
 SCRIPT = '<script>alert("x")</script>'
+RUBRIC = PromptTemplate.load(REPO / "config" / "prompts" / "judge_image_v1.yaml").rubric  # the VLM filter's
+GIVEN = {"image_score": RUBRIC}  # the instructions a task has none of its own for
 
 
 def picture(path: Path, colour: str) -> str:
@@ -56,7 +64,8 @@ def tables(tmp_path) -> dict[str, pd.DataFrame]:
 
 def test_label_studio_projects_for_each_task(tables, tmp_path):
     for task in TASKS:
-        project = make_project(task, tables[task], ["alice", "bob"], tmp_path / task, "/data/local-files/?d=", tmp_path)
+        project = make_project(task, tables[task], ["alice", "bob"], tmp_path / task, "/data/local-files/?d=", tmp_path,
+                               GIVEN.get(task))  # fmt: skip
         tasks = json.loads((tmp_path / task / "tasks.json").read_text())
         assert [t["data"]["item_id"] for t in tasks] == [item["id"] for item in project["items"]]
         config = ET.fromstring((tmp_path / task / "label_config.xml").read_text())
@@ -178,6 +187,7 @@ def test_text_is_escaped_and_strangers_are_refused(pairwise_server):
     assert status == 200
     assert SCRIPT not in body
     assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in body
+    assert f'<p id="instructions">{escape(PAIRWISE_INSTRUCTIONS)}</p>' in body  # the A.2 rubric, said once
     assert pairwise_server.post("alice", item_id="p9", choice="left") == 400  # unknown item
     assert pairwise_server.post("alice", item_id="p1", choice="maybe") == 400
     base = pairwise_server.links["alice"].rsplit("/", 1)[0]
@@ -196,7 +206,7 @@ def test_each_task_clicked_through_in_chromium(tables, tmp_path):
 
     servers = {}
     for task in TASKS:
-        make_project(task, tables[task], ["alice"], tmp_path / task, "", tmp_path)
+        make_project(task, tables[task], ["alice"], tmp_path / task, "", tmp_path, GIVEN.get(task))
         servers[task] = Server(tmp_path / task)
     try:
         with sync_playwright() as playwright:
@@ -384,3 +394,54 @@ def test_annotators_need_a_label_studio_email():
         annotator_emails(["carol"], emails)
     with pytest.raises(ValueError, match="'alice' is not NAME=EMAIL"):
         parse_emails(["alice"])
+
+
+def test_each_project_carries_its_instructions_written_once(tables, tmp_path):
+    """image_score: the VLM filter's rubric, as given (the judge template's); pairwise: ProtoBias's A.2
+    rubric; question_check: its one question. Stored in project.json; the label configs keep only a
+    short header, not a second, different wording (such as a 1-10 scale of their own)."""
+    with pytest.raises(ValueError, match="image_score needs instructions"):
+        make_project("image_score", tables["image_score"], ["alice"], tmp_path / "none", "", tmp_path)
+    expected = {"image_score": RUBRIC, "pairwise": PAIRWISE_INSTRUCTIONS, "question_check": QUESTION_CHECK_INSTRUCTIONS}
+    for task in TASKS:
+        project = make_project(task, tables[task], ["alice"], tmp_path / task, "", tmp_path, GIVEN.get(task))
+        assert project["instructions"] == load_project(tmp_path / task)["instructions"] == expected[task]
+        headers = [e.get("value") for e in ET.fromstring(LABEL_CONFIGS[task]).iter("Header") if e.get("size") is None]
+        assert len(headers) == 1
+        assert "(see Instructions)" in headers[0]  # Label Studio's button, beside the one shown before labelling
+    assert set(INSTRUCTIONS) == {"pairwise", "question_check"}  # image_score's come from its judge template
+    assert "1 = not at all" not in LABEL_CONFIGS["image_score"]
+    assert RUBRIC.startswith("Score how well the image matches the description on a scale from 1 to 10.")
+    for detail in ("counts", "colours", "spatial relations", "foreground and background", "more typical",
+                   "similarly valid, or similarly invalid", '"neither" (no clear preference)'):  # fmt: skip
+        assert detail in PAIRWISE_INSTRUCTIONS
+    other = make_project("pairwise", tables["pairwise"], ["alice"], tmp_path / "other", "", tmp_path, "Pick one.")
+    assert other["instructions"] == "Pick one."
+    with pytest.raises(ValueError, match="pairwise needs instructions"):
+        make_project("pairwise", tables["pairwise"], ["alice"], tmp_path / "blank", "", tmp_path, "  \n")
+
+
+def test_label_studio_instructions_are_escaped_html_with_the_line_breaks(tables, tmp_path, monkeypatch):
+    """`push` gives Label Studio the project's instructions as its own (`expert_instruction`, HTML it
+    shows unescaped) and `show_instruction`, so annotators see them before labelling."""
+    assert label_studio.instruction_html("One <b>&\nline two.\n\n  Two.\n") == (
+        "<p>One &lt;b&gt;&amp;<br>\nline two.</p>\n<p>Two.</p>"
+    )
+    make_project("image_score", tables["image_score"], ["alice"], tmp_path / "p", "/files/?d=", tmp_path, RUBRIC)
+    calls = []
+
+    def call(self, method, path, **kwargs):
+        calls.append((method, path, kwargs.get("json")))
+        return {"id": 7}
+
+    monkeypatch.setattr(label_studio.Client, "call", call)
+    assert label_studio.push(tmp_path / "p", "http://127.0.0.1:1", "token") == 7
+    created = next(payload for method, path, payload in calls if path == "/api/projects/")
+    assert created["show_instruction"] is True
+    assert created["expert_instruction"] == "<p>" + "<br>\n".join(RUBRIC.splitlines()) + "</p>"
+    assert created["label_config"] == LABEL_CONFIGS["image_score"]
+    project = json.loads((tmp_path / "p" / "project.json").read_text())
+    del project["instructions"]  # a project made before projects carried their instructions
+    (tmp_path / "p" / "project.json").write_text(json.dumps(project))
+    with pytest.raises(ValueError, match=r"project\.json has no instructions for annotators: make the project again"):
+        label_studio.push(tmp_path / "p", "http://127.0.0.1:1", "token")

@@ -16,6 +16,8 @@ from urllib.parse import quote, urlencode
 
 import pandas as pd
 import pytest
+from conftest import REPO
+from markupsafe import escape
 from PIL import Image
 from screenshots import PICTURE_SIZE, assert_side_by_side, chromium_page, loaded_width, save_screenshot, task_tables
 
@@ -28,8 +30,10 @@ from blindspot.annotation.server import (
     serve,
 )
 from blindspot.io import write_json
+from blindspot.prompts import PromptTemplate
 
 FORM = "application/x-www-form-urlencoded"
+RUBRIC = PromptTemplate.load(REPO / "config" / "prompts" / "judge_image_v1.yaml").rubric  # image_score's instructions
 
 
 @pytest.fixture
@@ -158,7 +162,7 @@ def test_a_stalled_client_is_let_go(images, tmp_path):
 def test_two_hundred_annotators_posting_at_once_lose_nothing(images, tmp_path):
     annotators = [f"a{n:03d}" for n in range(200)]
     table = pd.DataFrame({"image_id": ["i1"], "path": [str(images / "red.png")], "description": ["red"]})
-    project = make_project("image_score", table, annotators, tmp_path / "project", "")
+    project = make_project("image_score", table, annotators, tmp_path / "project", "", instructions=RUBRIC)
     start = threading.Barrier(len(annotators))
     answers: dict[str, object] = {}
 
@@ -310,7 +314,8 @@ def test_each_task_as_an_annotator_sees_it(task, tmp_path):
     """A screenshot of each task's page (`builtin-<task>.png` in tests/screenshots.py's folder), and
     everything on it in view without scrolling: the images loaded (a pair's side by side), the
     texts, the buttons."""
-    make_project(task, task_tables(tmp_path / "root" / "images")[task], ["alice"], tmp_path / "project", "")
+    project = make_project(task, task_tables(tmp_path / "root" / "images")[task], ["alice"], tmp_path / "project", "",
+                           instructions=RUBRIC if task == "image_score" else None)  # fmt: skip
     with running(tmp_path / "project") as (port, path), chromium_page() as page:
         page.goto(f"http://127.0.0.1:{port}{path}")
         images = [page.locator(selector) for selector in SHOWN[task]["images"]]
@@ -323,13 +328,38 @@ def test_each_task_as_an_annotator_sees_it(task, tmp_path):
                 assert caption["y"] + caption["height"] <= box["y"] < caption["y"] + 50
         for selector, text in SHOWN[task]["texts"].items():
             assert page.inner_text(selector) == text
+        assert page.inner_text("#instructions") == project["instructions"]  # with its line breaks
         buttons = [page.get_by_role("button", name=name, exact=True) for name in SHOWN[task]["buttons"]]
         in_view = page.viewport_size["height"]
-        for element in [*images, *buttons, page.locator("#progress")]:
+        for element in [*images, *buttons, page.locator("#progress"), page.locator("#instructions")]:
             box = element.bounding_box()
             assert box is not None, element
             assert box["y"] + box["height"] <= in_view, (element, box)
         save_screenshot(page, f"builtin-{task}")
+
+
+def test_every_item_s_page_shows_the_project_s_instructions_escaped_with_their_line_breaks(images, tmp_path):
+    """The filter evaluators see the VLM filter's rubric (the judge template's), nothing the page says
+    of its own; a project made before projects carried instructions is refused, not served without."""
+    table = pd.DataFrame({"image_id": ["i1", "i2"], "path": [str(images / "red.png"), str(images / "blue.png")],
+                          "description": ["red", "blue"]})  # fmt: skip
+    make_project("image_score", table, ["alice"], tmp_path / "project", "", instructions=RUBRIC)
+    with running(tmp_path / "project") as (port, path):
+        for item in ("i1", "i2"):
+            status, body = get(port, f"{path}?item={item}")
+            assert status == 200
+            assert "\n" in RUBRIC
+            assert f'<p id="instructions">{RUBRIC}</p>'.encode() in body  # nothing to escape; line breaks as written
+            assert b"1 = not at all" not in body
+    marked = 'Look <b>closely</b> & say "which".\n\nThen choose.'
+    make_project("image_score", table, ["alice"], tmp_path / "marked", "", instructions=marked)
+    with running(tmp_path / "marked") as (port, path):
+        assert f'<p id="instructions">{escape(marked)}</p>'.encode() in get(port, path)[1]
+    project = load_project(tmp_path / "project")
+    del project["instructions"]
+    write_json(tmp_path / "project" / "project.json", project)
+    with pytest.raises(ValueError, match=r"project\.json has no instructions for annotators"):
+        serve(tmp_path / "project", port=0)
 
 
 def test_a_port_that_is_taken_is_one_line_naming_it(images, tmp_path, capsys):

@@ -5,12 +5,20 @@ import json
 
 import pandas as pd
 import pytest
+from conftest import REPO
 from PIL import Image
 
 from blindspot import tables
 from blindspot.annotation.agreement import annotator_kappas, annotator_table, mean_pairwise_kappa
-from blindspot.annotation.projects import load_project, make_projects, scored_images
+from blindspot.annotation.projects import (
+    PAIRWISE_INSTRUCTIONS,
+    QUESTION_CHECK_INSTRUCTIONS,
+    load_project,
+    make_projects,
+    scored_images,
+)
 from blindspot.io import write_table
+from blindspot.prompts import PromptTemplate
 
 CHOICES = pd.DataFrame(
     [("ann1", "p1", "corr"), ("ann2", "p1", "corr"), ("ann3", "p1", "adv"), ("ann1", "p2", "adv"),
@@ -42,7 +50,8 @@ def annotation_pairs(folder) -> pd.DataFrame:
 
 def test_a_project_per_task_in_a_folder_named_like_it(tmp_path):
     sources = {"image_score": annotation_images(tmp_path), "pairwise": annotation_pairs(tmp_path)}
-    projects = make_projects(sources, ["alice", "bob"], tmp_path / "projects", "/data/local-files/?d=")
+    projects = make_projects(sources, ["alice", "bob"], tmp_path / "projects", "/data/local-files/?d=",
+                             {"image_score": "Score it."})  # fmt: skip
     assert list(projects) == ["image_score", "pairwise"]
     assert sorted(p.name for p in (tmp_path / "projects").iterdir()) == ["image_score", "pairwise"]
     for task, project in projects.items():
@@ -51,6 +60,8 @@ def test_a_project_per_task_in_a_folder_named_like_it(tmp_path):
         assert list(project["annotators"]) == ["alice", "bob"]
     assert [item["id"] for item in projects["image_score"]["items"]] == ["i1", "i2", "i3", "i4"]
     assert [item["id"] for item in projects["pairwise"]["items"]] == ["p1", "p2"]
+    assert projects["image_score"]["instructions"] == "Score it."  # given; pairwise has its own
+    assert projects["pairwise"]["instructions"] == PAIRWISE_INSTRUCTIONS
 
 
 def test_people_s_scores_are_averaged_per_image(tmp_path):
@@ -145,10 +156,16 @@ def test_the_projects_step_adds_the_question_check_with_scene_candidates(tmp_pat
         "annotators": ["alice", "bob"],
         "filter_evaluators": ["bob"],
         "image_url_prefix": "/img/",
+        "judge_template": str(REPO / "config" / "prompts" / "judge_image_v1.yaml"),
         "out": str(tmp_path / "p"),
     }
     make_annotation_projects(scene_candidates=[], **arguments)
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["image_score", "pairwise"]
+    # the evaluators are shown the VLM filter's own rubric, the annotators the A.2 rubric
+    rubric = PromptTemplate.load(arguments["judge_template"]).rubric
+    assert load_project(tmp_path / "p" / "image_score")["instructions"] == rubric
+    assert rubric.startswith("Score how well the image matches the description on a scale from 1 to 10.")
+    assert load_project(tmp_path / "p" / "pairwise")["instructions"] == PAIRWISE_INSTRUCTIONS
     # the filter validation goes to the designated evaluator only (the paper: "a trained human evaluator")
     assert list(load_project(tmp_path / "p" / "image_score")["annotators"]) == ["bob"]
     assert list(load_project(tmp_path / "p" / "pairwise")["annotators"]) == ["alice", "bob"]
@@ -163,3 +180,8 @@ def test_the_projects_step_adds_the_question_check_with_scene_candidates(tmp_pat
     assert tasks[0]["data"]["left_image"].startswith("/img/")
     assert [item["id"] for item in load_project(tmp_path / "p" / "question_check")["items"]] == ["s1"]
     assert list(load_project(tmp_path / "p" / "question_check")["annotators"]) == ["alice", "bob"]
+    assert load_project(tmp_path / "p" / "question_check")["instructions"] == QUESTION_CHECK_INSTRUCTIONS
+    bare = tmp_path / "bare.yaml"  # a judge template without a rubric: nothing to show the evaluators
+    bare.write_text("name: judge_image\nversion: 9\nuser: 'Description: {{ description }}'\n")
+    with pytest.raises(ValueError, match=r"bare\.yaml has no rubric to show the filter evaluators"):
+        make_annotation_projects(scene_candidates=[], **(arguments | {"judge_template": str(bare)}))

@@ -1,8 +1,8 @@
 """Label Studio both ways against the real server (marker `label_studio`, `./setup.sh --label-studio`):
-for each task, push (project refusing empty annotations, local-files storage, tasks), images served,
-annotate through the API, import the built-in page's export, pull, and read the labels back with each
-annotator's name; a value outside the label config is refused on pull; and (marker `browser`) each
-task photographed in the labeling interface."""
+for each task, push (project refusing empty annotations, showing the task's instructions before
+labelling, local-files storage, tasks), images served, annotate through the API, import the built-in
+page's export, pull, and read the labels back with each annotator's name; a value outside the label
+config is refused on pull; and (marker `browser`) each task photographed in the labeling interface."""
 
 import json
 import os
@@ -14,12 +14,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import requests
+from conftest import REPO
 from PIL import Image
 from screenshots import assert_side_by_side, chromium_page, save_screenshot, task_tables
 
 from blindspot.annotation import label_studio
 from blindspot.annotation.projects import label_studio_export, load_project, make_project, read_labels
 from blindspot.annotation.server import DATABASE, LabelStore
+from blindspot.prompts import PromptTemplate
 
 pytestmark = [pytest.mark.label_studio, pytest.mark.integration]
 
@@ -28,6 +30,8 @@ OWNER = "owner@example.org"  # the user the server makes at start; the annotator
 PASSWORD = "blindspot-test-password"
 TOKEN = "blindspot-test-token"
 EMAILS = {"alice": OWNER, "bob": "bob@example.org"}
+RUBRIC = PromptTemplate.load(REPO / "config" / "prompts" / "judge_image_v1.yaml").rubric  # image_score's instructions
+GIVEN = {"image_score": RUBRIC}
 START_TIMEOUT_S = 600  # the first start migrates a new database: minutes on 2 busy cores
 
 
@@ -114,11 +118,18 @@ LABELS = {
 def test_push_annotate_export_import_pull(server, task, tmp_path):
     url, root = server
     folder = tmp_path / "project"
-    project = make_project(task, tables(root / task)[task], ["alice", "bob"], folder, "/data/local-files/?d=")
+    project = make_project(task, tables(root / task)[task], ["alice", "bob"], folder, "/data/local-files/?d=",
+                           instructions=GIVEN.get(task))  # fmt: skip
     assert project["image_root"] == str(root)  # the default: the storage folder's parent, not itself
     project_id = label_studio.push(folder, url, TOKEN)
     client = label_studio.Client(url, TOKEN)
-    assert client.call("GET", f"/api/projects/{project_id}")["enable_empty_annotation"] is False
+    created = client.call("GET", f"/api/projects/{project_id}")
+    assert created["enable_empty_annotation"] is False
+    # the task's instructions (image_score: the VLM filter's rubric), Label Studio's own, shown before labelling
+    assert created["show_instruction"] is True
+    assert created["expert_instruction"] == label_studio.instruction_html(project["instructions"])
+    if task == "image_score":
+        assert all(line in created["expert_instruction"] for line in RUBRIC.splitlines())
     tasks = client.call("GET", "/api/tasks/", params={"project": project_id, "fields": "all"})["tasks"]
     assert sorted(t["data"]["item_id"] for t in tasks) == [item["id"] for item in project["items"]]
     for entry in tasks:  # every image a task shows is served, byte for byte
@@ -218,7 +229,7 @@ def test_each_task_in_the_labeling_interface(server, tmp_path):
         for task, shown in SHOWN.items():
             folder = tmp_path / task
             table = task_tables(root / f"screenshots-{task}")[task]
-            project = make_project(task, table, ["alice"], folder, "/data/local-files/?d=")
+            project = make_project(task, table, ["alice"], folder, "/data/local-files/?d=", None, GIVEN.get(task))
             project_id = label_studio.push(folder, url, TOKEN)
             first = client.call("GET", "/api/tasks/", params={"project": project_id})["tasks"][0]
             page.goto(f"{url}/projects/{project_id}/data?task={first['id']}")  # the task in the labeling interface

@@ -64,3 +64,38 @@ def test_a_broken_template_is_one_line_naming_its_file(tmp_path, text, says):
         PromptTemplate.load(path)
     assert str(path) in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_the_judge_image_rubric_is_exposed_and_renders_the_messages_as_before_it_was_split_out():
+    """The rubric moved into `rubric:` (shown to the filter evaluators too); the VLMs' messages are
+    byte for byte what the template rendered before."""
+    template = PromptTemplate.load(REPO / "config" / "prompts" / "judge_image_v1.yaml")
+    assert template.render(description="a red fox sitting on a blue chair") == [
+        {"role": "system", "content": "You check whether an image shows exactly what its description says."},
+        {"role": "user", "content": (
+            "Description: a red fox sitting on a blue chair\n\n"
+            "Score how well the image matches the description on a scale from 1 to 10. Check the main\n"
+            "subject, the number of each object, colours, sizes, spatial relations and what is in the\n"
+            "foreground or background. 10: everything is present and correct. 8-9: everything is present,\n"
+            "with at most minor ambiguity. 4-7: the subject is right but a stated detail is wrong or missing.\n"
+            "1-3: the subject is wrong or missing. Answer with the number only."
+        )},
+    ]  # fmt: skip
+    assert template.rubric.startswith("Score how well the image matches the description on a scale from 1 to 10.")
+    assert template.rubric.endswith("1-3: the subject is wrong or missing.")  # the answer format is the VLMs' alone
+    assert template.version.startswith("judge_image/v1+")
+
+
+def test_a_rubric_is_the_template_s_own_and_never_a_field(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("name: t\nversion: 1\nrubric: |-\n  Be strict.\n  Very.\nuser: '{{ x }}: {{ rubric }}'\n")
+    template = PromptTemplate.load(path)
+    assert template.rubric == "Be strict.\nVery."
+    assert template.render(x="go") == [{"role": "user", "content": "go: Be strict.\nVery."}]
+    with pytest.raises(ValueError, match="rubric"):
+        template.render(x="go", rubric="Be lenient.")
+    path.write_text("name: t\nversion: 1\nuser: '{{ x }}'\n")  # a template without one: an empty rubric
+    assert PromptTemplate.load(path).rubric == ""
+    path.write_text("name: t\nversion: 1\nrubric: [a, b]\nuser: u\n")
+    with pytest.raises(ValueError, match="its rubric is not text"):
+        PromptTemplate.load(path)

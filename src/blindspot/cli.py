@@ -209,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "LOCAL_FILES_DOCUMENT_ROOT), which must be above the deepest folder holding every image "
                       "(Label Studio's storage); default: that folder's parent")  # fmt: skip
     make.add_argument("--image-url-prefix", default="/data/local-files/?d=", help="Label Studio's local-file URL")
+    make.add_argument("--judge-template", default="config/prompts/judge_image_v1.yaml", help="image_score: the "
+                      "VLM filter's prompt template (image_stage.judge_template), whose rubric the evaluators are "
+                      "shown")  # fmt: skip
     serve = actions.add_parser("serve", help="the built-in annotation page; prints one link per annotator")
     serve.add_argument("project")
     serve.add_argument("--host", default="127.0.0.1", help="127.0.0.1 by default: reachable from this machine only")
@@ -261,9 +264,12 @@ def annotate(args: argparse.Namespace) -> None:
     from blindspot.annotation.projects import make_project
 
     if args.action == "make":
+        from blindspot.prompts import PromptTemplate
+
+        rubric = PromptTemplate.load(args.judge_template).rubric if args.task == "image_score" else None
         project = make_project(
             args.task, pd.read_parquet(args.items), [a.strip() for a in args.annotators.split(",") if a.strip()],
-            args.out, args.image_url_prefix, args.image_root,
+            args.out, args.image_url_prefix, args.image_root, rubric,
         )  # fmt: skip
         sys.stdout.write(f"{args.out}: {len(project['items'])} items for {len(project['annotators'])} annotators\n")
     elif args.action == "serve":

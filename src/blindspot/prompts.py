@@ -23,12 +23,17 @@ def _compiled(source: str) -> jinja2.Template:
 @dataclass(frozen=True)
 class PromptTemplate:
     """A chat prompt: a user message and, unless `system` is empty, a system message before it (some
-    peers send none: the model's chat template then adds its own default, if it has one)."""
+    peers send none: the model's chat template then adds its own default, if it has one).
+
+    `rubric` (optional in the file, "" without it) is plain text the messages use as `{{ rubric }}`,
+    and that people are shown as their instructions when they score what a model scores (the
+    annotation projects), so both work to the same rubric."""
 
     name: str
     version: str  # "<name>/v<n>+<sha256 prefix of the file>": edits without a bump still show
     system: str
     user: str
+    rubric: str = ""
 
     @classmethod
     def load(cls, path: str | Path) -> PromptTemplate:
@@ -50,11 +55,19 @@ class PromptTemplate:
                 raise ValueError(
                     f"prompt template {path}: its {part} message, line {error.lineno}: {error.message}"
                 ) from None
+        rubric = spec.get("rubric") or ""
+        if not isinstance(rubric, str):
+            raise ValueError(f"prompt template {path}: its rubric is not text")
         digest = hashlib.sha256(raw).hexdigest()[:8]
-        return cls(spec["name"], f"{spec['name']}/v{spec['version']}+{digest}", spec.get("system") or "", spec["user"])
+        version = f"{spec['name']}/v{spec['version']}+{digest}"
+        return cls(spec["name"], version, spec.get("system") or "", spec["user"], rubric)
 
     def render(self, **fields: Any) -> list[dict[str, str]]:
-        """Chat messages for one item; a field the template uses but was not given is an error."""
+        """Chat messages for one item, with the template's own `rubric`; a field the template uses but
+        was not given is an error, and so is a field named `rubric` (it would replace the template's)."""
+        if "rubric" in fields:
+            raise ValueError(f"prompt template {self.name}: `rubric` is the template's own, not a field to give")
+        fields["rubric"] = self.rubric
         system = _compiled(self.system).render(**fields).strip()
         user = {"role": "user", "content": _compiled(self.user).render(**fields).strip()}
         return [{"role": "system", "content": system}, user] if system else [user]

@@ -7,6 +7,8 @@ rule make_annotation_projects:
         filter_validation=P("filter_validation"),
         preference_pairs=P("preference_pairs"),
         scene_candidates=humble_input("scene_questions"),
+        # The VLM filter's template: its rubric is what the filter evaluators are shown.
+        judge_template=config["image_stage"]["judge_template"],
     output:
         out=directory(P("annotation_projects")),
     params:

@@ -14,7 +14,9 @@ LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN=true when the server is first started).
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from blindspot.annotation.projects import (
     label_studio_tasks,
     labels_from_export,
     load_project,
+    project_instructions,
 )
 from blindspot.io import write_json
 
@@ -94,18 +97,31 @@ def export_labels(folder: str | Path, out: str | Path, emails: Mapping[str, str]
     return len(labels)
 
 
+def instruction_html(text: str) -> str:
+    """Instructions as Label Studio's `expert_instruction` (HTML, which it shows unescaped): the text
+    escaped, a paragraph for each run of lines between blank lines, its line breaks kept."""
+    paragraphs = [part for part in re.split(r"\n[ \t]*\n", text.strip()) if part.strip()]
+    return "\n".join(
+        "<p>" + "<br>\n".join(html.escape(line) for line in part.strip().splitlines()) + "</p>" for part in paragraphs
+    )
+
+
 def push(folder: str | Path, url: str, token: str, title: str | None = None) -> int:
     """A Label Studio project for a project folder: its label config, with empty annotations refused
-    (Label Studio allows them by default, and a pull refuses them), a local-files storage at its
-    `storage_path` (Label Studio must run with LOCAL_FILES_SERVING_ENABLED=true and
-    LOCAL_FILES_DOCUMENT_ROOT set to its `image_root`), and its tasks. Records the server and the
-    project's id in `label_studio.json` for `pull`; returns the id."""
+    (Label Studio allows them by default, and a pull refuses them), its instructions as Label Studio's
+    own (`expert_instruction`, shown before labelling), a local-files storage at its `storage_path`
+    (Label Studio must run with LOCAL_FILES_SERVING_ENABLED=true and LOCAL_FILES_DOCUMENT_ROOT set to its
+    `image_root`), and its tasks. Records the server and the project's id in `label_studio.json` for
+    `pull`; returns the id."""
     folder = Path(folder)
     project = load_project(folder)
+    instructions = project_instructions(project, folder)
     client = Client(url, token)
     created = client.call("POST", "/api/projects/", json={
         "title": title or f"blindspot {project['task']} ({folder.resolve().name})",
         "label_config": LABEL_CONFIGS[project["task"]],
+        "expert_instruction": instruction_html(instructions),
+        "show_instruction": True,  # shown to each annotator when they start labelling
         "enable_empty_annotation": False,  # Label Studio's default lets an annotator submit nothing
     })  # fmt: skip
     project_id = created["id"]

@@ -2,15 +2,19 @@
 built-in annotation page (`blindspot.annotation.server`), and the import of their labels.
 
 Tasks:
-- `image_score`: an image against its own description, 1-10 with the VLM filter's rubric
-  (ProtoBias's filter validation, from `benchmark/annotation/filter_validation.parquet`).
+- `image_score`: an image against its own description, 1-10 with the VLM filter's rubric, the
+  `rubric` of its judge template (`image_stage.judge_template`), so people and VLMs score on the same
+  anchored scale (ProtoBias's filter validation, from `benchmark/annotation/filter_validation.parquet`).
 - `pairwise`: the neutral prompt and the two images of a test pair in the left/right order drawn when
-  the subset was made; left, right or neither (`preference_pairs.parquet`). Imports map left/right back
-  to corr/adv.
+  the subset was made; left, right or neither (`preference_pairs.parquet`), judged by ProtoBias's
+  Appendix A.2 rubric (`PAIRWISE_INSTRUCTIONS`). Imports map left/right back to corr/adv.
 - `question_check`: a HumbleBench question with its options and label: keep, modify (with the
   edited question, options and label) or delete (a questions table, e.g. the scene-graph candidates).
 
-A project folder holds `project.json` (task, items, annotators and their tokens), Label Studio's
+Each project carries its instructions, written once, in `project.json` (`instructions`): the built-in
+page shows them above every item, and `label_studio.push` makes them the Label Studio project's
+instructions, shown before labelling; the label configs keep a short header only. A project folder
+holds `project.json` (task, instructions, items, annotators and their tokens), Label Studio's
 `tasks.json` and `label_config.xml`. Both tools export labels in Label Studio's JSON export format,
 which `read_labels` reads.
 """
@@ -35,9 +39,22 @@ TASKS = ("image_score", "pairwise", "question_check")
 PAIR_CHOICES = ("left", "right", "neither")
 CONTROLS = {"image_score": "score", "pairwise": "choice", "question_check": "decision"}  # each config's required one
 
+# ProtoBias, Appendix A.2 ("Annotation rubric"), addressed to the annotator.
+PAIRWISE_INSTRUCTIONS = (
+    "Judge only how well each image matches what the prompt says. Check whether each image shows the "
+    "entities, attributes, counts, colours, spatial relations, foreground and background placement and every "
+    "other detail the prompt states.\n\n"
+    "Do not prefer an image because it is more common, more realistic, more pleasing to look at or more typical "
+    "of its subject, unless the prompt asks for that.\n\n"
+    'If both images are similarly valid, or similarly invalid, choose "neither" (no clear preference).'
+)
+QUESTION_CHECK_INSTRUCTIONS = "Is the question answerable from the image, with exactly the labelled option correct?"
+# Each task's instructions unless given: image_score's are its judge template's rubric, which a caller passes.
+INSTRUCTIONS = {"pairwise": PAIRWISE_INSTRUCTIONS, "question_check": QUESTION_CHECK_INSTRUCTIONS}
+
 LABEL_CONFIGS = {
     "image_score": """<View>
-  <Header value="Score how well the image matches its description (1 = not at all, 10 = every detail)"/>
+  <Header value="Score the image against its description, 1 to 10 (see Instructions)"/>
   <View style="display: flex; gap: 1em">
     <View style="flex: 1">
       <Image name="image" value="$image"/>
@@ -50,7 +67,7 @@ LABEL_CONFIGS = {
 </View>
 """,
     "pairwise": """<View>
-  <Header value="Which image matches the prompt? Judge only its stated details, not which image is more typical"/>
+  <Header value="Which image matches the prompt? (see Instructions)"/>
   <Text name="prompt" value="$prompt"/>
   <View style="display: flex; gap: 1em">
     <View style="flex: 1">
@@ -70,7 +87,7 @@ LABEL_CONFIGS = {
 </View>
 """,
     "question_check": """<View>
-  <Header value="Is the question answerable from the image, with exactly the labelled option correct?"/>
+  <Header value="Check the question against the image (see Instructions)"/>
   <View style="display: flex; gap: 1em">
     <View style="flex: 1">
       <Image name="image" value="$image"/>
@@ -117,10 +134,13 @@ def task_items(task: str, table: pd.DataFrame) -> list[dict[str, Any]]:
 
 def make_project(
     task: str, table: pd.DataFrame, annotators: Sequence[str], folder: str | Path, image_url_prefix: str,
-    image_root: str | Path | None = None,
+    image_root: str | Path | None = None, instructions: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Write a project folder: `project.json` (with a secret token per annotator, for the built-in
-    page), and Label Studio's `tasks.json` and `label_config.xml`.
+    """Write a project folder: `project.json` (with the task's instructions and a secret token per
+    annotator, for the built-in page), and Label Studio's `tasks.json` and `label_config.xml`.
+
+    `instructions`: what annotators are told, by default the task's own (`INSTRUCTIONS`); `image_score`
+    has none of its own and needs the VLM filter's rubric (its judge template's `rubric`).
 
     Label Studio shows local images through a local-files storage: its `storage_path` is the deepest
     folder above every image, and `image_root` (Label Studio's LOCAL_FILES_DOCUMENT_ROOT) a folder
@@ -130,6 +150,9 @@ def make_project(
     items."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r} (tasks: {', '.join(TASKS)})")
+    instructions = instructions if instructions is not None else INSTRUCTIONS.get(task)
+    if not instructions or not instructions.strip():
+        raise ValueError(f"{task} needs instructions for its annotators (image_score: its judge template's rubric)")
     if len(set(annotators)) != len(annotators) or not annotators:
         raise ValueError("annotators must be one or more distinct names")
     folder = Path(folder)
@@ -145,8 +168,8 @@ def make_project(
             f"the images' folder {storage} must be below the image root {root}, not at it (Label Studio "
             "refuses a local-files storage at its LOCAL_FILES_DOCUMENT_ROOT): choose a folder above it"
         )
-    project = {"task": task, "items": items, "image_root": str(root), "storage_path": str(storage),
-               "image_url_prefix": image_url_prefix,
+    project = {"task": task, "instructions": instructions, "items": items, "image_root": str(root),
+               "storage_path": str(storage), "image_url_prefix": image_url_prefix,
                "annotators": {name: secrets.token_urlsafe(16) for name in annotators}}  # fmt: skip
     write_json(folder / "project.json", project)
     write_json(folder / "tasks.json", label_studio_tasks(project))
@@ -170,18 +193,29 @@ def label_studio_tasks(project: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def make_projects(
-    sources: Mapping[str, pd.DataFrame], annotators: Sequence[str], folder: str | Path, image_url_prefix: str
-) -> dict[str, dict[str, Any]]:
+    sources: Mapping[str, pd.DataFrame], annotators: Sequence[str], folder: str | Path, image_url_prefix: str,
+    instructions: Mapping[str, str] | None = None,
+) -> dict[str, dict[str, Any]]:  # fmt: skip
     """A project per task (`make_project`), each in its own folder under `folder` named like the task;
-    `sources` maps a task to its table."""
+    `sources` maps a task to its table, `instructions` a task to its instructions where they are not the
+    task's own (image_score's: the judge template's rubric)."""
+    instructions = instructions or {}
     return {
-        task: make_project(task, table, annotators, Path(folder) / task, image_url_prefix)
+        task: make_project(task, table, annotators, Path(folder) / task, image_url_prefix,
+                           instructions=instructions.get(task))
         for task, table in sources.items()
-    }
+    }  # fmt: skip
 
 
 def load_project(folder: str | Path) -> dict[str, Any]:
     return json.loads((Path(folder) / "project.json").read_text())
+
+
+def project_instructions(project: Mapping[str, Any], folder: str | Path) -> str:
+    """The instructions annotators are shown; a project made before projects carried them is refused."""
+    if not project.get("instructions"):
+        raise ValueError(f"{Path(folder) / 'project.json'} has no instructions for annotators: make the project again")
+    return project["instructions"]
 
 
 def _annotator(annotation: Mapping[str, Any]) -> str:

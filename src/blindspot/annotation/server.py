@@ -1,5 +1,7 @@
 """The built-in annotation page, for teams without Label Studio: one link per annotator, the three tasks
-of `blindspot.annotation.projects`, keyboard shortcuts, progress, SQLite storage.
+of `blindspot.annotation.projects`, keyboard shortcuts, progress, SQLite storage. Every item's page
+shows the project's instructions (`project.json`'s `instructions`: for `image_score` the VLM filter's
+rubric), with their line breaks.
 
 `blindspot annotate serve PROJECT` binds 127.0.0.1 by default and prints each annotator's link. A
 label is committed to SQLite (write-ahead log, synchronous) before the page answers, so a label the
@@ -37,7 +39,7 @@ from urllib.parse import parse_qs, parse_qsl, urlsplit
 import pandas as pd
 from jinja2 import Environment
 
-from blindspot.annotation.projects import PAIR_CHOICES, load_project
+from blindspot.annotation.projects import PAIR_CHOICES, load_project, project_instructions
 from blindspot.humblebench.questions import DECISIONS
 from blindspot.humblebench.settings import TYPES, Question
 
@@ -57,6 +59,7 @@ body { font-family: sans-serif; margin: 1.5em; max-width: 70em; }
 img { max-width: 30em; max-height: 30em; border: 1px solid #888; }
 .pair { display: flex; gap: 2em; } figure { margin: 0; } figcaption { font-weight: bold; margin-bottom: 0.3em; }
 .text { font-size: 1.2em; margin: 0.8em 0; white-space: pre-wrap; }
+#instructions { white-space: pre-wrap; background: #f4f4f4; padding: 0.5em 0.8em; max-width: 60em; }
 button { font-size: 1.1em; margin: 0.2em; } kbd { border: 1px solid #888; padding: 0 0.3em; }
 </style></head><body>
 <p id="progress">{{ annotator }}: {{ done }} of {{ total }} labelled</p>
@@ -65,14 +68,13 @@ button { font-size: 1.1em; margin: 0.2em; } kbd { border: 1px solid #888; paddin
 {% else %}
 <form id="label" method="post" action="/a/{{ token }}/label">
 <input type="hidden" name="item_id" value="{{ item.id }}">
+<p id="instructions">{{ instructions }}</p>
 {% if task == "image_score" %}
-<p>Score how well the image matches its description: 1 = not at all, 10 = every stated detail.</p>
 <img id="image" src="/a/{{ token }}/image/{{ item.id }}/image" alt="the image">
 <p class="text" id="description">{{ item.description }}</p>
 {% for score in range(1, 11) %}<button type="submit" name="score" value="{{ score }}">{{ score }}</button>{% endfor %}
 <p>Keys: <kbd>1</kbd>-<kbd>9</kbd>, <kbd>0</kbd> for 10.</p>
 {% elif task == "pairwise" %}
-<p>Which image matches the prompt? Judge only the details it states, not which image is more typical.</p>
 <p class="text" id="prompt">{{ item.prompt }}</p>
 <div class="pair">
 <figure><figcaption id="left-caption">Left</figcaption>
@@ -84,7 +86,6 @@ button { font-size: 1.1em; margin: 0.2em; } kbd { border: 1px solid #888; paddin
 <button type="submit" name="choice" value="neither">Neither / no clear preference</button>
 <p>Keys: <kbd>&larr;</kbd> or <kbd>l</kbd> left, <kbd>&rarr;</kbd> or <kbd>r</kbd> right, <kbd>n</kbd> neither.</p>
 {% else %}
-<p>Is the question answerable from the image, with exactly the labelled option correct?</p>
 <img id="image" src="/a/{{ token }}/image/{{ item.id }}/image" alt="the image">
 <p class="text" id="question">{{ item.question }}</p>
 <p class="text" id="options">{{ item.options }}</p>
@@ -215,6 +216,7 @@ def make_handler(
     folder: Path, project: dict[str, Any], store: LabelStore, connection_timeout: float = CONNECTION_TIMEOUT_S
 ) -> type[BaseHTTPRequestHandler]:
     items = {item["id"]: item for item in project["items"]}
+    instructions = project_instructions(project, folder)
     annotators = {token: name for name, token in project["annotators"].items()}
     image_root = (folder / project["image_root"]).resolve()
 
@@ -293,7 +295,7 @@ def make_handler(
                 item = next((i for i in project["items"] if i["id"] not in done), None)
             page = _PAGE.render(
                 annotator=annotator, token=self._route_token(), task=project["task"], item=item, done=len(done),
-                total=len(items), keys=_KEYS[project["task"]],
+                total=len(items), keys=_KEYS[project["task"]], instructions=instructions,
             )  # fmt: skip
             self._send(HTTPStatus.OK, page.encode())
             return None

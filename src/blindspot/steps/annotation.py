@@ -12,27 +12,33 @@ from blindspot.steps import log
 
 
 def make_annotation_projects(
-    filter_validation: str, preference_pairs: str, scene_candidates: Sequence[str], annotators: Sequence[str],
-    filter_evaluators: Sequence[str], image_url_prefix: str, out: str,
+    filter_validation: str, preference_pairs: str, scene_candidates: Sequence[str], judge_template: str,
+    annotators: Sequence[str], filter_evaluators: Sequence[str], image_url_prefix: str, out: str,
 ) -> None:  # fmt: skip
     """Annotation projects for the papers' human studies: Label Studio tasks and config, and a link per
     annotator for the built-in page (`blindspot annotate serve`). The filter validation images go to the
-    designated evaluators only (the paper: "a trained human evaluator"); the other tasks to every annotator."""
+    designated evaluators only (the paper: "a trained human evaluator"), who are shown the VLM filter's
+    rubric (the `rubric` of its `judge_template`) so that both score on one scale; the other tasks go to
+    every annotator."""
     from blindspot.annotation.projects import make_projects
     from blindspot.io import atomic_dir
+    from blindspot.prompts import PromptTemplate
 
     strangers = [name for name in filter_evaluators if name not in annotators]
     if strangers:
         raise ValueError(
             f"annotation.filter_evaluators {strangers} are not in annotation.annotators {list(annotators)}"
         )
+    rubric = PromptTemplate.load(judge_template).rubric
+    if not rubric.strip():
+        raise ValueError(f"{judge_template} has no rubric to show the filter evaluators")
     shared = {"pairwise": read_table(preference_pairs, tables.ANNOTATION_PAIRS)}
     if scene_candidates:
         shared["question_check"] = read_table(scene_candidates[0], tables.HUMBLE_QUESTIONS)
     with atomic_dir(out) as tmp:
         projects = make_projects(
             {"image_score": read_table(filter_validation, tables.ANNOTATION_IMAGES)}, filter_evaluators, tmp,
-            image_url_prefix,
+            image_url_prefix, {"image_score": rubric},
         ) | make_projects(shared, annotators, tmp, image_url_prefix)  # fmt: skip
     for task, project in projects.items():
         log.info("%s: %d items for %d annotators", task, len(project["items"]), len(project["annotators"]))
