@@ -24,6 +24,7 @@ from screenshots import PICTURE_SIZE, assert_side_by_side, chromium_page, loaded
 from blindspot.annotation.label_studio import export_labels
 from blindspot.annotation.projects import load_project, make_project, read_labels
 from blindspot.annotation.server import (
+    DATABASE,
     MAX_BODY_BYTES,
     LabelStore,
     parse_value,
@@ -360,6 +361,24 @@ def test_every_item_s_page_shows_the_project_s_instructions_escaped_with_their_l
     write_json(tmp_path / "project" / "project.json", project)
     with pytest.raises(ValueError, match=r"project\.json has no instructions for annotators"):
         serve(tmp_path / "project", port=0)
+
+
+def test_a_project_inside_a_workflow_output_is_neither_served_nor_pushed(images, tmp_path):
+    """Snakemake replaces a directory output (marked by its .snakemake_timestamp) when the subsets change;
+    labels written beside a project there would go with it."""
+    from blindspot.annotation.label_studio import push
+
+    output = tmp_path / "results" / "annotation_projects"
+    pairwise_project(images, output / "pairwise")
+    (output / ".snakemake_timestamp").touch()
+    for call in (lambda: serve(output / "pairwise", port=0), lambda: push(output / "pairwise", "http://x", "t")):
+        with pytest.raises(ValueError, match=r"inside the workflow.s output .*annotation_projects.*copy the project"):
+            call()
+    assert not (output / "pairwise" / DATABASE).exists()
+    copied = tmp_path / "annotation" / "pairwise"
+    pairwise_project(images, copied)
+    with running(copied) as (port, path):
+        assert get(port, path)[0] == 200
 
 
 def test_a_port_that_is_taken_is_one_line_naming_it(images, tmp_path, capsys):

@@ -29,6 +29,7 @@ from blindspot.annotation.projects import (
     label_studio_tasks,
     labels_from_export,
     load_project,
+    outside_workflow_outputs,
     project_instructions,
 )
 from blindspot.io import write_json
@@ -113,7 +114,7 @@ def push(folder: str | Path, url: str, token: str, title: str | None = None) -> 
     (Label Studio must run with LOCAL_FILES_SERVING_ENABLED=true and LOCAL_FILES_DOCUMENT_ROOT set to its
     `image_root`), and its tasks. Records the server and the project's id in `label_studio.json` for
     `pull`; returns the id."""
-    folder = Path(folder)
+    folder = outside_workflow_outputs(folder)
     project = load_project(folder)
     instructions = project_instructions(project, folder)
     client = Client(url, token)

@@ -211,6 +211,21 @@ def load_project(folder: str | Path) -> dict[str, Any]:
     return json.loads((Path(folder) / "project.json").read_text())
 
 
+def outside_workflow_outputs(folder: str | Path) -> Path:
+    """`folder`, resolved, where `serve` and `push` may keep what they write beside a project (people's
+    labels, the Label Studio link): not inside a workflow output (a folder Snakemake marks with
+    `.snakemake_timestamp`), which Snakemake replaces, with all it holds, when the subsets change."""
+    folder = Path(folder).resolve()
+    for output in (folder, *folder.parents):
+        if (output / ".snakemake_timestamp").is_file():
+            raise ValueError(
+                f"{folder} is inside the workflow's output {output}, which Snakemake replaces (with the labels "
+                f"kept there) when the subsets change: copy the project out first, e.g. cp -r {folder} "
+                f"annotation/{folder.name}"
+            )
+    return folder
+
+
 def project_instructions(project: Mapping[str, Any], folder: str | Path) -> str:
     """The instructions annotators are shown; a project made before projects carried them is refused."""
     if not project.get("instructions"):

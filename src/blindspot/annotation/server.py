@@ -39,7 +39,7 @@ from urllib.parse import parse_qs, parse_qsl, urlsplit
 import pandas as pd
 from jinja2 import Environment
 
-from blindspot.annotation.projects import PAIR_CHOICES, load_project, project_instructions
+from blindspot.annotation.projects import PAIR_CHOICES, load_project, outside_workflow_outputs, project_instructions
 from blindspot.humblebench.questions import DECISIONS
 from blindspot.humblebench.settings import TYPES, Question
 
@@ -372,7 +372,7 @@ def serve(
 ) -> ThreadingHTTPServer:
     """The server of a project folder (not yet serving: call `serve_forever`); `connection_timeout`: seconds a
     connection may wait for its client."""
-    folder = Path(folder).resolve()
+    folder = outside_workflow_outputs(folder)
     project = load_project(folder)
     store = LabelStore(folder / DATABASE)
     try:
