@@ -1,4 +1,3 @@
-import jinja2
 import pytest
 from conftest import REPO
 
@@ -16,10 +15,10 @@ def test_generate_template_renders_the_seed_into_chat_messages():
     assert template.version.startswith("generate_triplet/v2+")
 
 
-def test_a_field_the_template_needs_but_lacks_is_an_error():
-    template = PromptTemplate.load(REPO / "config" / "prompts" / "judge_triplet_v1.yaml")
-    with pytest.raises(jinja2.UndefinedError):
-        template.render(seed={"label": "bird"})
+def test_a_field_the_template_needs_but_lacks_is_one_line_naming_the_file():
+    path = REPO / "config" / "prompts" / "judge_triplet_v1.yaml"
+    with pytest.raises(ValueError, match=rf"^prompt template {path}: 'dict object' has no attribute '\w+'$"):
+        PromptTemplate.load(path).render(seed={"label": "bird"})
 
 
 def test_version_changes_with_the_file(tmp_path):
@@ -55,6 +54,8 @@ def test_the_humblebench_prompts_are_the_official_prefixes_before_the_question_a
         ("name: t\nversion: 1\nuser: [unclosed\n", "is not YAML"),
         ("name: t\nuser: u\n", r"lacks \['version'\]"),
         ("name: t\nversion: 1\nuser: 'u {{ x '\n", "its user message, line 1"),
+        ("name: t\nversion: 1\nsytem: s\nuser: u\n", "unknown key 'sytem'"),  # would drop the system message
+        ("name: t\nversion: 1\nuser: [a, b]\n", "its user message is not text"),
     ],
 )
 def test_a_broken_template_is_one_line_naming_its_file(tmp_path, text, says):

@@ -12,6 +12,7 @@ import jinja2
 import yaml
 
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+KEYS = ("name", "version", "system", "user", "rubric")  # a template file's keys; the first three are required
 
 
 @functools.lru_cache(maxsize=64)
@@ -34,6 +35,7 @@ class PromptTemplate:
     system: str
     user: str
     rubric: str = ""
+    path: str = ""  # the file, for messages
 
     @classmethod
     def load(cls, path: str | Path) -> PromptTemplate:
@@ -48,7 +50,12 @@ class PromptTemplate:
         missing = {"name", "version", "user"} - set(spec)
         if missing:
             raise ValueError(f"prompt template {path} lacks {sorted(missing)}")
+        unknown = sorted(map(str, set(spec) - set(KEYS)))
+        if unknown:  # a misspelt `sytem:` would otherwise drop the system message unseen
+            raise ValueError(f"prompt template {path}: unknown key {unknown[0]!r} (keys: {', '.join(KEYS)})")
         for part in ("system", "user"):  # compiled (once) here, so a syntax error names the file
+            if not isinstance(spec.get(part) or "", str):
+                raise ValueError(f"prompt template {path}: its {part} message is not text")
             try:
                 _compiled(spec.get(part) or "")
             except jinja2.TemplateSyntaxError as error:
@@ -60,7 +67,7 @@ class PromptTemplate:
             raise ValueError(f"prompt template {path}: its rubric is not text")
         digest = hashlib.sha256(raw).hexdigest()[:8]
         version = f"{spec['name']}/v{spec['version']}+{digest}"
-        return cls(spec["name"], version, spec.get("system") or "", spec["user"], rubric)
+        return cls(spec["name"], version, spec.get("system") or "", spec["user"], rubric, str(path))
 
     def render(self, **fields: Any) -> list[dict[str, str]]:
         """Chat messages for one item, with the template's own `rubric`; a field the template uses but
@@ -68,6 +75,9 @@ class PromptTemplate:
         if "rubric" in fields:
             raise ValueError(f"prompt template {self.name}: `rubric` is the template's own, not a field to give")
         fields["rubric"] = self.rubric
-        system = _compiled(self.system).render(**fields).strip()
-        user = {"role": "user", "content": _compiled(self.user).render(**fields).strip()}
+        try:
+            system = _compiled(self.system).render(**fields).strip()
+            user = {"role": "user", "content": _compiled(self.user).render(**fields).strip()}
+        except jinja2.UndefinedError as error:  # a misspelt field: the job stops with the file named
+            raise ValueError(f"prompt template {self.path or self.name}: {error.message}") from None
         return [{"role": "system", "content": system}, user] if system else [user]
