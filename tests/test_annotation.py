@@ -32,6 +32,7 @@ from blindspot.annotation.projects import (
     make_project,
     pairwise_choices,
     read_labels,
+    task_items,
 )
 from blindspot.prompts import PromptTemplate
 
@@ -376,6 +377,26 @@ def test_a_json_min_export_is_refused_saying_so(tmp_path):
     ) as error:
         read_labels("pairwise", export)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("annotations", [None, []])
+def test_a_task_without_annotations_gives_no_labels(tmp_path, annotations):
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps([{"id": 1, "data": {"item_id": "p1"}, "annotations": annotations}]))
+    assert read_labels("pairwise", export).empty
+
+
+@pytest.mark.parametrize("annotations", ["left", ["left"], {"result": []}])
+def test_annotations_that_are_not_label_studio_annotations_are_one_line(tmp_path, annotations):
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps([{"id": 1, "data": {"item_id": "p1"}, "annotations": annotations}]))
+    with pytest.raises(ValueError, match=r"export.json: task p1 \(Label Studio task 1\)'s annotations are not a list"):
+        read_labels("pairwise", export)
+
+
+def test_a_table_of_another_task_is_named_as_such(tables):
+    with pytest.raises(ValueError, match=r"^task pairwise needs a table with columns pair_id, .* lacks pair_id, "):
+        task_items("pairwise", tables["image_score"])
 
 
 def test_an_unknown_pairwise_choice_is_refused(tables):

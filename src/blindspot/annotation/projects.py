@@ -111,8 +111,24 @@ LABEL_CONFIGS = {
 }
 
 
+# The columns each task reads from its table (`task_items`).
+TASK_COLUMNS = {
+    "image_score": ("image_id", "path", "description"),
+    "pairwise": ("pair_id", "left_path", "right_path", "neutral_prompt", "left_role"),
+    "question_check": ("question_id", "image_path", "question", "options", "label"),
+}
+
+
 def task_items(task: str, table: pd.DataFrame) -> list[dict[str, Any]]:
     """The items of a task from its table: an id, the image files it shows, and the text fields."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r} (tasks: {', '.join(TASKS)})")
+    missing = [column for column in TASK_COLUMNS[task] if column not in table.columns]
+    if missing:
+        raise ValueError(
+            f"task {task} needs a table with columns {', '.join(TASK_COLUMNS[task])}; this one lacks "
+            f"{', '.join(missing)} (is it another task's table?)"
+        )
     if task == "image_score":
         return [{"id": r.image_id, "images": {"image": r.path}, "description": r.description}
                 for r in table.itertuples(index=False)]  # fmt: skip
@@ -122,14 +138,12 @@ def task_items(task: str, table: pd.DataFrame) -> list[dict[str, Any]]:
              "prompt": r.neutral_prompt, "left_role": r.left_role}
             for r in table.itertuples(index=False)
         ]  # fmt: skip
-    if task == "question_check":
-        return [
-            {"id": r.question_id, "images": {"image": r.image_path}, "question": r.question,
-             "options": lettered(json.loads(r.options)),
-             "label": r.label}
-            for r in table.itertuples(index=False)
-        ]  # fmt: skip
-    raise ValueError(f"unknown task {task!r} (tasks: {', '.join(TASKS)})")
+    return [  # question_check
+        {"id": r.question_id, "images": {"image": r.image_path}, "question": r.question,
+         "options": lettered(json.loads(r.options)),
+         "label": r.label}
+        for r in table.itertuples(index=False)
+    ]  # fmt: skip
 
 
 def make_project(
@@ -319,7 +333,10 @@ def labels_from_export(task: str, tasks: Sequence[Mapping[str, Any]], source: st
         if not isinstance(item, str):
             raise ValueError(f"{source}: task {number} has no data.item_id")
         which = f"task {item}" + (f" (Label Studio task {entry['id']})" if "id" in entry else "")
-        for annotation in entry.get("annotations", []):
+        annotations = entry.get("annotations") or []
+        if not isinstance(annotations, list) or not all(isinstance(a, Mapping) for a in annotations):
+            raise ValueError(f"{source}: {which}'s annotations are not a list of Label Studio annotations")
+        for annotation in annotations:
             if annotation.get("was_cancelled"):
                 continue
             who = _annotator(annotation)
