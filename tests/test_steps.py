@@ -6,6 +6,7 @@ import functools
 import inspect
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -221,3 +222,18 @@ def test_a_job_copies_remote_code_into_its_own_modules_cache_not_the_shared_one(
     assert not (hf_home / "modules").exists()  # the shared cache is untouched
     assert not Path(during["folder"]).exists()  # removed with the job
     assert after == {"after": None}
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [(None, r"missing\.job\.json: no such job file"), ("{}", r"is not a job file"), ("[1", r"is not a job file")],
+)
+def test_replaying_a_missing_or_broken_job_file_is_one_line(tmp_path, content, says):
+    path = tmp_path / "missing.job.json"
+    if content is not None:
+        path.write_text(content)
+    done = subprocess.run([sys.executable, "-m", "blindspot.steps", "replay", str(path)], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 1
+    assert re.search(says, done.stderr)
+    assert len(done.stderr.strip().splitlines()) == 1

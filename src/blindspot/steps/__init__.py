@@ -161,8 +161,14 @@ def run_from_snakemake(job: Any) -> None:
 
 def replay(path: str) -> None:
     """Run a job again from the arguments it left beside its log, in the folder Snakemake ran it in."""
-    job = json.loads(Path(path).read_text())
-    run_step(job["step"], **job["arguments"])
+    try:
+        job = json.loads(Path(path).read_text())
+        step, arguments = job["step"], job["arguments"]
+    except FileNotFoundError:
+        raise SystemExit(f"{path}: no such job file (a job leaves one beside its log, ending in .job.json)") from None
+    except (ValueError, KeyError, TypeError):
+        raise SystemExit(f"{path} is not a job file: JSON with the job's step and arguments") from None
+    run_step(step, **arguments)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
