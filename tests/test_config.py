@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO, SNAKEMAKE
 
 from blindspot.config import (
@@ -44,15 +45,24 @@ def test_a_job_stopped_by_bad_input_says_why_in_one_line(tmp_path):
     taxonomy = tmp_path / "animals.yaml"
     text = (REPO / "config" / "taxonomy" / "animals.yaml").read_text()
     taxonomy.write_text(text.replace("    label: bird\n", "    label: bird\n    label: fowl\n", 1))
+    from conftest import step_command
+
+    # The job as Snakemake ran it (the config check, which loads every taxonomy, is behind it).
+    job = step_command(tmp_path, "make_seeds", taxonomy=str(taxonomy), domain="animals", n_seeds=8, seed=1,
+                       out=str(tmp_path / "seeds.parquet"))  # fmt: skip
+    done = subprocess.run([sys.executable, *job], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    line = line_of(taxonomy, "label: fowl")
+    twice = f"key 'subcategories.birds.label' is given twice (first on line {line - 1})"
+    assert done.stderr.strip().splitlines()[-1] == f"taxonomy file {taxonomy} line {line}: {twice}"
+    # Run by hand from a config naming it, the job stops at the config check, with the same line.
     path = tiny_with(tmp_path, "taxonomy: config/taxonomy/animals.yaml", f"taxonomy: {taxonomy}")
     done = subprocess.run(
         [sys.executable, "-m", "blindspot.steps", "run", "make_seeds", "--configfile", str(path), "domain=animals"],
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    assert done.returncode == 1
-    assert "Traceback" not in done.stderr
-    line = line_of(taxonomy, "label: fowl")
-    twice = f"key 'subcategories.birds.label' is given twice (first on line {line - 1})"
+    assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == f"taxonomy file {taxonomy} line {line}: {twice}"
     bad_wildcard = [sys.executable, "-m", "blindspot.steps", "run", "make_seeds", "animals", "--configfile", str(path)]
     done = subprocess.run(bad_wildcard, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
@@ -381,6 +391,10 @@ def test_a_job_run_by_hand_stops_a_bad_config_file_with_one_line(tmp_path):
         ("shard_size:", "shard_size: 2\nshard_size:", "key 'shard_size' is given twice"),
         ("config/prompts/generate_triplet_v2.yaml", "config/prompts/nowhere.yaml",
          "config key 'prompt_stage.generate_template': config/prompts/nowhere.yaml does not exist"),
+        # before this was checked, the build job's input function raised with a Snakemake traceback
+        ("{recipe: random_align_score, tokenizer_from: smollm2-135m}",
+         "{recipe: random_align_score, tokenizer_from: nope}",
+         "config key 'models.tiny-alignscore.build.tokenizer_from': model 'nope' is not in the registry (models: "),
     ],
 )  # fmt: skip
 def test_the_workflow_stops_a_bad_config_with_the_line_naming_it(tmp_path, old, new, expected):
@@ -394,3 +408,161 @@ def test_the_workflow_stops_a_bad_config_with_the_line_naming_it(tmp_path, old, 
     # Snakemake names where the check ran (common.smk), but shows no traceback of the check itself.
     assert len(lines) <= 3
     assert "config.py" not in output
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("learning_rate: 1.0e-3", "learning_rate: 1e-3",
+         "config key 'protoscore.learning_rate': '1e-3' is not of type 'number'; YAML reads 1e-3 as text: write "
+         "1.0e-3"),
+        ("learning_rate: 1.0e-3", "learning_rate: 2.5E3",
+         "config key 'protoscore.learning_rate': '2.5E3' is not of type 'number'; YAML reads 2.5E3 as text: write "
+         "2.5E+3"),
+        ("learning_rate: 1.0e-3", "learning_rate: '0.001'",
+         "config key 'protoscore.learning_rate': '0.001' is not of type 'number'; YAML reads 0.001 as text: write "
+         "0.001 without quotes"),
+        ("epochs: 1", "epochs: 1e1",
+         "config key 'protoscore.epochs': '1e1' is not of type 'integer'; YAML reads 1e1 as text: write 10"),
+    ],
+)  # fmt: skip
+def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path, old, new, expected):
+    """PyYAML reads a float only with a dot and a signed exponent: 1e-3 and 2.5E3 are strings."""
+    with pytest.raises(ConfigError) as error:
+        load_config(tiny_with(tmp_path, old, new))
+    assert str(error.value) == expected
+    written = expected.rsplit("write ", 1)[1].removesuffix(" without quotes")
+    value = new.split(": ", 1)[1].strip("'")
+    assert yaml.safe_load(f"x: {written}")["x"] == float(value)  # what the hint says is read as the number
+
+
+def test_text_that_is_no_number_gets_no_yaml_hint(tiny_config):
+    tiny_config["protoscore"]["learning_rate"] = "fast"
+    with pytest.raises(ConfigError) as error:
+        validate_config(tiny_config)
+    assert str(error.value) == "config key 'protoscore.learning_rate': 'fast' is not of type 'number'"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("epochs: 1", "epochs: 8.0", "config key 'protoscore.epochs': 8.0 is not of type 'integer'"),
+        ("shard_size: 8", "shard_size: 8.0", "config key 'shard_size': 8.0 is not of type 'integer'"),
+        ("epochs: 1", "epochs: true", "config key 'protoscore.epochs': True is not of type 'integer'"),
+        ("animals: {taxonomy: config/taxonomy/animals.yaml, n_seeds: 8}",
+         "animals: {taxonomy: config/taxonomy/animals.yaml, n_seeds: 8.0}",
+         "config key 'domains.animals.n_seeds': 8.0 is not of type 'integer'"),
+    ],
+)  # fmt: skip
+def test_an_integer_key_refuses_a_float_or_a_bool(tmp_path, old, new, expected):
+    with pytest.raises(ConfigError) as error:
+        load_config(tiny_with(tmp_path, old, new))
+    assert str(error.value) == expected
+
+
+def test_a_number_key_still_takes_an_integer(tiny_config):
+    tiny_config["protoscore"]["margin"] = 1
+    tiny_config["image_stage"]["consensus_threshold"] = 7
+    validate_config(tiny_config)
+
+
+def with_scene_graphs(config, tmp_path):
+    """`config` with HumbleBench's scene graphs on (their file an empty list)."""
+    from conftest import SCENE_GRAPHS
+
+    (tmp_path / "graphs.json").write_text("[]")
+    config["humblebench"]["scene_graphs"] = SCENE_GRAPHS | {"file": str(tmp_path / "graphs.json")}
+    return config
+
+
+# The files only a job reads; the config check finds a missing one before any job runs.
+JOB_FILES = [
+    ("annotation", "pairwise_labels", "choices.json"),
+    ("annotation", "image_score_labels", "scores.json"),
+    ("evaluation", "human_choices", "humans.csv"),
+    ("humblebench", "human_answers", "answers.csv"),
+    ("protoscore", "transfer", "transfer.jsonl"),
+    ("humblebench.scene_graphs", "verification", "verified.csv"),
+]
+
+
+@pytest.mark.parametrize(("section", "name", "file"), JOB_FILES, ids=[f"{s}.{n}" for s, n, _ in JOB_FILES])
+def test_a_missing_file_that_only_a_job_reads_fails_the_config_check(tiny_config, tmp_path, section, name, file):
+    config = with_scene_graphs(tiny_config, tmp_path)
+    part = config
+    for level in section.split("."):
+        part = part[level]
+    missing = tmp_path / file
+    part[name] = str(missing)
+    key = f"{section}.{name}"
+    with pytest.raises(ConfigError) as error:
+        validate_config(config)
+    assert str(error.value) == f"config key '{key}': {missing} does not exist (relative paths start at {Path.cwd()})"
+    missing.mkdir()
+    with pytest.raises(ConfigError) as error:
+        check_files(config)
+    assert str(error.value) == f"config key '{key}': {missing} is not a file (relative paths start at {Path.cwd()})"
+    missing.rmdir()
+    missing.write_text("")
+    check_files(config)
+
+
+def test_a_local_release_that_is_not_there_fails_the_config_check(tmp_path):
+    path = tiny_with(tmp_path, "  release: null", "  release: data/x.jsonl")
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert str(error.value) == (
+        f"config key 'humblebench.release': data/x.jsonl does not exist (relative paths start at {Path.cwd()})"
+    )
+
+
+@pytest.mark.parametrize("key", ["humblebench.release", "dataset.path"])
+@pytest.mark.parametrize("value", ["data/x.jsonl", "x.parquet", "data/x.csv", "./release", "../release", "/nowhere/x",
+                                   "release_copy"])  # fmt: skip
+def test_a_dataset_that_is_a_local_path_must_be_there(tiny_config, key, value):
+    section, name = key.split(".")
+    tiny_config.setdefault(section, {})[name] = value
+    with pytest.raises(ConfigError) as error:
+        check_files(tiny_config)
+    assert str(error.value) == f"config key '{key}': {value} does not exist (relative paths start at {Path.cwd()})"
+
+
+@pytest.mark.parametrize("key", ["humblebench.release", "dataset.path"])
+def test_a_hub_dataset_or_a_local_copy_passes_the_config_check(tiny_config, tmp_path, key):
+    section, name = key.split(".")
+    tiny_config.setdefault(section, {})[name] = "maifoundations/HumbleBench"  # a hub id: the cache is fetch-models'
+    check_files(tiny_config)
+    (tmp_path / "release").mkdir()
+    (tmp_path / "release.jsonl").write_text("")
+    for local in (tmp_path / "release", tmp_path / "release.jsonl"):
+        tiny_config[section][name] = str(local)
+        check_files(tiny_config)
+
+
+@pytest.mark.parametrize(
+    ("model", "key"),
+    [("tiny-flux", "pipeline"), ("tiny-sd3", "render"), ("niqe", "metric"), ("tiny-musiq", "metric")],
+)
+def test_a_t2i_model_needs_its_pipeline_and_render_and_an_iqa_model_its_metric(tiny_config, model, key):
+    del tiny_config["models"][model][key]
+    with pytest.raises(ConfigError) as error:
+        validate_config(tiny_config)
+    assert str(error.value) == f"config key 'models.{model}.{key}': '{key}' is a required property"
+
+
+def test_pipeline_render_and_metric_are_asked_only_of_their_backends(tiny_config):
+    validate_config(tiny_config)
+    assert "pipeline" not in tiny_config["models"]["tiny-qwen2"]
+    assert "metric" not in tiny_config["models"]["tiny-qwen2"]
+    assert "render" not in tiny_config["models"]["local-api-judge"]
+
+
+def test_a_build_that_borrows_a_tokenizer_of_no_registry_model_names_the_key(tiny_config):
+    tiny_config["models"]["tiny-qwen2.5-vl"]["build"]["tokenizer_from"] = "smollm3"
+    with pytest.raises(ConfigError) as error:
+        validate_config(tiny_config)
+    models = ", ".join(sorted(tiny_config["models"]))
+    assert str(error.value) == (
+        f"config key 'models.tiny-qwen2.5-vl.build.tokenizer_from': model 'smollm3' is not in the registry "
+        f"(models: {models})"
+    )

@@ -6,10 +6,18 @@ import pytest
 import yaml
 from conftest import REPO
 
-from blindspot.config import SCHEMA_DIR, ConfigError, check_schema
+from blindspot.config import SCHEMA_DIR, ConfigError, check_schema, validate_config
 from blindspot.prompts import PromptTemplate
+from blindspot.protobias import taxonomy as taxonomy_module
 from blindspot.protobias.export import dataset_card, source_counts
-from blindspot.protobias.taxonomy import balanced_quotas, draft, enumerate_seeds, load_taxonomy, sample_seeds
+from blindspot.protobias.taxonomy import (
+    balanced_quotas,
+    count_seeds,
+    draft,
+    enumerate_seeds,
+    load_taxonomy,
+    sample_seeds,
+)
 
 DOMAINS = ("animals", "demography", "objects")
 
@@ -309,3 +317,71 @@ def test_each_knob_gets_an_equal_share_of_the_seeds_as_far_as_its_seeds_allow():
 )
 def test_balanced_quotas_fill_the_smallest_strata_first(sizes, total, quotas):
     assert balanced_quotas(sizes, total) == quotas
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_counting_the_seeds_agrees_with_enumerating_them(domain):
+    assert count_seeds(taxonomy_of(domain)) == len(seeds_of(domain))
+
+
+def test_the_config_check_counts_each_domains_seeds_without_enumerating_them(paper_config, monkeypatch):
+    """Enumerating the paper's three taxonomies takes about a second; counting them, a few milliseconds."""
+
+    def enumerate_seeds(taxonomy):
+        raise AssertionError("the config check enumerated seeds")
+
+    monkeypatch.setattr(taxonomy_module, "enumerate_seeds", enumerate_seeds)
+    validate_config(paper_config)
+
+
+def test_the_config_check_refuses_more_seeds_than_a_taxonomy_has(tiny_config):
+    available = len(seeds_of("animals"))
+    tiny_config["domains"]["animals"]["n_seeds"] = available
+    validate_config(tiny_config)
+    tiny_config["domains"]["animals"]["n_seeds"] = available + 1
+    with pytest.raises(ConfigError) as error:
+        validate_config(tiny_config)
+    assert str(error.value) == (
+        f"config key 'domains.animals.n_seeds': {available + 1} requested but the taxonomy "
+        f"config/taxonomy/animals.yaml enumerates only {available} seeds"
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "says"),
+    [
+        ('meadow: {template: "a {subject} in a grassy meadow with {aux}"',
+         'meadow: {template: "a {subject} in a grassy {place} with {aux}"',
+         "key 'scenes.meadow.template': unknown placeholder {place} (it may use {subject}, {aux})"),
+        ('meadow: {template: "a {subject} in a grassy meadow with {aux}"',
+         'meadow: {template: "a {subject} in a grassy meadow with {aux} and {value}"',
+         "key 'scenes.meadow.template': unknown placeholder {value} (it may use {subject}, {aux})"),
+        ('meadow: {template: "a {subject} in a grassy meadow with {aux}"',
+         'meadow: {template: "a {subject} in a {} meadow with {aux}"',
+         "key 'scenes.meadow.template': unknown placeholder {} (it may use {subject}, {aux})"),
+        ('colour_tone: {values: [red, blue, yellow, white, black], phrase: "a {value} {aux}"',
+         'colour_tone: {values: [red, blue, yellow, white, black], phrase: "a {value} {aux} in {colour}"',
+         "key 'knobs.colour_tone.phrase': unknown placeholder {colour} (it may use {value}, {aux}, {subject})"),
+        ('phrase: "{value} {aux}"', 'phrase: "{value} {aux}}"',
+         "key 'knobs.count.phrase': cannot fill in: Single '}' encountered in format string "
+         "(it may use {value}, {aux}, {subject})"),
+    ],
+)  # fmt: skip
+def test_a_template_naming_an_unknown_placeholder_is_refused_when_the_config_is_checked(tiny_config, tmp_path, old,
+                                                                                         new, says):  # fmt: skip
+    text = taxonomy_path("animals").read_text()
+    assert text.count(old) == 1
+    path = tmp_path / "animals.yaml"
+    path.write_text(text.replace(old, new))
+    tiny_config["domains"]["animals"]["taxonomy"] = str(path)
+    with pytest.raises(ConfigError) as error:
+        validate_config(tiny_config)
+    assert str(error.value) == f"taxonomy {path} {says}"
+
+
+def test_every_placeholder_a_template_may_use_is_filled_in():
+    """What load_taxonomy lets a scene and a knob's phrase name is what `draft` fills in."""
+    scene = " ".join("{" + name + "}" for name in taxonomy_module.PLACEHOLDERS["scenes"])
+    phrase = " ".join("{" + name + "}" for name in taxonomy_module.PLACEHOLDERS["knobs"])
+    assert (scene, phrase) == ("{subject} {aux}", "{value} {aux} {subject}")
+    assert draft(scene, phrase, "bird", "stone", "behind") == "bird behind stone bird"

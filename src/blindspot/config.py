@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -45,8 +46,18 @@ CONFIG_FILES = (
     "evaluation.metrics.*.args.template",
     "humblebench.scene_graphs.file",
     "humblebench.scene_graphs.template",
+    "humblebench.scene_graphs.verification",
     "humblebench.settings.*.template",
+    "humblebench.human_answers",
+    "evaluation.human_choices",
+    "annotation.image_score_labels",
+    "annotation.pairwise_labels",
+    "protoscore.transfer",
 )
+# Keys whose value is a dataset: a local file or folder, or a hub dataset id (`models.hub.is_hub_dataset`:
+# org/name, no table suffix). One that is neither (data/x.jsonl, ./release, a plain name) is a local path
+# that is not there.
+CONFIG_DATASETS = ("humblebench.release", "dataset.path")
 
 
 class ConfigError(ValueError):
@@ -83,13 +94,54 @@ def _key_path(error: jsonschema.ValidationError) -> str:
     return ".".join(parts) or "<top level>"
 
 
+# "integer" is a Python int: jsonschema also takes 8.0 (and the steps then fail on it), never a bool.
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, instance: isinstance(instance, int) and not isinstance(instance, bool)
+    ),
+)
+# A number in exponent notation. PyYAML reads a float only with a dot and a signed exponent (1.0e-3,
+# 1.0e+3): 1e-3 and 1.0e3 are text.
+_EXPONENT = re.compile(r"([-+]?)([0-9]*)(?:\.([0-9]*))?([eE])([-+]?)([0-9]+)")
+
+
+def _number_as_text(error: jsonschema.ValidationError) -> str:
+    """For a number YAML read as text (1e-3), how to write it so YAML reads a number; else empty."""
+    value = error.instance
+    if error.validator != "type" or not isinstance(value, str):
+        return ""
+    wanted = [error.validator_value] if isinstance(error.validator_value, str) else list(error.validator_value)
+    if not {"number", "integer"} & set(wanted):
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    exponent = _EXPONENT.fullmatch(value.strip())
+    if "number" not in wanted:  # an integer only
+        if not number.is_integer():
+            return ""
+        written = str(int(number)) if exponent else f"{int(number)} without quotes"
+    elif exponent:
+        sign, whole, fraction, e, exponent_sign, digits = exponent.groups()
+        written = f"{sign}{whole or '0'}.{fraction or '0'}{e}{exponent_sign or '+'}{digits}"
+    elif math.isnan(number):
+        written = ".nan"
+    elif math.isinf(number):
+        written = "-.inf" if number < 0 else ".inf"
+    else:
+        written = f"{value.strip()} without quotes"
+    return f"; YAML reads {value} as text: write {written}"
+
+
 def check_schema(instance: Any, schema_path: Path, what: str) -> None:
     """Raise ConfigError naming the key of the shallowest schema violation in `instance`."""
     schema = yaml.safe_load(schema_path.read_text())
-    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(instance))
+    errors = list(_Validator(schema).iter_errors(instance))
     if errors:
         error = min(errors, key=lambda e: (len(list(e.absolute_path)), list(map(str, e.absolute_path))))
-        raise ConfigError(f"{what} key '{_key_path(error)}': {error.message}")
+        raise ConfigError(f"{what} key '{_key_path(error)}': {error.message}{_number_as_text(error)}")
 
 
 def _named_values(config: Any, pattern: str, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -107,7 +159,7 @@ def _named_values(config: Any, pattern: str, prefix: str = "") -> Iterator[tuple
 
 
 def check_files(config: dict[str, Any]) -> None:
-    """Raise ConfigError naming the key of the first file the config names that is not there."""
+    """Raise ConfigError naming the key of the first file (or local dataset) the config names that is not there."""
     for pattern in CONFIG_FILES:
         for key, value in _named_values(config, pattern):
             if not Path(value).is_file():
@@ -118,12 +170,28 @@ def check_files(config: dict[str, Any]) -> None:
                     PromptTemplate.load(value)
                 except ValueError as error:
                     raise ConfigError(f"config key '{key}': {error}") from None
+    from blindspot.models.hub import is_hub_dataset
+
+    for pattern in CONFIG_DATASETS:
+        for key, value in _named_values(config, pattern):
+            if isinstance(value, str) and not Path(value).exists() and not is_hub_dataset(value):
+                raise ConfigError(f"config key '{key}': {value} does not exist (relative paths start at {Path.cwd()})")
+
+
+def check_taxonomies(config: dict[str, Any]) -> None:
+    """Load each domain's taxonomy (one line naming its file and key when it is broken) and check that it
+    enumerates the seeds the domain asks for."""
+    from blindspot.protobias.taxonomy import check_n_seeds, load_taxonomy
+
+    for domain, entry in config["domains"].items():
+        check_n_seeds(load_taxonomy(entry["taxonomy"], domain), entry["taxonomy"], domain, entry["n_seeds"])
 
 
 def validate_config(config: dict[str, Any]) -> None:
     """Raise ConfigError naming the first bad key; check names that refer to the registry and files."""
     check_schema(config, SCHEMA_PATH, "config")
     check_files(config)
+    check_taxonomies(config)
     models = config["models"]
     roles = [(f"{stage}.{role}", config[stage][role], backends) for (stage, role), backends in MODEL_ROLES.items()]
     scene_graphs = config["humblebench"].get("scene_graphs") or {}
@@ -151,6 +219,12 @@ def validate_config(config: dict[str, Any]) -> None:
             raise ConfigError(
                 f"config key 'models.{name}.weights_gb': missing; the size of the weight files its jobs read "
                 "(GB) sizes their memory on a cluster"
+            )
+        lender = entry.get("build", {}).get("tokenizer_from")
+        if lender is not None and (not isinstance(lender, str) or lender not in models):
+            raise ConfigError(
+                f"config key 'models.{name}.build.tokenizer_from': model '{lender}' is not in the registry "
+                f"(models: {', '.join(sorted(models))})"
             )
     humble = config["humblebench"]
     for use, setting in humble["tables"].items():

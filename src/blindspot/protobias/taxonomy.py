@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import string
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ SEED_COLUMNS = [
 ]  # fmt: skip
 FIT_KINDS = ("scenes", "auxiliary_elements")
 REALIZATION_FACETS = ("clothing", "appearance", "symbols")  # paper A.1, in the paper's order
+# What each kind of template may name (`draft`): a scene its subject and its auxiliary element (the
+# knob's phrase, written out), a knob's phrase the value, the element and the subject.
+PLACEHOLDERS = {"scenes": ("subject", "aux"), "knobs": ("value", "aux", "subject")}
 
 
 def load_taxonomy(path: str | Path, domain: str) -> dict[str, Any]:
@@ -36,8 +40,26 @@ def load_taxonomy(path: str | Path, domain: str) -> dict[str, Any]:
     check_schema(taxonomy, SCHEMA_DIR / "taxonomy.schema.yaml", f"taxonomy {path}")
     if taxonomy["domain"] != domain:
         raise ConfigError(f"taxonomy {path} key 'domain': '{taxonomy['domain']}' but config names it '{domain}'")
+    _check_placeholders(taxonomy, f"taxonomy {path}")
     _check_fits(taxonomy, f"taxonomy {path}")
     return taxonomy
+
+
+def _check_placeholders(taxonomy: dict[str, Any], what: str) -> None:
+    """Every scene template and knob phrase names only the placeholders `draft` fills in."""
+    for kind, field in (("scenes", "template"), ("knobs", "phrase")):
+        allowed = PLACEHOLDERS[kind]
+        may_use = f"it may use {', '.join('{' + name + '}' for name in allowed)}"
+        for name, entry in taxonomy[kind].items():
+            key, text = f"{kind}.{name}.{field}", entry[field]
+            try:
+                unknown = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None and f not in allowed]
+                if not unknown:
+                    text.format(**dict.fromkeys(allowed, ""))  # a conversion or format spec a string refuses
+            except ValueError as error:  # a lone brace
+                raise ConfigError(f"{what} key '{key}': cannot fill in: {error} ({may_use})") from None
+            if unknown:
+                raise ConfigError(f"{what} key '{key}': unknown placeholder {{{unknown[0]}}} ({may_use})")
 
 
 def _check_fits(taxonomy: dict[str, Any], what: str) -> None:
@@ -184,6 +206,23 @@ def balanced_quotas(sizes: dict[str, int], total: int) -> dict[str, int]:
     return quotas
 
 
+def count_seeds(taxonomy: dict[str, Any]) -> int:
+    """How many seeds `enumerate_seeds` gives, without writing them (the config check counts every domain's)."""
+    knob_changes = sum(len(knob["values"]) * (len(knob["values"]) - 1) for knob in taxonomy["knobs"].values())
+    places = sum(len(pair["scenes"]) * len(pair["auxiliary_elements"]) for pair in _member_pairs(taxonomy))
+    return places * max(1, len(taxonomy["qualifiers"])) * knob_changes
+
+
+def check_n_seeds(taxonomy: dict[str, Any], taxonomy_path: str | Path, domain: str, n_seeds: int) -> None:
+    """Raise ConfigError naming `domains.<domain>.n_seeds` when the taxonomy enumerates fewer seeds."""
+    available = count_seeds(taxonomy)
+    if n_seeds > available:
+        raise ConfigError(
+            f"config key 'domains.{domain}.n_seeds': {n_seeds} requested but the taxonomy "
+            f"{taxonomy_path} enumerates only {available} seeds"
+        )
+
+
 def sample_seeds(taxonomy_path: str | Path, domain: str, n_seeds: int, seed: int) -> pd.DataFrame:
     """Sample `n_seeds` enumerated seeds, deterministically for a given taxonomy file and seed: as many
     per knob as each knob's seeds allow (`balanced_quotas`), uniformly within a knob. Drawn uniformly
@@ -193,12 +232,8 @@ def sample_seeds(taxonomy_path: str | Path, domain: str, n_seeds: int, seed: int
     Rows are ordered by seed_id, so shards (contiguous slices) do not depend on sampling order.
     """
     taxonomy = load_taxonomy(taxonomy_path, domain)
+    check_n_seeds(taxonomy, taxonomy_path, domain, n_seeds)
     candidates = enumerate_seeds(taxonomy)
-    if n_seeds > len(candidates):
-        raise ConfigError(
-            f"config key 'domains.{domain}.n_seeds': {n_seeds} requested but the taxonomy "
-            f"{taxonomy_path} enumerates only {len(candidates)} seeds"
-        )
     domain_key = int(hashlib.sha256(domain.encode()).hexdigest()[:8], 16)
     rng = np.random.default_rng([seed, domain_key])
     by_knob: dict[str, list[int]] = {}
