@@ -91,6 +91,25 @@ def test_a_bad_key_stops_with_a_message_naming_it(paper_config, edit, key):
         validate_config(paper_config)
 
 
+@pytest.mark.parametrize(
+    ("part", "arg", "message"),
+    [
+        ("args", "wieght", "clip_similarity takes no argument 'wieght' (it takes weight, floor_at_zero, processor)"),
+        ("models", "captionr", "clip_similarity takes no argument 'captionr'"),
+    ],
+)
+def test_a_misspelt_metric_argument_is_refused_before_any_job(paper_config, part, arg, message):
+    """A built-in plug-in's arguments are its builder's: a misspelt one used to be a TypeError in the
+    scoring job, after its model had loaded."""
+    paper_config["evaluation"]["metrics"]["clipscore"].setdefault(part, {})[arg] = (
+        "qwen2.5-vl-7b-instruct" if part == "models" else 2.5
+    )
+    with pytest.raises(
+        ConfigError, match=rf"^config key 'evaluation\.metrics\.clipscore\.{part}\.{arg}': {re.escape(message)}"
+    ):
+        validate_config(paper_config)
+
+
 def test_registry_gives_gpus_path_and_provenance(paper_config, tiny_config):
     judge = model_spec(paper_config, "qwen2.5-32b-instruct")
     assert (judge.gpus, judge.path, judge.model_id, judge.built) == (2, "Qwen/Qwen2.5-32B-Instruct", judge.path, False)

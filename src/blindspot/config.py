@@ -252,13 +252,21 @@ def validate_config(config: dict[str, Any]) -> None:
 
     check_released_config(config)
     evaluation = config["evaluation"]
-    from blindspot.metrics import PluginError, check_plugin
+    from blindspot.metrics import PluginError, check_plugin, plugin_arguments
 
     for name, metric in evaluation["metrics"].items():
         try:
             check_plugin(metric["plugin"])
         except PluginError as error:
             raise ConfigError(f"config key 'evaluation.metrics.{name}.plugin': {error}") from None
+        takes = plugin_arguments(metric["plugin"])
+        given = [f"{part}.{arg}" for part in ("args", "models") for arg in metric.get(part, {})]
+        unknown = [key for key in given if takes is not None and key.split(".", 1)[1] not in takes]
+        if unknown:  # else the job dies on a TypeError after loading its model
+            raise ConfigError(
+                f"config key 'evaluation.metrics.{name}.{unknown[0]}': {metric['plugin']} takes no argument "
+                f"'{unknown[0].split('.', 1)[1]}' (it takes {', '.join(takes) or 'none'})"
+            )
         named = {"model": metric["model"]} | {f"models.{arg}": m for arg, m in metric.get("models", {}).items()}
         for key, model in named.items():
             if model not in models:

@@ -121,6 +121,20 @@ def plugin_builder(plugin: str) -> Callable[..., Metric]:
     return built
 
 
+def plugin_arguments(plugin: str) -> tuple[str, ...] | None:
+    """The arguments a built-in plug-in takes besides its model and batch size (what a metric's `args`
+    and `models` may name), without loading a model; None for one from outside this package (not
+    imported before a job builds it) or one that takes any keyword."""
+    import inspect
+
+    if plugin not in PLUGINS:
+        return None
+    parameters = list(inspect.signature(plugin_builder(plugin)).parameters.values())[2:]
+    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
+        return None
+    return tuple(parameter.name for parameter in parameters if parameter.name != "cache_dir")  # given by the job
+
+
 def plugin_source(plugin: str) -> dict[str, str] | None:
     """What identifies the code of a plug-in from outside this package, for the score cache: its module
     and its distribution's version when installed, else a hash of its source (its package's .py files),
