@@ -40,7 +40,8 @@ def by_subject(checks: list[doctor.Check], check: str) -> dict[str, doctor.Check
 
 
 class ApiServer:
-    """An OpenAI-compatible endpoint's /models on 127.0.0.1: 200 with API_KEY, 401 without."""
+    """An OpenAI-compatible endpoint's /models on 127.0.0.1: 200 with API_KEY, 401 without. `paths` are
+    the paths it was asked for."""
 
     def __enter__(self):
         class Handler(BaseHTTPRequestHandler):
@@ -48,6 +49,7 @@ class ApiServer:
                 pass
 
             def do_GET(self):
+                self.server.paths.append(self.path)
                 allowed = self.path == "/v1/models" and self.headers.get("Authorization") == f"Bearer {API_KEY}"
                 body = json.dumps({"data": []} if allowed else {"error": "invalid key"}).encode()
                 self.send_response(200 if allowed else 401)
@@ -56,6 +58,7 @@ class ApiServer:
                 self.wfile.write(body)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.paths = []
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
@@ -184,16 +187,17 @@ def test_a_gated_model_needs_a_token_that_opens_it_unless_it_is_cached(tiny_conf
 
 
 def test_an_api_metric_needs_its_key_and_an_endpoint_that_takes_it(tiny_config, tmp_path, monkeypatch):
+    """Without its key the metric's jobs are skipped and the run goes on: a warning, and no probe of its
+    endpoint. With a key, an endpoint that refuses it or does not answer fails the run's jobs: FAIL."""
     monkeypatch.delenv("BLINDSPOT_TINY_API_KEY", raising=False)
     with ApiServer() as api:
         missing = doctor.api_checks(tiny_run(tiny_config, tmp_path, api.endpoint))
+        assert api.server.paths == []
         monkeypatch.setenv("BLINDSPOT_TINY_API_KEY", "sk-wrong")
         wrong = doctor.api_checks(tiny_run(tiny_config, tmp_path, api.endpoint))
-    assert missing == [
-        doctor.Check("api key", "local-api-judge", doctor.FAIL,
-                     "$BLINDSPOT_TINY_API_KEY is not set: metric api-judge would be skipped"),
-        doctor.Check("api endpoint", "local-api-judge", doctor.OK, f"{api.endpoint} answers (HTTP 401)"),
-    ]  # fmt: skip
+    skipped = "$BLINDSPOT_TINY_API_KEY is not set: metric api-judge will be skipped (its endpoint is not probed)"
+    assert missing == [doctor.Check("api key", "local-api-judge", doctor.WARN, skipped)]
+    assert wrong[0] == doctor.Check("api key", "local-api-judge", doctor.OK, "$BLINDSPOT_TINY_API_KEY is set")
     refused = f"{api.endpoint} refused the key in $BLINDSPOT_TINY_API_KEY (HTTP 401)"
     assert wrong[1] == doctor.Check("api endpoint", "local-api-judge", doctor.FAIL, refused)
     monkeypatch.setenv("BLINDSPOT_TINY_API_KEY", API_KEY)
@@ -279,14 +283,27 @@ def test_a_slurm_profile_without_sbatch_is_one_failed_line(tiny_config, tmp_path
 
 def test_the_command_prints_the_table_and_exits_1_on_a_failure_never_a_traceback(tiny_config, tmp_path, capsys,
                                                                                   monkeypatch):  # fmt: skip
+    """The tiny preset's API judge is optional: without its key, a warning and exit 0; with a key and an
+    endpoint that does not answer, a FAIL and exit 1."""
     monkeypatch.delenv("BLINDSPOT_TINY_API_KEY", raising=False)
     config = tiny_run(tiny_config, tmp_path, f"http://127.0.0.1:{closed_port()}/v1")
     config["resources_dir"] = str(tmp_path / "resources")
+    archive = tmp_path / "basicsr.tar.gz"  # the niqe recipe's download, there as setup.sh leaves it
+    archive.write_bytes(b"")
+    config["models"]["niqe"]["build"]["archive"] = str(archive)
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(config))
+    assert main(["doctor", "--configfile", str(config_file)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^api key +local-api-judge +warn +\$BLINDSPOT_TINY_API_KEY is not set: metric api-judge will be "
+                     r"skipped", out, re.MULTILINE)  # fmt: skip
+    assert "api endpoint" not in out
+    assert re.search(r"\n0 failed, 1 warnings, \d+ ok\n$", out)
+    monkeypatch.setenv("BLINDSPOT_TINY_API_KEY", API_KEY)
     assert main(["doctor", "--configfile", str(config_file)]) == 1
     out = capsys.readouterr().out
-    assert re.search(r"^api key +local-api-judge +FAIL +\$BLINDSPOT_TINY_API_KEY is not set", out, re.MULTILINE)
+    assert re.search(r"^api endpoint +local-api-judge +FAIL +http://127.0.0.1:\d+/v1 does not answer", out,
+                     re.MULTILINE)  # fmt: skip
     assert "Traceback" not in out
     with pytest.raises(SystemExit) as exit_info:
         main(["doctor", "--configfile", str(config_file), "--profile", str(tmp_path / "no-profile")])

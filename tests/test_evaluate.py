@@ -167,3 +167,64 @@ def test_a_column_that_is_not_field_equals_column_is_one_line(tmp_path, capsys):
         main(["evaluate", "protobias", "--dataset", str(tmp_path), "--metric", "clipscore", "--column", "image_corr",
               "--configfile", str(REPO / "config" / "tiny.yaml")])  # fmt: skip
     assert capsys.readouterr().err.splitlines()[-1] == "blindspot: error: --column 'image_corr' is not FIELD=COLUMN"
+
+
+def _evaluate_error(capsys, *args) -> str:
+    from blindspot.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["evaluate", *args])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+def test_the_default_config_outside_the_checkout_is_one_line(tmp_path, monkeypatch, capsys):
+    """The checkout's config/tiny.yaml names its taxonomies and templates relative to the checkout: from
+    another folder, a line saying where to run or what to pass, not an error about a file never named."""
+    monkeypatch.chdir(tmp_path)
+    message = _evaluate_error(capsys, "humblebench", "--release", "release.jsonl", "--vlm", "tiny-qwen2.5-vl")
+    assert message == (
+        f"blindspot: error: --configfile: none given, and the default, config/tiny.yaml of the checkout {REPO}, "
+        f"names files relative to the checkout: run blindspot evaluate in {REPO}, or pass a config with --configfile"
+    )
+
+
+def test_a_dataset_or_release_that_cannot_be_read_is_named_with_what_it_is(tmp_path, capsys):
+    config = ["--configfile", str(REPO / "config" / "tiny.yaml"), "--results-dir", str(tmp_path / "out")]
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("neutral_prompt\timage_corr\timage_adv\n")
+    assert _evaluate_error(capsys, "protobias", "--dataset", str(tsv), "--metric", "clipscore", *config) == (
+        f"blindspot: error: dataset {tsv}: a file must be .jsonl, .json, .parquet or .csv"
+    )
+    empty = tmp_path / "pairs.csv"
+    empty.write_text("")
+    assert _evaluate_error(capsys, "protobias", "--dataset", str(empty), "--metric", "clipscore", *config) == (
+        f"blindspot: error: dataset {empty}: an empty file, not a CSV with a header row"
+    )
+    listed = tmp_path / "pairs.json"
+    listed.write_text(json.dumps({"pairs": []}))
+    assert _evaluate_error(capsys, "protobias", "--dataset", str(listed), "--metric", "clipscore", *config) == (
+        f"blindspot: error: {listed}: not a list of pairs (JSON objects)"
+    )
+    vlm = ["--vlm", "tiny-qwen2.5-vl"]
+    assert _evaluate_error(capsys, "humblebench", "--release", str(tsv), *vlm, *config) == (
+        f"blindspot: error: release {tsv}: a file must be .jsonl, .json or .parquet"
+    )
+    # Read before the workflow starts: a bad line after good ones stops here, naming it.
+    release = tmp_path / "release.jsonl"
+    release.write_text('{"question_id": 1}\n{"question_id": 2, "question": "Wh\n')
+    assert _evaluate_error(capsys, "humblebench", "--release", str(release), *vlm, *config) == (
+        f"blindspot: error: {release}: line 2 is not JSON (Unterminated string starting at: column 32)"
+    )
+    assert not (tmp_path / "out" / "evaluate_config.yaml").exists()
+
+
+def test_the_vlm_help_says_a_registry_name(capsys):
+    from blindspot.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["evaluate", "humblebench", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--vlm VLM a model's name in the config's registry (models:), not a hub id or path" in help_text

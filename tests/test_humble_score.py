@@ -448,3 +448,76 @@ def test_a_line_separator_inside_an_answer_is_not_a_line_break(tmp_path):
     config = load_config(CONFIG)
     read = read_predictions(str(tmp_path), release_questions(str(RELEASE)), config["humblebench"]["settings"], 0)
     assert read["answer"].tolist() == ["A\u2028because it is red"]
+
+
+def test_the_default_config_is_the_checkouts_from_any_folder(official, release, tmp_path, monkeypatch, capsys):
+    """Without --configfile, the checkout's config/config.yaml, whose relative paths start at the checkout,
+    wherever the command runs; the paths on the command line start where it runs."""
+    monkeypatch.chdir(tmp_path)
+    lone = Path("results") / "common" / "Toy-VL" / "Toy-VL.jsonl"
+    assert main(["humble", "score", str(lone), "--questions", release.name, "--out", "scored"]) == 0
+    assert Path.cwd() == tmp_path
+    assert metrics(tmp_path / "scored").loc["original", "humility"] == pytest.approx(ORIGINAL["humility"])
+    assert capsys.readouterr().out.startswith("Table 4:")
+
+
+def test_a_release_that_is_not_json_lines_or_a_list_of_questions_is_one_line(official, release, tmp_path, capsys):
+    good = release.read_text().splitlines()
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([good[0], good[1][:60], *good[2:]]) + "\n")
+    opened = good[1].index('"question": "') + len('"question": ') + 1  # the column of the cut string's quote
+    message = _error(capsys, official, broken, tmp_path / "o")
+    expected = f"{broken}: line 2 is not JSON (Unterminated string starting at: column {opened})"
+    assert message == f"blindspot: error: {expected}"
+    as_object = tmp_path / "release.json"
+    as_object.write_text(json.dumps({"questions": [json.loads(line) for line in good]}))
+    assert _error(capsys, official, as_object, tmp_path / "o") == (
+        f"blindspot: error: {as_object}: not a list of questions (JSON objects)"
+    )
+    tsv = tmp_path / "release.tsv"
+    tsv.write_text("question_id\tquestion\n")
+    assert _error(capsys, official, tsv, tmp_path / "o") == (
+        f"blindspot: error: release {tsv}: a file must be .jsonl, .json or .parquet"
+    )
+
+
+def test_an_empty_predictions_csv_is_named(release, tmp_path, capsys):
+    empty = tmp_path / "answers.csv"
+    empty.write_text("")
+    assert _error(capsys, empty, release, tmp_path / "o") == (
+        f"blindspot: error: {empty}: an empty file, not a CSV with a header row"
+    )
+
+
+def test_the_setting_of_a_lone_file_is_the_option_or_its_folder_and_an_unknown_one_says_which(
+    official, release, tmp_path, capsys
+):  # fmt: skip
+    text = (official / "common" / "Toy-VL" / "Toy-VL.jsonl").read_text()
+    outside = tmp_path / "mypreds" / "Qwen.jsonl"  # not <setting>/<Model>/<Model>.jsonl
+    outside.parent.mkdir()
+    outside.write_text(text)
+    message = _error(capsys, outside, release, tmp_path / "o")
+    assert message.startswith(
+        f"blindspot: error: {outside}: not in the official layout <setting>/<Model>/<Model>.jsonl, whose folder "
+        "names the setting: give the setting with --setting (official: common, "
+    )
+    assert score(outside, release, tmp_path / "o", "--setting", "common") == 0
+    laid_out = tmp_path / "hb" / "Qwen" / "Qwen.jsonl"
+    laid_out.parent.mkdir(parents=True)
+    laid_out.write_text(text)
+    message = _error(capsys, laid_out, release, tmp_path / "o")
+    assert message.startswith(f"blindspot: error: {laid_out}: unknown setting: 'hb' is not a setting of the config")
+    assert message.endswith(
+        "; the setting is read from the folder above its model's (<setting>/<Model>/<Model>.jsonl); give another "
+        "with --setting"
+    )
+    message = _error(capsys, laid_out, release, tmp_path / "o", "--setting", "sepia")
+    assert message.endswith("; the setting is read from --setting")
+
+
+def test_out_that_is_a_file_is_one_line(official, release, tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    for out in (taken, taken / "below"):
+        message = _error(capsys, official, release, out)
+        assert message == f"blindspot: error: --out {out}: {taken} is a file, not a folder"

@@ -2,6 +2,7 @@
 make_humble_questions step that reads and writes it."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -129,3 +130,31 @@ def test_the_step_reads_its_inputs_and_writes_the_table_and_counters(tmp_path):
             scene_candidates=[], verification=[], release_copy=[], release=None, from_benchmark=FROM_BENCHMARK,
             domains=["animals"], seed=7, out=str(out), images=str(images), counters_out=str(counters_out),
         )  # fmt: skip
+
+
+def test_a_release_that_cannot_be_read_is_one_line_naming_its_file(tmp_path):
+    """Every JSON the release comes in (.jsonl, .json, an imagefolder's metadata.jsonl) is read by one
+    reader: a bad line names the file and the line, a .json that is no list of questions names the file."""
+    from blindspot.humblebench.release import load_release
+
+    def refused(source, message: str) -> None:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+            load_release(str(source), tmp_path / "images")
+
+    release = write_release(tmp_path)
+    lines = (tmp_path / "release.jsonl").read_text().splitlines()
+    (tmp_path / "release.jsonl").write_text(f"{lines[0]}\n\n{lines[1][:-1]}\n")
+    refused(release, f"{release}: line 3 is not JSON (Expecting ',' delimiter: column {len(lines[1])})")
+    (tmp_path / "release.jsonl").write_text('["not", "an", "object"]\n')
+    refused(release, f"{release}: line 1 is not a JSON object")
+    (tmp_path / "release.jsonl").write_bytes(b"\xff" + lines[0].encode())
+    refused(release, f"{release}: not UTF-8 text (invalid start byte at byte 0)")
+    as_object = tmp_path / "release.json"
+    as_object.write_text(json.dumps({"questions": [json.loads(lines[0])]}))
+    refused(as_object, f"{as_object}: not a list of questions (JSON objects)")
+    folder = tmp_path / "imagefolder" / "test"
+    folder.mkdir(parents=True)
+    (folder / "metadata.jsonl").write_text(json.dumps(json.loads(lines[0]) | {"file_name": "img.png"}) + "\n{\n")
+    refused(tmp_path / "imagefolder", f"{folder / 'metadata.jsonl'}: line 2 is not JSON (")
+    (tmp_path / "release.parquet").write_bytes(b"not parquet")
+    refused(tmp_path / "release.parquet", f"{tmp_path / 'release.parquet'}: not a parquet file (")

@@ -184,6 +184,40 @@ def test_throughput_medians_from_benchmark_files(tiny_config, tmp_path, capsys):
     validate_config(config | pasted)
 
 
+def test_throughput_of_a_missing_or_unbenchmarked_folder_is_one_line(tiny_config, tmp_path, capsys):
+    config = small_config(tiny_config)
+    configfile = str(write_config(config, tmp_path))
+    bench = tmp_path / "results" / "benchmarks"
+    for folder, problem in (
+        (bench, "no such folder (give the {results_dir}/benchmarks of a finished run)"),
+        (tmp_path, "no benchmark file of this config's jobs (e.g. "
+                   f"{tmp_path / 'generate_triplets' / 'animals' / 'smollm2-135m' / '00000.tsv'})"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_:
+            main(["throughput", "--configfile", configfile, str(folder)])
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1] == f"blindspot: error: {folder}: {problem}"
+
+
+def test_an_empty_or_header_only_benchmark_file_is_left_out(tiny_config, tmp_path, capsys):
+    """A benchmark file without seconds (a job cut short as Snakemake wrote it) times nothing: left out, and
+    counted, as a job without items of its own is."""
+    config = small_config(tiny_config)
+    bench = tmp_path / "results" / "benchmarks"
+    shards = bench / "generate_triplets" / "animals" / "smollm2-135m"
+    write_benchmark(shards / "00000.tsv", 8.0)  # 4 seeds: 2 s/seed
+    (shards / "00001.tsv").write_text(f"{TSV_HEADER}\n")
+    measured = plan.measured_throughput(config, bench)
+    assert measured["seconds"].isna().tolist() == [False, True]
+    assert plan.throughput_table(measured) == {"generate_triplets": {"smollm2-135m": 2.0}}
+    (shards / "00001.tsv").write_text("")
+    assert main(["throughput", "--configfile", str(write_config(config, tmp_path)), str(bench)]) == 0
+    out = capsys.readouterr().out
+    left_out = f"# 1 benchmark files had no seconds (empty, or a header only): left out, e.g. {shards / '00001.tsv'}."
+    assert left_out in out
+    assert yaml.safe_load(out) == {"throughput": {"generate_triplets": {"smollm2-135m": 2.0}}}
+
+
 def write_scores(path: str, rows: int) -> None:
     from blindspot.tables import VLM_SCORES
 

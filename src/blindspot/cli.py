@@ -21,6 +21,7 @@ blindspot humble score results/ --questions HumbleBench.jsonl --out scored [--co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
@@ -31,7 +32,11 @@ import yaml
 from blindspot import catalogue, doctor, evaluate, plan, verify
 from blindspot.annotation.projects import TASKS
 from blindspot.config import ConfigError, load_config
+from blindspot.dag import CHECKOUT
 from blindspot.models import hub
+
+# `humble score`'s config without --configfile, in the checkout.
+HUMBLE_CONFIG = "config/config.yaml"
 
 
 def _hours(value: float) -> str:
@@ -159,6 +164,10 @@ def render_throughput(measured: pd.DataFrame, benchmark_dir: str) -> str:
         f"# found) for {counts.get('plan', 0)}; {int((measured['items'] == 0).sum())} jobs had no items of their own "
         "(an empty shard, or all done before): left out.",
     ]
+    unread = measured["benchmark"][measured["seconds"].isna()]
+    if len(unread):
+        header.append(f"# {len(unread)} benchmark files had no seconds (empty, or a header only): left out, e.g. "
+                      f"{unread.iloc[0]}.")  # fmt: skip
     table = plan.throughput_table(measured)
     body = (
         yaml.safe_dump({"throughput": table}, sort_keys=False, default_flow_style=False)
@@ -243,16 +252,26 @@ def build_parser() -> argparse.ArgumentParser:
                        "(<setting>/<Model>/<Model>.jsonl), one such .jsonl, or a .csv")  # fmt: skip
     score.add_argument("--questions", required=True, help="the release, in any format the workflow reads")
     score.add_argument("--out", required=True, help="the folder to write tables/ into")
-    score.add_argument("--configfile", default="config/config.yaml", help="whose humblebench settings to use")
+    score.add_argument("--configfile", help="whose humblebench settings to use (default: the checkout's "
+                       f"{HUMBLE_CONFIG}, from any folder)")  # fmt: skip
     score.add_argument("--setting", help="the setting of a lone .jsonl (official or config name); default: its path")
     return parser
+
+
+def humble_config(configfile: str | None) -> dict[str, Any]:
+    """The config given, or the checkout's `HUMBLE_CONFIG`, checked where its relative paths start (the
+    checkout) whatever the current folder: scoring reads its settings, none of the files it names."""
+    if configfile:
+        return load_config(configfile)
+    with contextlib.chdir(CHECKOUT):
+        return load_config(CHECKOUT / HUMBLE_CONFIG)
 
 
 def humble(args: argparse.Namespace) -> None:
     from blindspot.humblebench.scoring import score
     from blindspot.reporting import to_markdown
 
-    config = load_config(args.configfile)
+    config = humble_config(args.configfile)
     table, caption = score(args.predictions, args.questions, config["humblebench"], config["seed"], args.out,
                            args.setting)  # fmt: skip
     sys.stdout.write(f"{caption}\n\n{to_markdown(table)}")

@@ -5,7 +5,8 @@
   or will be (their archive is there); local weights exist;
 - tokens: a gated model not yet cached has a token (HF_TOKEN or the token file) that opens it;
 - API metrics: their key variable is set, and their endpoint answers (a short timeout; the key is
-  never printed);
+  never printed); a metric whose key is not set is a warning, as the run skips it (MetricSkipped), and
+  its endpoint is not probed;
 - disk: room in the hub cache for the models still to fetch (the registry's `weights_gb`), and in the
   results folder for the planned images and tables (an estimate from `blindspot plan`'s counts);
 - with a profile: the variables it passes to jobs are set, conda (or its frontend) is on PATH when
@@ -152,7 +153,8 @@ def model_checks(config: dict[str, Any], cache_dir: str | Path, endpoint: str) -
 
 
 def api_checks(config: dict[str, Any]) -> list[Check]:
-    """Each API model's key variable and endpoint (GET {endpoint}/models)."""
+    """Each API model's key variable and, when it is set, its endpoint (GET {endpoint}/models). Without
+    its key a metric's jobs are skipped and the run goes on (`metrics.scoring.metric_loader`): a warning."""
     import requests
 
     checks = []
@@ -162,18 +164,22 @@ def api_checks(config: dict[str, Any]) -> list[Check]:
             continue
         variable, endpoint = entry["api_key_env"], entry["endpoint"].rstrip("/")
         key = os.environ.get(variable, "")
-        metrics = ", ".join(m for m, metric in config["evaluation"]["metrics"].items() if metric["model"] == name)
-        if key:
-            checks.append(Check("api key", name, OK, f"${variable} is set"))
-        else:
-            checks.append(Check("api key", name, FAIL, f"${variable} is not set: metric {metrics} would be skipped"))
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        metrics = [m for m, metric in config["evaluation"]["metrics"].items() if metric["model"] == name]
+        if not key:
+            if metrics:
+                skipped = f"metric {', '.join(metrics)} will be skipped (its endpoint is not probed)"
+                checks.append(Check("api key", name, WARN, f"${variable} is not set: {skipped}"))
+            else:  # loaded by a metric as a helper: nothing skips that metric without the key
+                checks.append(Check("api key", name, FAIL, f"${variable} is not set, and a metric's jobs load {name}"))
+            continue
+        checks.append(Check("api key", name, OK, f"${variable} is set"))
         try:
-            answer = requests.get(f"{endpoint}/models", headers=headers, timeout=PROBE_TIMEOUT_S)
+            answer = requests.get(f"{endpoint}/models", headers={"Authorization": f"Bearer {key}"},
+                                  timeout=PROBE_TIMEOUT_S)  # fmt: skip
         except requests.RequestException as error:
             checks.append(Check("api endpoint", name, FAIL, f"{endpoint} does not answer ({type(error).__name__})"))
             continue
-        if key and answer.status_code in (401, 403):
+        if answer.status_code in (401, 403):
             refused = f"{endpoint} refused the key in ${variable} (HTTP {answer.status_code})"
             checks.append(Check("api endpoint", name, FAIL, refused))
         else:

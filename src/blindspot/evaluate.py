@@ -22,6 +22,8 @@ from blindspot.config import ConfigError, load_config, validate_config
 from blindspot.io import write_json, write_text
 
 REPO = Path(__file__).resolve().parents[2]
+# The base config without --configfile, in the checkout.
+DEFAULT_CONFIG = "config/tiny.yaml"
 # What `evaluate` writes beside the workflow's tables: its rows with their provenance.
 ROWS = {"protobias": "evaluate_protobias", "humblebench": "evaluate_humblebench"}
 
@@ -86,7 +88,17 @@ def humblebench_config(
     base: dict[str, Any], release: str, vlms: Sequence[str], settings: Sequence[str], results_dir: str
 ) -> dict[str, Any]:  # fmt: skip
     """The base config answering HumbleBench's `release` with `vlms` under `settings` (default all), and no
-    ProtoBias."""
+    ProtoBias. A local release is read here first, so that one the workflow cannot read stops before it
+    starts: a JSON(L) file whole (every line checked), a table or folder to its first record only (their
+    records carry images)."""
+    from blindspot.humblebench.release import release_records
+    from blindspot.models.hub import is_hub_dataset
+
+    if not is_hub_dataset(release):
+        records = release_records(release)
+        whole = Path(release).is_file() and Path(release).suffix in (".jsonl", ".json")
+        if not (sum(1 for _ in records) if whole else next(records, None) is not None):
+            raise ConfigError(f"release {release}: no questions")
     config = copy.deepcopy(base)
     humble = config["humblebench"]
     unknown = [name for name in settings if name not in humble["settings"]]
@@ -170,8 +182,10 @@ def record_rows(config: dict[str, Any], benchmark: str, rows: pd.DataFrame) -> p
 def with_compared(rows: pd.DataFrame, compare: Sequence[str]) -> pd.DataFrame:
     """The new rows after the rows of each `--compare` CSV (the table's columns), each marked by its source."""
     frames = []
+    from blindspot.humblebench.release import read_csv
+
     for path in compare:
-        found = pd.read_csv(path)
+        found = read_csv(path)
         missing = [column for column in rows.columns[:1] if column not in found]
         if missing:
             raise ConfigError(f"--compare {path}: no column {missing[0]!r} (a CSV with the table's columns)")
@@ -188,9 +202,22 @@ def run_workflow(configfile: Path, profile: str | None, cores: int) -> None:
         raise ConfigError(f"the workflow failed on {configfile}; its log says why (above, and in .snakemake/log)")
 
 
+def base_config(configfile: str | None) -> dict[str, Any]:
+    """The config given, or else the checkout's `DEFAULT_CONFIG`, which only a command run in the checkout
+    may use: its relative paths (taxonomies, templates) start where the command runs."""
+    if configfile:
+        return load_config(configfile)
+    if Path.cwd().resolve() != REPO:
+        raise ConfigError(
+            f"--configfile: none given, and the default, {DEFAULT_CONFIG} of the checkout {REPO}, names files "
+            f"relative to the checkout: run blindspot evaluate in {REPO}, or pass a config with --configfile"
+        )
+    return load_config(REPO / DEFAULT_CONFIG)
+
+
 def evaluate(args: Any) -> pd.DataFrame:
     """`blindspot evaluate protobias|humblebench`: the generated config, the run, the recorded rows."""
-    base = load_config(args.configfile)
+    base = base_config(args.configfile)
     results_dir = args.results_dir or str(Path(base["results_dir"]) / f"evaluate_{args.benchmark}")
     if args.benchmark == "protobias":
         malformed = [pair for pair in args.column if not pair.partition("=")[0] or "=" not in pair]
@@ -216,8 +243,8 @@ def add_parser(commands: Any) -> None:
     for name, help in (("protobias", "a metric's Table 3 row on ProtoBias pairs"),
                        ("humblebench", "a VLM's HumbleBench rows on the release")):  # fmt: skip
         sub = kinds.add_parser(name, help=help, description=help)
-        sub.add_argument("--configfile", default=str(REPO / "config" / "tiny.yaml"),
-                         help="the base config: models, settings, resources (default config/tiny.yaml)")  # fmt: skip
+        sub.add_argument("--configfile", help=f"the base config: models, settings, resources (default: the "
+                         f"checkout's {DEFAULT_CONFIG}, when run in the checkout)")  # fmt: skip
         sub.add_argument("--results-dir", help="where the run writes (default {results_dir}/evaluate_<benchmark>)")
         sub.add_argument("--profile", help="a Snakemake profile, e.g. profiles/slurm (default: local)")
         sub.add_argument("--cores", type=int, default=1, help="local cores without --profile")
@@ -231,7 +258,12 @@ def add_parser(commands: Any) -> None:
                              help="a field's column: neutral_prompt, image_corr, image_adv, ...")  # fmt: skip
         else:
             sub.add_argument("--release", required=True, help="HumbleBench's release: a file, folder or hub id")
-            sub.add_argument("--vlm", action="append", required=True, help="a registry model, or a hub id or path")
+            sub.add_argument(
+                "--vlm",
+                action="append",
+                required=True,
+                help="a model's name in the config's registry (models:), not a hub id or path",
+            )
             sub.add_argument("--setting", action="append", default=[], help="a setting of the config (default all)")
 
 

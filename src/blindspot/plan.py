@@ -294,23 +294,39 @@ def output_items(config: dict[str, Any], rule: str, output: str) -> int | None:
     return rows
 
 
+def benchmark_seconds(path: Path) -> float:
+    """The wall seconds (`s`) of a Snakemake benchmark file; NaN for a file without them (empty, or a
+    header only: a job cut short while it was written)."""
+    try:
+        seconds = pd.read_csv(path, sep="\t").get("s", pd.Series(dtype=float))
+    except (pd.errors.EmptyDataError, pd.errors.ParserError):
+        return float("nan")
+    value = pd.to_numeric(seconds, errors="coerce").iloc[0] if len(seconds) else float("nan")
+    return float(value)
+
+
 def measured_throughput(config: dict[str, Any], benchmark_dir: str | Path) -> pd.DataFrame:
     """Seconds per item of every benchmarked GPU-rule job: wall seconds (`s`) over items.
 
     Items are what the job ran through its model, from its counters (`computed_items`) where it counts
     them, so a resumed job is timed over its own work only; else the rows of its output under the run's
     results folder (the parent of `benchmark_dir`); else the plan's upper bound (`items_from` says which).
-    A job without items of its own (an empty shard, or every item done before) has no time per item.
+    A job without items of its own (an empty shard, or every item done before), or whose benchmark file
+    has no seconds (`seconds` NaN), has no time per item. A folder that is not there, or that holds no
+    benchmark file of the config's jobs, is a ValueError naming it.
     """
     benchmark_dir = Path(benchmark_dir)
+    if not benchmark_dir.is_dir():
+        raise ValueError(f"{benchmark_dir}: no such folder (give the {{results_dir}}/benchmarks of a finished run)")
     run = config | {"results_dir": str(benchmark_dir.parent)}
     jobs = job_table(run)
+    jobs = jobs[jobs["rule"].isin(THROUGHPUT_STEPS)]
     rows = []
-    for _, job in jobs[jobs["rule"].isin(THROUGHPUT_STEPS)].iterrows():
+    for _, job in jobs.iterrows():
         path = benchmark_file(benchmark_dir, job["rule"], job["job"])
         if not path.is_file():
             continue
-        seconds = float(pd.read_csv(path, sep="\t")["s"].iloc[0])
+        seconds = benchmark_seconds(path)
         counted, output_rows = computed_items(job["counters"]), output_items(run, job["rule"], job["output"])
         if counted is not None:
             items, items_from = counted, "counters"
@@ -329,6 +345,13 @@ def measured_throughput(config: dict[str, Any], benchmark_dir: str | Path) -> pd
                 "seconds_per_item": seconds / items if items else float("nan"),
             }
         )
+    if not rows:
+        expected = (
+            f"e.g. {benchmark_file(benchmark_dir, jobs['rule'].iloc[0], jobs['job'].iloc[0])}"
+            if len(jobs)
+            else "the config has no benchmarked jobs"
+        )
+        raise ValueError(f"{benchmark_dir}: no benchmark file of this config's jobs ({expected})")
     return pd.DataFrame(
         rows, columns=["rule", "key", "benchmark", "seconds", "items", "items_from", "seconds_per_item"]
     )

@@ -8,20 +8,79 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.settings import LETTERS, Question
 from blindspot.images import store_image_bytes
 from blindspot.models.hub import dataset_snapshot, is_hub_dataset
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 OPTION_LINE = re.compile(r"^\s*\(?([A-E])[.)]\s*(.+?)\s*$")
+RELEASE_SUFFIXES = (".jsonl", ".json", ".parquet")
+# What the records of each kind of source are, for messages.
+RECORDS = {"release": "questions", "dataset": "pairs"}
+
+
+def one_of(suffixes: Sequence[str]) -> str:
+    """The suffixes as a message lists them: .jsonl, .json or .parquet."""
+    return f"{', '.join(suffixes[:-1])} or {suffixes[-1]}" if len(suffixes) > 1 else suffixes[0]
 
 
 def jsonl_lines(path: Path) -> list[str]:
     """A JSON-lines file's lines, split at newlines only: `json.dumps(..., ensure_ascii=False)`, as the
     official code writes, leaves U+2028 and other line separators `str.splitlines` splits at raw in strings."""
-    return path.read_text(encoding="utf-8").split("\n")
+    return utf8_text(path).split("\n")
+
+
+def utf8_text(path: Path) -> str:
+    """A file's text; one that is not UTF-8 is a ValueError naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+
+
+def jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each line of a JSON-lines file that is not blank; a line that is not
+    JSON, or not a JSON object, is a ValueError naming the file and the line."""
+    for number, line in enumerate(jsonl_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: line {number} is not JSON ({error.msg}: column {error.colno})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: line {number} is not a JSON object")
+        yield number, record
+
+
+def json_records(path: Path, what: str = "release") -> list[dict[str, Any]]:
+    """A .json file's list of objects; anything else is a ValueError naming the file."""
+    try:
+        records = json.loads(utf8_text(path))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not JSON ({error.msg}: line {error.lineno} column {error.colno})") from None
+    if not isinstance(records, list) or not all(isinstance(record, dict) for record in records):
+        raise ValueError(f"{path}: not a list of {RECORDS[what]} (JSON objects)")
+    return records
+
+
+def read_csv(path: str | Path, what: str = "", **options: Any) -> pd.DataFrame:
+    """A CSV file as a DataFrame (`pandas.read_csv` with `options`); an empty file or one pandas cannot
+    parse is a ValueError naming the file, after `what` it is ("dataset") if given."""
+    import pandas as pd
+
+    where = f"{what} {path}" if what else str(path)
+    try:
+        return pd.read_csv(path, **options)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"{where}: an empty file, not a CSV with a header row") from None
+    except pd.errors.ParserError as error:
+        raise ValueError(f"{where}: not a CSV ({' '.join(str(error).split())})") from None
 
 
 def split_release_question(text: str, question_id: str) -> tuple[str, tuple[str, ...]]:
@@ -43,9 +102,14 @@ def split_release_question(text: str, question_id: str) -> tuple[str, tuple[str,
 
 def _table_records(path: Path) -> Iterator[dict[str, Any]]:
     """A parquet file's rows a batch at a time: the release's shards carry their images' bytes."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=256):
+    try:
+        table = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as error:
+        raise ValueError(f"{path}: not a parquet file ({' '.join(str(error).split())})") from None
+    for batch in table.iter_batches(batch_size=256):
         yield from batch.to_pylist()
 
 
@@ -65,29 +129,27 @@ def _imagefolder_records(metadata: Sequence[Path]) -> Iterator[dict[str, Any]]:
     """Rows of a Hugging Face imagefolder: each `metadata.jsonl` names its images (`file_name`) relative
     to its own folder; they are given as whole paths (the folder may be a hub snapshot in the cache)."""
     for path in metadata:
-        for number, line in enumerate(jsonl_lines(path), start=1):
-            if not line.strip():
-                continue
-            record = json.loads(line)
+        for number, record in jsonl_records(path):
             if "file_name" not in record:
                 raise ValueError(f"{path}: line {number} has no file_name (an imagefolder's metadata names its image)")
             yield record | {"image": str(path.parent / record.pop("file_name"))}
 
 
-def release_records(source: str) -> Iterator[dict[str, Any]]:
+def release_records(source: str, what: str = "release") -> Iterator[dict[str, Any]]:
     """The release's records, from any of its formats: a .jsonl, .json or .parquet file; a folder (a
     `save_to_disk` dataset, an imagefolder with `metadata.jsonl`, or a hub snapshot of parquet shards);
     or a hub dataset id, read as its snapshot in the hub cache (`models.hub.dataset_snapshot`). A record's image is
-    a path (relative to the file or metadata folder), an image's bytes, or a {"bytes", "path"} dict."""
+    a path (relative to the file or metadata folder), an image's bytes, or a {"bytes", "path"} dict.
+    `what` ("release" or "dataset") is what the source is, for messages."""
     path = Path(source)
     if path.is_file():
         if path.suffix == ".jsonl":
-            return (json.loads(line) for line in jsonl_lines(path) if line.strip())
+            return (record for _, record in jsonl_records(path))
         if path.suffix == ".json":
-            return iter(json.loads(path.read_text()))
+            return iter(json_records(path, what))
         if path.suffix == ".parquet":
             return _table_records(path)
-        raise ValueError(f"release {source}: a file must be .jsonl, .json or .parquet")
+        raise ValueError(f"{what} {source}: a file must be {one_of(RELEASE_SUFFIXES)}")
     import datasets
 
     if path.is_dir():
@@ -99,10 +161,10 @@ def release_records(source: str) -> Iterator[dict[str, Any]]:
         shards = sorted(path.rglob("*.parquet"))
         if shards:
             return (record for shard in shards for record in _table_records(shard))
-        raise ValueError(f"release {source}: a folder without a saved dataset, metadata.jsonl or parquet shards")
+        raise ValueError(f"{what} {source}: a folder without a saved dataset, metadata.jsonl or parquet shards")
     if not is_hub_dataset(source):
-        raise ValueError(f"release {source}: no such file or folder")
-    return release_records(str(dataset_snapshot(source, "release")))
+        raise ValueError(f"{what} {source}: no such file or folder")
+    return release_records(str(dataset_snapshot(source, what)), what)
 
 
 def _release_image(image: Any, base: Path, image_dir: Path, question_id: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from blindspot.humblebench.parsing import parse_answer
-from blindspot.humblebench.release import OPTION_LINE, jsonl_lines, release_question, release_records
+from blindspot.humblebench.release import OPTION_LINE, jsonl_records, read_csv, release_question, release_records
 from blindspot.humblebench.settings import LETTERS, Question, nota_letter, present, setting_transforms
 from blindspot.humblebench.tables import report_tables, write_report
 from blindspot.targets import PATHS, TABLE_FORMATS
@@ -146,29 +146,34 @@ def official_rows(
     return rows
 
 
-def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, line in enumerate(jsonl_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            raise ValueError(f"{path}: line {number} is not JSON") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{path}: line {number} is not a JSON object")
-        yield number, record
+LAYOUT = "<setting>/<Model>/<Model>.jsonl"
 
 
 def official_files(predictions: Path, setting: str | None) -> list[tuple[Path, str, str]]:
     """(file, model, official or config setting) of each prediction file: a results folder in the
-    official layout, `<setting>/<Model>/<Model>.jsonl`, or one file, whose setting is `setting` or the
-    name of the folder above its model's."""
+    official layout, `<setting>/<Model>/<Model>.jsonl`, or one file, whose setting is `setting` or, in
+    that layout, the name of the folder above its model's."""
     if predictions.is_file():
+        if not setting and predictions.parent.name != predictions.stem:
+            raise ValueError(
+                f"{predictions}: not in the official layout {LAYOUT}, whose folder names the setting: give the "
+                f"setting with --setting (official: {', '.join(OFFICIAL_SETTINGS)}; or a setting of the config)"
+            )
         return [(predictions, predictions.stem, setting or predictions.parent.parent.name)]
     found = sorted(path for path in predictions.rglob("*.jsonl") if path.stem == path.parent.name)
     if not found:
-        raise ValueError(f"{predictions}: no prediction files in the official layout <setting>/<Model>/<Model>.jsonl")
+        raise ValueError(f"{predictions}: no prediction files in the official layout {LAYOUT}")
     return [(path, path.stem, setting or path.parent.parent.name) for path in found]
+
+
+def file_setting(file: Path, name: str, settings: Mapping[str, Any], given: bool) -> str:
+    """`our_setting` of a prediction file's setting `name`, which is the --setting option's (`given`) or
+    the name of the folder above its model's; an unknown one says which."""
+    try:
+        return our_setting(name, settings)
+    except ValueError as error:
+        source = "--setting" if given else f"the folder above its model's ({LAYOUT}); give another with --setting"
+        raise ValueError(f"{file}: {error}; the setting is read from {source}") from None
 
 
 def plain_rows(
@@ -176,14 +181,18 @@ def plain_rows(
 ) -> list[dict[str, Any]]:
     """Answer rows from a `question_id,setting,model,answer` CSV: each question as the config's setting
     shows it (`settings.present`), its answer read by the parser. An empty answer is unparseable."""
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    frame = read_csv(path, dtype=str, keep_default_na=False)
     missing = [column for column in PLAIN_COLUMNS if column not in frame.columns]
     if missing:
         raise ValueError(f"{path}: predictions lack columns {missing} (have {list(frame.columns)})")
     rows = []
     for number, record in enumerate(frame.to_dict("records"), start=2):
-        question = _question(questions, record["question_id"], f"{path}: row {number}")
-        setting = our_setting(record["setting"], settings)
+        at = f"{path}: row {number}"
+        question = _question(questions, record["question_id"], at)
+        try:
+            setting = our_setting(record["setting"], settings)
+        except ValueError as error:
+            raise ValueError(f"{at}: {error}") from None
         shown = present(question, setting, setting_transforms(settings[setting]), seed)
         options = dict(zip(shown.letters, shown.options, strict=True))
         rows.append(
@@ -210,8 +219,9 @@ def read_predictions(
     else:
         rows = []
         for file, model, name in official_files(path, setting):
-            ours = our_setting(name, settings)
-            rows += official_rows(_jsonl(file), model, ours, setting_transforms(settings[ours]), questions, str(file))
+            ours = file_setting(file, name, settings, given=bool(setting))
+            rows += official_rows(jsonl_records(file), model, ours, setting_transforms(settings[ours]), questions,
+                                  str(file))  # fmt: skip
     if not rows:
         raise ValueError(f"{predictions}: no predictions")
     return pd.DataFrame(rows).drop_duplicates(["vlm", "setting", "question_id"], keep="last").reset_index(drop=True)
@@ -223,6 +233,9 @@ def score(
     """Score predictions made elsewhere against the release: write the metrics, Tables 4 to 6 and the
     NOTA plot under `out` where the workflow writes them under its results folder; return Table 4 and
     its caption. `humblebench` is the config's section: its settings, and Table 4's setting."""
+    existing = next(folder for folder in (Path(out), *Path(out).parents) if folder.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--out {out}: {existing} is a file, not a folder")
     settings = humblebench["settings"]
     answers = read_predictions(predictions, release_questions(release), settings, seed, setting)
     original = humblebench["tables"]["original"]

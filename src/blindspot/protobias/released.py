@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from blindspot import tables
 from blindspot.config import ConfigError
-from blindspot.humblebench.release import release_records
+from blindspot.humblebench.release import RELEASE_SUFFIXES, one_of, read_csv, release_records
 from blindspot.images import store_image_bytes
 from blindspot.io import stable_id
 from blindspot.models.hub import dataset_snapshot, is_hub_dataset
@@ -26,6 +26,8 @@ from blindspot.protobias.export import FIELDS, IMAGES
 # another table's. Domain, split and ids are read when present; the export's other fields too.
 REQUIRED = ("neutral_prompt", *IMAGES)
 OPTIONAL = ("domain", "split", *(name for name in FIELDS if name != "neutral_prompt"))
+# The files a dataset may be: what `release_records` reads, and CSV.
+DATASET_SUFFIXES = (*RELEASE_SUFFIXES, ".csv")
 # The domain of a table without a domain column.
 DEFAULT_DOMAIN = "all"
 
@@ -44,15 +46,17 @@ def dataset_records(source: str) -> Iterator[dict[str, Any]]:
     path = Path(source)
     if not path.exists():
         raise DatasetError(f"dataset {source}: no such file or folder")
+    if path.is_file() and path.suffix not in DATASET_SUFFIXES:
+        raise DatasetError(f"dataset {source}: a file must be {one_of(DATASET_SUFFIXES)}")
     shards = sorted(path.glob("data/*/*.parquet")) if path.is_dir() else []
     if shards:
         for shard in shards:
             where = {"domain": shard.parent.name, "split": shard.name.split("-", 1)[0]}
-            yield from (where | record for record in release_records(str(shard)))
+            yield from (where | record for record in release_records(str(shard), "dataset"))
     elif path.suffix == ".csv":
-        yield from pd.read_csv(path, keep_default_na=False).to_dict("records")
+        yield from read_csv(path, "dataset", keep_default_na=False).to_dict("records")
     else:
-        yield from release_records(source)
+        yield from release_records(source, "dataset")
 
 
 def _image_file(value: Any, base: Path, image_dir: Path, where: str) -> Path:
