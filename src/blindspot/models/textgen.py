@@ -10,6 +10,7 @@ whitespace" only from its engine's structured-output config, never from a reques
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -133,7 +134,13 @@ def vllm_engine(spec: ModelSpec, seed: int = 0, **overrides: Any) -> Any:
         engine_args["max_model_len"] = spec.max_model_len
     if spec.tokenizer_mode:
         engine_args["tokenizer_mode"] = spec.tokenizer_mode
-    return LLM(**engine_args | overrides | spec.engine_args)
+    llm = LLM(**engine_args | overrides | spec.engine_args)
+    # vLLM stops its engine process from weakref.finalize's exit hook. Where a finalizer was made before
+    # vLLM was imported (a TemporaryDirectory: `steps.private_modules_cache`), that hook runs after
+    # multiprocessing's, which waits forever for the engine process: the job never ends. Hooks run last
+    # registered first, and vLLM's import registered multiprocessing's, so this one runs before it.
+    atexit.register(llm.llm_engine.engine_core.shutdown)
+    return llm
 
 
 class VLLMTextGenerator:

@@ -21,7 +21,6 @@ import inspect
 import json
 import logging
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -111,18 +110,16 @@ def private_modules_cache() -> Iterator[Path]:
     that start together on one shared HF_HOME can import another's half-written copy
     (huggingface/transformers#27421). Set before the job imports transformers, which reads it once;
     vLLM's workers inherit it."""
-    # mkdtemp, not TemporaryDirectory: its weakref.finalize would register the finalizers' exit hook
-    # before multiprocessing's, which then runs first at exit and waits forever on vLLM's engine process.
-    previous, folder = os.environ.get("HF_MODULES_CACHE"), tempfile.mkdtemp(prefix="blindspot-modules-")
-    os.environ["HF_MODULES_CACHE"] = folder
-    try:
-        yield Path(folder)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        if previous is None:
-            del os.environ["HF_MODULES_CACHE"]
-        else:
-            os.environ["HF_MODULES_CACHE"] = previous
+    previous = os.environ.get("HF_MODULES_CACHE")
+    with tempfile.TemporaryDirectory(prefix="blindspot-modules-") as folder:
+        os.environ["HF_MODULES_CACHE"] = folder
+        try:
+            yield Path(folder)
+        finally:
+            if previous is None:
+                del os.environ["HF_MODULES_CACHE"]
+            else:
+                os.environ["HF_MODULES_CACHE"] = previous
 
 
 def run_step(step: str, /, **arguments: Any) -> None:
