@@ -164,7 +164,6 @@ def test_the_projects_step_adds_the_question_check_with_scene_candidates(tmp_pat
     # the evaluators are shown the VLM filter's own rubric, the annotators the A.2 rubric
     rubric = PromptTemplate.load(arguments["judge_template"]).rubric
     assert load_project(tmp_path / "p" / "image_score")["instructions"] == rubric
-    assert rubric.startswith("Score how well the image matches the description on a scale from 1 to 10.")
     assert load_project(tmp_path / "p" / "pairwise")["instructions"] == PAIRWISE_INSTRUCTIONS
     # the filter validation goes to the designated evaluator only (the paper: "a trained human evaluator")
     assert list(load_project(tmp_path / "p" / "image_score")["annotators"]) == ["bob"]

@@ -349,6 +349,26 @@ def test_a_missing_taxonomy_or_template_fails_the_config_check_naming_its_key(ti
         validate_config(tiny_config)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "name: j\nversion: 1\nuser: 'Score {{ description }} from 1 to 10.'\n",  # no rubric
+        "name: j\nversion: 1\nrubric: 10 is perfect.\nuser: 'Score {{ description }} from 1 to 10.'\n",  # unused
+    ],
+)
+def test_the_vlm_filter_template_needs_the_rubric_people_are_shown_and_uses_it(tiny_config, tmp_path, text):
+    """The annotation projects show the filter evaluators this template's rubric: without one, or with one
+    its messages ignore, people and the VLMs would score on different rubrics."""
+    template = tmp_path / "judge.yaml"
+    template.write_text(text)
+    tiny_config["image_stage"]["judge_template"] = str(template)
+    with pytest.raises(ConfigError, match=r"^config key 'image_stage\.judge_template': .* needs a `rubric`"):
+        validate_config(tiny_config)
+    template.write_text(text.replace("from 1 to 10.'", "{{ rubric }}'").replace("user:", "rubric: 10 is all.\nuser:", 1)
+                        if "rubric:" not in text else text.replace("from 1 to 10.'", "{{ rubric }}'"))  # fmt: skip
+    validate_config(tiny_config)
+
+
 def test_a_question_kind_naming_an_unknown_field_fails_the_config_check(tiny_config):
     tiny_config["humblebench"]["from_benchmark"]["kinds"]["count"]["text"] = "How many {object} are there?"
     says = r"cannot fill in 'object' \(it may use \{aux\}, \{label\}, \{subject\}\)$"
@@ -585,3 +605,18 @@ def test_a_build_that_borrows_a_tokenizer_of_no_registry_model_names_the_key(tin
         f"config key 'models.tiny-qwen2.5-vl.build.tokenizer_from': model 'smollm3' is not in the registry "
         f"(models: {models})"
     )
+
+
+def test_a_config_scoring_a_released_dataset_reads_no_taxonomy(tiny_config, tmp_path):
+    """`evaluate protobias` names its table's domains (`all` when it has no domain column) with the base
+    config's taxonomy and the table's triplet count: no seed is sampled, so neither is checked."""
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("neutral_prompt,image_corr,image_adv\n")
+    taxonomy = tiny_config["domains"]["animals"]["taxonomy"]
+    tiny_config["domains"] = {"all": {"taxonomy": taxonomy, "n_seeds": 10**9}}
+    with pytest.raises(ConfigError, match="config names it 'all'"):
+        validate_config(tiny_config)
+    tiny_config["dataset"] = {"path": str(pairs)}
+    tiny_config["humblebench"]["from_benchmark"] = None  # a released benchmark's questions are the release's
+    del tiny_config["evaluation"]["metrics"]["protoscore"]  # trained on a built benchmark
+    validate_config(tiny_config)

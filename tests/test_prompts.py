@@ -29,6 +29,8 @@ def test_version_changes_with_the_file(tmp_path):
     after = PromptTemplate.load(path)
     assert before.version.split("+")[0] == after.version.split("+")[0] == "t/v3"
     assert before.version != after.version
+    path.write_text("# a comment\nname: t\nversion: 3\nsystem: s\nuser: 'u! {{ x }}'  # another\n")
+    assert PromptTemplate.load(path).version == after.version  # comments are not the template
     path.write_text("name: t\nsystem: s\nuser: u\n")
     with pytest.raises(ValueError, match="version"):
         PromptTemplate.load(path)

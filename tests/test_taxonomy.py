@@ -297,7 +297,7 @@ def test_a_new_domain_is_only_data(tmp_path):
 
 
 def test_each_knob_gets_an_equal_share_of_the_seeds_as_far_as_its_seeds_allow():
-    """Drawn uniformly from all seeds, colour tone (4 values, 12 ordered pairs) would get six times
+    """Drawn uniformly from all seeds, colour tone (5 values, 20 ordered pairs) would get ten times
     scale's share (2 values): docs/fidelity.md P36."""
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     entry = config["domains"]["animals"]

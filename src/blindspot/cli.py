@@ -35,8 +35,8 @@ from blindspot.config import ConfigError, load_config
 from blindspot.dag import CHECKOUT
 from blindspot.models import hub
 
-# `humble score`'s config without --configfile, in the checkout.
-HUMBLE_CONFIG = "config/config.yaml"
+# The config of `humble score` and `annotate make` without --configfile or --judge-template: the checkout's.
+CHECKOUT_CONFIG = "config/config.yaml"
 
 
 def _hours(value: float) -> str:
@@ -218,9 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
                       "LOCAL_FILES_DOCUMENT_ROOT), which must be above the deepest folder holding every image "
                       "(Label Studio's storage); default: that folder's parent")  # fmt: skip
     make.add_argument("--image-url-prefix", default="/data/local-files/?d=", help="Label Studio's local-file URL")
-    make.add_argument("--judge-template", default="config/prompts/judge_image_v1.yaml", help="image_score: the "
-                      "VLM filter's prompt template (image_stage.judge_template), whose rubric the evaluators are "
-                      "shown")  # fmt: skip
+    make.add_argument(
+        "--judge-template",
+        help="image_score: the VLM filter's prompt template, whose rubric the "
+        f"evaluators are shown; default: image_stage.judge_template of the checkout's {CHECKOUT_CONFIG}",
+    )
     serve = actions.add_parser("serve", help="the built-in annotation page; prints one link per annotator")
     serve.add_argument("project")
     serve.add_argument("--host", default="127.0.0.1", help="127.0.0.1 by default: reachable from this machine only")
@@ -253,25 +255,26 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--questions", required=True, help="the release, in any format the workflow reads")
     score.add_argument("--out", required=True, help="the folder to write tables/ into")
     score.add_argument("--configfile", help="whose humblebench settings to use (default: the checkout's "
-                       f"{HUMBLE_CONFIG}, from any folder)")  # fmt: skip
+                       f"{CHECKOUT_CONFIG}, from any folder)")  # fmt: skip
     score.add_argument("--setting", help="the setting of a lone .jsonl (official or config name); default: its path")
     return parser
 
 
-def humble_config(configfile: str | None) -> dict[str, Any]:
-    """The config given, or the checkout's `HUMBLE_CONFIG`, checked where its relative paths start (the
-    checkout) whatever the current folder: scoring reads its settings, none of the files it names."""
+def config_or_checkouts(configfile: str | None) -> dict[str, Any]:
+    """The config given, or the checkout's `CHECKOUT_CONFIG`, checked where its relative paths start (the
+    checkout) whatever the current folder: `humble score` reads its settings and `annotate make` its judge
+    template, none of the files relative to the current folder."""
     if configfile:
         return load_config(configfile)
     with contextlib.chdir(CHECKOUT):
-        return load_config(CHECKOUT / HUMBLE_CONFIG)
+        return load_config(CHECKOUT / CHECKOUT_CONFIG)
 
 
 def humble(args: argparse.Namespace) -> None:
     from blindspot.humblebench.scoring import score
     from blindspot.reporting import to_markdown
 
-    config = humble_config(args.configfile)
+    config = config_or_checkouts(args.configfile)
     table, caption = score(args.predictions, args.questions, config["humblebench"], config["seed"], args.out,
                            args.setting)  # fmt: skip
     sys.stdout.write(f"{caption}\n\n{to_markdown(table)}")
@@ -285,7 +288,10 @@ def annotate(args: argparse.Namespace) -> None:
     if args.action == "make":
         from blindspot.prompts import PromptTemplate
 
-        rubric = PromptTemplate.load(args.judge_template).rubric if args.task == "image_score" else None
+        rubric = None
+        if args.task == "image_score":  # the rubric the VLM filter scores with, as the workflow's projects show
+            template = args.judge_template or CHECKOUT / config_or_checkouts(None)["image_stage"]["judge_template"]
+            rubric = PromptTemplate.load(template).rubric
         project = make_project(
             args.task, pd.read_parquet(args.items), [a.strip() for a in args.annotators.split(",") if a.strip()],
             args.out, args.image_url_prefix, args.image_root, rubric,

@@ -58,6 +58,8 @@ CONFIG_FILES = (
 # org/name, no table suffix). One that is neither (data/x.jsonl, ./release, a plain name) is a local path
 # that is not there.
 CONFIG_DATASETS = ("humblebench.release", "dataset.path")
+# The template whose `rubric` people are shown too (the annotation projects' image_score).
+RUBRIC_TEMPLATE = "image_stage.judge_template"
 
 
 class ConfigError(ValueError):
@@ -167,9 +169,14 @@ def check_files(config: dict[str, Any]) -> None:
                 raise ConfigError(f"config key '{key}': {value} {where} (relative paths start at {Path.cwd()})")
             if key.endswith("template"):  # read when the workflow is planned, not after a job's model loads
                 try:
-                    PromptTemplate.load(value)
+                    template = PromptTemplate.load(value)
                 except ValueError as error:
                     raise ConfigError(f"config key '{key}': {error}") from None
+                if key == RUBRIC_TEMPLATE and ("rubric" not in template.system + template.user or not template.rubric):
+                    raise ConfigError(
+                        f"config key '{key}': {value} needs a `rubric` that its messages use ({{{{ rubric }}}}): the "
+                        "filter evaluators are shown it, so that people and the VLMs score on one rubric"
+                    )
     from blindspot.models.hub import is_hub_dataset
 
     for pattern in CONFIG_DATASETS:
@@ -180,9 +187,12 @@ def check_files(config: dict[str, Any]) -> None:
 
 def check_taxonomies(config: dict[str, Any]) -> None:
     """Load each domain's taxonomy (one line naming its file and key when it is broken) and check that it
-    enumerates the seeds the domain asks for."""
+    enumerates the seeds the domain asks for; a config that scores a released dataset (`dataset:`)
+    samples none, and its domains' taxonomies are not read."""
     from blindspot.protobias.taxonomy import check_n_seeds, load_taxonomy
 
+    if config.get("dataset"):
+        return
     for domain, entry in config["domains"].items():
         check_n_seeds(load_taxonomy(entry["taxonomy"], domain), entry["taxonomy"], domain, entry["n_seeds"])
 

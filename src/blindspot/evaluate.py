@@ -19,9 +19,9 @@ import yaml
 
 from blindspot import targets
 from blindspot.config import ConfigError, load_config, validate_config
+from blindspot.dag import CHECKOUT
 from blindspot.io import write_json, write_text
 
-REPO = Path(__file__).resolve().parents[2]
 # The base config without --configfile, in the checkout.
 DEFAULT_CONFIG = "config/tiny.yaml"
 # What `evaluate` writes beside the workflow's tables: its rows with their provenance.
@@ -195,8 +195,8 @@ def with_compared(rows: pd.DataFrame, compare: Sequence[str]) -> pd.DataFrame:
 
 def run_workflow(configfile: Path, profile: str | None, cores: int) -> None:
     """The workflow's own rules on `configfile`, its progress on this terminal."""
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "workflow" / "Snakefile"),
-               "--configfile", str(configfile), "--directory", str(REPO)]  # fmt: skip
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(CHECKOUT / "workflow" / "Snakefile"),
+               "--configfile", str(configfile), "--directory", str(CHECKOUT)]  # fmt: skip
     command += ["--profile", profile] if profile else ["--cores", str(cores)]
     if subprocess.run(command, check=False).returncode:
         raise ConfigError(f"the workflow failed on {configfile}; its log says why (above, and in .snakemake/log)")
@@ -207,12 +207,12 @@ def base_config(configfile: str | None) -> dict[str, Any]:
     may use: its relative paths (taxonomies, templates) start where the command runs."""
     if configfile:
         return load_config(configfile)
-    if Path.cwd().resolve() != REPO:
+    if Path.cwd().resolve() != CHECKOUT:
         raise ConfigError(
-            f"--configfile: none given, and the default, {DEFAULT_CONFIG} of the checkout {REPO}, names files "
-            f"relative to the checkout: run blindspot evaluate in {REPO}, or pass a config with --configfile"
+            f"--configfile: none given, and the default, {DEFAULT_CONFIG} of the checkout {CHECKOUT}, names files "
+            f"relative to the checkout: run blindspot evaluate in {CHECKOUT}, or pass a config with --configfile"
         )
-    return load_config(REPO / DEFAULT_CONFIG)
+    return load_config(CHECKOUT / DEFAULT_CONFIG)
 
 
 def evaluate(args: Any) -> pd.DataFrame:

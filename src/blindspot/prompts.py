@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ import jinja2
 import yaml
 
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
-KEYS = ("name", "version", "system", "user", "rubric")  # a template file's keys; the first three are required
+REQUIRED = ("name", "version", "user")  # a template file's keys
+KEYS = (*REQUIRED, "system", "rubric")
 
 
 @functools.lru_cache(maxsize=64)
@@ -31,7 +33,7 @@ class PromptTemplate:
     annotation projects), so both work to the same rubric."""
 
     name: str
-    version: str  # "<name>/v<n>+<sha256 prefix of the file>": edits without a bump still show
+    version: str  # "<name>/v<n>+<sha256 prefix of its content>": edits without a bump still show
     system: str
     user: str
     rubric: str = ""
@@ -47,7 +49,7 @@ class PromptTemplate:
             raise ValueError(f"prompt template {path} is not YAML: {' '.join(str(error).split())}") from None
         if not isinstance(spec, dict):
             raise ValueError(f"prompt template {path} is not a mapping with name, version and user")
-        missing = {"name", "version", "user"} - set(spec)
+        missing = set(REQUIRED) - set(spec)
         if missing:
             raise ValueError(f"prompt template {path} lacks {sorted(missing)}")
         unknown = sorted(map(str, set(spec) - set(KEYS)))
@@ -65,7 +67,8 @@ class PromptTemplate:
         rubric = spec.get("rubric") or ""
         if not isinstance(rubric, str):
             raise ValueError(f"prompt template {path}: its rubric is not text")
-        digest = hashlib.sha256(raw).hexdigest()[:8]
+        # of the content, not the file's bytes: a comment's edit re-runs nothing, nor re-buys an API's scores
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
         version = f"{spec['name']}/v{spec['version']}+{digest}"
         return cls(spec["name"], version, spec.get("system") or "", spec["user"], rubric, str(path))
 

@@ -241,10 +241,12 @@ def outside_workflow_outputs(folder: str | Path) -> Path:
 
 
 def project_instructions(project: Mapping[str, Any], folder: str | Path) -> str:
-    """The instructions annotators are shown; a project made before projects carried them is refused."""
-    if not project.get("instructions"):
+    """The instructions annotators are shown: the project's, else (a project made before projects carried
+    them) its task's own; an image_score project without them, which has none of its own, is refused."""
+    instructions = project.get("instructions") or INSTRUCTIONS.get(project["task"])
+    if not instructions:
         raise ValueError(f"{Path(folder) / 'project.json'} has no instructions for annotators: make the project again")
-    return project["instructions"]
+    return instructions
 
 
 def _annotator(annotation: Mapping[str, Any]) -> str:

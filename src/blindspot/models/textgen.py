@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -136,10 +137,12 @@ def vllm_engine(spec: ModelSpec, seed: int = 0, **overrides: Any) -> Any:
         engine_args["tokenizer_mode"] = spec.tokenizer_mode
     llm = LLM(**engine_args | overrides | spec.engine_args)
     # vLLM stops its engine process from weakref.finalize's exit hook. Where a finalizer was made before
-    # vLLM was imported (a TemporaryDirectory: `steps.private_modules_cache`), that hook runs after
-    # multiprocessing's, which waits forever for the engine process: the job never ends. Hooks run last
-    # registered first, and vLLM's import registered multiprocessing's, so this one runs before it.
-    atexit.register(llm.llm_engine.engine_core.shutdown)
+    # multiprocessing was imported (a TemporaryDirectory: `steps.private_modules_cache`), that hook runs
+    # after multiprocessing's, which waits forever for the engine process: the job never ends. Exit hooks
+    # run last registered first, so this one, registered after vLLM (and multiprocessing) were imported,
+    # runs before it. A weak reference: an engine dropped earlier is stopped by vLLM as it goes.
+    client = weakref.ref(llm.llm_engine.engine_core)
+    atexit.register(lambda: (engine := client()) is not None and engine.shutdown())
     return llm
 
 

@@ -226,8 +226,8 @@ def check_n_seeds(taxonomy: dict[str, Any], taxonomy_path: str | Path, domain: s
 def sample_seeds(taxonomy_path: str | Path, domain: str, n_seeds: int, seed: int) -> pd.DataFrame:
     """Sample `n_seeds` enumerated seeds, deterministically for a given taxonomy file and seed: as many
     per knob as each knob's seeds allow (`balanced_quotas`), uniformly within a knob. Drawn uniformly
-    from all seeds, a knob would get a share set by its number of values (colour tone's 4 values make
-    12 ordered pairs, scale's 2 make 2): docs/fidelity.md P36.
+    from all seeds, a knob would get a share set by its number of values (colour tone's 5 values make
+    20 ordered pairs, scale's 2 make 2): docs/fidelity.md P36.
 
     Rows are ordered by seed_id, so shards (contiguous slices) do not depend on sampling order.
     """
