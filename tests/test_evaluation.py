@@ -370,3 +370,11 @@ def test_table3_is_on_the_annotated_pairs_with_labels_and_says_whole_split_witho
     assert set(pd.read_csv(arguments["breakdown"])["population"]) == {"test split"}
     with pytest.raises(ValueError, match="whole-split table"):
         make_table3(human_choices=[str(tmp_path / "humans.csv")], human_row=[], test_split=[], **arguments)
+
+
+def test_a_benchmark_without_a_test_pair_is_one_line_not_a_key_error():
+    """A small run whose kept seeds all drew train had every metric score nothing, then Table 3 failed on a
+    KeyError deep in pandas."""
+    train_only = bench().assign(split="train")
+    with pytest.raises(ValueError, match=r"^the benchmark has no test pair \(of \d+ kept pairs\)"):
+        pairwise_outcomes(scores().iloc[:0], train_only)

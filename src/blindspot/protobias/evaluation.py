@@ -114,6 +114,11 @@ def pairwise_outcomes(
     its key) is left out with a warning in the log.
     """
     test_ids = pd.Index(select_test_pairs(pairs)["pair_id"])
+    if test_ids.empty:  # a small run whose kept seeds all drew train (or test_fraction 0)
+        raise ValueError(
+            f"the benchmark has no test pair (of {len(pairs)} kept pairs) for the metrics to be compared on: "
+            "raise benchmark.test_fraction, or the domains' n_seeds"
+        )
     unknown = pd.Index(scores["pair_id"]).difference(pd.Index(pairs["pair_id"]))
     if len(unknown):
         raise ValueError(f"{len(unknown)} scored pairs are not benchmark pairs, e.g. {list(unknown[:3])}")
