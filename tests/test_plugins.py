@@ -16,7 +16,7 @@ from PIL import Image
 from blindspot import tables
 from blindspot.config import ConfigError, model_spec, validate_config
 from blindspot.io import read_table, write_table
-from blindspot.metrics import PluginError, check_plugin, load_metric
+from blindspot.metrics import PluginError, check_plugin, load_metric, plugin_code
 from blindspot.metrics.scoring import metric_identity, metric_score_settings
 from blindspot.protobias.split import split_of
 from blindspot.protobias.taxonomy import SEED_COLUMNS
@@ -96,20 +96,19 @@ def test_an_installed_packages_entry_point_is_a_plugin_by_its_name(installed_plu
 def identity_of(plugin: str, tiny_config) -> dict[str, str]:
     entry = {"plugin": plugin, "model": "tiny-clip", "args": {}}
     settings = metric_score_settings(tiny_config["models"], entry)
-    return metric_identity(entry, model_spec(tiny_config, "tiny-clip"), settings)
+    return metric_identity(entry, model_spec(tiny_config, "tiny-clip"), settings, plugin_code(plugin))
 
 
 def test_an_outside_plugins_identity_holds_its_module_and_version(installed_plugin, local_plugin, tiny_config):
     assert (
-        '"plugin_source": {"module": "colour_share", "version": "colour-share 0.1.0"}'
+        '"plugin_code": {"module": "colour_share", "version": "colour-share 0.1.0"}'
         in (identity_of("colour_share", tiny_config)["version"])
     )
     local = identity_of(f"{LOCAL_MODULE}:ColourShare", tiny_config)["version"]
     assert f'"module": "{LOCAL_MODULE}", "version": "sha256:' in local
-    # New source is another metric to the cache; a built-in plug-in's identity is its name, as before.
+    # New source is another metric to the cache.
     (local_plugin / f"{LOCAL_MODULE}.py").write_text(docs_file("colour_share.py") + "\n# changed\n")
     assert identity_of(f"{LOCAL_MODULE}:ColourShare", tiny_config)["version"] != local
-    assert "plugin_source" not in identity_of("clip_similarity", tiny_config)["version"]
 
 
 @pytest.mark.parametrize(

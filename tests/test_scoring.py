@@ -13,7 +13,7 @@ from PIL import Image
 from blindspot import tables
 from blindspot.config import model_spec
 from blindspot.io import read_table, write_table
-from blindspot.metrics import MetricSkipped
+from blindspot.metrics import MetricSkipped, plugin_code
 from blindspot.metrics.scoring import (
     ScoreCache,
     metric_identity,
@@ -32,21 +32,24 @@ KEY_ENV = "BLINDSPOT_TINY_API_KEY"
 def identity_of(config: dict, metric: str, template: str | None = None, trained: str | None = None) -> dict:
     entry = config["evaluation"]["metrics"][metric]
     spec = model_spec(config, entry["model"])
-    return metric_identity(entry, spec, metric_score_settings(config["models"], entry), template, trained)
+    settings = metric_score_settings(config["models"], entry)
+    return metric_identity(entry, spec, settings, plugin_code(entry["plugin"]), template, trained)
 
 
-def test_the_identity_is_the_plugin_args_and_score_settings_as_sorted_json(tiny_config):
-    """The version is the string the score cache has always been keyed by: changing its form would
-    score every cached image again (and bill an API judge again)."""
+def test_the_identity_is_the_plugin_its_code_args_and_score_settings_as_sorted_json(tiny_config):
+    """The version is the string the score cache is keyed by: changing its form scores every cached
+    image again (an API judge's replies are cached apart, by what was asked, so none is bought again)."""
     entry = {"plugin": "clip_similarity", "model": "tiny-clip", "args": {"weight": 2.5}, "label": "CLIPScore"}
     registry = {"tiny-clip": {"build": {"recipe": "random_clip"}, "backend": "transformers", "gpus": 0,
                               "dtype": "float32"}}  # fmt: skip
     settings = metric_score_settings(registry, entry)
     assert settings == {"model": {"backend": "transformers", "dtype": "float32"}}  # run-only keys left out
-    identity = metric_identity(entry, model_spec(tiny_config, "tiny-clip"), settings)
+    code = {"module": "blindspot.metrics.clip_similarity", "version": "SCORE_VERSION 1"}
+    identity = metric_identity(entry, model_spec(tiny_config, "tiny-clip"), settings, code)
     assert identity["version"] == (
         '{"args": {"weight": 2.5}, "model": {"backend": "transformers", "dtype": "float32"}, '
-        '"plugin": "clip_similarity"}'
+        '"plugin": "clip_similarity", "plugin_code": {"module": "blindspot.metrics.clip_similarity", '
+        '"version": "SCORE_VERSION 1"}}'
     )
     assert identity["model_id"] == model_spec(tiny_config, "tiny-clip").model_id
     assert identity["revision"] == ""
@@ -61,6 +64,18 @@ def test_a_helper_models_settings_are_part_of_the_identity(tiny_config):
     captioner = next(iter(entry["models"].values()))
     tiny_config["models"][captioner]["dtype"] = "float16"
     assert identity_of(tiny_config, "alignscore")["version"] != before["version"]
+
+
+def test_a_built_in_plugins_new_score_version_is_another_metric_to_the_cache(tiny_config, monkeypatch):
+    """Fixing how a built-in plug-in scores (and bumping its SCORE_VERSION) scores every pair again:
+    the cache would otherwise hand back the old code's scores."""
+    import blindspot.metrics.vqa_score as module
+
+    before, clip = identity_of(tiny_config, "vqascore-vlm"), identity_of(tiny_config, "clipscore")
+    assert plugin_code("vqa_score") == {"module": module.__name__, "version": f"SCORE_VERSION {module.SCORE_VERSION}"}
+    monkeypatch.setattr(module, "SCORE_VERSION", module.SCORE_VERSION + 1)
+    assert identity_of(tiny_config, "vqascore-vlm")["version"] != before["version"]
+    assert identity_of(tiny_config, "clipscore") == clip  # another plug-in's cache is kept
 
 
 def test_the_identity_changes_with_the_template_it_is_given(tiny_config, tmp_path):
@@ -240,7 +255,8 @@ def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(tiny_c
         template=[str(REPO / entry["args"]["template"])], trained=[], out=str(tmp_path / "out.parquet"),
         counters_out=str(tmp_path / "out.json"), cache=str(tmp_path / "cache"), metric_entry=entry,
         model=dataclasses.asdict(model_spec(tiny_config, entry["model"])), models={},
-        score_settings=metric_score_settings(tiny_config["models"], entry), api_key_is_set=False, split=split,
+        score_settings=metric_score_settings(tiny_config["models"], entry), plugin_code=plugin_code(entry["plugin"]),
+        api_key_is_set=False, split=split,
         batch_size=1, shard_size=10,
     )  # fmt: skip
     assert read_table(tmp_path / "out.parquet", tables.METRIC_SCORES).empty

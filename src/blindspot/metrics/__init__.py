@@ -135,13 +135,16 @@ def plugin_arguments(plugin: str) -> tuple[str, ...] | None:
     return tuple(parameter.name for parameter in parameters if parameter.name != "cache_dir")  # given by the job
 
 
-def plugin_source(plugin: str) -> dict[str, str] | None:
-    """What identifies the code of a plug-in from outside this package, for the score cache: its module
-    and its distribution's version when installed, else a hash of its source (its package's .py files),
-    so that new code scores again. None for a built-in plug-in, which the package's own code identifies."""
-    if plugin in PLUGINS:
-        return None
+def plugin_code(plugin: str) -> dict[str, str]:
+    """What identifies a plug-in's code, for the score cache and the job's params: its module, and as
+    its version, for a built-in plug-in its module's `SCORE_VERSION`, bumped by whoever changes how it
+    scores (its own module or code it scores through, such as `models.vlm_scoring`), so that cached
+    scores of the old code are not reused; for one from outside this package, its distribution's
+    version when installed, else a hash of its source (its package's .py files), so that new code
+    scores again."""
     module, _ = plugin_target(plugin)
+    if plugin in PLUGINS:
+        return {"module": module, "version": f"SCORE_VERSION {importlib.import_module(module).SCORE_VERSION}"}
     top_level = module.split(".")[0]
     distributions = metadata.packages_distributions().get(top_level, [])
     if distributions:

@@ -34,6 +34,8 @@ from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches, find_checkpoint, load_strictly, read_state_dict
 from blindspot.models.vlm_scoring import TransformersVLMScorer
 
+SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+
 HUB_CHECKPOINT = "AlignScore-large.ckpt"
 CAPTION_INSTRUCTION = "Describe this image in one sentence."
 # Official `nli_sp` settings.

@@ -84,6 +84,8 @@ from blindspot.metrics.api_client import (
 from blindspot.models.vlm_scoring import SCORES, ScoreTokens, score_distribution, summarise, text_score
 from blindspot.prompts import PromptTemplate
 
+SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+
 log = logging.getLogger(__name__)
 
 TEMPLATE = Path(__file__).resolve().parents[3] / "config" / "prompts" / "judge_semantic_v1.yaml"

@@ -25,6 +25,8 @@ from typing import Any
 from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches
 
+SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+
 HEADS = {"itm": (0.0, 1.0), "itc": (-1.0, 1.0)}
 MATCH = 1  # the ITM head's logits are (no match, match)
 

@@ -38,6 +38,8 @@ from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches, read_state_dict
 from blindspot.metrics.checkpoints import load_mapped_state_dict
 
+SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+
 # t2v_metrics' `default_question_template` and `default_answer_template`.
 QUESTION = 'Does this figure show "{prompt}"? Please answer yes or no.'
 ANSWER = "Yes"

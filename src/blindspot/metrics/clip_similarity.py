@@ -8,6 +8,8 @@ from typing import Any
 from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches
 
+SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+
 
 class ClipSimilarity:
     def __init__(

@@ -24,6 +24,8 @@ from typing import Any
 from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches, find_checkpoint, load_strictly, read_state_dict
 
+SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+
 # The checkpoint file in the `xswu/HPSv2` hub repository, when the registry entry gives the hub id.
 HUB_CHECKPOINT = "HPS_v2.1_compressed.pt"
 # What open_clip needs in a model config file for it to count as one.

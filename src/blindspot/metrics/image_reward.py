@@ -37,6 +37,8 @@ from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches
 from blindspot.metrics.checkpoints import load_mapped_state_dict
 
+SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+
 # The checkpoint file in the `THUDM/ImageReward` hub repository, when the registry entry gives the hub id.
 HUB_CHECKPOINT = "ImageReward.pt"
 # A tiny model's sizes, read from the checkpoint's folder; without it the release's sizes hold.

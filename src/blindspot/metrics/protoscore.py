@@ -13,6 +13,8 @@ from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches
 from blindspot.protobias.protoscore import TrainSettings, base_model, load_scorer
 
+SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+
 
 class ProtoScore:
     bounds = (-math.inf, math.inf)

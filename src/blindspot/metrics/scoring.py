@@ -2,7 +2,7 @@
 
 A score is cached per (metric, model id, revision, settings, image sha256, prompt), where the
 settings are the metric's config `args`, the version of its prompt template, if any, and the
-version of a plug-in from outside this package:
+version of its plug-in's code (`plugin_code`):
 adding pairs, or re-running after a crash, scores only what is new, and the model is loaded only
 when something is. Each entry is one small JSON file written atomically, so parallel jobs of one
 metric share the cache safely.
@@ -31,7 +31,7 @@ from blindspot import tables
 from blindspot.config import ModelSpec
 from blindspot.images import hash_sidecar, image_batches, read_rgb
 from blindspot.io import stable_id, write_json
-from blindspot.metrics import Metric, MetricSkipped, Score, load_metric, normalise, plugin_source
+from blindspot.metrics import Metric, MetricSkipped, Score, load_metric, normalise
 from blindspot.prompts import PromptTemplate
 
 log = logging.getLogger(__name__)
@@ -97,17 +97,15 @@ def metric_score_settings(registry: Mapping[str, Mapping[str, Any]], entry: Mapp
 
 
 def metric_identity(
-    entry: Mapping[str, Any], spec: ModelSpec, score_settings: Mapping[str, Any], template: str | None = None,
-    trained: str | None = None,
+    entry: Mapping[str, Any], spec: ModelSpec, score_settings: Mapping[str, Any], code: Mapping[str, str],
+    template: str | None = None, trained: str | None = None,
 ) -> dict[str, str]:  # fmt: skip
     """What the cache knows a metric by, with no model loaded: its model's id and revision; as its
-    version, its plug-in and `args` (and for a plug-in from outside this package, its module and
-    version: `plugin_source`), its models' `score_settings` (`metric_score_settings`), the version of
-    its prompt `template` and the weights of a `trained` scorer (a retrained scorer is another metric)."""
-    source = plugin_source(entry["plugin"])
-    version = json.dumps({"plugin": entry["plugin"], "args": entry.get("args", {})}
-                         | ({"plugin_source": source} if source else {}) | dict(score_settings),
-                         sort_keys=True)  # fmt: skip
+    version, its plug-in, `args` and `code` (`plugin_code`), its models' `score_settings`
+    (`metric_score_settings`), the version of its prompt `template` and the weights of a `trained`
+    scorer (a retrained scorer is another metric)."""
+    version = json.dumps({"plugin": entry["plugin"], "args": entry.get("args", {}), "plugin_code": dict(code)}
+                         | dict(score_settings), sort_keys=True)  # fmt: skip
     if template:
         version += " " + PromptTemplate.load(template).version
     if trained:

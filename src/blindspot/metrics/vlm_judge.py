@@ -10,6 +10,8 @@ from blindspot.metrics import Score
 from blindspot.models.vlm_scoring import image_conversation, load_vlm_scorer
 from blindspot.prompts import PromptTemplate
 
+SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+
 
 class VLMJudge:
     bounds = (1.0, 10.0)

@@ -9,6 +9,8 @@ from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches
 from blindspot.models.vlm_scoring import TransformersVLMScorer, image_question
 
+SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+
 QUESTION = 'Does this figure show "{prompt}"? Please answer Yes or No.'
 
 

@@ -18,8 +18,8 @@ from blindspot.steps import log, shard_rows, spec, write_counters
 def score_metric(
     domain: str, metric: str, shard: str, pairs: str, triplets: str, seeds: str, template: Sequence[str],
     trained: Sequence[str], out: str, counters_out: str, cache: str, metric_entry: dict[str, Any],
-    model: dict[str, Any], models: dict[str, Any], score_settings: dict[str, Any], api_key_is_set: bool,
-    split: dict[str, Any], batch_size: int, shard_size: int,
+    model: dict[str, Any], models: dict[str, Any], score_settings: dict[str, Any], plugin_code: dict[str, str],
+    api_key_is_set: bool, split: dict[str, Any], batch_size: int, shard_size: int,
 ) -> None:  # fmt: skip
     """Score the kept test pairs of one seed shard with one T2I metric, M(T, I_corr) and M(T, I_adv)."""
     from blindspot.metrics.scoring import ScoreCache, metric_identity, metric_loader, score_or_skip, shard_test_pairs
@@ -31,7 +31,9 @@ def score_metric(
     )  # fmt: skip
     scorer = spec(model)
     trained_folder = trained[0] if trained else None
-    identity = metric_identity(metric_entry, scorer, score_settings, template[0] if template else None, trained_folder)
+    identity = metric_identity(
+        metric_entry, scorer, score_settings, plugin_code, template[0] if template else None, trained_folder
+    )
     load = metric_loader(
         metric_entry, scorer, {arg: spec(helper) for arg, helper in models.items()}, batch_size, cache,
         trained_folder, api_key_is_set,
