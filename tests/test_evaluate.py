@@ -1,5 +1,6 @@
 """A benchmark from a released dataset (`dataset:`), `blindspot evaluate`, and its recorded rows."""
 
+import argparse
 import json
 import re
 import subprocess
@@ -180,15 +181,36 @@ def _evaluate_error(capsys, *args) -> str:
     return err.strip().splitlines()[-1]
 
 
-def test_the_default_config_outside_the_checkout_is_one_line(tmp_path, monkeypatch, capsys):
-    """The checkout's config/tiny.yaml names its taxonomies and templates relative to the checkout: from
-    another folder, a line saying where to run or what to pass, not an error about a file never named."""
+def test_from_any_folder_the_command_lines_paths_are_that_folders_and_the_configs_the_checkouts(
+    tiny_config, tmp_path, monkeypatch, capsys
+):
+    """The workflow runs in the checkout, where the config's relative paths (taxonomies, templates,
+    `results_dir`) start; the files named on the command line are read from where the command runs."""
+    from blindspot import evaluate
+
     monkeypatch.chdir(tmp_path)
-    message = _evaluate_error(capsys, "humblebench", "--release", "release.jsonl", "--vlm", "tiny-qwen2.5-vl")
-    assert message == (
-        f"blindspot: error: --configfile: none given, and the default, config/tiny.yaml of the checkout {REPO}, "
-        f"names files relative to the checkout: run blindspot evaluate in {REPO}, or pass a config with --configfile"
+    (tmp_path / "bad.jsonl").write_text('{"question_id": 1}\n{"question_id": 2, "question": "Wh\n')
+    assert _evaluate_error(capsys, "humblebench", "--release", "bad.jsonl", "--vlm", "tiny-qwen2.5-vl") == (
+        f"blindspot: error: {tmp_path / 'bad.jsonl'}: line 2 is not JSON (Unterminated string starting at: column 32)"
     )
+    grey_image(tmp_path / "pixel.png", 128)
+    (tmp_path / "release.jsonl").write_text(json.dumps({
+        "question_id": "q1", "label": "E", "type": "Object", "image": "pixel.png",
+        "question": "What is it?\nA. a\nB. b\nC. c\nD. d\nE. None of the above",
+    }) + "\n")  # fmt: skip
+    ran = []
+    monkeypatch.setattr(evaluate, "run_workflow", lambda configfile, profile, cores: ran.append(configfile))
+    monkeypatch.setattr(evaluate, "result_table", lambda config, benchmark: pd.DataFrame({"vlm": []}))
+    evaluate.evaluate(argparse.Namespace(
+        benchmark="humblebench", configfile=None, results_dir="out", release="release.jsonl",
+        vlm=["tiny-qwen2.5-vl"], setting=[], compare=[], profile=None, cores=1,
+    ))  # fmt: skip
+    assert ran == [tmp_path / "out" / "evaluate_config.yaml"]
+    written = yaml.safe_load(ran[0].read_text())
+    assert written["results_dir"] == str(tmp_path / "out")
+    assert written["humblebench"]["release"] == str(tmp_path / "release.jsonl")
+    # The checkout's config, its taxonomies named relative to the checkout, where the workflow reads them.
+    assert written["domains"] == tiny_config["domains"]
 
 
 def test_a_dataset_or_release_that_cannot_be_read_is_named_with_what_it_is(tmp_path, capsys):

@@ -5,6 +5,7 @@ comparable: the dataset's fingerprint, each model's identity and the settings.""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 import subprocess
@@ -202,38 +203,38 @@ def run_workflow(configfile: Path, profile: str | None, cores: int) -> None:
         raise ConfigError(f"the workflow failed on {configfile}; its log says why (above, and in .snakemake/log)")
 
 
-def base_config(configfile: str | None) -> dict[str, Any]:
-    """The config given, or else the checkout's `DEFAULT_CONFIG`, which only a command run in the checkout
-    may use: its relative paths (taxonomies, templates) start where the command runs."""
-    if configfile:
-        return load_config(configfile)
-    if Path.cwd().resolve() != CHECKOUT:
-        raise ConfigError(
-            f"--configfile: none given, and the default, {DEFAULT_CONFIG} of the checkout {CHECKOUT}, names files "
-            f"relative to the checkout: run blindspot evaluate in {CHECKOUT}, or pass a config with --configfile"
-        )
-    return load_config(CHECKOUT / DEFAULT_CONFIG)
+def from_here(path: str | None) -> str | None:
+    """A path given on the command line as the current folder names it, absolute, for a run that reads
+    it from the checkout; a name that is no local file or folder (a hub id) as it is."""
+    return str(Path(path).resolve()) if path and Path(path).exists() else path
 
 
 def evaluate(args: Any) -> pd.DataFrame:
-    """`blindspot evaluate protobias|humblebench`: the generated config, the run, the recorded rows."""
-    base = base_config(args.configfile)
-    results_dir = args.results_dir or str(Path(base["results_dir"]) / f"evaluate_{args.benchmark}")
-    if args.benchmark == "protobias":
-        malformed = [pair for pair in args.column if not pair.partition("=")[0] or "=" not in pair]
-        if malformed:
-            raise ConfigError(f"--column {malformed[0]!r} is not FIELD=COLUMN")
-        columns = dict(pair.split("=", 1) for pair in args.column)
-        config = protobias_config(base, args.dataset, args.metric, columns, results_dir)
-    else:
-        config = humblebench_config(base, args.release, args.vlm, args.setting, results_dir)
-    validate_config(config)
-    configfile = Path(results_dir) / "evaluate_config.yaml"
-    configfile.parent.mkdir(parents=True, exist_ok=True)
-    write_text(configfile, yaml.safe_dump(config, sort_keys=False))
-    run_workflow(configfile.resolve(), args.profile, args.cores)
-    rows = record_rows(config, args.benchmark, result_table(config, args.benchmark))
-    return with_compared(rows, args.compare)
+    """`blindspot evaluate protobias|humblebench`: the generated config, the run, the recorded rows. Paths
+    on the command line are the current folder's; the config's relative paths (its taxonomies, templates,
+    `results_dir`) are the checkout's, where the workflow runs, from whatever folder the command runs."""
+    configfile = Path(args.configfile).resolve() if args.configfile else CHECKOUT / DEFAULT_CONFIG
+    results_dir = args.results_dir and str(Path(args.results_dir).resolve())
+    dataset, release = from_here(getattr(args, "dataset", None)), from_here(getattr(args, "release", None))
+    compare = [str(Path(path).resolve()) for path in args.compare]
+    with contextlib.chdir(CHECKOUT):
+        base = load_config(configfile)
+        results_dir = results_dir or str(Path(base["results_dir"]).resolve() / f"evaluate_{args.benchmark}")
+        if args.benchmark == "protobias":
+            malformed = [pair for pair in args.column if not pair.partition("=")[0] or "=" not in pair]
+            if malformed:
+                raise ConfigError(f"--column {malformed[0]!r} is not FIELD=COLUMN")
+            columns = dict(pair.split("=", 1) for pair in args.column)
+            config = protobias_config(base, dataset, args.metric, columns, results_dir)
+        else:
+            config = humblebench_config(base, release, args.vlm, args.setting, results_dir)
+        validate_config(config)
+        written = Path(results_dir) / "evaluate_config.yaml"
+        written.parent.mkdir(parents=True, exist_ok=True)
+        write_text(written, yaml.safe_dump(config, sort_keys=False))
+        run_workflow(written, args.profile, args.cores)
+        rows = record_rows(config, args.benchmark, result_table(config, args.benchmark))
+        return with_compared(rows, compare)
 
 
 def add_parser(commands: Any) -> None:
@@ -243,8 +244,8 @@ def add_parser(commands: Any) -> None:
     for name, help in (("protobias", "a metric's Table 3 row on ProtoBias pairs"),
                        ("humblebench", "a VLM's HumbleBench rows on the release")):  # fmt: skip
         sub = kinds.add_parser(name, help=help, description=help)
-        sub.add_argument("--configfile", help=f"the base config: models, settings, resources (default: the "
-                         f"checkout's {DEFAULT_CONFIG}, when run in the checkout)")  # fmt: skip
+        sub.add_argument("--configfile", help=f"the base config: models, settings, resources, its relative paths "
+                         f"the checkout's (default: the checkout's {DEFAULT_CONFIG})")  # fmt: skip
         sub.add_argument("--results-dir", help="where the run writes (default {results_dir}/evaluate_<benchmark>)")
         sub.add_argument("--profile", help="a Snakemake profile, e.g. profiles/slurm (default: local)")
         sub.add_argument("--cores", type=int, default=1, help="local cores without --profile")
