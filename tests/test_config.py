@@ -110,6 +110,29 @@ def test_a_misspelt_metric_argument_is_refused_before_any_job(paper_config, part
         validate_config(paper_config)
 
 
+def test_a_metrics_helpers_are_api_models_exactly_when_its_own_model_is_one(tiny_config):
+    """A metric's helpers load in its job, which runs where its own model does: an API helper of a GPU
+    metric would be called from a compute node without the network, a GPU helper of an API metric would
+    load on the submit host, in both cases after the job had loaded its own model."""
+    metric = tiny_config["evaluation"]["metrics"]["alignscore"]
+    metric["models"]["captioner"] = "local-api-judge"
+    with pytest.raises(ConfigError) as error:
+        validate_config(tiny_config)
+    assert str(error.value) == (
+        "config key 'evaluation.metrics.alignscore.models.captioner': 'local-api-judge' is an API model, but the "
+        "metric's jobs run on compute nodes, without the network, where its own model 'tiny-alignscore' does"
+    )
+    metric["models"]["captioner"], metric["model"] = "tiny-qwen2.5-vl", "local-api-judge"
+    with pytest.raises(ConfigError) as error:
+        validate_config(tiny_config)
+    assert str(error.value) == (
+        "config key 'evaluation.metrics.alignscore.models.captioner': 'tiny-qwen2.5-vl' is no API model, but the "
+        "metric's jobs run on the submit host, without GPUs, where its own model 'local-api-judge' does"
+    )
+    metric["models"]["captioner"] = "local-api-judge"
+    validate_config(tiny_config)
+
+
 def test_registry_gives_gpus_path_and_provenance(paper_config, tiny_config):
     judge = model_spec(paper_config, "qwen2.5-32b-instruct")
     assert (judge.gpus, judge.path, judge.model_id, judge.built) == (2, "Qwen/Qwen2.5-32B-Instruct", judge.path, False)

@@ -284,6 +284,20 @@ def validate_config(config: dict[str, Any]) -> None:
                     f"config key 'evaluation.metrics.{name}.{key}': model '{model}' is not in the registry "
                     f"(models: {', '.join(sorted(models))})"
                 )
+        # Its jobs run where its own model does: an API model's on the submit host (the network, no GPU),
+        # another's on compute nodes (GPUs, no network); a helper of the other kind could not run there.
+        served = {key: models[model]["backend"] == "openai_api" for key, model in named.items()}
+        mixed = [key for key, is_api in served.items() if is_api != served["model"]]
+        if mixed:
+            kind, where = (
+                ("no", "the submit host, without GPUs")
+                if served["model"]
+                else ("an", "compute nodes, without the network")
+            )
+            raise ConfigError(
+                f"config key 'evaluation.metrics.{name}.{mixed[0]}': '{named[mixed[0]]}' is {kind} "
+                f"API model, but the metric's jobs run on {where}, where its own model '{metric['model']}' does"
+            )
         if metric["family"] not in evaluation["families"]:
             raise ConfigError(
                 f"config key 'evaluation.metrics.{name}.family': '{metric['family']}' is not one of the families "
