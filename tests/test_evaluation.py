@@ -6,6 +6,7 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 from sklearn.metrics import cohen_kappa_score
+from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
 from blindspot import tables
 from blindspot.io import write_table
@@ -171,6 +172,15 @@ def test_human_choices_csv_is_validated(tmp_path):
         bad.write_text(text)
         with pytest.raises(ValueError, match=message):
             read_human_choices(bad)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [*UNREADABLE_CSVS, pytest.param(b"pair_id,vote\np1,corr\n", "missing column(s) ['choice']; expected pair_id,choice",
+                                    id="missing-column")],
+)  # fmt: skip
+def test_an_unreadable_human_choices_file_is_one_line_naming_it(tmp_path, content, problem):
+    assert_one_line_error(read_human_choices, tmp_path / "humans.csv", content, problem)
 
 
 def humans():

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 from scene_graphs import make_scene_graphs
+from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
 from blindspot.config import model_spec
 from blindspot.humblebench import answers as humble_answers
@@ -317,6 +318,17 @@ def test_verification_keeps_modifies_and_deletes(tmp_path):
     sheet.to_csv(tmp_path / "verify.csv", index=False)
     with pytest.raises(ValueError, match=r"verify\.csv: .*s1"):
         apply_verification(rows, tmp_path / "verify.csv")
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [*UNREADABLE_CSVS, pytest.param(b"question_id,decision\ns0,keep\n", "the verification sheet lacks columns "
+                                    "['question', 'A', 'B', 'C', 'D', 'E', 'label', 'type'] (it needs question_id, "
+                                    "decision, question, A, B, C, D, E, label, type)", id="missing-columns")],
+)  # fmt: skip
+def test_an_unreadable_verification_sheet_is_one_line_naming_it(tmp_path, content, problem):
+    apply = functools.partial(apply_verification, candidate_rows(1))
+    assert_one_line_error(apply, tmp_path / "verify.csv", content, problem)
 
 
 def test_verification_labels_from_the_question_check_project(tmp_path):

@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 import pytest
+from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
 from blindspot import tables
 from blindspot.humblebench.tables import (
@@ -50,6 +51,15 @@ def humans(tmp_path):
         "annotator,question_id,setting,answer\nann1,q1,original,A\nann1,q2,original,E\nann1,q2,nota_only,E\n"
     )
     return read_human_answers(tmp_path / "humans.csv")
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [*UNREADABLE_CSVS, pytest.param(b"annotator,question_id,answer\nann1,q1,A\n",
+                                    "human answers lack columns ['setting']", id="missing-column")],
+)  # fmt: skip
+def test_an_unreadable_human_answers_file_is_one_line_naming_it(tmp_path, content, problem):
+    assert_one_line_error(read_human_answers, tmp_path / "humans.csv", content, problem)
 
 
 def test_the_report_is_each_table_of_the_metrics_with_its_caption(humans):

@@ -245,6 +245,7 @@ def problem(row: Mapping[str, Any]) -> str:
 
 VERIFICATION_COLUMNS = ["question_id", "image_path", "type", "question", *LETTERS, "label", "problem", "decision"]
 DECISIONS = ("keep", "modify", "delete")
+DECISION_COLUMNS = ["question_id", "decision", "question", *LETTERS, "label", "type"]  # people's decisions, edits
 
 
 def export_for_verification(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
@@ -268,7 +269,7 @@ def read_decisions(path: str | Path) -> pd.DataFrame:
     the question, the options and the label. A question given different labels by two people is an
     error: the sheet must say one thing."""
     if Path(path).suffix != ".json":
-        return pd.read_csv(path, dtype=str, keep_default_na=False).set_index("question_id")
+        return _read_verification_sheet(path)
     from blindspot.annotation.projects import read_labels
 
     labels = read_labels("question_check", path)
@@ -292,9 +293,21 @@ def read_decisions(path: str | Path) -> pd.DataFrame:
                 raise ValueError(f"{path}: question {label.item_id}: {len(options)} options (at most {len(LETTERS)})")
             row |= dict(zip(LETTERS, options, strict=False))
         rows.append(row)
-    return pd.DataFrame(rows, columns=["question_id", "decision", "question", *LETTERS, "label", "type"]).set_index(
-        "question_id"
-    )
+    return pd.DataFrame(rows, columns=DECISION_COLUMNS).set_index("question_id")
+
+
+def _read_verification_sheet(path: str | Path) -> pd.DataFrame:
+    """The verification CSV as people filled it in, by question id; an empty or unparseable file, or one
+    without a column `DECISION_COLUMNS` names, is a ValueError naming the file."""
+    from blindspot.humblebench.release import read_csv  # release imports this module
+
+    sheet = read_csv(path, "scene-graph verification", dtype=str, keep_default_na=False)
+    missing = [column for column in DECISION_COLUMNS if column not in sheet.columns]
+    if missing:
+        raise ValueError(
+            f"{path}: the verification sheet lacks columns {missing} (it needs {', '.join(DECISION_COLUMNS)})"
+        )
+    return sheet.set_index("question_id")
 
 
 def apply_verification(rows: Sequence[Mapping[str, Any]], path: str | Path) -> tuple[list[dict[str, Any]], dict]:

@@ -70,8 +70,8 @@ def json_records(path: Path, what: str = "release") -> list[dict[str, Any]]:
 
 
 def read_csv(path: str | Path, what: str = "", **options: Any) -> pd.DataFrame:
-    """A CSV file as a DataFrame (`pandas.read_csv` with `options`); an empty file or one pandas cannot
-    parse is a ValueError naming the file, after `what` it is ("dataset") if given."""
+    """A CSV file as a DataFrame (`pandas.read_csv` with `options`); an empty file, one pandas cannot
+    parse or one not in its encoding is a ValueError naming the file, after `what` it is ("dataset") if given."""
     import pandas as pd
 
     where = f"{what} {path}" if what else str(path)
@@ -81,6 +81,8 @@ def read_csv(path: str | Path, what: str = "", **options: Any) -> pd.DataFrame:
         raise ValueError(f"{where}: an empty file, not a CSV with a header row") from None
     except pd.errors.ParserError as error:
         raise ValueError(f"{where}: not a CSV ({' '.join(str(error).split())})") from None
+    except UnicodeDecodeError as error:  # pandas reads in chunks: the error's byte offset is the chunk's
+        raise ValueError(f"{where}: not {error.encoding.upper()} text ({error.reason})") from None
 
 
 def split_release_question(text: str, question_id: str) -> tuple[str, tuple[str, ...]]:

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from blindspot.humblebench.metrics import ANSWER_COLUMNS, humility_metrics, require_columns
+from blindspot.humblebench.release import read_csv
 from blindspot.io import atomic_path, write_text
 from blindspot.reporting import write_report_table
 
@@ -147,7 +148,7 @@ def shift_table(metrics: pd.DataFrame, reading: str, before: str, after: str) ->
 def read_human_answers(path: str | Path) -> pd.DataFrame:
     """Human answers: `annotator,question_id,setting,answer` (a letter of the options as shown in that
     setting, or empty when the person gave none)."""
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    frame = read_csv(path, "human answers", dtype=str, keep_default_na=False)
     missing = {"annotator", "question_id", "setting", "answer"} - set(frame.columns)
     if missing:
         raise ValueError(f"{path}: human answers lack columns {sorted(missing)}")

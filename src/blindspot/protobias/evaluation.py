@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from blindspot import tables
+from blindspot.humblebench.release import read_csv
 from blindspot.io import atomic_path, read_table, stable_id, write_text
 from blindspot.protobias.bootstrap import NAN_ESTIMATE, bootstrap_accuracy, bootstrap_kappa
 from blindspot.reporting import to_latex, to_markdown
@@ -89,9 +90,10 @@ def _check_choices(frame: pd.DataFrame, source: str, unit: str = "row", first: i
 def read_human_choices(path: str | Path) -> pd.DataFrame:
     """The human majority choice per pair from a CSV `pair_id,choice` (choice: corr, adv or neither).
 
-    Raises ValueError naming the file line of the first bad row (line 1 is the header).
+    Raises ValueError naming the file: an empty or unparseable file (`read_csv`), a missing column, or
+    the line of the first bad row (line 1 is the header).
     """
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    frame = read_csv(path, "human choices", dtype=str, keep_default_na=False, encoding="utf-8-sig")
     return _check_choices(frame, str(path), unit="line", first=2)
 
 
