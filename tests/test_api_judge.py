@@ -4,6 +4,7 @@ Replies that server cannot give (a content filter, reasoning tokens, a good repl
 at temperature 0) come from a small OpenAI-format server on 127.0.0.1."""
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -26,6 +27,7 @@ from conftest import REPO
 from PIL import Image
 
 from blindspot.config import ConfigError, model_spec, validate_config
+from blindspot.io import is_temp_of
 from blindspot.metrics import MetricSkipped, Score
 from blindspot.metrics.api_judge import (
     APIJudgeError,
@@ -33,6 +35,7 @@ from blindspot.metrics.api_judge import (
     Unanswered,
     backoff_delay,
     failure_detail,
+    image_png,
     logprob_score,
     read_score,
     reply_failure,
@@ -590,6 +593,24 @@ def test_an_unanswered_item_is_counted_kept_out_of_both_caches_and_asked_again(s
     assert len(stub.bodies) == 2
     assert (counters["failed"], counters["images_scored"], counters["cache_hits"]) == ({}, 2, 2)
     assert frame[["corr_raw", "adv_raw"]].to_numpy().tolist() == [[8, 8], [6, 6]]
+
+
+def test_a_job_removes_what_a_killed_run_left_of_the_entries_it_asks_for_and_nothing_else(stub, monkeypatch,
+                                                                                         tmp_path):  # fmt: skip
+    """The metric's other jobs share the cache folder, each asking for its own shard's items."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    prompts, images = _pairs()
+    metric = APIJudgeMetric(_entry(stub.port), tmp_path)
+    key = metric.cache_key(prompts[0], hashlib.sha256(image_png(images[0])).hexdigest())
+    entry = metric._cache_path(key)
+    entry.parent.mkdir(parents=True)
+    left = entry.with_name(f".{entry.name}.0123abcd.tmp")  # as atomic_path names it
+    others = entry.with_name(f".{key[:2]}{'0' * 14}.json.4567cdef.tmp")  # another job's item, being written
+    for temporary in (left, others):
+        temporary.write_text('{"response": {"choi')
+    assert is_temp_of(left, entry)
+    assert metric.score(prompts[:1], images[:1]) == [Score(5.0, "5")]
+    assert sorted(entry.parent.iterdir()) == sorted([others, entry])
 
 
 # ----- replies of any shape: read without raising, checked before caching ---------------------

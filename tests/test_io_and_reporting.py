@@ -113,6 +113,17 @@ def test_a_killed_job_resumes_from_its_journal(tmp_path):
     assert [path.name for path in tmp_path.iterdir()] == [journal_path.name]  # no temporaries left
 
 
+def test_a_journal_removes_the_temporary_a_kill_left_while_it_was_rewritten(tmp_path):
+    journal_path = tmp_path / "step.journal.jsonl"
+    left = tmp_path / f".{journal_path.name}.0123abcd.tmp"  # as atomic_path names it
+    left.write_text('{"key": "k1"}\n')
+    assert is_temp_of(left, journal_path)
+    with atomic_path(tmp_path / "other.journal.jsonl") as other:  # another job's journal, being rewritten
+        with BatchJournal(journal_path, "k1"):
+            pass
+        assert sorted(tmp_path.iterdir()) == sorted([journal_path, other])
+
+
 def test_the_next_run_of_a_job_removes_the_temporaries_a_killed_run_left(tmp_path, monkeypatch):
     from blindspot import steps
 

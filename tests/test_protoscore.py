@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from blindspot.config import model_spec
+from blindspot.io import remove_temps_in, temp_target
 from blindspot.metrics import normalise
 from blindspot.metrics.protoscore import ProtoScore
 from blindspot.protobias.protoscore import (
@@ -170,7 +171,11 @@ def test_a_resumed_run_ends_with_the_uninterrupted_weights(built_config, tmp_pat
     assert not (tmp_path / "checkpoint").exists()  # a finished run leaves no checkpoint behind
 
     # Killed again, then started on other pairs (the split changed): the checkpoint is not this run's.
+    # What an earlier kill left half-written goes first.
+    left = leave_half_written_checkpoint(tmp_path / "checkpoint", "position-000000012")
     train(load_scorer(spec, settings()), pairs, tmp_path / "killed", tmp_path / "checkpoint", stop_after_steps=6)
+    assert not any(path.exists() for path in left)
+    assert sorted(p.name for p in (tmp_path / "checkpoint").iterdir()) == ["latest", "position-000000008"]
     fewer = pairs.iloc[:12]
     alone = train(load_scorer(spec, settings()), fewer, tmp_path / "fewer-alone", tmp_path / "fewer-checkpoint")
     after_kill = train(load_scorer(spec, settings()), fewer, tmp_path / "fewer", tmp_path / "checkpoint")
@@ -187,6 +192,29 @@ def test_a_pointer_to_a_removed_checkpoint_is_no_checkpoint(tmp_path):
     assert latest_checkpoint(tmp_path) is None
     (tmp_path / "position-000000050" / "state.pt").write_bytes(b"state")
     assert latest_checkpoint(tmp_path) == tmp_path / "position-000000050"
+
+
+def leave_half_written_checkpoint(checkpoint: Path, name: str) -> list[Path]:
+    """What a run killed while saving checkpoint `name` leaves: its folder and `latest`, half written, under
+    the temporary names atomic_dir and atomic_path give them."""
+    folder, pointer = checkpoint / f".{name}.0123abcd.tmp", checkpoint / ".latest.4567cdef.tmp"
+    (folder / "adapter").mkdir(parents=True)
+    pointer.write_text("position-")
+    return [folder, pointer]
+
+
+def test_what_a_kill_left_half_written_in_the_checkpoint_folder_is_removed_the_rest_kept(tmp_path):
+    complete = tmp_path / "position-000000008"
+    complete.mkdir()
+    (complete / "state.pt").write_bytes(b"state")
+    (tmp_path / "latest").write_text(complete.name + "\n")
+    (tmp_path / ".notes").write_text("not a temporary")
+    left = leave_half_written_checkpoint(tmp_path, "position-000000012")
+    assert [temp_target(path.name) for path in left] == ["position-000000012", "latest"]
+    assert sorted(remove_temps_in(tmp_path)) == sorted(left)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".notes", "latest", complete.name]
+    assert latest_checkpoint(tmp_path) == complete
+    assert remove_temps_in(tmp_path / "absent") == []  # a first run has no checkpoint folder yet
 
 
 def test_a_logit_is_normalised_with_the_logistic_function():

@@ -1,4 +1,5 @@
-"""profiles/slurm: it names only rules that reach SLURM, and passes the hub settings to every job."""
+"""profiles/slurm: it names only rules that reach SLURM, and passes the hub settings to every job; a
+stage submitted through submitit (no cluster here) starts as a workflow's job does."""
 
 import re
 
@@ -89,3 +90,46 @@ def test_sizes_and_times_in_a_profile_are_read_in_snakemakes_units(tmp_path):
     bad.write_text("set-resources: {render_images: {mem: lots}}\n")
     with pytest.raises(ValueError, match=r"^profile .*bad.yaml: set-resources of render_images: Resource 'mem'.*"):
         profile_resources("render_images", 1, bad)
+
+
+def test_a_submitted_stage_first_removes_what_a_killed_run_left_beside_its_outputs(tmp_path, monkeypatch):
+    """submitit runs a stage without Snakemake; it removes its outputs' temporaries as `run_from_snakemake` does,
+    and only theirs: another job's beside them stays."""
+    import submitit
+
+    from blindspot import steps
+    from blindspot.io import is_temp_of
+    from blindspot.slurm import THREAD_VARIABLES, submit_stage
+
+    out = tmp_path / "seeds.parquet"
+    left, others = tmp_path / f".{out.name}.0123abcd.tmp", tmp_path / ".seeds.parquet.json.4567cdef.tmp"
+    for temporary in (left, others):
+        temporary.write_text("half")
+    assert is_temp_of(left, out)
+
+    class RunsHere:
+        """Stands in for submitit's SLURM executor: runs the job as it is submitted."""
+
+        def __init__(self, folder, cluster):
+            pass
+
+        def update_parameters(self, **parameters):
+            pass
+
+        def submit(self, function, *args):
+            return function(*args)
+
+    seen = {}
+
+    def run_step(step, **arguments):
+        seen.update(arguments, left=list(tmp_path.iterdir()))
+
+    monkeypatch.setattr(submitit, "AutoExecutor", RunsHere)
+    monkeypatch.setattr(steps, "setup_logging", lambda log_path=None: None)  # the test's stderr stays
+    monkeypatch.setattr(steps, "run_step", run_step)
+    for name in THREAD_VARIABLES:
+        monkeypatch.setenv(name, "1")  # the job sets them: the test's process gets its own back
+    monkeypatch.chdir(REPO)  # the tiny config's paths start there
+    submit_stage("make_seeds", "config/tiny.yaml", folder=tmp_path / "submitit", domain="animals", out=str(out))
+    assert seen["left"] == [others]
+    assert seen["out"] == str(out)

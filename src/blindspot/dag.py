@@ -67,6 +67,13 @@ def _dag_jobs(config_yaml: str, folder: str) -> tuple[tuple[str, tuple[tuple[str
 def job_arguments(config: dict[str, Any], rule: str, wildcards: dict[str, str]) -> dict[str, Any]:
     """The arguments the workflow passes the step of one job: its rule's inputs, outputs, params and
     wildcards, as Snakemake evaluates them. An unknown job is a ValueError naming the ones there are."""
+    return job_arguments_and_outputs(config, rule, wildcards)[0]
+
+
+def job_arguments_and_outputs(
+    config: dict[str, Any], rule: str, wildcards: dict[str, str]
+) -> tuple[dict[str, Any], list[str]]:
+    """`job_arguments`, and the names of those that are the job's outputs."""
     from blindspot.steps import step_arguments, step_function
 
     with _jobs(yaml.safe_dump(config, sort_keys=False)) as jobs:
@@ -74,6 +81,7 @@ def job_arguments(config: dict[str, Any], rule: str, wildcards: dict[str, str]) 
         for job in mine:
             if dict(job.wildcards.items()) == wildcards:
                 # Plain values, as a job's .job.json holds them: Snakemake's own types do not pickle (submitit).
-                return json.loads(json.dumps(step_arguments(step_function(rule), job), default=str))
+                arguments = json.loads(json.dumps(step_arguments(step_function(rule), job), default=str))
+                return arguments, list(job.output.keys())
     there = sorted(" ".join(f"{k}={v}" for k, v in job.wildcards.items()) or "(no wildcards)" for job in mine)
     raise ValueError(f"no job of {rule} with wildcards {wildcards or '(none)'}; its jobs: {'; '.join(there) or 'none'}")

@@ -70,18 +70,29 @@ def remove_stale_temps(paths: Iterable[str | Path]) -> list[Path]:
     wanted: dict[Path, set[str]] = {}
     for path in map(Path, paths):
         wanted.setdefault(path.parent, set()).add(path.name)
+    return [removed for folder, names in wanted.items() for removed in _remove_temps(folder, names.__contains__)]
+
+
+def remove_temps_in(folder: str | Path) -> list[Path]:
+    """Remove every temporary atomic_path or atomic_dir left in `folder`, whatever it was for; return
+    what was removed. Only for a folder that one job owns: another job's live temporary would go too."""
+    return _remove_temps(Path(folder), lambda target: True)
+
+
+def _remove_temps(folder: Path, wanted: Callable[[str], bool]) -> list[Path]:
+    """Remove the temporaries in `folder` whose target's name is `wanted`, listing it once."""
+    if not folder.is_dir():
+        return []
     removed = []
-    for folder, names in wanted.items():
-        if not folder.is_dir():
+    for candidate in folder.iterdir():
+        target = temp_target(candidate.name)
+        if target is None or not wanted(target):
             continue
-        for candidate in folder.iterdir():
-            if temp_target(candidate.name) not in names:
-                continue
-            if candidate.is_dir() and not candidate.is_symlink():
-                shutil.rmtree(candidate, ignore_errors=True)
-            else:
-                candidate.unlink(missing_ok=True)
-            removed.append(candidate)
+        if candidate.is_dir() and not candidate.is_symlink():
+            shutil.rmtree(candidate, ignore_errors=True)
+        else:
+            candidate.unlink(missing_ok=True)
+        removed.append(candidate)
     return removed
 
 
@@ -153,11 +164,13 @@ class BatchJournal:
     """A long step's finished batches, one JSON line each, appended (and flushed to disk) as each
     finishes, so a job killed midway resumes at its first unfinished batch. The first line holds `key`:
     whatever decides the batches' results (the model and its settings, the batches' make-up). A journal
-    of another key is started afresh, and a line the kill cut short is dropped. Not an output: the step
+    of another key is started afresh, and a line the kill cut short is dropped, as is the temporary a
+    kill left while the journal was being rewritten (only its job writes it). Not an output: the step
     removes it once its outputs are written. Use it as a context manager (leaving closes the file)."""
 
     def __init__(self, path: str | Path, key: str):
         self.path = Path(path)
+        remove_stale_temps([self.path])
         self.done: dict[int, Any] = self._read(key)
         # Rewritten whole (atomically) before appending: a cut-off line must not run into the next.
         lines = [{"key": key}, *({"batch": index, "result": result} for index, result in self.done.items())]

@@ -131,12 +131,21 @@ def submitit_parameters(resources: dict[str, Any], threads: int, gpus: int, rule
     return parameters
 
 
-def _run_stage(step: str, arguments: dict[str, Any], threads: int) -> None:
+def output_paths(arguments: dict[str, Any], names: list[str]) -> list[str]:
+    """The paths of the arguments named `names` (the job's outputs): each one path, or a list of them."""
+    return [
+        str(path) for name in names
+        for path in (arguments[name] if isinstance(arguments[name], list | tuple) else [arguments[name]])
+    ]  # fmt: skip
+
+
+def _run_stage(step: str, arguments: dict[str, Any], outputs: list[str], threads: int) -> None:
     # Set before the stage imports torch, which reads them once.
     os.environ.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
-    from blindspot.steps import run_step, setup_logging
+    from blindspot.steps import remove_killed_runs_temps, run_step, setup_logging
 
     setup_logging()
+    remove_killed_runs_temps(outputs)
     run_step(step, **arguments)
 
 
@@ -146,20 +155,22 @@ def submit_stage(
 ) -> Any:  # fmt: skip
     """Submit one job of `step` (a rule name), named by its wildcards as keywords; returns the submitit
     Job. The job runs with the arguments the workflow gives it (`blindspot.dag.job_arguments`, from
-    the current folder), but for the other keywords, which replace them (e.g. `out=` elsewhere).
+    the current folder), but for the other keywords, which replace them (e.g. `out=` elsewhere). As
+    under Snakemake, it first removes what a killed run left half-written beside its outputs.
     SLURM's output and the pickled result go to `folder`."""
     import submitit
 
-    from blindspot.dag import job_arguments
+    from blindspot.dag import job_arguments_and_outputs
 
     if step not in STEPS:
         raise ValueError(f"unknown stage '{step}' (stages: {', '.join(STEPS)})")
     config = load_config(config_path)
     wildcards = {name: str(arguments.pop(name)) for name in STEPS[step].wildcards if name in arguments}
-    arguments = job_arguments(config, step, wildcards) | arguments
+    workflow_arguments, output_names = job_arguments_and_outputs(config, step, wildcards)
+    arguments = workflow_arguments | arguments
     needs = job_resources(config, step, wildcards, attempt)
     threads = profile_threads(step, profile) or needs.threads
     resources = profile_resources(step, attempt, profile, own={"mem_mb": needs.mem_mb, "runtime": needs.runtime})
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
     executor.update_parameters(**submitit_parameters(resources, threads, needs.gpus, step))
-    return executor.submit(_run_stage, step, arguments, threads)
+    return executor.submit(_run_stage, step, arguments, output_paths(arguments, output_names), threads)

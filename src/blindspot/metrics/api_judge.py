@@ -39,11 +39,14 @@ Registry entry (a dict, or any object with these attributes):
 
 Answers are cached on disk, one JSON file per (model, revision, template version, request
 settings, image sha256, prompt), written atomically, so a rerun or a resumed shard asks the
-endpoint only for what it has not answered yet. The key lives in memory only: it is never logged,
-cached or put into an error message or a Score. Every string of a reply is scrubbed of it as the
-reply arrives, in each form a server can echo it in (raw, JSON-escaped, URL-encoded), and so is
-every message that leaves this module. A key that cannot be an HTTP header value (a line break,
-a control character, a character outside Latin-1) is refused before any request, without showing it.
+endpoint only for what it has not answered yet; before asking, a job removes what a killed run left
+half-written for those entries (only those: the metric's other jobs write theirs in the same folder).
+
+The key lives in memory only: it is never logged, cached or put into an error message or a Score.
+Every string of a reply is scrubbed of it as the reply arrives, in each form a server can echo it in
+(raw, JSON-escaped, URL-encoded), and so is every message that leaves this module. A key that cannot
+be an HTTP header value (a line break, a control character, a character outside Latin-1) is refused
+before any request, without showing it.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ import numpy as np
 import requests
 from tqdm import tqdm
 
-from blindspot.io import stable_id, write_json
+from blindspot.io import remove_stale_temps, stable_id, write_json
 from blindspot.metrics import MetricSkipped, Score
 from blindspot.metrics.api_client import (
     RETRY_STATUSES,
@@ -506,6 +509,9 @@ class APIJudgeMetric:
             else:
                 todo.append((i, prompt, png, key))
         if todo:
+            stale = remove_stale_temps(self._cache_path(key) for *_, key in todo)
+            if stale:
+                log.info("%s: removed %d temporary file(s) a killed run left in the cache", self.name, len(stale))
             with (
                 ThreadPoolExecutor(self.client.concurrency, thread_name_prefix="api-judge") as pool,
                 tqdm(total=len(todo), desc=f"judge {self.name}", unit="image") as progress,

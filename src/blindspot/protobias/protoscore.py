@@ -10,8 +10,8 @@ accumulation, images resized to a square, the prompt cut to a token budget.
 
 Checkpoints (adapter, head, optimizer, scheduler, RNG states and position) are written atomically as
 training goes; a run that finds one of the same run (base model, settings and training pairs) resumes
-from it and ends with the weights an uninterrupted run would have. A checkpoint of another run is
-discarded, and a finished run removes its checkpoint.
+from it and ends with the weights an uninterrupted run would have (a checkpoint the kill left half-written
+is removed first). A checkpoint of another run is discarded, and a finished run removes its checkpoint.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from blindspot.io import atomic_dir, atomic_path, stable_id, write_text
+from blindspot.io import atomic_dir, atomic_path, remove_temps_in, stable_id, write_text
 from blindspot.models.vlm_scoring import image_question
 
 log = logging.getLogger(__name__)
@@ -276,6 +276,10 @@ def train(
     # The pairs trained on and held out, not only all pairs: how the slice is drawn may change.
     run_key = stable_id(scorer.base, settings.__dict__, sorted(train_pairs["pair_id"]), sorted(heldout["pair_id"]))
     position, history = (0, [])
+    # A kill mid-checkpoint leaves a half-written folder or pointer; only this job writes the checkpoint folder.
+    stale = remove_temps_in(checkpoint)
+    if stale:
+        log.info("removed %d temporary file(s) a killed run left in %s", len(stale), checkpoint)
     last = latest_checkpoint(checkpoint)
     state = torch.load(last / "state.pt", weights_only=False) if last is not None else None
     if state is not None and state["run_key"] != run_key:

@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -142,13 +142,18 @@ def job_file(log_path: str) -> Path:
     return Path(log_path).with_suffix(".job.json")
 
 
-def run_from_snakemake(job: Any) -> None:
-    setup_logging(job.log[0])
-    # A run of this job that was killed (kill -9, preemption) left its half-written temporaries beside
-    # its outputs; only this job writes those names, so they are its to remove.
-    stale = remove_stale_temps([*job.output, job_file(job.log[0])])
+def remove_killed_runs_temps(outputs: Iterable[str | Path]) -> None:
+    """Remove the half-written temporaries a killed run of a job (kill -9, preemption) left beside its
+    `outputs`: only this job writes those names, so they are its to remove. Called as the job starts,
+    under Snakemake (`run_from_snakemake`) or submitit (`blindspot.slurm.submit_stage`)."""
+    stale = remove_stale_temps(outputs)
     if stale:
         log.info("removed %d temporary file(s) a killed run left: %s", len(stale), ", ".join(map(str, stale)))
+
+
+def run_from_snakemake(job: Any) -> None:
+    setup_logging(job.log[0])
+    remove_killed_runs_temps([*job.output, job_file(job.log[0])])
     arguments = step_arguments(step_function(job.rule), job)
     # So that `python -m blindspot.steps replay FILE` can run the job again outside Snakemake.
     record = {"step": job.rule, "wildcards": dict(job.wildcards.items()), "arguments": arguments}
