@@ -133,6 +133,25 @@ def test_a_metrics_helpers_are_api_models_exactly_when_its_own_model_is_one(tiny
     validate_config(tiny_config)
 
 
+def test_what_decides_a_models_outputs_leaves_out_where_and_how_fast_it_runs(paper_config):
+    """The journals of a killed job and the score cache key on `outputs`: raising the memory share, the GPUs
+    or the memory estimate after an out-of-memory error goes on from them; a quantization does not."""
+    entry = paper_config["models"]["qwen2.5-vl-7b-instruct"]
+    before = model_spec(paper_config, "qwen2.5-vl-7b-instruct").outputs
+    assert before["path"] == entry["id"]
+    assert "gpus" not in before
+    assert "engine_args" not in before  # its limit_mm_per_prompt is how many images a prompt may hold
+    entry |= {"gpus": entry["gpus"] + 1, "weights_gb": 99.0, "max_model_len": 4096}
+    entry["engine_args"] = entry.get("engine_args", {}) | {"gpu_memory_utilization": 0.8, "max_num_seqs": 8}
+    assert model_spec(paper_config, "qwen2.5-vl-7b-instruct").outputs == before
+    entry["engine_args"]["quantization"] = "fp8"
+    assert model_spec(paper_config, "qwen2.5-vl-7b-instruct").outputs == before | {
+        "engine_args": {"quantization": "fp8"}
+    }
+    entry["dtype"] = "float16"
+    assert model_spec(paper_config, "qwen2.5-vl-7b-instruct").outputs["dtype"] == "float16"
+
+
 def test_registry_gives_gpus_path_and_provenance(paper_config, tiny_config):
     judge = model_spec(paper_config, "qwen2.5-32b-instruct")
     assert (judge.gpus, judge.path, judge.model_id, judge.built) == (2, "Qwen/Qwen2.5-32B-Instruct", judge.path, False)

@@ -12,10 +12,11 @@ from PIL import Image
 
 from blindspot import tables
 from blindspot.config import model_spec
-from blindspot.io import read_table, write_table
-from blindspot.metrics import MetricSkipped, plugin_code
+from blindspot.io import is_temp_of, read_table, write_table
+from blindspot.metrics import MetricSkipped, Score, plugin_code
 from blindspot.metrics.scoring import (
     ScoreCache,
+    image_sha256,
     metric_identity,
     metric_loader,
     metric_score_settings,
@@ -99,6 +100,12 @@ def test_the_identity_follows_score_settings_not_run_settings(tiny_config):
     clip = identity_of(tiny_config, "clipscore")
     tiny_config["models"]["tiny-clip"]["dtype"] = "float16"
     assert identity_of(tiny_config, "clipscore")["version"] != clip["version"]
+    judge = identity_of(tiny_config, "vlm-judge")
+    vlm = tiny_config["models"][tiny_config["evaluation"]["metrics"]["vlm-judge"]["model"]]
+    vlm["engine_args"] = {"gpu_memory_utilization": 0.7, "max_num_seqs": 8}  # a retry after an out-of-memory error
+    assert identity_of(tiny_config, "vlm-judge") == judge
+    vlm["engine_args"]["quantization"] = "fp8"  # other weights
+    assert identity_of(tiny_config, "vlm-judge")["version"] != judge["version"]
 
 
 def test_a_retrained_scorer_is_another_metric(tiny_config, tmp_path):
@@ -185,6 +192,32 @@ def test_an_entry_a_crash_left_unreadable_is_scored_again(tmp_path, left):
     assert cache.get(key) is None
     cache.put(key, Score(0.5, {}), (0.0, 2.5))
     assert cache.get(key) == (Score(0.5, {}), (0.0, 2.5))
+
+
+class HalfMetric:
+    bounds = (0.0, 1.0)
+
+    def score(self, prompts, images):
+        return [Score(0.5, "") for _ in prompts]
+
+
+def test_a_job_removes_what_a_killed_run_left_of_the_entries_it_scores_and_nothing_else(judge_pairs, tmp_path):
+    """The metric's other jobs share the cache folder, each writing its own shard's keys."""
+    cache, identity = ScoreCache(tmp_path / "cache"), {"model_id": "m", "revision": "", "version": "v"}
+    first = judge_pairs.iloc[0]
+    key = ScoreCache.key("half", "m", "", "v", image_sha256(first["corr_path"]), first["neutral_prompt"])
+    entry = cache._path(key)
+    entry.parent.mkdir(parents=True)
+    left = entry.with_name(f".{entry.name}.0123abcd.tmp")  # as atomic_path names it
+    others = entry.with_name(f".{key[:2]}{'0' * 14}.json.4567cdef.tmp")  # another shard's key, being written
+    for temporary in (left, others):
+        temporary.write_text('{"raw": 0.')
+    assert is_temp_of(left, entry)
+    frame, _ = score_or_skip(judge_pairs, "half", identity, HalfMetric, cache, 2)
+    assert not left.exists()
+    assert others.exists()
+    assert cache.get(key) == (Score(0.5, ""), (0.0, 1.0))
+    assert list(frame["corr_raw"]) == [0.5, 0.5]
 
 
 def test_a_shard_scores_the_kept_test_pairs_of_its_own_seeds():

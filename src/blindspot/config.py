@@ -6,10 +6,10 @@ import math
 import os
 import re
 import subprocess
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -373,6 +373,29 @@ def load_config(path: str | Path) -> dict[str, Any]:
     return config
 
 
+# Registry keys that decide where or how fast a model runs, or who may call it, not what it outputs:
+# results made under other values are reused (the score cache, the journals of a killed job).
+RUN_ONLY_KEYS = frozenset({"gpus", "weights_gb", "gated", "licence", "client", "api_key_env", "endpoint",
+                           "max_model_len", "build", "allow_cpu"})  # fmt: skip
+# vLLM engine arguments of memory and scheduling, the usual changes after an out-of-memory error; any
+# other (quantization, kv_cache_dtype, mm_processor_kwargs) may change what the model outputs.
+RUN_ONLY_ENGINE_ARGS = frozenset({
+    "gpu_memory_utilization", "kv_cache_memory_bytes", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+    "swap_space", "cpu_offload_gb", "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill", "block_size",
+    "limit_mm_per_prompt", "mm_processor_cache_gb", "num_gpu_blocks_override", "cudagraph_capture_sizes",
+    "max_cudagraph_capture_size", "max_parallel_loading_workers", "disable_log_stats", "disable_custom_all_reduce",
+    "distributed_executor_backend", "download_dir",
+})  # fmt: skip
+
+
+def output_settings(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A registry entry (or a ModelSpec's fields) without what decides only where or how fast the model
+    runs (`RUN_ONLY_KEYS`, `RUN_ONLY_ENGINE_ARGS`): what keys the results it made."""
+    kept = {key: value for key, value in entry.items() if key not in RUN_ONLY_KEYS}
+    engine = {key: value for key, value in kept.pop("engine_args", {}).items() if key not in RUN_ONLY_ENGINE_ARGS}
+    return kept | ({"engine_args": engine} if engine else {})
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """One registry entry. `path` is where the weights are read from (hub id or local dir)."""
@@ -420,6 +443,12 @@ class ModelSpec:
         ("auto") when the model asks for several."""
         device = self.device
         return "auto" if device == "cuda" and self.gpus > 1 else device
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """What decides the model's outputs (`output_settings`), for the keys of its results: a job
+        resumed after a change of memory or GPUs goes on from its journal."""
+        return output_settings(asdict(self))
 
     @property
     def model_id(self) -> str:

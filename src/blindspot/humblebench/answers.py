@@ -105,7 +105,7 @@ def answer_in_batches(
 
     spec = scorer.spec
     versions = {setting: template.version for setting, template in templates.items()}
-    key = ("answers", spec, versions, max_new_tokens, seed)  # the whole registry entry: backend, weights, ...
+    key = ("answers", spec.outputs, versions, max_new_tokens, seed)
     return journaled_batches(
         questions, scorer.batch_size, lambda question: shown_image(*question, seed), answer, journal_path, key,
         desc=f"answer {spec.name}",

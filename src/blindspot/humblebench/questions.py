@@ -163,7 +163,7 @@ def attribute_cues(
     def describe(batch: list[SceneObject], crops: list[Any]) -> list[str]:
         return describer.describe([instruction.format(category=o.category) for o in batch], crops, max_new_tokens)
 
-    key = ("attribute cues", spec, instruction, max_new_tokens)  # the whole registry entry: backend, weights, ...
+    key = ("attribute cues", spec.outputs, instruction, max_new_tokens)
     texts = journaled_batches(
         objects, describer.batch_size, read_crop, describe, journal_path, key, desc="describe objects"
     ).results

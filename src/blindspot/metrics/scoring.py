@@ -5,7 +5,8 @@ settings are the metric's config `args`, the version of its prompt template, if 
 version of its plug-in's code (`plugin_code`):
 adding pairs, or re-running after a crash, scores only what is new, and the model is loaded only
 when something is. Each entry is one small JSON file written atomically, so parallel jobs of one
-metric share the cache safely.
+metric share the cache safely; a job removes what a killed run left half-written for the entries it
+is about to score, and only for those.
 
 A metric may return a score with a `failure` (an API judge's reply that held no answer, after its
 retries): it goes into the table as NaN with its reason, is counted by reason, and is never cached,
@@ -28,18 +29,15 @@ from typing import Any
 import pandas as pd
 
 from blindspot import tables
-from blindspot.config import ModelSpec
+from blindspot.config import ModelSpec, output_settings
 from blindspot.images import hash_sidecar, image_batches, read_rgb
-from blindspot.io import stable_id, write_json
+from blindspot.io import remove_stale_temps, stable_id, write_json
 from blindspot.metrics import Metric, MetricSkipped, Score, load_metric, normalise
 from blindspot.prompts import PromptTemplate
 
 log = logging.getLogger(__name__)
 
 ROLES = ("corr", "adv")
-# Registry keys that decide where or how fast a model runs, or who may call it, not its scores.
-RUN_ONLY_KEYS = {"gpus", "weights_gb", "gated", "licence", "client", "api_key_env", "endpoint", "engine_args",
-                 "max_model_len", "build"}  # fmt: skip
 
 
 class NoAnswers(RuntimeError):
@@ -83,17 +81,21 @@ class ScoreCache:
         raw = None if math.isnan(score.raw) else score.raw
         write_json(self._path(key), {"raw": raw, "detail": score.detail, "bounds": list(bounds)})
 
+    def remove_half_written(self, keys: Iterable[str]) -> None:
+        """Remove what a killed job left half-written for these entries. Only for the keys a job is about to
+        score: the metric's other jobs share the folder, writing their own shards' keys."""
+        removed = remove_stale_temps(map(self._path, keys))
+        if removed:
+            log.info("removed %d temporary file(s) a killed run left in the score cache", len(removed))
+
 
 def metric_score_settings(registry: Mapping[str, Mapping[str, Any]], entry: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of a metric's registry models that change a score (dtype, an API's request fields;
     a helper model's too, such as AlignScore's captioner), not where or how fast they run: `model`, and
-    `models` by argument when the metric has helpers. The workflow passes them to `score_metric`."""
-
-    def settings(model: str) -> dict[str, Any]:
-        return {key: value for key, value in registry[model].items() if key not in RUN_ONLY_KEYS}
-
-    helpers = {arg: settings(model) for arg, model in entry.get("models", {}).items()}
-    return {"model": settings(entry["model"])} | ({"models": helpers} if helpers else {})
+    `models` by argument when the metric has helpers (`config.output_settings`). The workflow passes them
+    to `score_metric`."""
+    helpers = {arg: output_settings(registry[model]) for arg, model in entry.get("models", {}).items()}
+    return {"model": output_settings(registry[entry["model"]])} | ({"models": helpers} if helpers else {})
 
 
 def metric_identity(
@@ -179,6 +181,7 @@ def score_pairs(
             else:
                 scores[key] = cached
     if missing:
+        cache.remove_half_written(key for key, _, _ in missing)
         metric = load()
         unique = list({key: (prompt, image) for key, prompt, image in missing}.items())
         fresh = itertools.chain.from_iterable(

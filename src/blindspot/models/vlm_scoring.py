@@ -316,7 +316,7 @@ def judge_images(
         return scorer.score(conversations, images)
 
     # The images' sha256 (in the records) are in the key: a re-rendered image is scored again.
-    key = ("image scores", spec, template.version)  # the whole registry entry: backend, weights, engine, ...
+    key = ("image scores", spec.outputs, template.version)
     scores, computed = journaled_batches(
         records, scorer.batch_size, lambda record: read_rgb(record["path"]), score, journal_path, key,
         desc=f"judge {spec.name}",

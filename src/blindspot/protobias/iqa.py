@@ -54,7 +54,7 @@ class PyiqaMetric:
             with torch.inference_mode():
                 return self.metric(torch.stack(pixels)).reshape(-1).float().cpu().tolist()
 
-        key = ("image quality", self.spec)  # the whole registry entry: weights, metric, ...
+        key = ("image quality", self.spec.outputs)
         read = lambda path: to_tensor(read_rgb(path))  # noqa: E731
         scores = journaled_batches(paths, self.batch_size, read, score, journal_path, key, f"iqa {self.spec.name}")
         return np.asarray(scores.results, dtype=np.float32)
