@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
+from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
 from blindspot.config import model_spec
 from blindspot.io import remove_temps_in, temp_target
@@ -232,6 +233,15 @@ def test_transfer_pairs_need_their_columns_and_images(tmp_path):
     (tmp_path / "pairs.jsonl").write_text('{"prompt": "x", "preferred": "a.png", "other": "b.png"}\n')
     with pytest.raises(FileNotFoundError, match="1 other image"):
         read_transfer_pairs(tmp_path / "pairs.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "problem"),
+    [*(pytest.param("pairs.csv", *case.values, id=case.id) for case in UNREADABLE_CSVS),
+     pytest.param("pairs.jsonl", b'{"prompt": "x"}\n{"prompt": \n', "line 2 is not JSON", id="jsonl-not-json")],
+)  # fmt: skip
+def test_an_unreadable_transfer_file_is_one_line_naming_it(tmp_path, name, content, problem):
+    assert_one_line_error(read_transfer_pairs, tmp_path / name, content, problem)
 
 
 def dtypes(scorer) -> tuple[set[str], set[str]]:

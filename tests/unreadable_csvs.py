@@ -1,4 +1,4 @@
-"""CSV files that a reader of people's files (`humblebench.release.read_csv`) must refuse in one line
+"""CSV files that a reader of people's files (`blindspot.io.read_csv`) must refuse in one line
 naming the file: for each reader's parametrized test, with its own cases (a missing column) added."""
 
 import re

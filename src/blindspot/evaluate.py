@@ -183,7 +183,7 @@ def record_rows(config: dict[str, Any], benchmark: str, rows: pd.DataFrame) -> p
 def with_compared(rows: pd.DataFrame, compare: Sequence[str]) -> pd.DataFrame:
     """The new rows after the rows of each `--compare` CSV (the table's columns), each marked by its source."""
     frames = []
-    from blindspot.humblebench.release import read_csv
+    from blindspot.io import read_csv
 
     for path in compare:
         found = read_csv(path)

@@ -135,6 +135,49 @@ def write_json(path: str | Path, obj: Any, sort_keys: bool = True) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=sort_keys, default=str) + "\n")
 
 
+def jsonl_lines(path: Path) -> list[str]:
+    """A JSON-lines file's lines, split at newlines only: `json.dumps(..., ensure_ascii=False)`, as the
+    official code writes, leaves U+2028 and other line separators `str.splitlines` splits at raw in strings."""
+    return utf8_text(path).split("\n")
+
+
+def utf8_text(path: Path) -> str:
+    """A file's text; one that is not UTF-8 is a ValueError naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+
+
+def jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each line of a JSON-lines file that is not blank; a line that is not
+    JSON, or not a JSON object, is a ValueError naming the file and the line."""
+    for number, line in enumerate(jsonl_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: line {number} is not JSON ({error.msg}: column {error.colno})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: line {number} is not a JSON object")
+        yield number, record
+
+
+def read_csv(path: str | Path, what: str = "", **options: Any) -> pd.DataFrame:
+    """A CSV file as a DataFrame (`pandas.read_csv` with `options`); an empty file, one pandas cannot
+    parse or one not in its encoding is a ValueError naming the file, after `what` it is ("dataset") if given."""
+    where = f"{what} {path}" if what else str(path)
+    try:
+        return pd.read_csv(path, **options)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"{where}: an empty file, not a CSV with a header row") from None
+    except pd.errors.ParserError as error:
+        raise ValueError(f"{where}: not a CSV ({' '.join(str(error).split())})") from None
+    except UnicodeDecodeError as error:  # pandas reads in chunks: the error's byte offset is the chunk's
+        raise ValueError(f"{where}: not {error.encoding.upper()} text ({error.reason})") from None
+
+
 def write_table(path: str | Path, frame: pd.DataFrame, schema: pa.Schema) -> None:
     """Write `frame` as parquet with exactly the columns and types of `schema`."""
     missing = [name for name in schema.names if name not in frame.columns]

@@ -18,7 +18,7 @@ import pandas as pd
 
 from blindspot.humblebench.settings import LETTERS, NOTA_TEXT, TYPES, Question, draw, is_nota
 from blindspot.images import journaled_batches, read_rgb
-from blindspot.io import stable_id, write_text
+from blindspot.io import read_csv, stable_id, write_text
 from blindspot.models.json_output import read_json_output, schema_problem
 
 log = logging.getLogger(__name__)
@@ -299,8 +299,6 @@ def read_decisions(path: str | Path) -> pd.DataFrame:
 def _read_verification_sheet(path: str | Path) -> pd.DataFrame:
     """The verification CSV as people filled it in, by question id; an empty or unparseable file, or one
     without a column `DECISION_COLUMNS` names, is a ValueError naming the file."""
-    from blindspot.humblebench.release import read_csv  # release imports this module
-
     sheet = read_csv(path, "scene-graph verification", dtype=str, keep_default_na=False)
     missing = [column for column in DECISION_COLUMNS if column not in sheet.columns]
     if missing:

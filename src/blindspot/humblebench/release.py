@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.settings import LETTERS, Question
 from blindspot.images import store_image_bytes
+from blindspot.io import jsonl_records, utf8_text
 from blindspot.models.hub import dataset_snapshot, is_hub_dataset
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
 OPTION_LINE = re.compile(r"^\s*\(?([A-E])[.)]\s*(.+?)\s*$")
 RELEASE_SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -29,35 +30,6 @@ def one_of(suffixes: Sequence[str]) -> str:
     return f"{', '.join(suffixes[:-1])} or {suffixes[-1]}" if len(suffixes) > 1 else suffixes[0]
 
 
-def jsonl_lines(path: Path) -> list[str]:
-    """A JSON-lines file's lines, split at newlines only: `json.dumps(..., ensure_ascii=False)`, as the
-    official code writes, leaves U+2028 and other line separators `str.splitlines` splits at raw in strings."""
-    return utf8_text(path).split("\n")
-
-
-def utf8_text(path: Path) -> str:
-    """A file's text; one that is not UTF-8 is a ValueError naming it."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-
-
-def jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) of each line of a JSON-lines file that is not blank; a line that is not
-    JSON, or not a JSON object, is a ValueError naming the file and the line."""
-    for number, line in enumerate(jsonl_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}: line {number} is not JSON ({error.msg}: column {error.colno})") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{path}: line {number} is not a JSON object")
-        yield number, record
-
-
 def json_records(path: Path, what: str = "release") -> list[dict[str, Any]]:
     """A .json file's list of objects; anything else is a ValueError naming the file."""
     try:
@@ -67,22 +39,6 @@ def json_records(path: Path, what: str = "release") -> list[dict[str, Any]]:
     if not isinstance(records, list) or not all(isinstance(record, dict) for record in records):
         raise ValueError(f"{path}: not a list of {RECORDS[what]} (JSON objects)")
     return records
-
-
-def read_csv(path: str | Path, what: str = "", **options: Any) -> pd.DataFrame:
-    """A CSV file as a DataFrame (`pandas.read_csv` with `options`); an empty file, one pandas cannot
-    parse or one not in its encoding is a ValueError naming the file, after `what` it is ("dataset") if given."""
-    import pandas as pd
-
-    where = f"{what} {path}" if what else str(path)
-    try:
-        return pd.read_csv(path, **options)
-    except pd.errors.EmptyDataError:
-        raise ValueError(f"{where}: an empty file, not a CSV with a header row") from None
-    except pd.errors.ParserError as error:
-        raise ValueError(f"{where}: not a CSV ({' '.join(str(error).split())})") from None
-    except UnicodeDecodeError as error:  # pandas reads in chunks: the error's byte offset is the chunk's
-        raise ValueError(f"{where}: not {error.encoding.upper()} text ({error.reason})") from None
 
 
 def split_release_question(text: str, question_id: str) -> tuple[str, tuple[str, ...]]:

@@ -21,9 +21,10 @@ from typing import Any
 import pandas as pd
 
 from blindspot.humblebench.parsing import parse_answer
-from blindspot.humblebench.release import OPTION_LINE, jsonl_records, read_csv, release_question, release_records
+from blindspot.humblebench.release import OPTION_LINE, release_question, release_records
 from blindspot.humblebench.settings import LETTERS, Question, nota_letter, present, setting_transforms
 from blindspot.humblebench.tables import report_tables, write_report
+from blindspot.io import jsonl_records, read_csv
 from blindspot.targets import PATHS, TABLE_FORMATS
 
 # The official code's setting folders (`build_setting_name`: the active flags joined by "__") and the

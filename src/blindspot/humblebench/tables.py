@@ -17,8 +17,7 @@ from typing import Any
 import pandas as pd
 
 from blindspot.humblebench.metrics import ANSWER_COLUMNS, humility_metrics, require_columns
-from blindspot.humblebench.release import read_csv
-from blindspot.io import atomic_path, write_text
+from blindspot.io import atomic_path, read_csv, write_text
 from blindspot.reporting import write_report_table
 
 READINGS = ("text", "logits")

@@ -27,8 +27,7 @@ import numpy as np
 import pandas as pd
 
 from blindspot import tables
-from blindspot.humblebench.release import read_csv
-from blindspot.io import atomic_path, read_table, stable_id, write_text
+from blindspot.io import atomic_path, read_csv, read_table, stable_id, write_text
 from blindspot.protobias.bootstrap import NAN_ESTIMATE, bootstrap_accuracy, bootstrap_kappa
 from blindspot.reporting import to_latex, to_markdown
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from blindspot.io import atomic_dir, atomic_path, remove_temps_in, stable_id, write_text
+from blindspot.io import atomic_dir, atomic_path, jsonl_records, read_csv, remove_temps_in, stable_id, write_text
 from blindspot.models.vlm_scoring import image_question
 
 log = logging.getLogger(__name__)
@@ -349,7 +349,10 @@ def read_transfer_pairs(path: str | Path) -> pd.DataFrame:
     """An external pairwise set: a CSV or JSON-lines file with `prompt`, `preferred` and `other` (image
     paths, relative to the file's folder), and optionally `pair_id` and `group` (accuracy per group)."""
     path = Path(path)
-    frame = pd.read_json(path, lines=True, dtype=False) if path.suffix == ".jsonl" else pd.read_csv(path, dtype=str)
+    if path.suffix == ".jsonl":
+        frame = pd.DataFrame([record for _, record in jsonl_records(path)])
+    else:
+        frame = read_csv(path, "transfer pairs", dtype=str)
     missing = set(TRANSFER_COLUMNS) - set(frame.columns)
     if missing:
         raise ValueError(f"{path}: transfer pairs lack columns {sorted(missing)} (need {', '.join(TRANSFER_COLUMNS)})")

@@ -16,9 +16,9 @@ import pyarrow as pa
 
 from blindspot import tables
 from blindspot.config import ConfigError
-from blindspot.humblebench.release import RELEASE_SUFFIXES, one_of, read_csv, release_records
+from blindspot.humblebench.release import RELEASE_SUFFIXES, one_of, release_records
 from blindspot.images import store_image_bytes
-from blindspot.io import stable_id
+from blindspot.io import read_csv, stable_id
 from blindspot.models.hub import dataset_snapshot, is_hub_dataset
 from blindspot.protobias.export import FIELDS, IMAGES
 
