@@ -199,18 +199,30 @@ def test_from_any_folder_the_command_lines_paths_are_that_folders_and_the_config
         "question": "What is it?\nA. a\nB. b\nC. c\nD. d\nE. None of the above",
     }) + "\n")  # fmt: skip
     ran = []
-    monkeypatch.setattr(evaluate, "run_workflow", lambda configfile, profile, cores: ran.append(configfile))
+
+    def run_workflow(configfile, profile, cores):  # where the real one starts snakemake: its PYTHONPATH's folder
+        ran.append((configfile, profile, Path.cwd()))
+
+    monkeypatch.setattr(evaluate, "run_workflow", run_workflow)
     monkeypatch.setattr(evaluate, "result_table", lambda config, benchmark: pd.DataFrame({"vlm": []}))
-    evaluate.evaluate(argparse.Namespace(
-        benchmark="humblebench", configfile=None, results_dir="out", release="release.jsonl",
-        vlm=["tiny-qwen2.5-vl"], setting=[], compare=[], profile=None, cores=1,
-    ))  # fmt: skip
-    assert ran == [tmp_path / "out" / "evaluate_config.yaml"]
-    written = yaml.safe_load(ran[0].read_text())
-    assert written["results_dir"] == str(tmp_path / "out")
-    assert written["humblebench"]["release"] == str(tmp_path / "release.jsonl")
-    # The checkout's config, its taxonomies named relative to the checkout, where the workflow reads them.
-    assert written["domains"] == tiny_config["domains"]
+    (tmp_path / "mine.yaml").write_text((REPO / "config" / "tiny.yaml").read_text())  # a copy: the checkout's paths
+    (tmp_path / "myprofile").mkdir()
+    for configfile, profile, used in ((None, "myprofile", "myprofile"),
+                                      ("mine.yaml", "profiles/local", REPO / "profiles" / "local")):  # fmt: skip
+        evaluate.evaluate(argparse.Namespace(
+            benchmark="humblebench", configfile=configfile, results_dir="out", release="release.jsonl",
+            vlm=["tiny-qwen2.5-vl"], setting=[], compare=[], profile=profile, cores=1,
+        ))  # fmt: skip
+        assert ran.pop() == (tmp_path / "out" / "evaluate_config.yaml", str(used), tmp_path)
+        written = yaml.safe_load((tmp_path / "out" / "evaluate_config.yaml").read_text())
+        assert written["results_dir"] == str(tmp_path / "out")
+        assert written["humblebench"]["release"] == str(tmp_path / "release.jsonl")
+        # The config's taxonomies named relative to the checkout, where the workflow reads them.
+        assert written["domains"] == tiny_config["domains"]
+    # A name that is neither here nor a hub id is not looked for in the checkout.
+    assert _evaluate_error(capsys, "humblebench", "--release", "nowhere.jsonl", "--vlm", "tiny-qwen2.5-vl") == (
+        f"blindspot: error: --release nowhere.jsonl: no such file or folder in {tmp_path}"
+    )
 
 
 def test_a_dataset_or_release_that_cannot_be_read_is_named_with_what_it_is(tmp_path, capsys):

@@ -21,7 +21,6 @@ blindspot humble score results/ --questions HumbleBench.jsonl --out scored [--co
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 from typing import Any
@@ -32,7 +31,7 @@ import yaml
 from blindspot import catalogue, doctor, evaluate, plan, verify
 from blindspot.annotation.projects import TASKS
 from blindspot.config import ConfigError, load_config
-from blindspot.dag import CHECKOUT
+from blindspot.dag import CHECKOUT, checkout_config
 from blindspot.models import hub
 
 # The config of `humble score` and `annotate make` without --configfile or --judge-template: the checkout's.
@@ -260,21 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def config_or_checkouts(configfile: str | None) -> dict[str, Any]:
-    """The config given, or the checkout's `CHECKOUT_CONFIG`, checked where its relative paths start (the
-    checkout) whatever the current folder: `humble score` reads its settings and `annotate make` its judge
-    template, none of the files relative to the current folder."""
-    if configfile:
-        return load_config(configfile)
-    with contextlib.chdir(CHECKOUT):
-        return load_config(CHECKOUT / CHECKOUT_CONFIG)
-
-
 def humble(args: argparse.Namespace) -> None:
     from blindspot.humblebench.scoring import score
     from blindspot.reporting import to_markdown
 
-    config = config_or_checkouts(args.configfile)
+    config = checkout_config(args.configfile, CHECKOUT_CONFIG)
     table, caption = score(args.predictions, args.questions, config["humblebench"], config["seed"], args.out,
                            args.setting)  # fmt: skip
     sys.stdout.write(f"{caption}\n\n{to_markdown(table)}")
@@ -290,7 +279,9 @@ def annotate(args: argparse.Namespace) -> None:
 
         rubric = None
         if args.task == "image_score":  # the rubric the VLM filter scores with, as the workflow's projects show
-            template = args.judge_template or CHECKOUT / config_or_checkouts(None)["image_stage"]["judge_template"]
+            template = args.judge_template
+            if template is None:
+                template = CHECKOUT / checkout_config(None, CHECKOUT_CONFIG)["image_stage"]["judge_template"]
             rubric = PromptTemplate.load(template).rubric
         project = make_project(
             args.task, pd.read_parquet(args.items), [a.strip() for a in args.annotators.split(",") if a.strip()],

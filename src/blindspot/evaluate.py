@@ -19,8 +19,8 @@ import pandas as pd
 import yaml
 
 from blindspot import targets
-from blindspot.config import ConfigError, load_config, validate_config
-from blindspot.dag import CHECKOUT
+from blindspot.config import ConfigError, validate_config
+from blindspot.dag import CHECKOUT, checkout_config
 from blindspot.io import write_json, write_text
 
 # The base config without --configfile, in the checkout.
@@ -195,7 +195,8 @@ def with_compared(rows: pd.DataFrame, compare: Sequence[str]) -> pd.DataFrame:
 
 
 def run_workflow(configfile: Path, profile: str | None, cores: int) -> None:
-    """The workflow's own rules on `configfile`, its progress on this terminal."""
+    """The workflow's own rules on `configfile`, in the checkout, its progress on this terminal. It starts
+    from the current folder, where a relative PYTHONPATH (an outside plug-in's) and `profile` are named."""
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(CHECKOUT / "workflow" / "Snakefile"),
                "--configfile", str(configfile), "--directory", str(CHECKOUT)]  # fmt: skip
     command += ["--profile", profile] if profile else ["--cores", str(cores)]
@@ -203,36 +204,54 @@ def run_workflow(configfile: Path, profile: str | None, cores: int) -> None:
         raise ConfigError(f"the workflow failed on {configfile}; its log says why (above, and in .snakemake/log)")
 
 
-def from_here(path: str | None) -> str | None:
-    """A path given on the command line as the current folder names it, absolute, for a run that reads
-    it from the checkout; a name that is no local file or folder (a hub id) as it is."""
-    return str(Path(path).resolve()) if path and Path(path).exists() else path
+def from_here(path: str | None, what: str) -> str | None:
+    """A file or folder named on the command line, as the current folder names it, absolute; a hub id as
+    it is. Anything else is a ConfigError naming `what` it is and where it was looked for."""
+    from blindspot.models.hub import is_hub_dataset
+
+    if path is None or Path(path).exists():
+        return path and str(Path(path).resolve())
+    if is_hub_dataset(path):
+        return path
+    raise ConfigError(f"{what} {path}: no such file or folder in {Path.cwd()}")
+
+
+def profile_here(profile: str | None) -> str | None:
+    """A profile folder named from the current folder, else the checkout's (profiles/slurm from anywhere),
+    else a name Snakemake looks up in its own places (~/.config/snakemake)."""
+    if profile and not Path(profile).is_dir() and (CHECKOUT / profile).is_dir():
+        return str(CHECKOUT / profile)
+    return profile
 
 
 def evaluate(args: Any) -> pd.DataFrame:
     """`blindspot evaluate protobias|humblebench`: the generated config, the run, the recorded rows. Paths
     on the command line are the current folder's; the config's relative paths (its taxonomies, templates,
     `results_dir`) are the checkout's, where the workflow runs, from whatever folder the command runs."""
-    configfile = Path(args.configfile).resolve() if args.configfile else CHECKOUT / DEFAULT_CONFIG
+    base = checkout_config(args.configfile, DEFAULT_CONFIG)
     results_dir = args.results_dir and str(Path(args.results_dir).resolve())
-    dataset, release = from_here(getattr(args, "dataset", None)), from_here(getattr(args, "release", None))
-    compare = [str(Path(path).resolve()) for path in args.compare]
+    if args.benchmark == "protobias":
+        source = from_here(args.dataset, "--dataset")
+    else:
+        source = from_here(args.release, "--release")
+    compare = [from_here(path, "--compare") for path in args.compare]
+    profile = profile_here(args.profile)
     with contextlib.chdir(CHECKOUT):
-        base = load_config(configfile)
         results_dir = results_dir or str(Path(base["results_dir"]).resolve() / f"evaluate_{args.benchmark}")
         if args.benchmark == "protobias":
             malformed = [pair for pair in args.column if not pair.partition("=")[0] or "=" not in pair]
             if malformed:
                 raise ConfigError(f"--column {malformed[0]!r} is not FIELD=COLUMN")
             columns = dict(pair.split("=", 1) for pair in args.column)
-            config = protobias_config(base, dataset, args.metric, columns, results_dir)
+            config = protobias_config(base, source, args.metric, columns, results_dir)
         else:
-            config = humblebench_config(base, release, args.vlm, args.setting, results_dir)
+            config = humblebench_config(base, source, args.vlm, args.setting, results_dir)
         validate_config(config)
         written = Path(results_dir) / "evaluate_config.yaml"
         written.parent.mkdir(parents=True, exist_ok=True)
         write_text(written, yaml.safe_dump(config, sort_keys=False))
-        run_workflow(written, args.profile, args.cores)
+    run_workflow(written, profile, args.cores)
+    with contextlib.chdir(CHECKOUT):
         rows = record_rows(config, args.benchmark, result_table(config, args.benchmark))
         return with_compared(rows, compare)
 
