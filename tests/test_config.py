@@ -133,7 +133,7 @@ def test_a_metrics_helpers_are_api_models_exactly_when_its_own_model_is_one(tiny
     validate_config(tiny_config)
 
 
-def test_what_decides_a_models_outputs_leaves_out_where_and_how_fast_it_runs(paper_config):
+def test_what_decides_a_models_outputs_leaves_out_where_and_how_fast_it_runs(paper_config, tiny_config):
     """The journals of a killed job and the score cache key on `outputs`: raising the memory share, the GPUs
     or the memory estimate after an out-of-memory error goes on from them; a quantization does not."""
     entry = paper_config["models"]["qwen2.5-vl-7b-instruct"]
@@ -150,6 +150,8 @@ def test_what_decides_a_models_outputs_leaves_out_where_and_how_fast_it_runs(pap
     }
     entry["dtype"] = "float16"
     assert model_spec(paper_config, "qwen2.5-vl-7b-instruct").outputs["dtype"] == "float16"
+    # A built model's id is its registry name: its recipe says which weights it has.
+    assert model_spec(tiny_config, "tiny-clip").outputs["build"] == tiny_config["models"]["tiny-clip"]["build"]
 
 
 def test_registry_gives_gpus_path_and_provenance(paper_config, tiny_config):

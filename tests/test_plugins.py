@@ -16,7 +16,7 @@ from PIL import Image
 from blindspot import tables
 from blindspot.config import ConfigError, model_spec, validate_config
 from blindspot.io import read_table, write_table
-from blindspot.metrics import PluginError, check_plugin, load_metric, plugin_code
+from blindspot.metrics import PLUGINS, PluginError, check_plugin, load_metric, plugin_code
 from blindspot.metrics.scoring import metric_identity, metric_score_settings
 from blindspot.protobias.split import split_of
 from blindspot.protobias.taxonomy import SEED_COLUMNS
@@ -109,6 +109,20 @@ def test_an_outside_plugins_identity_holds_its_module_and_version(installed_plug
     # New source is another metric to the cache.
     (local_plugin / f"{LOCAL_MODULE}.py").write_text(docs_file("colour_share.py") + "\n# changed\n")
     assert identity_of(f"{LOCAL_MODULE}:ColourShare", tiny_config)["version"] != local
+
+
+def test_every_built_in_plugin_has_a_score_version(monkeypatch):
+    """A built-in plug-in's code is known by its module's SCORE_VERSION; a module without one stops the
+    DAG in one line naming it."""
+    for plugin, target in PLUGINS.items():
+        code = plugin_code(plugin)
+        assert code["module"] == target.split(":")[0]
+        assert re.fullmatch(r"SCORE_VERSION \d+", code["version"]), plugin
+    monkeypatch.delattr(sys.modules["blindspot.metrics.hpsv2"], "SCORE_VERSION")
+    with pytest.raises(
+        PluginError, match=r"^'hpsv2': module 'blindspot.metrics.hpsv2' has no SCORE_VERSION \(an int\)$"
+    ):
+        plugin_code("hpsv2")
 
 
 @pytest.mark.parametrize(

@@ -44,11 +44,13 @@ def test_the_identity_is_the_plugin_its_code_args_and_score_settings_as_sorted_j
     registry = {"tiny-clip": {"build": {"recipe": "random_clip"}, "backend": "transformers", "gpus": 0,
                               "dtype": "float32"}}  # fmt: skip
     settings = metric_score_settings(registry, entry)
-    assert settings == {"model": {"backend": "transformers", "dtype": "float32"}}  # run-only keys left out
+    # The run-only keys left out; a built model's recipe kept (its weights: `built:<name>` is all its id says).
+    assert settings == {"model": {"backend": "transformers", "build": {"recipe": "random_clip"}, "dtype": "float32"}}
     code = {"module": "blindspot.metrics.clip_similarity", "version": "SCORE_VERSION 1"}
     identity = metric_identity(entry, model_spec(tiny_config, "tiny-clip"), settings, code)
     assert identity["version"] == (
-        '{"args": {"weight": 2.5}, "model": {"backend": "transformers", "dtype": "float32"}, '
+        '{"args": {"weight": 2.5}, "model": {"backend": "transformers", "build": {"recipe": "random_clip"}, '
+        '"dtype": "float32"}, '
         '"plugin": "clip_similarity", "plugin_code": {"module": "blindspot.metrics.clip_similarity", '
         '"version": "SCORE_VERSION 1"}}'
     )
@@ -258,6 +260,24 @@ def test_every_metrics_scores_read_as_one_table_skipped_ones_adding_nothing(tmp_
     empty = read_scores([paths[1]])
     assert empty.empty
     assert list(empty.columns) == tables.METRIC_SCORES.names
+
+
+def test_a_job_importing_other_plugin_code_than_planned_stops_before_scoring(tiny_config, tmp_path):
+    """The workflow plans with the plug-in code Snakemake's env has; a job whose env imports another
+    version would cache its scores under the planned code's key, so it stops in one line instead."""
+    entry = tiny_config["evaluation"]["metrics"]["clipscore"]
+    planned = plugin_code(entry["plugin"]) | {"version": "SCORE_VERSION 0"}
+    with pytest.raises(ValueError, match=(
+        r"^metric clipscore: the job imports blindspot.metrics.clip_similarity as SCORE_VERSION \d+, the workflow "
+        r"planned with SCORE_VERSION 0: install the same version where Snakemake runs and in the job's env$"
+    )):  # fmt: skip
+        score_metric(
+            domain="objects", metric="clipscore", shard="00000", pairs="unread", triplets="unread", seeds="unread",
+            template=[], trained=[], out=str(tmp_path / "out.parquet"), counters_out=str(tmp_path / "out.json"),
+            cache=str(tmp_path / "cache"), metric_entry=entry, model={}, models={}, score_settings={},
+            plugin_code=planned, api_key_is_set=True, split={}, batch_size=1, shard_size=10,
+        )  # fmt: skip
+    assert not (tmp_path / "out.parquet").exists()
 
 
 def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(tiny_config, judge_pairs, tmp_path,

@@ -346,7 +346,11 @@ def test_a_job_runs_by_hand_with_the_arguments_the_workflow_gives_it(tiny_config
     configfile = tmp_path / "config.yaml"
     configfile.write_text(yaml.safe_dump(tiny_config))
     command = [sys.executable, "-m", "blindspot.steps", "run", "make_seeds", "--configfile", str(configfile)]
+    killed = tmp_path / "results" / "objects" / ".seeds.parquet.0123abcd.tmp"  # what a killed run left
+    killed.parent.mkdir(parents=True)
+    killed.write_bytes(b"half a table")
     subprocess.run([*command, "domain=objects"], cwd=REPO, check=True, capture_output=True)
+    assert not killed.exists()
     seeds = read_table(tmp_path / "results" / "objects" / "seeds.parquet", tables.SEEDS)
     assert len(seeds) == tiny_config["domains"]["objects"]["n_seeds"]
     assert set(seeds["domain"]) == {"objects"}

@@ -225,7 +225,7 @@ def validate_config(config: dict[str, Any]) -> None:
         )
     for name, entry in models.items():
         # A job's host memory is sized by its weights (blindspot.resources); built models are tiny.
-        if "id" in entry and entry["backend"] != "openai_api" and "weights_gb" not in entry:
+        if "id" in entry and not is_api_model(entry) and "weights_gb" not in entry:
             raise ConfigError(
                 f"config key 'models.{name}.weights_gb': missing; the size of the weight files its jobs read "
                 "(GB) sizes their memory on a cluster"
@@ -286,7 +286,7 @@ def validate_config(config: dict[str, Any]) -> None:
                 )
         # Its jobs run where its own model does: an API model's on the submit host (the network, no GPU),
         # another's on compute nodes (GPUs, no network); a helper of the other kind could not run there.
-        served = {key: models[model]["backend"] == "openai_api" for key, model in named.items()}
+        served = {key: is_api_model(models[model]) for key, model in named.items()}
         mixed = [key for key, is_api in served.items() if is_api != served["model"]]
         if mixed:
             kind, where = (
@@ -376,7 +376,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
 # Registry keys that decide where or how fast a model runs, or who may call it, not what it outputs:
 # results made under other values are reused (the score cache, the journals of a killed job).
 RUN_ONLY_KEYS = frozenset({"gpus", "weights_gb", "gated", "licence", "client", "api_key_env", "endpoint",
-                           "max_model_len", "build", "allow_cpu"})  # fmt: skip
+                           "max_model_len", "allow_cpu"})  # fmt: skip
 # vLLM engine arguments of memory and scheduling, the usual changes after an out-of-memory error; any
 # other (quantization, kv_cache_dtype, mm_processor_kwargs) may change what the model outputs.
 RUN_ONLY_ENGINE_ARGS = frozenset({
@@ -384,7 +384,8 @@ RUN_ONLY_ENGINE_ARGS = frozenset({
     "swap_space", "cpu_offload_gb", "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill", "block_size",
     "limit_mm_per_prompt", "mm_processor_cache_gb", "num_gpu_blocks_override", "cudagraph_capture_sizes",
     "max_cudagraph_capture_size", "max_parallel_loading_workers", "disable_log_stats", "disable_custom_all_reduce",
-    "distributed_executor_backend", "download_dir",
+    "distributed_executor_backend", "download_dir", "tensor_parallel_size", "pipeline_parallel_size",
+    "data_parallel_size", "compilation_config", "max_seq_len_to_capture", "disable_log_requests",
 })  # fmt: skip
 
 
@@ -535,7 +536,12 @@ def model_spec(config: dict[str, Any], name: str) -> ModelSpec:
 
 def is_api_metric(config: dict[str, Any], metric: str) -> bool:
     """Whether a metric is served over the internet (its jobs run where the network is)."""
-    return config["models"][config["evaluation"]["metrics"][metric]["model"]]["backend"] == "openai_api"
+    return is_api_model(config["models"][config["evaluation"]["metrics"][metric]["model"]])
+
+
+def is_api_model(entry: Mapping[str, Any]) -> bool:
+    """Whether a registry entry is an OpenAI-compatible endpoint, not weights."""
+    return entry["backend"] == "openai_api"
 
 
 def metric_models(entry: dict[str, Any]) -> list[str]:

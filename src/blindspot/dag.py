@@ -96,3 +96,11 @@ def job_arguments_and_outputs(
                 return arguments, list(job.output.keys())
     there = sorted(" ".join(f"{k}={v}" for k, v in job.wildcards.items()) or "(no wildcards)" for job in mine)
     raise ValueError(f"no job of {rule} with wildcards {wildcards or '(none)'}; its jobs: {'; '.join(there) or 'none'}")
+
+
+def output_paths(arguments: dict[str, Any], names: list[str]) -> list[str]:
+    """The paths of the arguments named `names` (the job's outputs): each one path, or a list of them."""
+    return [
+        str(path) for name in names
+        for path in (arguments[name] if isinstance(arguments[name], list | tuple) else [arguments[name]])
+    ]  # fmt: skip

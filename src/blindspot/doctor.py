@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from blindspot import plan
-from blindspot.config import built_model_dir
+from blindspot.config import built_model_dir, is_api_model
 from blindspot.models import hub
 from blindspot.slurm import profile_resources
 
@@ -160,7 +160,7 @@ def api_checks(config: dict[str, Any]) -> list[Check]:
     checks = []
     for name in hub.used_models(config):
         entry = config["models"][name]
-        if entry["backend"] != "openai_api":
+        if not is_api_model(entry):
             continue
         variable, endpoint = entry["api_key_env"], entry["endpoint"].rstrip("/")
         key = os.environ.get(variable, "")

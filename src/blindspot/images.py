@@ -107,9 +107,11 @@ def journaled_batches(
 ) -> Journaled:  # fmt: skip
     """`work(batch, images)` over `image_batches` of `items`, its results (one JSON value per item) in
     the items' order. Each batch's results go to the journal at `journal_path` as it finishes, under a
-    key of `key` (what else decides them: the model, its settings), the items and the batch size: a job
-    killed midway does only the batches it had not finished, in the same batches as before (their
-    make-up changes a model's floating-point sums, so only then are its results an uninterrupted job's)."""
+    key of `key` (what else decides them: the model's `outputs`, its settings), the items and the batch
+    size: a job killed midway does only the batches it had not finished, in the same batches as before
+    (their make-up changes a model's floating-point sums, so only then are its results an uninterrupted
+    job's). A retry with more memory, GPUs or another vLLM schedule goes on from the journal: its later
+    batches may differ from an uninterrupted run's in the last bits, as any run on other GPUs does."""
     import logging
 
     from blindspot.io import BatchJournal, stable_id

@@ -1,4 +1,5 @@
-"""Atomic writes, tables with schemas, counters with provenance."""
+"""Atomic writes, tables with schemas, counters with provenance, and the readers of people's files
+(CSV, JSON lines) that name the file and the line of what they cannot read."""
 
 from __future__ import annotations
 

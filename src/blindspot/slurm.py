@@ -131,14 +131,6 @@ def submitit_parameters(resources: dict[str, Any], threads: int, gpus: int, rule
     return parameters
 
 
-def output_paths(arguments: dict[str, Any], names: list[str]) -> list[str]:
-    """The paths of the arguments named `names` (the job's outputs): each one path, or a list of them."""
-    return [
-        str(path) for name in names
-        for path in (arguments[name] if isinstance(arguments[name], list | tuple) else [arguments[name]])
-    ]  # fmt: skip
-
-
 def _run_stage(step: str, arguments: dict[str, Any], outputs: list[str], threads: int) -> None:
     # Set before the stage imports torch, which reads them once.
     os.environ.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
@@ -160,7 +152,7 @@ def submit_stage(
     SLURM's output and the pickled result go to `folder`."""
     import submitit
 
-    from blindspot.dag import job_arguments_and_outputs
+    from blindspot.dag import job_arguments_and_outputs, output_paths
 
     if step not in STEPS:
         raise ValueError(f"unknown stage '{step}' (stages: {', '.join(STEPS)})")

@@ -33,6 +33,12 @@ METRICS = config["evaluation"]["metrics"]
 API_METRICS = [name for name in METRICS if is_api_metric(config, name)]
 
 
+@functools.cache
+def metric_plugin_code(metric):
+    """The metric's plug-in code (`plugin_code`), found once per metric, not once per job."""
+    return plugin_code(METRICS[metric]["plugin"])
+
+
 def _one_of(names):
     return "|".join(re.escape(name) for name in names) or "^$"
 

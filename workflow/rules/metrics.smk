@@ -28,7 +28,7 @@ rule score_metric:
         # What the score cache knows the models by: the registry settings that change a score.
         score_settings=lambda wildcards: metric_score_settings(config["models"], METRICS[wildcards.metric]),
         # The plug-in's code by its version, so a new version re-runs the jobs and scores again.
-        plugin_code=lambda wildcards: plugin_code(METRICS[wildcards.metric]["plugin"]),
+        plugin_code=lambda wildcards: metric_plugin_code(wildcards.metric),
         api_key_is_set=get_api_key_is_set,
         # The test split is a function of the seed id and these (as in split_benchmark); an imported
         # dataset's tables hold only its own test pairs, all of them scored.

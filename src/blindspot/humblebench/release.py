@@ -8,16 +8,13 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.settings import LETTERS, Question
 from blindspot.images import store_image_bytes
 from blindspot.io import jsonl_records, utf8_text
 from blindspot.models.hub import dataset_snapshot, is_hub_dataset
-
-if TYPE_CHECKING:
-    pass
 
 OPTION_LINE = re.compile(r"^\s*\(?([A-E])[.)]\s*(.+?)\s*$")
 RELEASE_SUFFIXES = (".jsonl", ".json", ".parquet")

@@ -144,7 +144,10 @@ def plugin_code(plugin: str) -> dict[str, str]:
     scores again."""
     module, _ = plugin_target(plugin)
     if plugin in PLUGINS:
-        return {"module": module, "version": f"SCORE_VERSION {importlib.import_module(module).SCORE_VERSION}"}
+        version = getattr(importlib.import_module(module), "SCORE_VERSION", None)
+        if not isinstance(version, int):
+            raise PluginError(f"'{plugin}': module '{module}' has no SCORE_VERSION (an int)")
+        return {"module": module, "version": f"SCORE_VERSION {version}"}
     top_level = module.split(".")[0]
     distributions = metadata.packages_distributions().get(top_level, [])
     if distributions:

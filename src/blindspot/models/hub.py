@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from blindspot.config import MODEL_ROLES, SCENE_GRAPH_ROLES, built_model_dir
+from blindspot.config import MODEL_ROLES, SCENE_GRAPH_ROLES, built_model_dir, is_api_model
 from blindspot.metrics import align_score, hpsv2, image_reward
 
 # A hub repository id: organisation/name. Anything else in `id` is a local path.
@@ -119,7 +119,7 @@ class CacheState:
 
 def model_source(entry: dict[str, Any]) -> str:
     """Where a registry entry's model comes from: "api", "built" (a recipe), "local" (a path) or "hub"."""
-    if entry["backend"] == "openai_api":
+    if is_api_model(entry):
         return "api"
     if "build" in entry:
         return "built"

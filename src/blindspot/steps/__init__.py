@@ -191,14 +191,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         replay(args.job_file)
         return
     from blindspot.config import ConfigError, load_config
-    from blindspot.dag import job_arguments
+    from blindspot.dag import job_arguments_and_outputs, output_paths
 
     words = [*args.wildcards, *rest]
     if not all("=" in word for word in words):
         parser.error(f"wildcards are NAME=VALUE, not {' '.join(word for word in words if '=' not in word)}")
     wildcards = dict(word.split("=", 1) for word in words)
     try:
-        arguments = job_arguments(load_config(args.configfile), args.step, wildcards)
+        arguments, outputs = job_arguments_and_outputs(load_config(args.configfile), args.step, wildcards)
     except (ConfigError, ValueError) as error:
         parser.exit(2, f"{error}\n")
+    remove_killed_runs_temps(output_paths(arguments, outputs))
     run_step(args.step, **arguments)

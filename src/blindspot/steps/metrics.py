@@ -22,8 +22,15 @@ def score_metric(
     api_key_is_set: bool, split: dict[str, Any], batch_size: int, shard_size: int,
 ) -> None:  # fmt: skip
     """Score the kept test pairs of one seed shard with one T2I metric, M(T, I_corr) and M(T, I_adv)."""
+    from blindspot.metrics import plugin_code as code_of
     from blindspot.metrics.scoring import ScoreCache, metric_identity, metric_loader, score_or_skip, shard_test_pairs
 
+    running = code_of(metric_entry["plugin"])
+    if running != plugin_code:  # its scores would be cached under the other code's key
+        raise ValueError(
+            f"metric {metric}: the job imports {running['module']} as {running['version']}, the workflow planned "
+            f"with {plugin_code['version']}: install the same version where Snakemake runs and in the job's env"
+        )
     seed_ids = shard_rows(read_table(seeds, tables.SEEDS), shard, shard_size)["seed_id"]
     test = shard_test_pairs(
         read_table(pairs, tables.PAIRS), read_table(triplets, tables.TRIPLETS), seed_ids, split["seed"],
