@@ -4,6 +4,7 @@ Replies that server cannot give (a content filter, reasoning tokens, a good repl
 at temperature 0) come from a small OpenAI-format server on 127.0.0.1."""
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -28,7 +29,7 @@ from PIL import Image
 
 from blindspot.config import ConfigError, model_spec, validate_config
 from blindspot.io import is_temp_of
-from blindspot.metrics import MetricSkipped, Score
+from blindspot.metrics import MetricSkipped, Score, api_judge
 from blindspot.metrics.api_judge import (
     APIJudgeError,
     APIJudgeMetric,
@@ -438,49 +439,6 @@ def test_a_reply_cut_at_its_budget_before_a_score_is_a_length_failure(server, mo
     assert not list(tmp_path.rglob("*.json"))
 
 
-# ----- retry statuses (the tiny server cannot be made to answer 429 or 503) -------------------
-
-
-class _Replies:
-    """Stands in for the HTTP session only: hands out prepared responses in order."""
-
-    def __init__(self, *replies: tuple[int, dict, dict]):
-        self.replies = list(replies)
-
-    def post(self, url, **kwargs):
-        status, headers, body = self.replies.pop(0)
-        response = requests.Response()
-        response.status_code, response.url = status, url
-        response.headers.update(headers)
-        response._content = json.dumps(body).encode()
-        return response
-
-
-def test_429_and_5xx_are_retried_honouring_retry_after(monkeypatch, tmp_path, caplog):
-    monkeypatch.setenv(KEY_ENV, KEY)
-    metric = APIJudgeMetric(_entry(client={"max_attempts": 3, "backoff_base_s": 0.1, "backoff_cap_s": 1}), tmp_path)
-    replies = _Replies(
-        (429, {"Retry-After": "7"}, {"error": {"message": "rate limited"}}),
-        (503, {}, {"error": {"message": "overloaded"}}),
-        (200, {}, _response("9")),
-    )
-    monkeypatch.setattr(metric, "_session", lambda: replies)
-    waits = []
-    assert read_score(metric.post({"model": "judge"}, sleep=waits.append)).raw == 9
-    assert waits[0] == 7
-    assert 0.1 <= waits[1] <= 0.2
-    assert "rate limited" in caplog.text
-    assert "overloaded" in caplog.text
-
-    replies.replies = [(500, {}, {"error": {"message": f"bad key {KEY}"}})] * 3
-    with pytest.raises(APIJudgeError, match="failed 3 times") as error:
-        metric.post({"model": "judge"}, sleep=waits.append)
-    replies.replies = [(401, {}, {"error": {"message": f"Incorrect API key provided: {KEY}"}})]
-    with pytest.raises(APIJudgeError, match="HTTP 401: Incorrect API key provided") as refused:
-        metric.post({"model": "judge"}, sleep=waits.append)
-    _assert_no_key(str(error.value), str(refused.value), caplog.text)
-
-
 # ----- replies the tiny server cannot give, from a small OpenAI-format server -------------------
 
 
@@ -490,6 +448,8 @@ class _Stub:
     reply: Callable[[str], dict | bytes]  # the response to a request (JSON, or bytes as they are), from its prompt
     bodies: list[dict] = dataclasses.field(default_factory=list)
     keys: list[str] = dataclasses.field(default_factory=list)  # the key each request carried
+    # replies to give first, in order, as (status, headers, JSON or bytes); then `reply`'s, with 200
+    script: list[tuple[int, dict[str, str], dict | bytes]] = dataclasses.field(default_factory=list)
 
 
 def _prompt_of(body: dict) -> str:
@@ -498,8 +458,8 @@ def _prompt_of(body: dict) -> str:
 
 @pytest.fixture
 def stub():
-    """A chat-completions endpoint on 127.0.0.1 that answers every request with `stub.reply` and
-    keeps the request bodies and keys."""
+    """A chat-completions endpoint on 127.0.0.1 that answers with `stub.script`'s replies while it
+    holds any, then with `stub.reply`'s, and keeps the request bodies and keys."""
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
@@ -508,10 +468,15 @@ def stub():
             with lock:
                 state.bodies.append(body)
                 state.keys.append(self.headers["Authorization"].removeprefix("Bearer "))
-                reply = state.reply(_prompt_of(body))
+                if state.script:
+                    status, headers, reply = state.script.pop(0)
+                else:
+                    status, headers, reply = 200, {}, state.reply(_prompt_of(body))
                 payload = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
-            self.send_response(200)
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
+            for name, value in headers.items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
@@ -529,6 +494,42 @@ def stub():
         http.shutdown()
         http.server_close()
         thread.join()
+
+
+def test_429_and_5xx_are_retried_honouring_retry_after(stub, monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    # The jitter pinned to its top, so a back-off wait is the whole capped step min(cap, base * 2**retry).
+    monkeypatch.setattr(api_judge, "backoff_delay", functools.partial(backoff_delay, rng=lambda: 1.0))
+    base, cap = 0.1, 1.0
+    metric = APIJudgeMetric(_entry(stub.port, client={"max_attempts": 3, "backoff_base_s": base,
+                                                      "backoff_cap_s": cap}), tmp_path)  # fmt: skip
+    prompts, images = _pairs()
+    body = metric.body(prompts[0], image_png(images[0]))
+    stub.script = [
+        (429, {"Retry-After": "7"}, {"error": {"message": "rate limited"}}),
+        (503, {}, {"error": {"message": "overloaded"}}),
+        (200, {}, _response("9")),
+    ]
+    waits = []  # post() sleeps through the `sleep` it is given
+    assert metric.post(body, sleep=waits.append) == _response("9")
+    assert metric.requests_sent == len(stub.bodies) == 3
+    assert stub.bodies == [body] * 3
+    # the 429 waits its Retry-After (longer than the first back-off step, under retry_after_cap_s);
+    # the 503, with none, waits the second back-off step
+    assert waits == [max(min(cap, base), 7.0), min(cap, base * 2)] == [7.0, 0.2]
+    assert "rate limited" in caplog.text
+    assert "overloaded" in caplog.text
+
+    stub.script = [(500, {}, {"error": {"message": f"bad key {KEY}"}})] * 3
+    with pytest.raises(APIJudgeError, match="failed 3 times") as error:
+        metric.post(body, sleep=waits.append)
+    assert len(stub.bodies) == 6
+    stub.script = [(401, {}, {"error": {"message": f"Incorrect API key provided: {KEY}"}})]
+    with pytest.raises(APIJudgeError, match="HTTP 401: Incorrect API key provided") as refused:
+        metric.post(body, sleep=waits.append)
+    assert len(stub.bodies) == 7  # a refusal is not retried
+    assert waits[2:] == [min(cap, base), min(cap, base * 2)]
+    _assert_no_key(str(error.value), str(refused.value), caplog.text)
 
 
 def test_the_paper_judge_sends_its_reasoning_effort_and_budget(paper_config, stub, monkeypatch, tmp_path):
