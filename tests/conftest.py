@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from PIL import Image
@@ -131,23 +132,31 @@ def grey_image(path, value) -> str:
     return str(path)
 
 
-@pytest.fixture
-def exported(tmp_path):
-    """A small benchmark with both splits, exported as `export_dataset` writes it: (its pairs, the folder)."""
+def export_small_benchmark(folder, image, prompt) -> tuple[pd.DataFrame, Path]:
+    """Eight pairs with both splits, exported as `export_dataset` writes it into `folder`/dataset, their
+    images made by `image(path, role, row)` and neutral prompts by `prompt(row)`: (the pairs, the folder)."""
     from test_split import benchmark_pairs
 
     from blindspot.protobias.export import export_dataset
     from blindspot.protobias.split import assign_splits
 
     pairs = benchmark_pairs(8, models=("flux",))
-    for role, offset in (("corr", 0), ("adv", 1)):
-        pairs[f"{role}_path"] = [grey_image(tmp_path / f"{role}{i}.png", 10 * i + offset) for i in range(len(pairs))]
+    for role in ("corr", "adv"):
+        pairs[f"{role}_path"] = [image(folder / f"{role}{i}.png", role, i) for i in range(len(pairs))]
     pairs = pairs.assign(
-        subcategory="birds", neutral_prompt=[f"a bird {i}" for i in range(len(pairs))], correct_description="d_c",
+        subcategory="birds", neutral_prompt=[prompt(i) for i in range(len(pairs))], correct_description="d_c",
         adversarial_description="d_a", correct_instance="penguin", adversarial_instance="robin", aux_element="stone",
         knob="count", correct_value="one", adversarial_value="two", seed=7, generator="g", added_entries="",
     )  # fmt: skip
     benchmark = assign_splits(pairs, 1, 0.5)
     assert set(benchmark["split"]) == {"train", "test"}
-    export_dataset(benchmark, tmp_path / "dataset", {"name": "T", "run_name": "r", "threshold": 8, "models": []})
-    return benchmark, tmp_path / "dataset"
+    export_dataset(benchmark, folder / "dataset", {"name": "T", "run_name": "r", "threshold": 8, "models": []})
+    return benchmark, folder / "dataset"
+
+
+@pytest.fixture
+def exported(tmp_path):
+    """A small benchmark with both splits, grey images, exported: (its pairs, the folder)."""
+    return export_small_benchmark(
+        tmp_path, lambda path, role, i: grey_image(path, 10 * i + (role == "adv")), lambda i: f"a bird {i}"
+    )

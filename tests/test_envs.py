@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO
+from packaging.version import Version
 
 ENVS = REPO / "workflow" / "envs"
 # Which locked requirements file each env must agree with.
@@ -56,6 +57,18 @@ def test_env_pins_equal_the_tested_versions(env):
     assert not mismatched, f"{env}.yaml pins differ from requirements/{LOCKS[env]}: {mismatched}"
 
 
+def same_release(installed: str | None, locked: str) -> bool:
+    """Whether an installed version is the locked one, a local build tag (torch's "+cpu") aside."""
+    return installed is not None and Version(Version(installed).public) == Version(locked)
+
+
+def test_same_release_compares_whole_versions():
+    assert same_release("2.14.1", "2.14.1")
+    assert same_release("2.14.1+cpu", "2.14.1")
+    for installed in ("1.20.0", "2.14.10", "2.14.1rc1", None):
+        assert not same_release(installed, "1.2" if installed == "1.20.0" else "2.14.1"), installed
+
+
 def test_the_test_environment_is_the_locked_one():
     installed = {}
     for name in lock("test.txt"):
@@ -63,5 +76,5 @@ def test_the_test_environment_is_the_locked_one():
             installed[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             installed[name] = None
-    differing = {n: (v, installed[n]) for n, v in lock("test.txt").items() if not (installed[n] or "").startswith(v)}
+    differing = {n: (v, installed[n]) for n, v in lock("test.txt").items() if not same_release(installed[n], v)}
     assert not differing, f"requirements/test.txt vs installed: {differing}"

@@ -342,7 +342,10 @@ def test_the_appendix_table_shows_each_nota_measure_moving_from_one_setting_to_a
         "NOTA Selection": "50.00 → 75.00", "NOTA Hit": "100.00 → 0.00", "False-NOTA": "33.33 → 100.00",
         "Non-NOTA Acc.": "33.33 → 0.00",
     }  # fmt: skip
-    assert re.fullmatch(r"-?\d+\.\d\d → -?\d+\.\d\d", table.loc["vlm-a", "d'"])
+    # d' from the counts above: original, the one NOTA question hit and 1 of 3 others a false NOTA (q4
+    # unparseable is no NOTA); noise, the NOTA question missed and all 3 others false NOTAs.
+    before, after = d_prime(hits=1, signals=1, false_alarms=1, noises=3), d_prime(0, 1, 3, 3)
+    assert table.loc["vlm-a", "d'"] == f"{before:.2f} → {after:.2f}" == "0.43 → -0.97"
     assert shift_table(metrics_table(answered), "text", "original", "cautious").loc[0, "NOTA Hit"] == "100.00 → -"
 
 

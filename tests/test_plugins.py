@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, export_small_benchmark
 from PIL import Image
 
 from blindspot import tables
@@ -196,12 +196,34 @@ def test_outside_plugins_are_scored_by_the_workflows_step(local_plugin, installe
         ]
 
 
+# Each pair's prompt names red; by row number modulo 3 its corr image is red and its adv blue (ColourShare
+# 1.0 > 0.0: right), the reverse (0.0 < 1.0: wrong), or both blue (0.0 = 0.0: a tie, wrong).
+COLOUR_PAIRS = {0: (RED, BLUE, True), 1: (BLUE, RED, False), 2: (BLUE, BLUE, False)}
+
+
+@pytest.fixture
+def colour_exported(tmp_path):
+    """A small exported benchmark whose prompts name red and whose images are solid colours: (its pairs
+    with `right`, each pair's designed outcome; the folder)."""
+
+    def image(path, role, i):
+        red, green, blue = COLOUR_PAIRS[i % 3][role == "adv"]
+        solid((red, green, blue - i if blue > 128 else blue + i)).save(path)  # a shade off by i: no two files alike
+        return str(path)
+
+    benchmark, dataset = export_small_benchmark(tmp_path, image, lambda i: f"a red bird {i}")
+    return benchmark.assign(right=[COLOUR_PAIRS[i % 3][2] for i in range(len(benchmark))]), dataset
+
+
 @pytest.mark.slow
 @pytest.mark.integration
-def test_outside_plugins_are_scored_by_evaluate(local_plugin, installed_plugin, exported, tmp_path):
+def test_outside_plugins_are_scored_by_evaluate(local_plugin, installed_plugin, colour_exported, tmp_path):
     """`blindspot evaluate protobias` with the example plug-in as `module:Class@MODEL` and as an entry point's
-    name: its rows are in the table it prints and writes."""
-    _, dataset = exported
+    name: its rows are in the table it prints and writes, with the accuracy the images were made to give."""
+    benchmark, dataset = colour_exported
+    test = benchmark[benchmark["split"] == "test"]
+    expected = test["right"].sum() / len(test)  # only the test split is evaluated
+    assert 0 < expected < 1  # right and wrong pairs both among the test pairs
     results = tmp_path / "evaluated"
     path = os.pathsep.join([str(local_plugin), str(installed_plugin), os.environ.get("PYTHONPATH", "")])
     shown = subprocess.run(
@@ -213,4 +235,4 @@ def test_outside_plugins_are_scored_by_evaluate(local_plugin, installed_plugin, 
     table = pd.read_csv(results / "tables" / "table3_metrics.csv").set_index("Method")
     for label in (f"{LOCAL_MODULE}:ColourShare", "colour_share"):
         assert label in shown
-        assert 0 <= table.loc[label, "Overall Acc."] <= 1  # scored (NaN fails this)
+        assert table.loc[label, "Overall Acc."] == pytest.approx(expected)

@@ -126,7 +126,20 @@ def test_a_real_small_llm_writes_valid_triplets(built_config, objects_seeds):
     template = PromptTemplate.load(REPO / built_config["prompt_stage"]["generate_template"])
     frame, counters = generate_triplets(objects_seeds, engine, template)
     assert counters["ok"] >= 1
-    ok = frame[frame["status"] == "ok"]
-    seeds = objects_seeds.set_index("seed_id")
-    for row in ok.itertuples():
-        assert mentions(row.correct_description, seeds.loc[row.seed_id, "correct_instance"])
+    # One row per seed, in the seeds' order, and counters that add up to the frame's statuses.
+    assert frame["seed_id"].tolist() == objects_seeds["seed_id"].tolist()
+    assert frame["domain"].tolist() == objects_seeds["domain"].tolist()
+    assert frame["triplet_id"].is_unique
+    statuses = frame["status"].value_counts().to_dict()
+    assert counters["rows"] == len(frame) == len(objects_seeds)
+    assert counters["ok"] == statuses.pop("ok", 0)
+    assert counters["failed"] == statuses
+    assert set(statuses) <= set(FAILURE_REASONS)
+    for row in frame.itertuples():
+        assert (row.reason == "") == (row.status == "ok"), row  # a failure says why, a success does not
+        stored = [getattr(row, name) for name in TRIPLET_FIELDS]
+        if row.status in ("invalid_json", "missing_field", "schema_violation"):  # nothing usable to store
+            assert stored == ["", "", ""], row
+        else:  # the stored fields are the model's, whitespace collapsed
+            parsed = json.loads(row.raw_output)
+            assert stored == [" ".join(parsed[name].split()) for name in TRIPLET_FIELDS], row.raw_output
