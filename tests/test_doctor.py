@@ -81,6 +81,7 @@ def tiny_run(config: dict, tmp_path: Path, endpoint: str) -> dict:
     return config
 
 
+@pytest.mark.slow
 def test_the_tiny_preset_passes_with_its_models_built_and_its_api_judge_served(built_config, tmp_path, monkeypatch):
     monkeypatch.setenv("BLINDSPOT_TINY_API_KEY", API_KEY)
     with ApiServer() as api:
@@ -326,6 +327,7 @@ def slurm_cluster():
     subprocess.run([script, "stop"], capture_output=True, timeout=120, check=True)
 
 
+@pytest.mark.slow
 @pytest.mark.slurm
 @pytest.mark.integration
 def test_canary_jobs_report_the_gpus_slurm_gives_each_count(slurm_cluster, tiny_config, tmp_path):

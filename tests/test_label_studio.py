@@ -23,7 +23,7 @@ from blindspot.annotation.projects import label_studio_export, load_project, mak
 from blindspot.annotation.server import DATABASE, LabelStore
 from blindspot.prompts import PromptTemplate
 
-pytestmark = [pytest.mark.label_studio, pytest.mark.integration]
+pytestmark = [pytest.mark.label_studio, pytest.mark.integration, pytest.mark.slow]
 
 VENV = Path(__file__).resolve().parents[1] / ".venv-label-studio"
 OWNER = "owner@example.org"  # the user the server makes at start; the annotator "alice"

@@ -24,8 +24,6 @@ from blindspot.protobias.render import (
     sha256_of,
 )
 
-pytestmark = pytest.mark.slow
-
 
 def triplet_rows(n):
     return pd.DataFrame(
@@ -49,6 +47,7 @@ def test_plan_pairs_corr_and_adv_on_one_seed(tiny_config, tmp_path):
     assert first[0].seed == image_seed("t0", 0, 7) != image_seed("t0", 1, 7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("t2i", ["tiny-flux", "tiny-sd3", "tiny-sana"])
 def test_every_architecture_renders_and_an_image_is_remade_alone_from_its_row(built_config, t2i, tmp_path):
     spec = model_spec(built_config, t2i)
@@ -69,6 +68,7 @@ def read_back_shapes(frame):
     return {np.asarray(Image.open(path)).shape for path in frame["path"]}
 
 
+@pytest.mark.slow
 def test_same_config_and_seeds_give_the_same_hashes(built_config, tmp_path):
     spec = model_spec(built_config, "tiny-sd3")
     first, _ = render_triplets(triplet_rows(2), spec, tmp_path / "a", 1, 7, batch_size=2)
@@ -78,6 +78,7 @@ def test_same_config_and_seeds_give_the_same_hashes(built_config, tmp_path):
     assert set(other_seed["sha256"]).isdisjoint(first["sha256"])
 
 
+@pytest.mark.slow
 def test_a_corrupt_image_is_detected_rerendered_and_counted(built_config, tmp_path):
     spec = model_spec(built_config, "tiny-flux")
     first, _ = render_triplets(triplet_rows(2), spec, tmp_path, 1, 7, batch_size=4)
@@ -99,6 +100,7 @@ def test_a_corrupt_image_is_detected_rerendered_and_counted(built_config, tmp_pa
     assert np.array_equal(np.asarray(Image.open(truncated).convert("RGB"), dtype=int), original)
 
 
+@pytest.mark.slow
 def test_a_killed_render_resumes_without_redoing_finished_images(built_config, tmp_path):
     config = built_config  # in batches of 2, killed after 3 images: most likely in the middle of the second batch
     triplets = triplet_rows(4).assign(

@@ -64,6 +64,7 @@ def test_no_mass_on_any_score_gives_a_uniform_distribution_and_zero_mass():
     assert summarise(probabilities)[0] == pytest.approx(5.5)
 
 
+@pytest.mark.slow
 def test_score_tokens_from_real_tokenizers(built_config):
     from transformers import AutoTokenizer
 
