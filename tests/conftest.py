@@ -126,6 +126,17 @@ def whitespace_outside_strings(text: str) -> list[int]:
     return found
 
 
+def half_written_temps(entry: Path, key: str, text: str) -> tuple[Path, Path]:
+    """Two temporaries beside a cache `entry` (named as atomic_path names them), each holding `text`: a
+    killed writer's of the entry itself, and another job's, of another key in the same folder, being written."""
+    entry.parent.mkdir(parents=True)
+    left = entry.with_name(f".{entry.name}.0123abcd.tmp")
+    others = entry.with_name(f".{key[:2]}{'0' * 14}.json.4567cdef.tmp")
+    for temporary in (left, others):
+        temporary.write_text(text)
+    return left, others
+
+
 def grey_image(path, value) -> str:
     """An 8x8 grey PNG of `value` at `path`; its path."""
     Image.fromarray(np.full((8, 8, 3), value, dtype=np.uint8)).save(path)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import requests
-from conftest import REPO
+from conftest import REPO, half_written_temps
 from PIL import Image
 
 from blindspot.config import ConfigError, model_spec, validate_config
@@ -604,11 +604,7 @@ def test_a_job_removes_what_a_killed_run_left_of_the_entries_it_asks_for_and_not
     metric = APIJudgeMetric(_entry(stub.port), tmp_path)
     key = metric.cache_key(prompts[0], hashlib.sha256(image_png(images[0])).hexdigest())
     entry = metric._cache_path(key)
-    entry.parent.mkdir(parents=True)
-    left = entry.with_name(f".{entry.name}.0123abcd.tmp")  # as atomic_path names it
-    others = entry.with_name(f".{key[:2]}{'0' * 14}.json.4567cdef.tmp")  # another job's item, being written
-    for temporary in (left, others):
-        temporary.write_text('{"response": {"choi')
+    left, others = half_written_temps(entry, key, '{"response": {"choi')
     assert is_temp_of(left, entry)
     assert metric.score(prompts[:1], images[:1]) == [Score(5.0, "5")]
     assert sorted(entry.parent.iterdir()) == sorted([others, entry])

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import pandas as pd
 import pytest
-from conftest import REPO
+from conftest import REPO, half_written_temps
 from PIL import Image
 
 from blindspot import tables
@@ -209,11 +209,7 @@ def test_a_job_removes_what_a_killed_run_left_of_the_entries_it_scores_and_nothi
     first = judge_pairs.iloc[0]
     key = ScoreCache.key("half", "m", "", "v", image_sha256(first["corr_path"]), first["neutral_prompt"])
     entry = cache._path(key)
-    entry.parent.mkdir(parents=True)
-    left = entry.with_name(f".{entry.name}.0123abcd.tmp")  # as atomic_path names it
-    others = entry.with_name(f".{key[:2]}{'0' * 14}.json.4567cdef.tmp")  # another shard's key, being written
-    for temporary in (left, others):
-        temporary.write_text('{"raw": 0.')
+    left, others = half_written_temps(entry, key, '{"raw": 0.')
     assert is_temp_of(left, entry)
     frame, _ = score_or_skip(judge_pairs, "half", identity, HalfMetric, cache, 2)
     assert not left.exists()
