@@ -369,20 +369,16 @@ def label_studio_export(items: list[str], result, people=("ann1", "ann2")) -> li
     ]  # fmt: skip
 
 
-@pytest.mark.slow
-def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run_config):
-    """After the run, people's labels come in: only the human-study rules and Table 3 run again."""
+@pytest.fixture(scope="module")
+def labelled_run(tiny_run, run_config) -> str:
+    """After the run, people's labels come in (`labelled.yaml`: the run's config with the evaluator's image
+    scores and two annotators' pairwise choices, ann1 always left and ann2 always right), and the workflow runs
+    again with them. Once per module, for every test that goes on from the labelled run; its dry run's output
+    (the plan before the labels were used)."""
     work, _ = tiny_run
-    results = work / run_config["results_dir"]
-    annotation = results / "benchmark" / "annotation"
+    annotation = work / run_config["results_dir"] / "benchmark" / "annotation"
     images = read_table(annotation / "filter_validation.parquet", tables.ANNOTATION_IMAGES)
     pairs = read_table(annotation / "preference_pairs.parquet", tables.ANNOTATION_PAIRS)
-    assert len(images)
-    assert len(pairs)
-    projects = results / "annotation_projects"
-    assert {p.name for p in projects.iterdir() if not p.name.startswith(".")} == {
-        "image_score", "pairwise", "question_check"
-    }  # fmt: skip
     # The filter validation is scored by its one designated evaluator (annotation.filter_evaluators).
     evaluators = tuple(run_config["annotation"]["filter_evaluators"])
     scores = label_studio_export(
@@ -399,8 +395,37 @@ def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run
         "image_score_labels": "scores.json", "pairwise_labels": "choices.json"}}  # fmt: skip
     (work / "labelled.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     out = snakemake("-n", "--configfile", "labelled.yaml", cwd=work)
-    assert planned_jobs(out) == Counter({"validate_filter": 1, "human_preferences": 1, "make_table3": 1, "all": 1})
     snakemake("--configfile", "labelled.yaml", "--profile", "profiles/local", "-c2", cwd=work)
+    return out
+
+
+def opposite_annotators_kappa(left_is_corr: pd.Series) -> float:
+    """The quadratic weighted kappa of two annotators of whom one always picks the left image and the other
+    the right, from which pairs show I_corr on the left. On the scale adv < neither < corr each pair is one
+    corr and one adv (distance 2, weight 4), so the observed weighted disagreement is 4; with f the share of
+    pairs with I_corr on the left, the left-picker says corr with probability f and the right-picker with
+    1 - f, so chance disagreement is 4 * (f * f + (1 - f) * (1 - f)). Kappa is 1 - observed / chance."""
+    f = left_is_corr.mean()
+    return 1 - 1 / (f**2 + (1 - f) ** 2)
+
+
+@pytest.mark.slow
+def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run_config, labelled_run):
+    """After the run, people's labels come in: only the human-study rules and Table 3 run again."""
+    work, _ = tiny_run
+    results = work / run_config["results_dir"]
+    annotation = results / "benchmark" / "annotation"
+    images = read_table(annotation / "filter_validation.parquet", tables.ANNOTATION_IMAGES)
+    pairs = read_table(annotation / "preference_pairs.parquet", tables.ANNOTATION_PAIRS)
+    assert len(images)
+    assert len(pairs)
+    projects = results / "annotation_projects"
+    assert {p.name for p in projects.iterdir() if not p.name.startswith(".")} == {
+        "image_score", "pairwise", "question_check"
+    }  # fmt: skip
+    assert planned_jobs(labelled_run) == Counter(
+        {"validate_filter": 1, "human_preferences": 1, "make_table3": 1, "all": 1}
+    )
     assert (
         (results / "tables" / "table3_metrics.md")
         .read_text()
@@ -412,9 +437,12 @@ def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run
     table3 = pd.read_csv(results / "tables" / "table3_metrics.csv").set_index("Method")
     # every pair: one person left, the other right -> a tie, so the majority is "neither" everywhere
     assert table3.loc["Human", "Overall Acc."] == 0.0
-    assert -1 <= table3.loc["Human", "Overall κ"] <= 1  # the annotators' agreement, filled in
+    # the annotators' agreement, filled in: ann1 and ann2 always say opposite images
+    kappa = opposite_annotators_kappa(pairs["left_role"] == "corr")
+    assert table3.loc["Human", "Overall κ"] == pytest.approx(kappa)
     agreement = pd.read_csv(results / "tables" / "annotator_agreement.csv")
     assert list(agreement["Annotator"]) == ["ann1", "ann2", "mean (pairs)"]
+    assert agreement.loc[0, "ann2"] == agreement.loc[1, "ann1"] == pytest.approx(kappa)
     validation = pd.read_csv(results / "tables" / "filter_validation_agreement.csv").set_index("domain")
     assert validation.loc["overall", "images"] == len(images)
     # the evaluator keeps every image (9 >= 8), so they disagree with the filter on each image it rejected
@@ -435,7 +463,7 @@ REPORTED = {
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_the_report_holds_every_table_and_image(tiny_run, run_config):
+def test_the_report_holds_every_table_and_image(tiny_run, run_config, labelled_run):
     """`snakemake --report` (after people's labels came in) is one self-contained HTML file: every table,
     plot, the example grid, the counters and the dataset card are inside it, byte for byte, and Chromium
     shows them under their categories."""
@@ -475,7 +503,7 @@ def test_the_report_holds_every_table_and_image(tiny_run, run_config):
 
 
 @pytest.mark.slow
-def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, run_config):
+def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, run_config, labelled_run):
     """People fix the writer's candidates in the verification sheet (modify); the fixed questions join
     HumbleBench and every VLM answers them in every setting."""
     work, _ = tiny_run
