@@ -372,9 +372,9 @@ def label_studio_export(items: list[str], result, people=("ann1", "ann2")) -> li
 @pytest.fixture(scope="module")
 def labelled_run(tiny_run, run_config) -> str:
     """After the run, people's labels come in (`labelled.yaml`: the run's config with the evaluator's image
-    scores and two annotators' pairwise choices, ann1 always left and ann2 always right), and the workflow runs
-    again with them. Once per module, for every test that goes on from the labelled run; its dry run's output
-    (the plan before the labels were used)."""
+    scores and two annotators' pairwise choices, `PREFERS_CORR`), and the workflow runs again with them.
+    Once per module, for every test that goes on from the labelled run; its dry run's output (the plan
+    before the labels were used)."""
     work, _ = tiny_run
     annotation = work / run_config["results_dir"] / "benchmark" / "annotation"
     images = read_table(annotation / "filter_validation.parquet", tables.ANNOTATION_IMAGES)
@@ -385,10 +385,15 @@ def labelled_run(tiny_run, run_config) -> str:
         list(images["image_id"]), lambda who, item: {"from_name": "score", "type": "rating", "value": {"rating": 9}},
         evaluators,
     )  # fmt: skip
-    choices = label_studio_export(
-        list(pairs["pair_id"]), lambda who, item: {"from_name": "choice", "type": "choices",
-                                                   "value": {"choices": ["left" if who == "ann1" else "right"]}}
-    )  # fmt: skip
+    order = sorted(pairs["pair_id"])
+    corr_side = dict(zip(pairs["pair_id"], pairs["left_role"].map({"corr": "left", "adv": "right"}), strict=True))
+    adv_side = {pair: "right" if side == "left" else "left" for pair, side in corr_side.items()}
+
+    def choice(who: str, pair: str) -> dict:
+        side = (corr_side if PREFERS_CORR[who](order.index(pair), len(order)) else adv_side)[pair]
+        return {"from_name": "choice", "type": "choices", "value": {"choices": [side]}}
+
+    choices = label_studio_export(order, choice)
     (work / "scores.json").write_text(json.dumps(scores))
     (work / "choices.json").write_text(json.dumps(choices))
     config = run_config | {"annotation": run_config["annotation"] | {
@@ -399,14 +404,17 @@ def labelled_run(tiny_run, run_config) -> str:
     return out
 
 
-def opposite_annotators_kappa(left_is_corr: pd.Series) -> float:
-    """The quadratic weighted kappa of two annotators of whom one always picks the left image and the other
-    the right, from which pairs show I_corr on the left. On the scale adv < neither < corr each pair is one
-    corr and one adv (distance 2, weight 4), so the observed weighted disagreement is 4; with f the share of
-    pairs with I_corr on the left, the left-picker says corr with probability f and the right-picker with
-    1 - f, so chance disagreement is 4 * (f * f + (1 - f) * (1 - f)). Kappa is 1 - observed / chance."""
-    f = left_is_corr.mean()
-    return 1 - 1 / (f**2 + (1 - f) ** 2)
+# Whether each annotator prefers I_corr on the i-th of n pairs (by pair id): ann1 on all but the last, ann2
+# only on the first. Both vary, so their kappa is neither 0 nor 1 (`two_annotators_kappa`).
+PREFERS_CORR = {"ann1": lambda i, n: i < n - 1, "ann2": lambda i, n: i == 0}
+
+
+def two_annotators_kappa(n: int) -> float:
+    """The quadratic weighted kappa of `PREFERS_CORR`'s annotators on n pairs. On the scale adv < neither <
+    corr they disagree on the n - 2 middle pairs, each corr against adv (distance 2, weight 4): observed
+    disagreement 4 (n - 2) / n. ann1 says corr with share (n - 1) / n and ann2 with 1 / n, so chance
+    disagreement is 4 ((n - 1)^2 + 1) / n^2. Kappa is 1 - observed / chance (0.4 for 3 pairs)."""
+    return 1 - n * (n - 2) / ((n - 1) ** 2 + 1)
 
 
 @pytest.mark.slow
@@ -435,10 +443,11 @@ def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run
     assert "Human" not in set(whole_split["Method"])
     assert not any("κ" in column for column in whole_split.columns)
     table3 = pd.read_csv(results / "tables" / "table3_metrics.csv").set_index("Method")
-    # every pair: one person left, the other right -> a tie, so the majority is "neither" everywhere
-    assert table3.loc["Human", "Overall Acc."] == 0.0
-    # the annotators' agreement, filled in: ann1 and ann2 always say opposite images
-    kappa = opposite_annotators_kappa(pairs["left_role"] == "corr")
+    # only on the first pair do both prefer I_corr; the middle ones are ties ("neither"), the last adv
+    assert len(pairs) >= 3
+    assert table3.loc["Human", "Overall Acc."] == pytest.approx(1 / len(pairs))
+    # the annotators' agreement, filled in
+    kappa = two_annotators_kappa(len(pairs))
     assert table3.loc["Human", "Overall κ"] == pytest.approx(kappa)
     agreement = pd.read_csv(results / "tables" / "annotator_agreement.csv")
     assert list(agreement["Annotator"]) == ["ann1", "ann2", "mean (pairs)"]
