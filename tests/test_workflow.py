@@ -386,11 +386,12 @@ def labelled_run(tiny_run, run_config) -> str:
         evaluators,
     )  # fmt: skip
     order = sorted(pairs["pair_id"])
-    corr_side = dict(zip(pairs["pair_id"], pairs["left_role"].map({"corr": "left", "adv": "right"}), strict=True))
-    adv_side = {pair: "right" if side == "left" else "left" for pair, side in corr_side.items()}
+    position = {pair: i for i, pair in enumerate(order)}
+    corr_on_left = dict(zip(pairs["pair_id"], pairs["left_role"] == "corr", strict=True))
 
     def choice(who: str, pair: str) -> dict:
-        side = (corr_side if PREFERS_CORR[who](order.index(pair), len(order)) else adv_side)[pair]
+        prefers_corr = PREFERS_CORR[who](position[pair], len(order))
+        side = "left" if prefers_corr == corr_on_left[pair] else "right"
         return {"from_name": "choice", "type": "choices", "value": {"choices": [side]}}
 
     choices = label_studio_export(order, choice)
