@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -71,15 +72,19 @@ def requested_gpus(job: dict[str, str]) -> int:
 
 
 @pytest.fixture(scope="module")
-def slurm_run(cluster, tmp_path_factory):
-    """The tiny preset's animals domain through `snakemake --profile` on the test cluster."""
+def slurm_run(cluster, built_config, tmp_path_factory):
+    """The tiny preset's animals domain through `snakemake --profile` on the test cluster. The models
+    come built: `build_model` is a local rule (the quick start's run tests it), and building them
+    here would only keep the 2 cores from the SLURM jobs."""
     work = tmp_path_factory.mktemp("slurm-checkout")
     for part in ("workflow", "config", "src"):
         subprocess.run(["cp", "-a", str(REPO / part), str(work / part)], check=True)
     (work / "resources").mkdir()
+    models = Path(built_config["resources_dir"]) / "models"
+    subprocess.run(["cp", "-a", str(models), str(work / "resources" / "models")], check=True)
     (work / "resources" / "downloads").symlink_to(REPO / "resources" / "downloads")
     config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
-    # One domain: the test node has 2 CPUs. Absolute paths, so that submitit jobs find them too.
+    # One domain: the test machine has 2 cores. Absolute paths, so that submitit jobs find them too.
     config["domains"] = {"animals": config["domains"]["animals"]}
     # Its three kept seeds draw 0.77, 0.81 and 0.90 (`split.split_of`): at the preset's 0.5 all would be
     # train pairs, and Table 3 would have no test pair. 0.85 makes two of them test, one train (ProtoScore's).
