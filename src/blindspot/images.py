@@ -2,8 +2,10 @@
 
 `image_batches` decodes the next batch in a small thread pool while the model works on the current
 one; `BackgroundWrites` encodes and hashes the last batch's PNGs while the model makes the next. Pillow
-releases the GIL while it decodes and encodes, so two threads keep up with a model without taking
-its cores for long.
+releases the GIL while it decodes, so decoding runs beside the model. Its PNG encoder holds the GIL,
+so the writes run while the model is inside a tensor operation (which releases it): nearly all of a
+real model's time, and little of a tiny model's, whose time goes to Python between small operations
+(bench/peers/render.py measures both).
 """
 
 from __future__ import annotations
