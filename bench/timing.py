@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,8 +31,16 @@ class Row:
         return self.peer_seconds / self.ours_seconds
 
 
-def timed_arms(arms: Sequence[Callable[[], Any]], repeats: int) -> list[tuple[float, Any]]:
-    """Per arm, the median wall time of `repeats` calls after one warm-up call, and its last call's result.
+class Timed(NamedTuple):
+    """One arm's median seconds, its last call's result, and every round's seconds."""
+
+    seconds: float
+    result: Any
+    rounds: list[float]
+
+
+def timed_arms(arms: Sequence[Callable[[], Any]], repeats: int) -> list[Timed]:
+    """Per arm, the wall times of `repeats` calls after one warm-up call, and its last call's result.
     The arms take turns, so a change in the machine's load falls on both."""
     results = [arm() for arm in arms]
     seconds: list[list[float]] = [[] for _ in arms]
@@ -41,12 +49,18 @@ def timed_arms(arms: Sequence[Callable[[], Any]], repeats: int) -> list[tuple[fl
             started = time.perf_counter()
             results[index] = arm()
             seconds[index].append(time.perf_counter() - started)
-    return [(statistics.median(times), result) for times, result in zip(seconds, results, strict=True)]
+    return [Timed(statistics.median(times), result, times) for times, result in zip(seconds, results, strict=True)]
+
+
+def overheads(arm: Timed, base: Timed) -> tuple[float, float]:
+    """How much longer `arm` took than `base`: fastest round against fastest, and median against median."""
+    return min(arm.rounds) / min(base.rounds) - 1, arm.seconds / base.seconds - 1
 
 
 def timed(arm: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    """`timed_arms` of one arm."""
-    return timed_arms([arm], repeats)[0]
+    """`timed_arms` of one arm: its median seconds and last result."""
+    seconds, result, _ = timed_arms([arm], repeats)[0]
+    return seconds, result
 
 
 def run_in_env(python: str, script: Path, *args: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
 from peers.dry_run import project_share
-from timing import timed_arms
+from timing import Timed, overheads, timed_arms
 
 from blindspot.humblebench.parsing import parse_answer
 
@@ -19,9 +19,18 @@ OPTIONS = ["red", "green", "blue", "white", "None of the above"]
 def test_arms_take_turns_after_one_warm_up_each():
     calls = []
     arms = [lambda: calls.append("peer") or len(calls), lambda: calls.append("ours") or len(calls)]
-    (_, peer_last), (_, ours_last) = timed_arms(arms, repeats=2)
+    peer, ours = timed_arms(arms, repeats=2)
     assert calls == ["peer", "ours"] * 3
-    assert (peer_last, ours_last) == (5, 6)
+    assert (peer.result, ours.result) == (5, 6)
+    assert len(peer.rounds) == len(ours.rounds) == 2
+
+
+def test_overheads_set_fastest_against_fastest_beside_the_medians():
+    base = Timed(seconds=1.2, result=None, rounds=[1.0, 1.2, 1.5])
+    arm = Timed(seconds=1.5, result=None, rounds=[1.5, 1.03, 1.8])  # its fastest round came second
+    fastest, medians = overheads(arm, base)
+    assert fastest == pytest.approx(0.03)
+    assert medians == pytest.approx(0.25)
 
 
 def answers(n: int) -> list:

@@ -61,7 +61,7 @@ def compare(config: dict, repeats: int) -> list[Row]:
         helpers = {arg: model_spec(config, model) for arg, model in entry.get("models", {}).items()}
         # one model: scoring one pair per call is the one-at-a-time arm
         metric = load_metric(entry["plugin"], spec, batch_size, resources, **entry.get("args", {}), **helpers)
-        (single_seconds, single_scores), (batched_seconds, batched_scores) = timed_arms(
+        (single_seconds, single_scores, _), (batched_seconds, batched_scores, _) = timed_arms(
             [
                 lambda metric=metric: [
                     metric.score([prompt], [image])[0] for prompt, image in zip(prompts, images, strict=True)
