@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from blindspot.config import ConfigError, metric_models, model_spec, shard_slice
+from blindspot.config import ConfigError, metric_models, shard_slice
 
 Config = dict[str, Any]
 Wildcards = dict[str, str]
@@ -221,8 +221,9 @@ def check_throughput(config: dict[str, Any]) -> None:
 
 def job_gpus(config: Config, step: str, wildcards: Wildcards) -> int:
     """GPUs one job asks for: the most any of its models needs (a job loads its models one after the
-    other). The same number is vLLM's tensor parallelism."""
-    return max((model_spec(config, name).gpus for name in job_models(config, step, wildcards)), default=0)
+    other). The same number is vLLM's tensor parallelism. (From the registry entries, as `model_spec` has
+    it, without looking up each model's cached commit for every job.)"""
+    return max((config["models"][name]["gpus"] for name in job_models(config, step, wildcards)), default=0)
 
 
 def job_env(config: Config, step: str, wildcards: Wildcards) -> str:

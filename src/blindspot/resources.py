@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from blindspot import catalogue
-from blindspot.config import model_spec
 
 
 @dataclass(frozen=True)
@@ -47,8 +46,9 @@ def weights_gb(config: dict[str, Any], names: list[str]) -> float:
 
 
 def render_pixels(config: dict[str, Any]) -> int:
-    """Pixels of the largest image the run renders: the size every image stage reads."""
-    sizes = [model_spec(config, name).render for name in config["image_stage"]["t2i_models"]]
+    """Pixels of the largest image the run renders: the size every image stage reads. (From the registry
+    entries: `model_spec` would also look up each model's cached commit, for every job the DAG sizes.)"""
+    sizes = [config["models"][name].get("render", {}) for name in config["image_stage"]["t2i_models"]]
     return max((size.get("height", 1024) * size.get("width", 1024) for size in sizes), default=1024 * 1024)
 
 
