@@ -42,6 +42,18 @@ def test_a_model_jobs_memory_is_its_base_weights_and_images_in_flight(paper_conf
     assert (again.mem_mb, again.runtime) == (2 * needs.mem_mb, 2 * needs.runtime)
 
 
+def test_sizing_a_job_reads_no_hub_cache(paper_config, monkeypatch):
+    """The DAG sizes every job: a look-up on disk per model and job made the project's share of the
+    10x dry run 20 % (bench/peers/dry_run.py), not 10 %."""
+
+    def on_disk(*args, **kwargs):
+        raise AssertionError("a job's resources looked up a cached commit")
+
+    monkeypatch.setattr("blindspot.models.hub.cached_commit", on_disk)
+    judge = {"domain": "animals", "vlm": "qwen2.5-vl-32b-instruct", "shard": "00000"}
+    assert job_resources(paper_config, "judge_images", judge).gpus >= 1
+
+
 def test_no_attempt_asks_for_more_time_than_the_partition_allows(paper_config):
     uncapped = copy.deepcopy(paper_config)
     uncapped["job_resources"]["runtime_max"] = None
