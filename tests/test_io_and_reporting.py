@@ -17,6 +17,7 @@ from blindspot.io import (
     read_table,
     remove_stale_temps,
     stable_id,
+    write_bytes,
     write_table,
     write_text,
 )
@@ -36,6 +37,34 @@ def test_a_failed_write_leaves_nothing(tmp_path):
     with pytest.raises(RuntimeError):
         crash_mid_write()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_write_bytes_makes_a_missing_folder_and_a_failed_one_leaves_nothing(tmp_path):
+    write_bytes(tmp_path / "new" / "folder" / "image.png", b"pixels")
+    assert (tmp_path / "new" / "folder" / "image.png").read_bytes() == b"pixels"
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(IsADirectoryError):  # the rename onto a folder fails, after the temporary was written
+        write_bytes(tmp_path / "taken", b"pixels")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["new", "taken"]
+
+
+def test_a_write_into_an_existing_folder_neither_makes_folders_nor_removes_files(tmp_path, monkeypatch):
+    """A render job writes an image and its sidecar per item, on a cluster's shared file system where
+    each call is a wait, from a thread that hands the GIL back to the model's at each: a write is one
+    create, write and rename, with no folder made and no temporary left to remove."""
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a write into an existing folder called the file system needlessly")
+
+    monkeypatch.setattr(os, "mkdir", refused)
+    monkeypatch.setattr(os, "unlink", refused)
+    write_bytes(tmp_path / "image.png", b"pixels")
+    write_text(tmp_path / "image.sha256", "digest\n")
+    with atomic_path(tmp_path / "table.parquet") as tmp:
+        tmp.write_text("rows")
+    assert {path.name: path.read_text() for path in tmp_path.iterdir()} == {
+        "image.png": "pixels", "image.sha256": "digest\n", "table.parquet": "rows",
+    }  # fmt: skip
 
 
 def kill_writer(target, writer: str = "atomic_path") -> None:

@@ -2,10 +2,11 @@
 
 `image_batches` decodes the next batch in a small thread pool while the model works on the current
 one; `BackgroundWrites` encodes and hashes the last batch's PNGs while the model makes the next. Pillow
-releases the GIL while it decodes, so decoding runs beside the model. Its PNG encoder holds the GIL,
-so the writes run while the model is inside a tensor operation (which releases it): nearly all of a
-real model's time, and little of a tiny model's, whose time goes to Python between small operations
-(bench/peers/render.py measures both).
+leaves the GIL while it decodes and while it compresses a PNG, and so do the file system's calls, so
+both run beside the model. What a background write still costs the model's thread is the GIL handed
+back to the writer after each of those calls: nothing to a real model, whose thread mostly waits on
+large tensor operations, and nearly what the write costs in line to a tiny one, whose thread runs
+Python between small operations (bench/peers/render.py measures both).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def store_image_bytes(data: bytes, image_dir: Path, where: str) -> Path:
 
     from PIL import Image, UnidentifiedImageError
 
-    from blindspot.io import atomic_path
+    from blindspot.io import write_bytes
 
     try:
         with Image.open(io.BytesIO(data)) as picture:
@@ -50,8 +51,7 @@ def store_image_bytes(data: bytes, image_dir: Path, where: str) -> Path:
         raise ValueError(f"{where}: its image bytes are not an image") from None
     target = Path(image_dir) / f"{hashlib.sha256(data).hexdigest()[:20]}.{suffix}"
     if not target.exists():
-        with atomic_path(target) as tmp:
-            tmp.write_bytes(data)
+        write_bytes(target, data)
     return target
 
 

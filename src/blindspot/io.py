@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 import pyarrow as pa
@@ -27,23 +27,27 @@ PROVENANCE_PACKAGES = (
 
 
 TEMP_SUFFIX = ".tmp"
+Made = TypeVar("Made")
 
 
-def _new_temp(path: Path, create: Callable[[Path], Any]) -> Path:
+def _new_temp(path: Path, create: Callable[[Path], Made]) -> tuple[Path, Made]:
     """Create (with `create`, which fails if it exists) a fresh hidden name beside `path` that only a
-    temporary of `path` has (`is_temp_of`)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary of `path` has (`is_temp_of`); return it and what `create` returned. The folder is made
+    only when it is missing: every call into the file system is a wait on a cluster's shared file
+    system, and gives up the GIL, which a render job's main thread must then hand back."""
     while True:
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
         try:
-            create(tmp)
+            return tmp, create(tmp)
         except FileExistsError:
             continue
-        return tmp
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
 
 
-def _new_file(path: Path) -> None:
-    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+def _new_file(path: Path) -> int:
+    """Create the file at `path`, failing if it exists; return its descriptor, open for writing."""
+    return os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
 
 
 _TEMP_NAME = re.compile(rf"\.(.+)\.[0-9a-f]{{8}}{re.escape(TEMP_SUFFIX)}")
@@ -104,19 +108,34 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     A job killed mid-write leaves a hidden temp file, never a partial output that Snakemake
     could take as done; the next run of the job removes it (`remove_stale_temps`).
     """
-    tmp_path = _new_temp(Path(path), _new_file)
+    tmp_path, descriptor = _new_temp(Path(path), _new_file)
+    os.close(descriptor)
     try:
         yield tmp_path
         os.replace(tmp_path, path)
-    finally:
+    except BaseException:
         tmp_path.unlink(missing_ok=True)
+        raise
+
+
+def write_bytes(path: str | Path, data: bytes | memoryview) -> None:
+    """`data` as the file at `path`, atomically as `atomic_path` writes, in the fewest calls into the
+    file system: the temporary is written through the descriptor that created it."""
+    tmp_path, descriptor = _new_temp(Path(path), _new_file)
+    try:
+        with open(descriptor, "wb") as file:
+            file.write(data)
+        os.replace(tmp_path, path)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
 
 
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Like atomic_path, for a directory: built beside `path`, renamed over it on success."""
     path = Path(path)
-    tmp = _new_temp(path, Path.mkdir)
+    tmp, _ = _new_temp(path, Path.mkdir)
     try:
         yield tmp
         if path.exists():
@@ -127,8 +146,8 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
 
 
 def write_text(path: str | Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
+    """`text` in UTF-8 as the file at `path`, atomically (`write_bytes`)."""
+    write_bytes(path, text.encode())
 
 
 def write_json(path: str | Path, obj: Any, sort_keys: bool = True) -> None:

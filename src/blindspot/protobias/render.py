@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from blindspot.config import ModelSpec
 from blindspot.images import BackgroundWrites, hash_sidecar
-from blindspot.io import atomic_path, remove_stale_temps, stable_id, write_text
+from blindspot.io import remove_stale_temps, stable_id, write_bytes, write_text
 
 log = logging.getLogger(__name__)
 ROLES = {"corr": "correct_description", "adv": "adversarial_description"}
@@ -108,8 +108,7 @@ def save_image(image: Any, path: Path) -> str:
     encoded = io.BytesIO()
     image.save(encoded, format="PNG")
     data = encoded.getbuffer()
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
+    write_bytes(path, data)
     digest = hashlib.sha256(data).hexdigest()
     write_text(hash_sidecar(path), digest + "\n")
     return digest
