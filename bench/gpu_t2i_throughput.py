@@ -6,11 +6,12 @@ random, so the images are noise but the compute per image is the real one. On a 
 only builds each transformer on the meta device and prints its parameter count.
 
 Each batch size is timed twice: the pipeline alone, and with every image written as the render
-stage writes it (a PNG and its sha256, in `BackgroundWrites` while the next batch renders). Pillow's
-PNG encoder holds the GIL (on a 2.6 GHz EPYC core, 0.2 s for a 1024-px photo-like image and 0.14 s
-for a noise one), so the second shows what the writes cost a 4-step model whose Python thread
-launches the GPU's work. The random weights make noise, which encodes faster than real images: real
-writes cost somewhat more.
+stage writes it (a PNG and its sha256, in `BackgroundWrites` while the next batch renders). A
+1024-px PNG takes 0.2 s (photo-like) or 0.14 s (noise) of a 2.6 GHz EPYC core to encode, outside the
+GIL, but the writer takes the GIL back 40 to 60 times per image (Pillow compresses 64 KB at a time),
+each time from the Python thread that launches the GPU's work: the second shows what that costs a
+4-step model. The random weights make noise, which encodes faster than real images: real writes cost
+somewhat more.
 """
 
 import argparse

@@ -11,16 +11,21 @@ shared machine a round of these 1-second arms takes up to 40 % longer at random,
 adds time, and it can add more to an arm that writes in the background, whose writer thread needs
 the second core. The medians (the table's seconds) are given beside them.
 
-Then the writes alone: 32 PNGs written by `BackgroundWrites` beside two stand-in models against the
-same writes in line, between the batches, each against the model alone. Pillow's PNG encoder holds
-the GIL, so the writes run only while the model is inside a tensor operation (which releases it):
-nearly all of a real model's time (few large operations), much less of a tiny one's (many small
-ones, with Python between them). The outputs agree when both arms write the same bytes."""
+Then the writes alone. First on two threads against one: Pillow leaves the GIL while it compresses a
+PNG, and the file system's calls leave it too, so a second thread writes nearly as much again. Then
+32 PNGs written by `BackgroundWrites` beside two stand-in models against the same writes in line,
+between the batches, each against the model alone: a real model's shape (few large tensor
+operations) and a tiny one's (many small ones, with Python between them). The writer takes the GIL
+back after each of its calls outside it; a thread that runs Python must hand it over each time, which
+costs a tiny model's thread nearly what the writes cost in line. The outputs agree when both arms
+write the same bytes."""
 
 from __future__ import annotations
 
+import io
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +99,47 @@ def compare(config: dict, repeats: int) -> list[Row]:
                 f"(medians {saving_median_overhead:+.1%})"
             ),
         ))  # fmt: skip
-    return rows + background_writes(repeats)
+    return rows + writes_on_two_threads(repeats) + background_writes(repeats)
+
+
+def write_images() -> list[Image.Image]:
+    """One batch of the tiny models' images (96-px noise, as random weights render)."""
+    noise = np.random.default_rng(0).integers(0, 256, (WRITE_BATCH_SIZE, 96, 96, 3), dtype=np.uint8)
+    return [Image.fromarray(pixels) for pixels in noise]
+
+
+def png_bytes(image: Image.Image, path: Path) -> bytes:
+    """The encoding alone of `save_image`: the PNG in memory."""
+    encoded = io.BytesIO()
+    image.save(encoded, format="PNG")
+    return encoded.getvalue()
+
+
+def writes_on_two_threads(repeats: int) -> list[Row]:
+    """The 32 images encoded, then written by `save_image`, on one thread against two: what of a
+    write runs outside the GIL, beside another write."""
+    images = write_images()
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, write in {"PNG encodes": png_bytes, "save_image writes": save_image}.items():
+
+            def on_threads(threads: int, write=write) -> list:
+                folder = Path(tempfile.mkdtemp(dir=scratch))
+                jobs = [
+                    (image, folder / f"{batch}-{i}.png")
+                    for batch in range(WRITE_BATCHES)
+                    for i, image in enumerate(images)
+                ]
+                with ThreadPoolExecutor(threads) as pool:
+                    return list(pool.map(write, *zip(*jobs, strict=True)))
+
+            one, two = timed_arms([lambda: on_threads(1), lambda: on_threads(2)], max(repeats, ROUNDS))
+            rows.append(Row(
+                what=f"32 {name} on two threads", peer="the same on one thread",
+                peer_seconds=one.seconds, ours_seconds=two.seconds, agree=one.result == two.result,
+                detail=f"fastest of {len(one.rounds)} rounds: two threads {min(one.rounds) / min(two.rounds):.2f}x one",
+            ))  # fmt: skip
+    return rows
 
 
 def stand_in_models() -> dict[str, Callable[[], object]]:
@@ -119,8 +164,7 @@ def stand_in_models() -> dict[str, Callable[[], object]]:
 def background_writes(repeats: int) -> list[Row]:
     import torch
 
-    noise = np.random.default_rng(0).integers(0, 256, (WRITE_BATCH_SIZE, 96, 96, 3), dtype=np.uint8)
-    images = [Image.fromarray(pixels) for pixels in noise]
+    images = write_images()
     rows = []
     with tempfile.TemporaryDirectory() as scratch, torch.inference_mode():
         for model, batch_work in stand_in_models().items():
