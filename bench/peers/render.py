@@ -109,7 +109,7 @@ def write_images() -> list[Image.Image]:
 
 
 def png_bytes(image: Image.Image, path: Path) -> bytes:
-    """The encoding alone of `save_image`: the PNG in memory."""
+    """The encoding alone of `save_image`, called as it is (the path unused): the PNG in memory."""
     encoded = io.BytesIO()
     image.save(encoded, format="PNG")
     return encoded.getvalue()
