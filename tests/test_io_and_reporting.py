@@ -1,3 +1,4 @@
+import errno
 import os
 import signal
 import subprocess
@@ -46,6 +47,27 @@ def test_write_bytes_makes_a_missing_folder_and_a_failed_one_leaves_nothing(tmp_
     with pytest.raises(IsADirectoryError):  # the rename onto a folder fails, after the temporary was written
         write_bytes(tmp_path / "taken", b"pixels")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["new", "taken"]
+
+
+def test_write_bytes_finishes_a_partial_write_and_a_failed_one_closes_its_file(tmp_path, monkeypatch):
+    """A write may take part of the bytes (a signal, a quota); one that fails (a full disk) leaves no
+    temporary and no descriptor open in a job that writes thousands of files."""
+    real_write = os.write
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "write", lambda descriptor, data: real_write(descriptor, data[:3]))
+        write_bytes(tmp_path / "image.png", b"pixels and more")
+    assert (tmp_path / "image.png").read_bytes() == b"pixels and more"
+
+    def disk_full(descriptor, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    open_before = len(os.listdir("/proc/self/fd"))
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "write", disk_full)
+        with pytest.raises(OSError, match="No space left"):
+            write_bytes(tmp_path / "other.png", b"pixels")
+    assert len(os.listdir("/proc/self/fd")) == open_before
+    assert [path.name for path in tmp_path.iterdir()] == ["image.png"]
 
 
 def test_a_write_into_an_existing_folder_neither_makes_folders_nor_removes_files(tmp_path, monkeypatch):

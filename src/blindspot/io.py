@@ -120,11 +120,16 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 def write_bytes(path: str | Path, data: bytes | memoryview) -> None:
     """`data` as the file at `path`, atomically as `atomic_path` writes, in the fewest calls into the
-    file system: the temporary is written through the descriptor that created it."""
+    file system: the temporary is written through the descriptor that created it, with `os.write`
+    (a file object over it would add a stat, a terminal check and a seek)."""
     tmp_path, descriptor = _new_temp(Path(path), _new_file)
     try:
-        with open(descriptor, "wb") as file:
-            file.write(data)
+        try:
+            unwritten = memoryview(data)
+            while unwritten:  # a write may take part of the bytes (a signal, a quota)
+                unwritten = unwritten[os.write(descriptor, unwritten) :]
+        finally:
+            os.close(descriptor)
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
