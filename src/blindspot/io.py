@@ -102,38 +102,40 @@ def _remove_temps(folder: Path, wanted: Callable[[str], bool]) -> list[Path]:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds.
-
-    A job killed mid-write leaves a hidden temp file, never a partial output that Snakemake
-    could take as done; the next run of the job removes it (`remove_stale_temps`).
-    """
-    tmp_path, descriptor = _new_temp(Path(path), _new_file)
-    os.close(descriptor)
-    try:
-        yield tmp_path
-        os.replace(tmp_path, path)
-    except BaseException:
-        tmp_path.unlink(missing_ok=True)
-        raise
-
-
-def write_bytes(path: str | Path, data: bytes | memoryview) -> None:
-    """`data` as the file at `path`, atomically as `atomic_path` writes, in the fewest calls into the
-    file system: the temporary is written through the descriptor that created it, with `os.write`
-    (a file object over it would add a stat, a terminal check and a seek)."""
+def _atomic_file(path: str | Path) -> Iterator[tuple[Path, int]]:
+    """A fresh temporary beside `path` and its descriptor, open for writing: closed after the block,
+    then renamed over `path` if the block succeeded, removed if it failed."""
     tmp_path, descriptor = _new_temp(Path(path), _new_file)
     try:
         try:
-            unwritten = memoryview(data)
-            while unwritten:  # a write may take part of the bytes (a signal, a quota)
-                unwritten = unwritten[os.write(descriptor, unwritten) :]
+            yield tmp_path, descriptor
         finally:
             os.close(descriptor)
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds.
+
+    A job killed mid-write leaves a hidden temp file, never a partial output that Snakemake
+    could take as done; the next run of the job removes it (`remove_stale_temps`).
+    """
+    with _atomic_file(path) as (tmp_path, _):
+        yield tmp_path
+
+
+def write_bytes(path: str | Path, data: bytes | memoryview) -> None:
+    """`data` as the file at `path`, atomically as `atomic_path` writes, in the fewest calls into the
+    file system: the temporary is written through the descriptor that created it, with `os.write`
+    (a file object over it would add a stat, a terminal check and a seek)."""
+    with _atomic_file(path) as (_, descriptor):
+        unwritten = memoryview(data)
+        while unwritten:  # a write may take part of the bytes (a signal, a quota)
+            unwritten = unwritten[os.write(descriptor, unwritten) :]
 
 
 @contextlib.contextmanager
