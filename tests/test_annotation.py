@@ -253,7 +253,7 @@ def test_each_task_clicked_through_in_chromium(tables, tmp_path):
 
 
 def test_images_outside_the_image_root_and_projects_without_items(tables, tmp_path):
-    with pytest.raises(ValueError, match="must be below the image root"):
+    with pytest.raises(ValueError, match=rf"must be below the image root {tmp_path / 'elsewhere'} \(Label Studio"):
         make_project("pairwise", tables["pairwise"], ["alice"], tmp_path / "q", "", tmp_path / "elsewhere")
     # no rows (every scene-graph candidate malformed, say): a project without items
     empty = make_project("question_check", tables["question_check"].iloc[:0], ["alice"], tmp_path / "e", "/files/?d=")
@@ -473,3 +473,47 @@ def test_a_project_made_before_projects_carried_instructions_gets_its_tasks_own(
     assert project_instructions({"task": "question_check"}, tmp_path) == QUESTION_CHECK_INSTRUCTIONS
     with pytest.raises(ValueError, match=r"project\.json has no instructions for annotators: make the project again"):
         project_instructions({"task": "image_score"}, tmp_path)
+
+
+def test_bad_annotation_inputs_are_one_line_naming_them(tables, tmp_path, capsys):
+    from blindspot.annotation.server import DATABASE
+    from blindspot.cli import main
+
+    def error(*argv: str) -> str:
+        with pytest.raises(SystemExit) as exit_:
+            main(["annotate", *argv])
+        assert exit_.value.code == 2
+        return capsys.readouterr().err.splitlines()[-1].split(": error: ", 1)[1]  # after "blindspot[ annotate X]"
+
+    items, taken = tmp_path / "items.parquet", tmp_path / "a file"
+    tables["image_score"].assign(path=[tables["image_score"]["path"][0], None]).to_parquet(items)
+    taken.write_text("")
+    make = ["make", "--task", "image_score", "--annotators", "alice", "--judge-template",
+            str(REPO / "config" / "prompts" / "judge_image_v1.yaml")]  # fmt: skip
+    assert error(*make, "--items", str(items), "--out", str(tmp_path / "p")) == (
+        "task image_score: row 1 of the table has no path"
+    )
+    tables["image_score"].to_parquet(items)
+    assert error(*make, "--items", str(items), "--out", str(taken)) == f"{taken}: Not a directory"
+    assert error(*make, "--items", str(tmp_path / "none.parquet"), "--out", str(tmp_path / "p")) == (
+        f"{tmp_path / 'none.parquet'}: no such file"
+    )
+    assert error("export", str(tmp_path), str(tmp_path / "out.json")) == (
+        f"{tmp_path}: not a project folder (no project.json): make one with `blindspot annotate make`"
+    )
+    project = tmp_path / "project"
+    make_project("pairwise", tables["pairwise"], ["alice"], project, "/data/local-files/?d=")
+    assert error("export", str(project), str(tmp_path)) == f"{tmp_path}: Is a directory"  # a folder as the file
+    assert error("serve", str(project), "--port", "99999") == (
+        "argument --port: '99999' is not a port (a whole number from 0 to 65535)"
+    )
+    (project / DATABASE).write_text("labels, but not in SQLite")
+    assert error("export", str(project), str(tmp_path / "out.json")) == (
+        f"{project / DATABASE}: not the project's label database (file is not a database)"
+    )
+    (project / "project.json").write_text(json.dumps({"task": "pairwise"}))
+    assert error("export", str(project), str(tmp_path / "out.json")).startswith(
+        f"{project / 'project.json'}: no items, annotators, image_root, storage_path, image_url_prefix: "
+    )
+    assert not list(tmp_path.glob(".*.tmp"))
+    assert not (tmp_path / "out.json").exists()

@@ -225,10 +225,24 @@ def test_without_the_tower_in_the_checkpoint_it_loads_from_the_configs_tower(tin
 
 
 @pytest.mark.slow
-def test_half_precision_scores_close_to_float32(tiny_clip_flant5):
+def test_half_precision_scores_close_to_float32(tiny_clip_flant5, monkeypatch):
+    import torch
+
+    from blindspot.metrics import clip_flant5
+
+    built, real_build = [], clip_flant5.build_model
+
+    def build_model(*args):  # the real one, watched: XXL built in float32 and then cast takes 45 GB of GPU
+        model = real_build(*args)
+        built.append({p.dtype for p in model.parameters()})
+        return model
+
+    monkeypatch.setattr(clip_flant5, "build_model", build_model)
     assert_half_precision_close(
         lambda dtype: CLIPFlanT5(tiny_spec(tiny_clip_flant5, dtype), 2), PROMPTS[:3], images(3), 1e-5
     )
+    assert built == [{torch.float32}, {torch.float16}]  # each built in its own dtype
+    assert torch.get_default_dtype() == torch.float32
 
 
 @pytest.mark.slow

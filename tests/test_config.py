@@ -272,6 +272,23 @@ def fake_gpus(monkeypatch, count: int) -> None:
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
 
 
+def test_gpus_are_counted_without_initialising_cuda_so_a_forked_vllm_engine_can(monkeypatch):
+    """After CUDA's runtime has counted devices (`cuInit`), a forked process cannot use CUDA: vLLM forks
+    its engine after the job has checked its GPUs. No GPU here to fork on; what the count asks is shown."""
+    import torch
+
+    from blindspot.config import visible_gpus
+
+    def runtime_count():
+        raise AssertionError("counted through the CUDA runtime, which initialises CUDA in the job's process")
+
+    monkeypatch.setattr(torch.cuda, "_is_compiled", lambda: True)
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: 2)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", runtime_count, raising=False)
+    assert visible_gpus() == 2
+    assert not torch.cuda.is_initialized()
+
+
 def test_where_a_model_runs_follows_the_gpus_it_asks_for_and_sees(tiny_config, monkeypatch):
     from blindspot.config import GPUUnavailable, running_step
 

@@ -310,6 +310,16 @@ def test_the_command_prints_the_table_and_exits_1_on_a_failure_never_a_traceback
         main(["doctor", "--configfile", str(config_file), "--profile", str(tmp_path / "no-profile")])
     assert exit_info.value.code == 2
     assert f"profile {tmp_path / 'no-profile'}: no such folder, or no config.yaml in it" in capsys.readouterr().err
+    profile = tmp_path / "bad-profile"
+    profile.mkdir()
+    for text, problem in (("executor: [slurm\n", "line 2, column 1: not valid YAML"),
+                          ("- slurm\n", "holds a YAML list")):  # fmt: skip
+        (profile / "config.yaml").write_text(text)
+        with pytest.raises(SystemExit):
+            main(["doctor", "--configfile", str(config_file), "--profile", str(profile)])
+        last = capsys.readouterr().err.splitlines()[-1]
+        assert last.startswith(f"blindspot: error: profile file {profile}/config.yaml")
+        assert problem in last
 
 
 @pytest.fixture

@@ -1,14 +1,13 @@
 """The per-rule conda envs (for the cluster) pin what the tests here run with."""
 
 from importlib import metadata
-from pathlib import Path
 
 import pytest
-import yaml
 from conftest import REPO
 from packaging.version import Version
 
-ENVS = REPO / "workflow" / "envs"
+from blindspot.catalogue import ENV_DIR, env_requirements
+
 # Which locked requirements file each env must agree with.
 LOCKS = {
     "base": "test.txt",
@@ -38,19 +37,17 @@ def lock(name: str) -> dict[str, str]:
     return pins((REPO / "requirements" / name).read_text().splitlines())
 
 
-def env_pins(env: Path) -> dict[str, str]:
-    spec = yaml.safe_load(env.read_text())
-    pip = next(d["pip"] for d in spec["dependencies"] if isinstance(d, dict) and "pip" in d)
-    return pins(pip)
+def env_pins(env: str) -> dict[str, str]:
+    return pins(env_requirements(env))
 
 
 def test_every_rule_env_has_a_lock():
-    assert {p.stem for p in ENVS.glob("*.yaml")} == set(LOCKS)
+    assert {p.stem for p in ENV_DIR.glob("*.yaml")} == set(LOCKS)
 
 
 @pytest.mark.parametrize("env", sorted(LOCKS))
 def test_env_pins_equal_the_tested_versions(env):
-    env_versions = env_pins(ENVS / f"{env}.yaml")
+    env_versions = env_pins(env)
     locked = lock(LOCKS[env])
     assert env_versions, env
     mismatched = {name: (v, locked.get(name)) for name, v in env_versions.items() if locked.get(name) != v}

@@ -15,6 +15,9 @@ from conftest import REPO, grey_image
 from blindspot import targets
 from blindspot.protobias.released import DatasetError, read_test_pairs
 
+GOOD_RECORD = {"question_id": "q1", "label": "E", "type": "Object", "image": "pixel.png",
+               "question": "What is it?\nA. a\nB. b\nC. c\nD. d\nE. None of the above"}  # fmt: skip
+
 
 def test_the_export_reads_back_as_its_test_pairs_with_the_same_images(exported, tmp_path):
     benchmark, folder = exported
@@ -168,6 +171,13 @@ def test_a_column_that_is_not_field_equals_column_is_one_line(tmp_path, capsys):
         main(["evaluate", "protobias", "--dataset", str(tmp_path), "--metric", "clipscore", "--column", "image_corr",
               "--configfile", str(REPO / "config" / "tiny.yaml")])  # fmt: skip
     assert capsys.readouterr().err.splitlines()[-1] == "blindspot: error: --column 'image_corr' is not FIELD=COLUMN"
+    with pytest.raises(SystemExit):
+        main(["evaluate", "humblebench", "--release", str(tmp_path), "--vlm", "tiny-qwen2.5-vl", "--cores", "0"])
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .endswith("argument --cores: '0' is not a number of cores (a whole number, at least 1)")
+    )
 
 
 def _evaluate_error(capsys, *args) -> str:
@@ -189,15 +199,12 @@ def test_from_any_folder_the_command_lines_paths_are_that_folders_and_the_config
     from blindspot import evaluate
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "bad.jsonl").write_text('{"question_id": 1}\n{"question_id": 2, "question": "Wh\n')
+    (tmp_path / "bad.jsonl").write_text(json.dumps(GOOD_RECORD) + '\n{"question_id": 2, "question": "Wh\n')
     assert _evaluate_error(capsys, "humblebench", "--release", "bad.jsonl", "--vlm", "tiny-qwen2.5-vl") == (
         f"blindspot: error: {tmp_path / 'bad.jsonl'}: line 2 is not JSON (Unterminated string starting at: column 32)"
     )
     grey_image(tmp_path / "pixel.png", 128)
-    (tmp_path / "release.jsonl").write_text(json.dumps({
-        "question_id": "q1", "label": "E", "type": "Object", "image": "pixel.png",
-        "question": "What is it?\nA. a\nB. b\nC. c\nD. d\nE. None of the above",
-    }) + "\n")  # fmt: skip
+    (tmp_path / "release.jsonl").write_text(json.dumps(GOOD_RECORD) + "\n")
     ran = []
 
     def run_workflow(configfile, profile, cores):  # where the real one starts snakemake: its PYTHONPATH's folder
@@ -222,6 +229,46 @@ def test_from_any_folder_the_command_lines_paths_are_that_folders_and_the_config
     # A name that is neither here nor a hub id is not looked for in the checkout.
     assert _evaluate_error(capsys, "humblebench", "--release", "nowhere.jsonl", "--vlm", "tiny-qwen2.5-vl") == (
         f"blindspot: error: --release nowhere.jsonl: no such file or folder in {tmp_path}"
+    )
+    assert _evaluate_error(capsys, "humblebench", "--release", "release.jsonl", "--vlm", "tiny-qwen2.5-vl",
+                           "--results-dir", "pixel.png") == (
+        f"blindspot: error: --results-dir {tmp_path / 'pixel.png'}: not a folder"
+    )  # fmt: skip
+
+
+def test_compared_rows_come_first_and_a_compare_file_that_is_no_csv_stops_before_the_run(tmp_path, monkeypatch,
+                                                                                          capsys):  # fmt: skip
+    from blindspot import evaluate
+
+    monkeypatch.chdir(tmp_path)
+    grey_image(tmp_path / "pixel.png", 128)
+    (tmp_path / "release.jsonl").write_text(json.dumps(GOOD_RECORD) + "\n")
+    ran = []
+    monkeypatch.setattr(evaluate, "run_workflow", lambda configfile, profile, cores: ran.append(configfile))
+    new_rows = pd.DataFrame({"vlm": ["tiny-qwen2.5-vl"], "accuracy": [0.5]})
+    monkeypatch.setattr(evaluate, "result_table", lambda config, benchmark: new_rows)
+    pd.DataFrame({"vlm": ["last-week"], "accuracy": [0.25]}).to_csv(tmp_path / "before.csv", index=False)
+    (tmp_path / "no-vlm.csv").write_text("model,accuracy\nx,0.1\n")
+    args = ["humblebench", "--release", "release.jsonl", "--vlm", "tiny-qwen2.5-vl", "--results-dir", "out",
+            "--configfile", str(REPO / "config" / "tiny.yaml")]  # fmt: skip
+    for compare, problem in ((".", f"{tmp_path}: Is a directory"),
+                             ("pixel.png", f"--compare {tmp_path / 'pixel.png'}: not UTF-8 text")):  # fmt: skip
+        assert _evaluate_error(capsys, *args, "--compare", compare).startswith(f"blindspot: error: {problem}")
+    (tmp_path / "no-label.jsonl").write_text(json.dumps({"question_id": "q1", "question": "?"}) + "\n")
+    assert _evaluate_error(capsys, "humblebench", "--release", "no-label.jsonl", *args[3:]) == (
+        f"blindspot: error: {tmp_path / 'no-label.jsonl'}: a release record lacks ['image', 'label', 'type']"
+    )
+    assert ran == []
+    namespace = argparse.Namespace(benchmark="humblebench", configfile=str(REPO / "config" / "tiny.yaml"),
+                                   results_dir="out", release="release.jsonl", vlm=["tiny-qwen2.5-vl"], setting=[],
+                                   compare=["before.csv"], profile=None, cores=1)  # fmt: skip
+    rows = evaluate.evaluate(namespace)
+    assert rows[["vlm", "accuracy", "row"]].to_dict("records") == [
+        {"vlm": "last-week", "accuracy": 0.25, "row": "compared: before.csv"},
+        {"vlm": "tiny-qwen2.5-vl", "accuracy": 0.5, "row": "new"},
+    ]
+    assert _evaluate_error(capsys, *args, "--compare", "no-vlm.csv") == (
+        f"blindspot: error: --compare {tmp_path / 'no-vlm.csv'}: no column 'vlm' (a CSV with the table's columns)"
     )
 
 
@@ -248,7 +295,7 @@ def test_a_dataset_or_release_that_cannot_be_read_is_named_with_what_it_is(tmp_p
     )
     # Read before the workflow starts: a bad line after good ones stops here, naming it.
     release = tmp_path / "release.jsonl"
-    release.write_text('{"question_id": 1}\n{"question_id": 2, "question": "Wh\n')
+    release.write_text(json.dumps(GOOD_RECORD) + '\n{"question_id": 2, "question": "Wh\n')
     assert _evaluate_error(capsys, "humblebench", "--release", str(release), *vlm, *config) == (
         f"blindspot: error: {release}: line 2 is not JSON (Unterminated string starting at: column 32)"
     )

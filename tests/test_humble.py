@@ -81,6 +81,7 @@ def test_bad_questions_and_settings_are_refused():
 
 
 FOUR = ("red", "green", "yellow", "None of the above")  # as NOTA-only shows them, re-lettered
+LETTERED = ["red", "blue", "E-scooter", "A cat", "None of the above"]  # options whose texts hold capitals
 GAP = {"A": "red", "B": "green", "D": "yellow", "E": "None of the above"}  # original letters, C removed
 
 
@@ -125,6 +126,10 @@ GAP = {"A": "red", "B": "green", "D": "yellow", "E": "None of the above"}  # ori
         # an option's text
         ("None of the above", OPTIONS, "E"),
         ("blue.", OPTIONS, "C"),
+        # a capital letter inside the chosen option's own text is not a second letter
+        ("C. E-scooter", LETTERED, "C"),
+        ("The answer is D. A cat", LETTERED, "D"),
+        ("D. A cat, not C. E-scooter", LETTERED, None),
         # never guessed: articles, two letters, no letter, a letter not shown
         ("a car is parked", OPTIONS, None),
         ("A car is parked on the street", OPTIONS, None),
@@ -346,7 +351,12 @@ def test_the_appendix_table_shows_each_nota_measure_moving_from_one_setting_to_a
     # unparseable is no NOTA); noise, the NOTA question missed and all 3 others false NOTAs.
     before, after = d_prime(hits=1, signals=1, false_alarms=1, noises=3), d_prime(0, 1, 3, 3)
     assert table.loc["vlm-a", "d'"] == f"{before:.2f} → {after:.2f}" == "0.43 → -0.97"
-    assert shift_table(metrics_table(answered), "text", "original", "cautious").loc[0, "NOTA Hit"] == "100.00 → -"
+    # the last row averages over the models, as the paper's: noise's NOTA selection, vlm-a 3/4 and vlm-b 0/4
+    assert list(table.index) == ["vlm-a", "vlm-b", "Average"]
+    assert table.loc["Average", "NOTA Selection"].endswith(" → 37.50")
+    cautious = shift_table(metrics_table(answered), "text", "original", "cautious")
+    assert cautious.loc[0, "NOTA Hit"] == "100.00 → -"
+    assert cautious["NOTA Hit"].iloc[-1].endswith(" → -")  # no model has a value: no average
 
 
 def test_table7_puts_people_and_models_on_the_same_questions(answered, tmp_path):
@@ -403,7 +413,7 @@ def test_answers_read_a_batch_at_a_time_are_those_of_the_images_in_memory(built_
     from blindspot.prompts import PromptTemplate
 
     scorer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=2)
-    template = PromptTemplate.load(REPO / "config" / "prompts" / "humble_original_v2.yaml")
+    template = PromptTemplate.load(REPO / "config" / "prompts" / "humble_original_v3.yaml")
     templates = {"original": template, "noise": template}
     questions = []
     for i, colour in enumerate(["red", "green", "blue"]):

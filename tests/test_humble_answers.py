@@ -18,7 +18,7 @@ from blindspot.humblebench.settings import Question, present, setting_transforms
 from blindspot.prompts import PromptTemplate
 
 OPTIONS = ("red", "green", "blue", "yellow", "None of the above")
-TEMPLATE = REPO / "config" / "prompts" / "humble_original_v2.yaml"
+TEMPLATE = REPO / "config" / "prompts" / "humble_original_v3.yaml"
 
 
 def questions(folder, n: int) -> pd.DataFrame:

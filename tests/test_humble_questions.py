@@ -433,7 +433,7 @@ def test_the_tiny_vlm_answers_with_letter_probabilities_and_text(built_config):
     from blindspot.models.vlm_scoring import TransformersVLMScorer, image_conversation
 
     scorer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=2)
-    template = PromptTemplate.load("config/prompts/humble_original_v2.yaml")
+    template = PromptTemplate.load("config/prompts/humble_original_v3.yaml")
     question = humble.Question("q1", "What colour is the car?", ("red", "green", "blue", "yellow",
                                                                  "None of the above"), "C", "Attribute")  # fmt: skip
     shown = [humble.present(question, "original", {}, 0), humble.present(question, "nota_only",

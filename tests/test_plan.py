@@ -196,7 +196,37 @@ def test_throughput_of_a_missing_or_unbenchmarked_folder_is_one_line(tiny_config
         with pytest.raises(SystemExit) as exit_:
             main(["throughput", "--configfile", configfile, str(folder)])
         assert exit_.value.code == 2
-        assert capsys.readouterr().err.splitlines()[-1] == f"blindspot: error: {folder}: {problem}"
+        assert capsys.readouterr().err == f"blindspot: error: {folder}: {problem}\n"  # the line alone, no usage
+
+
+def test_throughput_names_a_file_it_cannot_read(tiny_config, tmp_path, capsys):
+    config = small_config(tiny_config)
+    config["results_dir"] = str(tmp_path / "results")
+    configfile = str(write_config(config, tmp_path))
+    bench = tmp_path / "results" / "benchmarks"
+    job = {"domain": "animals", "t2i": "tiny-flux", "vlm": "tiny-qwen2.5-vl", "shard": "00000"}
+    benchmark = bench / "judge_images" / "animals" / "tiny-flux" / "tiny-qwen2.5-vl" / "00000.tsv"
+    write_benchmark(benchmark, 6.0)
+    counters, scores = targets.path(config, "vlm_score_counters", **job), targets.path(config, "vlm_scores", **job)
+    Path(scores).parent.mkdir(parents=True)
+    Path(scores).write_bytes(b"not a parquet table")
+    for path, content, problem in (
+        (counters, b"[4]", "holds a JSON array where an object belongs"),
+        (counters, b"{4", "not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+        (scores, None, "not a parquet table ("),  # read once the job has no counters
+        (benchmark, b"s\t\xff\n", "not a Snakemake benchmark file (not UTF-8 text: invalid start byte)"),
+    ):
+        if content is None:
+            Path(counters).unlink()
+        else:
+            Path(path).write_bytes(content)
+        with pytest.raises(SystemExit) as exit_:
+            main(["throughput", "--configfile", configfile, str(bench)])
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1].startswith(f"blindspot: error: {path}: {problem}")
+    with pytest.raises(SystemExit):
+        main(["throughput", "--configfile", configfile, str(benchmark)])
+    assert capsys.readouterr().err.splitlines()[-1].startswith(f"blindspot: error: {benchmark}: not a folder (give")
 
 
 def test_an_empty_or_header_only_benchmark_file_is_left_out(tiny_config, tmp_path, capsys):

@@ -255,6 +255,7 @@ def dtypes(scorer) -> tuple[set[str], set[str]]:
 def test_bf16_trains_a_bf16_base_with_float32_adapters_and_head(built_config, tmp_path):
     """The paper's precision: the frozen base in bf16 under bf16 autocast, what is trained in float32;
     fp32 keeps everything in float32."""
+    import torch
     from safetensors.torch import load_file
 
     spec = model_spec(built_config, "tiny-qwen3-vl")
@@ -264,6 +265,8 @@ def test_bf16_trains_a_bf16_base_with_float32_adapters_and_head(built_config, tm
     assert trained_names
     assert all("lora_" in name for name in trained_names)  # the base is frozen
     assert dtypes(load_scorer(spec, settings())) == ({"torch.float32"}, {"torch.float32"})
+    # the scores are the float32 head's, not rounded to bf16 by the autocast the base runs under
+    assert scorer.scores(["a red cube"], [Image.new("RGB", (32, 32), "red")]).dtype == torch.float32
     history = train(scorer, synthetic_pairs(tmp_path / "pairs", 5), tmp_path / "out", tmp_path / "checkpoint")
     assert np.isfinite(history["loss"]).all()
     head = load_file(tmp_path / "out" / "score_head.safetensors")

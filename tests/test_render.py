@@ -64,6 +64,31 @@ def test_every_architecture_renders_and_an_image_is_remade_alone_from_its_row(bu
     assert np.abs(other_seed - batched).mean() > 5  # another seed is another image
 
 
+@pytest.mark.slow
+def test_components_load_in_the_dtypes_the_release_asks_and_render_with_the_rest(built_config, tmp_path):
+    """Sana's fp16 release runs its VAE and Gemma encoder in bf16 (its model zoo's recipe): diffusers casts
+    between the components."""
+    import copy
+
+    import torch
+
+    config = copy.deepcopy(built_config)
+    config["models"]["tiny-sana"]["render"]["component_dtypes"] = {"vae": "bfloat16", "text_encoder": "bfloat16"}
+    spec = model_spec(config, "tiny-sana")
+    renderer = DiffusersRenderer(spec)
+    pipeline = renderer.pipeline
+    assert (pipeline.vae.dtype, pipeline.text_encoder.dtype, pipeline.transformer.dtype) == (
+        torch.bfloat16, torch.bfloat16, torch.float32,
+    )  # fmt: skip
+    frame, counters = render_triplets(triplet_rows(1), spec, tmp_path, 1, 7, batch_size=2, renderer=renderer)
+    assert counters["rendered"] == 2
+    assert read_back_shapes(frame) == {(spec.render["height"], spec.render["width"], 3)}
+    config["models"]["tiny-sana"]["render"]["component_dtypes"] = {"unet": "bfloat16"}
+    with pytest.raises(ValueError, match=r"^model 'tiny-sana': render.component_dtypes names 'unet', which is no "
+                       r"module of its SanaPipeline \(those are: text_encoder, transformer, vae\)$"):  # fmt: skip
+        DiffusersRenderer(model_spec(config, "tiny-sana"))
+
+
 def read_back_shapes(frame):
     return {np.asarray(Image.open(path)).shape for path in frame["path"]}
 

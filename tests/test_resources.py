@@ -99,6 +99,7 @@ def test_every_submitted_job_asks_for_what_the_plan_says(paper_config):
         if rule in local or "output" not in fields:
             continue
         asked = dict(kv.split("=", 1) for kv in fields["resources"].split(", "))
+        assert asked["nodes"] == "1", rule  # the SLURM plugin's --nodes: a job's GPUs on one node
         job = jobs.loc[fields["output"].split(", ")[0]]
         assert (int(asked["gpu"]), int(asked["mem_mb"]), int(asked["runtime"])) == (
             job["gpus"],

@@ -2,6 +2,7 @@
 stage submitted through submitit (no cluster here) starts as a workflow's job does."""
 
 import re
+import sys
 
 import pytest
 import yaml
@@ -92,20 +93,21 @@ def test_sizes_and_times_in_a_profile_are_read_in_snakemakes_units(tmp_path):
         profile_resources("render_images", 1, bad)
 
 
-def test_a_submitted_stage_first_removes_what_a_killed_run_left_beside_its_outputs(tmp_path, monkeypatch):
-    """submitit runs a stage without Snakemake; it removes its outputs' temporaries as `run_from_snakemake` does,
-    and only theirs: another job's beside them stays."""
+def test_a_submitted_stage_runs_in_its_envs_python_after_removing_what_a_killed_run_left(tmp_path, monkeypatch):
+    """submitit runs a stage without Snakemake: in the Python given (its packages meet the stage's env file),
+    after removing its outputs' temporaries as `run_from_snakemake` does, and only theirs."""
     import submitit
 
-    from blindspot import steps
-    from blindspot.io import is_temp_of
-    from blindspot.slurm import THREAD_VARIABLES, submit_stage
+    from blindspot import steps, tables
+    from blindspot.io import is_temp_of, read_table
+    from blindspot.slurm import submit_stage
 
     out = tmp_path / "seeds.parquet"
     left, others = tmp_path / f".{out.name}.0123abcd.tmp", tmp_path / ".seeds.parquet.json.4567cdef.tmp"
     for temporary in (left, others):
         temporary.write_text("half")
     assert is_temp_of(left, out)
+    submitted = []
 
     class RunsHere:
         """Stands in for submitit's SLURM executor: runs the job as it is submitted."""
@@ -117,19 +119,24 @@ def test_a_submitted_stage_first_removes_what_a_killed_run_left_beside_its_outpu
             pass
 
         def submit(self, function, *args):
+            submitted.append(args)
             return function(*args)
-
-    seen = {}
-
-    def run_step(step, **arguments):
-        seen.update(arguments, left=list(tmp_path.iterdir()))
 
     monkeypatch.setattr(submitit, "AutoExecutor", RunsHere)
     monkeypatch.setattr(steps, "setup_logging", lambda log_path=None: None)  # the test's stderr stays
-    monkeypatch.setattr(steps, "run_step", run_step)
-    for name in THREAD_VARIABLES:
-        monkeypatch.setenv(name, "1")  # the job sets them: the test's process gets its own back
     monkeypatch.chdir(REPO)  # the tiny config's paths start there
-    submit_stage("make_seeds", "config/tiny.yaml", folder=tmp_path / "submitit", domain="animals", out=str(out))
-    assert seen["left"] == [others]
-    assert seen["out"] == str(out)
+    submit_stage("make_seeds", "config/tiny.yaml", folder=tmp_path / "submitit", python=sys.executable,
+                 domain="animals", out=str(out))  # fmt: skip
+    assert sorted(tmp_path.iterdir()) == [others, out, tmp_path / "submitit"]
+    assert len(read_table(out, tables.SEEDS)) > 0
+    # a stage whose env this Python does not meet is refused before it waits for a GPU
+    config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
+    config["models"]["smollm2-135m"] |= {"backend": "vllm", "max_model_len": 2048}
+    (tmp_path / "vllm.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ValueError, match=r"^stage generate_triplets runs in workflow/envs/llm\.yaml, whose pins "
+                       rf"{re.escape(sys.executable)} does not meet: vllm==0\.32\.0 \(not installed\), "):  # fmt: skip
+        submit_stage("generate_triplets", tmp_path / "vllm.yaml", folder=tmp_path / "submitit", domain="animals",
+                     generator="smollm2-135m", shard="00000")  # fmt: skip
+    assert len(submitted) == 1
+    with pytest.raises(ValueError, match=r"^python /nowhere/python: cannot run it to read its packages"):
+        submit_stage("make_seeds", "config/tiny.yaml", python="/nowhere/python", domain="animals")

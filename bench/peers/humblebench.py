@@ -10,9 +10,8 @@ NOT_REASONING_POST_PROMPT), renders them with the chat template, reads the image
 128 new tokens, trims and decodes; `HumbleBench/utils/metrics.py`'s `extract_answer` reads the letter.
 
 Where it cannot be the official code word for word:
-- NOT_REASONING_POST_PROMPT is not in the stored sources: the peer appends our template's answer
-  instruction, so that both arms show the model the same tokens; a random-weight model's answers are
-  comparable only then. Neither arm sends a system message, as the official chat does not.
+- Neither arm sends a system message, as the official chat does not; the post prompt is
+  `HumbleBench/utils/constant.py`'s, word for word, and the two arms' rendered prompts are checked equal.
 - Without qwen_vl_utils installed, the images are opened with PIL as RGB. The images are sized in
   multiples of 28 pixels, at least 56x56, which its `smart_resize` leaves as they are, so both are the same.
 - transformers 5 calls `torch_dtype` `dtype`.
@@ -63,6 +62,11 @@ SETTING = "original"
 QUESTIONS = 12
 OFFICIAL_MAX_NEW_TOKENS = 128  # models/Qwen25_VL.py
 OFFICIAL_BATCH_SIZE = 4  # main.py's --batch_size default
+# HumbleBench/utils/constant.py: what models/*.py append to each question
+NOT_REASONING_POST_PROMPT = (
+    "\nPlease respond with only the letter of the correct choice (A, B, C, D, or E). Do not include the option text "
+    "or any other explanation."
+)
 # Float32 sums in another order (another batch's padding) move a probability by about 1e-6 of itself.
 PROBABILITY_RTOL, PROBABILITY_ATOL = 1e-4, 1e-9
 # (stem, option pool, type); each question offers four of its pool and NOTA.
@@ -92,33 +96,22 @@ def synthetic_questions(folder: Path, n: int, seed: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names)
 
 
-def official_samples(
-    questions: pd.DataFrame, template: PromptTemplate, transforms: dict[str, Any], seed: int
-) -> tuple[list[dict[str, Any]], str]:
+def official_samples(questions: pd.DataFrame, transforms: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     """The questions as release records (`question` holds the stem and the lettered options, `image` a
-    {"path"}), and the text appended to each question, from our template: its one message is the
-    release's question text, then the answer instruction."""
-    samples, post_prompts = [], set()
+    {"path"})."""
+    samples = []
     for row in questions.to_dict("records"):
         fields = present(row_question(row), SETTING, transforms, seed).prompt_fields()
-        text = f"{fields['question']}\n{fields['options']}"
-        messages = template.render(**fields)
-        if len(messages) != 1 or not messages[0]["content"].startswith(text):
-            raise ValueError(f"{template.name}: not one user message beginning with the question and options")
-        user = messages[0]
-        post_prompts.add(user["content"][len(text) :])
-        samples.append({"question_id": row["question_id"], "question": text, "label": row["label"],
-                        "type": row["type"], "image": {"path": row["image_path"]}})  # fmt: skip
-    if len(post_prompts) != 1:
-        raise ValueError(f"{template.name}: the official post prompt is one text for every question; these vary")
-    return samples, post_prompts.pop()
+        samples.append({"question_id": row["question_id"], "question": f"{fields['question']}\n{fields['options']}",
+                        "label": row["label"], "type": row["type"], "image": {"path": row["image_path"]}})  # fmt: skip
+    return samples
 
 
-def official_messages(sample: dict[str, Any], post_prompt: str) -> list[dict[str, Any]]:
+def official_messages(sample: dict[str, Any]) -> list[dict[str, Any]]:
     """models/Qwen25_VL.py `infer`'s chat for one question."""
     return [
         {"role": "user", "content": [{"type": "image", "image": sample["image"]["path"]},
-                                     {"type": "text", "text": sample["question"] + post_prompt}]},
+                                     {"type": "text", "text": sample["question"] + NOT_REASONING_POST_PROMPT}]},
     ]  # fmt: skip
 
 
@@ -149,23 +142,23 @@ def official_model(path: str) -> tuple[Any, Any]:
     return model, processor
 
 
-def official_inputs(processor: Any, batch: list[dict[str, Any]], post_prompt: str, device: Any) -> Any:
+def official_inputs(processor: Any, batch: list[dict[str, Any]], device: Any) -> Any:
     """models/Qwen25_VL.py `infer` up to `generate`: one batch's chats rendered, their images read, and
     the processor's padded tensors."""
-    messages = [official_messages(sample, post_prompt) for sample in batch]
+    messages = [official_messages(sample) for sample in batch]
     texts = [processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
     images, videos = vision_inputs(messages)
     return processor(text=texts, images=images, videos=videos, padding=True, return_tensors="pt").to(device)
 
 
 def official_infer(
-    model: Any, processor: Any, batch: list[dict[str, Any]], post_prompt: str, max_new_tokens: int
+    model: Any, processor: Any, batch: list[dict[str, Any]], max_new_tokens: int
 ) -> list[dict[str, Any]]:
     """models/Qwen25_VL.py `infer`: one batch generated with the model's generation defaults (greedy here),
     the prompt trimmed off, decoded into each sample's `prediction`."""
     import torch
 
-    inputs = official_inputs(processor, batch, post_prompt, model.device)
+    inputs = official_inputs(processor, batch, model.device)
     with torch.no_grad():
         generated = model.generate(**inputs, max_new_tokens=max_new_tokens)
     trimmed = [out[len(prompt) :] for prompt, out in zip(inputs.input_ids, generated, strict=True)]
@@ -173,9 +166,7 @@ def official_infer(
     return [sample | {"prediction": text} for sample, text in zip(batch, output, strict=True)]
 
 
-def first_position_probabilities(
-    model: Any, processor: Any, batches: Sequence[list[dict[str, Any]]], post_prompt: str
-) -> np.ndarray:
+def first_position_probabilities(model: Any, processor: Any, batches: Sequence[list[dict[str, Any]]]) -> np.ndarray:
     """Not in the official code, which reads only text: the model's next-token probabilities over the
     option letters at the first answer position, for the official loop's own batches and inputs (one
     forward pass each), to set beside our arm's `letter_probabilities`."""
@@ -184,7 +175,7 @@ def first_position_probabilities(
     letters = option_token_ids(processor.tokenizer)
     found = []
     for batch in batches:
-        inputs = official_inputs(processor, batch, post_prompt, model.device)
+        inputs = official_inputs(processor, batch, model.device)
         with torch.no_grad():
             logits = model(**inputs).logits[:, -1].float()  # left padding: the last position answers
         found.append(torch.softmax(logits, dim=-1)[:, letters].cpu().numpy())
@@ -256,7 +247,7 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
     transforms = setting_transforms(setting)
     with tempfile.TemporaryDirectory() as scratch:
         questions = synthetic_questions(Path(scratch), QUESTIONS, seed)
-        samples, post_prompt = official_samples(questions, template, transforms, seed)
+        samples = official_samples(questions, transforms, seed)
         scorer = load_vlm_scorer(spec, humble["batch_size"])
         model, processor = official_model(spec.path)
         ours_prompts = [
@@ -267,7 +258,7 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
             for row in questions.to_dict("records")
         ]
         peer_prompts = [
-            processor.apply_chat_template(official_messages(s, post_prompt), tokenize=False,
+            processor.apply_chat_template(official_messages(s), tokenize=False,
                                           add_generation_prompt=True)
             for s in samples
         ]  # fmt: skip
@@ -286,11 +277,11 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
         # only the two paths' own costs in the time.
         for batch_size, tokens in ((OFFICIAL_BATCH_SIZE, OFFICIAL_MAX_NEW_TOKENS), (1, OFFICIAL_MAX_NEW_TOKENS),
                                    (OFFICIAL_BATCH_SIZE, ours_tokens)):  # fmt: skip
-            infer = functools.partial(official_infer, model, processor, post_prompt=post_prompt,
+            infer = functools.partial(official_infer, model, processor,
                                       max_new_tokens=tokens)  # fmt: skip
             peer_seconds, peer = timed(functools.partial(official_run, samples, batch_size, infer), repeats)
             batches = official_batches(samples, batch_size)
-            probabilities = first_position_probabilities(model, processor, batches, post_prompt)
+            probabilities = first_position_probabilities(model, processor, batches)
             agree, detail = agreement(answered, peer, probabilities, same_budget=tokens == ours_tokens)
             rows.append(
                 Row(

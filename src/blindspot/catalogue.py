@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from blindspot.config import ConfigError, metric_models, shard_slice
 
@@ -22,6 +25,7 @@ Wildcards = dict[str, str]
 DATA_WILDCARDS = ("domain", "shard", "setting")
 # A step's `env` that depends on its model: vLLM's env for a model it serves, else the vision env.
 BY_MODEL_BACKEND = "by_model_backend"
+ENV_DIR = Path(__file__).resolve().parents[2] / "workflow" / "envs"  # one conda env file per kind of rule
 _BACKEND_ENVS = {"vllm": "llm"}
 
 
@@ -224,6 +228,12 @@ def job_gpus(config: Config, step: str, wildcards: Wildcards) -> int:
     other). The same number is vLLM's tensor parallelism. (From the registry entries, as `model_spec` has
     it, without looking up each model's cached commit for every job.)"""
     return max((config["models"][name]["gpus"] for name in job_models(config, step, wildcards)), default=0)
+
+
+def env_requirements(env: str) -> list[str]:
+    """The pip section of workflow/envs/<env>.yaml: every package of the env comes from pip."""
+    dependencies = yaml.safe_load((ENV_DIR / f"{env}.yaml").read_text())["dependencies"]
+    return next((list(d["pip"]) for d in dependencies if isinstance(d, dict) and "pip" in d), [])
 
 
 def job_env(config: Config, step: str, wildcards: Wildcards) -> str:

@@ -38,6 +38,13 @@ from blindspot.models import hub
 CHECKOUT_CONFIG = "config/config.yaml"
 
 
+def _port(text: str) -> int:
+    port = int(text) if text.isdigit() else -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (a whole number from 0 to 65535)")
+    return port
+
+
 def _hours(value: float) -> str:
     return "n/a" if pd.isna(value) else f"{value:.2f}"
 
@@ -225,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = actions.add_parser("serve", help="the built-in annotation page; prints one link per annotator")
     serve.add_argument("project")
     serve.add_argument("--host", default="127.0.0.1", help="127.0.0.1 by default: reachable from this machine only")
-    serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument("--port", type=_port, default=8765, help="0: any free port")
     email = {"action": "append", "default": [], "metavar": "NAME=EMAIL",
              "help": "an annotator's Label Studio user (repeatable); a name that is an email needs none"}  # fmt: skip
     export = actions.add_parser("export", help="the built-in page's labels as Label Studio tasks with annotations, "
@@ -331,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if doctor.failed(checks) else 0
         elif args.command == "verify":
             checked, bad = verify.verify_images(config)
-            sys.stdout.write(verify.report(args.configfile, checked, bad))
+            sys.stdout.write(verify.report(args.configfile, config["results_dir"], checked, bad))
             return 1 if bad else 0
         elif args.command == "throughput":
             sys.stdout.write(
@@ -340,9 +347,18 @@ def main(argv: list[str] | None = None) -> int:
         else:
             selected = plan.select_targets(config, args.domain, args.model, args.rule)
             sys.stdout.write("".join(f"{target}\n" for target in selected))
-    except (ConfigError, ValueError, FileNotFoundError, hub.HubError) as error:
-        parser.error(str(error))
+    except (ConfigError, ValueError, OSError, hub.HubError) as error:
+        parser.exit(2, f"{parser.prog}: error: {_one_line(error)}\n")  # the line alone: the usage is not the fault
     return 0
+
+
+def _one_line(error: Exception) -> str:
+    """An error as one line: an OS error names its file and says what is wrong with it."""
+    if isinstance(error, OSError) and error.filename is not None:
+        return f"{error.filename2 or error.filename}: {error.strerror or error}"  # a rename: its target
+    if isinstance(error, FileNotFoundError) and len(error.args) == 1:  # pyarrow's: the path alone
+        return f"{error}: no such file"
+    return str(error)
 
 
 if __name__ == "__main__":

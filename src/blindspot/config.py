@@ -146,7 +146,7 @@ def check_schema(instance: Any, schema_path: Path, what: str) -> None:
         raise ConfigError(f"{what} key '{_key_path(error)}': {error.message}{_number_as_text(error)}")
 
 
-def _named_values(config: Any, pattern: str, prefix: str = "") -> Iterator[tuple[str, Any]]:
+def named_values(config: Any, pattern: str, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(dotted key, value) of every key of the config that `pattern` ("a.*.b") names and that is set."""
     head, _, rest = pattern.partition(".")
     if not isinstance(config, dict):
@@ -155,7 +155,7 @@ def _named_values(config: Any, pattern: str, prefix: str = "") -> Iterator[tuple
     for name in names:
         key = f"{prefix}{name}"
         if rest:
-            yield from _named_values(config[name], rest, f"{key}.")
+            yield from named_values(config[name], rest, f"{key}.")
         else:
             yield key, config[name]
 
@@ -163,7 +163,7 @@ def _named_values(config: Any, pattern: str, prefix: str = "") -> Iterator[tuple
 def check_files(config: dict[str, Any]) -> None:
     """Raise ConfigError naming the key of the first file (or local dataset) the config names that is not there."""
     for pattern in CONFIG_FILES:
-        for key, value in _named_values(config, pattern):
+        for key, value in named_values(config, pattern):
             if not Path(value).is_file():
                 where = "is not a file" if Path(value).exists() else "does not exist"
                 raise ConfigError(f"config key '{key}': {value} {where} (relative paths start at {Path.cwd()})")
@@ -180,7 +180,7 @@ def check_files(config: dict[str, Any]) -> None:
     from blindspot.models.hub import is_hub_dataset
 
     for pattern in CONFIG_DATASETS:
-        for key, value in _named_values(config, pattern):
+        for key, value in named_values(config, pattern):
             if isinstance(value, str) and not Path(value).exists() and not is_hub_dataset(value):
                 raise ConfigError(f"config key '{key}': {value} does not exist (relative paths start at {Path.cwd()})")
 
@@ -458,10 +458,14 @@ class ModelSpec:
 
 
 def visible_gpus() -> int:
-    """CUDA devices this process can use (none where the driver cannot run torch's CUDA build)."""
+    """CUDA devices this process can use, counted through NVML (torch falls back to the CUDA runtime only
+    where NVML does not answer). `torch.cuda.is_available()` asks the runtime, which initialises CUDA in
+    this process, and a vLLM engine process forked after that cannot use CUDA ("CUDA error:
+    initialization error"); vLLM counts the same way. A driver too old for torch's CUDA build is counted
+    too: the job then fails at its first CUDA call, and `blindspot doctor`'s canary names the driver."""
     import torch
 
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return torch.cuda.device_count()
 
 
 def nvidia_driver() -> str:

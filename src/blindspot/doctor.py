@@ -3,6 +3,8 @@
 - models: every model the run loads is in the hub cache at its pinned revision with the files its
   loader reads (`blindspot.models.hub`), or would be fetched (the hub answers here); built models are built
   or will be (their archive is there); local weights exist;
+- roles: each model there now can do what its role asks of it, read from its config.json: images
+  where images go, a causal LM where transformers generates text (`blindspot.models.roles`);
 - tokens: a gated model not yet cached has a token (HF_TOKEN or the token file) that opens it;
 - API metrics: their key variable is set, and their endpoint answers (a short timeout; the key is
   never printed); a metric whose key is not set is a warning, as the run skips it (MetricSkipped), and
@@ -29,11 +31,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from blindspot import plan
-from blindspot.config import built_model_dir, is_api_model
-from blindspot.models import hub
+from blindspot.config import ConfigError, built_model_dir, is_api_model, read_yaml
+from blindspot.models import hub, roles
 from blindspot.slurm import profile_resources
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
@@ -149,6 +149,15 @@ def model_checks(config: dict[str, Any], cache_dir: str | Path, endpoint: str) -
     for model, state in states.items():
         if model.gated:
             checks.append(token_check(model, state.complete, endpoint, not state.complete and unreachable() is None))
+    return checks
+
+
+def role_checks(config: dict[str, Any], cache_dir: str | Path) -> list[Check]:
+    """One line per model (and kind of role) whose config.json is there now: does it fit its roles."""
+    checks = []
+    for fit in roles.role_fits(config, cache_dir):
+        verdict = {True: OK, False: FAIL, None: WARN}[fit.takes]
+        checks.append(Check("role", fit.name, verdict, f"{', '.join(fit.keys)} through {fit.loader}: {fit.reason}"))
     return checks
 
 
@@ -379,10 +388,13 @@ def run_checks(
 
     cache_dir = cache_dir or constants.HF_HUB_CACHE
     endpoint = endpoint or constants.ENDPOINT
-    checks = model_checks(config, cache_dir, endpoint) + api_checks(config) + disk_checks(config, cache_dir)
+    checks = model_checks(config, cache_dir, endpoint) + role_checks(config, cache_dir)
+    checks += api_checks(config) + disk_checks(config, cache_dir)
     if profile is not None:
         path = profile_file(profile)
-        settings = yaml.safe_load(path.read_text()) or {}
+        settings = read_yaml(path, "profile") or {}
+        if not isinstance(settings, dict):
+            raise ConfigError(f"profile file {path}: holds a YAML {type(settings).__name__}, not a mapping of settings")
         checks += profile_checks(settings)
         if settings.get("executor") == "slurm":
             checks += canary_checks(config, path, canary_timeout_s)

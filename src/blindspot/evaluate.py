@@ -5,8 +5,10 @@ comparable: the dataset's fingerprint, each model's identity and the settings.""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
+import itertools
 import re
 import subprocess
 import sys
@@ -21,7 +23,8 @@ import yaml
 from blindspot import targets
 from blindspot.config import ConfigError, validate_config
 from blindspot.dag import CHECKOUT, checkout_config
-from blindspot.io import write_json, write_text
+from blindspot.io import read_csv, write_json, write_text
+from blindspot.models.roles import misplaced, role_fits
 
 # The base config without --configfile, in the checkout.
 DEFAULT_CONFIG = "config/tiny.yaml"
@@ -92,13 +95,14 @@ def humblebench_config(
     ProtoBias. A local release is read here first, so that one the workflow cannot read stops before it
     starts: a JSON(L) file whole (every line checked), a table or folder to its first record only (their
     records carry images)."""
-    from blindspot.humblebench.release import release_records
+    from blindspot.humblebench.release import checked_release_question, release_records
     from blindspot.models.hub import is_hub_dataset
 
     if not is_hub_dataset(release):
         records = release_records(release)
         whole = Path(release).is_file() and Path(release).suffix in (".jsonl", ".json")
-        if not (sum(1 for _ in records) if whole else next(records, None) is not None):
+        checked = itertools.islice(records, None if whole else 1)
+        if not [checked_release_question(record, release) for record in checked]:
             raise ConfigError(f"release {release}: no questions")
     config = copy.deepcopy(base)
     humble = config["humblebench"]
@@ -180,13 +184,11 @@ def record_rows(config: dict[str, Any], benchmark: str, rows: pd.DataFrame) -> p
     return stamped
 
 
-def with_compared(rows: pd.DataFrame, compare: Sequence[str]) -> pd.DataFrame:
-    """The new rows after the rows of each `--compare` CSV (the table's columns), each marked by its source."""
+def with_compared(rows: pd.DataFrame, compared: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """The new rows after the rows of each `--compare` CSV (path: its rows, with the table's columns), each
+    marked by its source."""
     frames = []
-    from blindspot.io import read_csv
-
-    for path in compare:
-        found = read_csv(path)
+    for path, found in compared.items():
         missing = [column for column in rows.columns[:1] if column not in found]
         if missing:
             raise ConfigError(f"--compare {path}: no column {missing[0]!r} (a CSV with the table's columns)")
@@ -228,16 +230,22 @@ def evaluate(args: Any) -> pd.DataFrame:
     """`blindspot evaluate protobias|humblebench`: the generated config, the run, the recorded rows. Paths
     on the command line are the current folder's; the config's relative paths (its taxonomies, templates,
     `results_dir`) are the checkout's, where the workflow runs, from whatever folder the command runs."""
+    from huggingface_hub import constants
+
     base = checkout_config(args.configfile, DEFAULT_CONFIG)
     results_dir = args.results_dir and str(Path(args.results_dir).resolve())
     if args.benchmark == "protobias":
         source = from_here(args.dataset, "--dataset")
     else:
         source = from_here(args.release, "--release")
+    # read before the run, so a file that is no CSV stops the command before the workflow, not after it
     compare = [from_here(path, "--compare") for path in args.compare]
+    compared = {path: read_csv(path, "--compare") for path in compare}
     profile = profile_here(args.profile)
     with contextlib.chdir(CHECKOUT):
         results_dir = results_dir or str(Path(base["results_dir"]).resolve() / f"evaluate_{args.benchmark}")
+        if Path(results_dir).exists() and not Path(results_dir).is_dir():
+            raise ConfigError(f"--results-dir {results_dir}: not a folder")
         if args.benchmark == "protobias":
             malformed = [pair for pair in args.column if not pair.partition("=")[0] or "=" not in pair]
             if malformed:
@@ -247,13 +255,25 @@ def evaluate(args: Any) -> pd.DataFrame:
         else:
             config = humblebench_config(base, source, args.vlm, args.setting, results_dir)
         validate_config(config)
+        # the models the command placed (the base's others run elsewhere), checked before a compute node loads them
+        placed = {"protobias": "evaluation.metrics.", "humblebench": "humblebench.vlms"}[args.benchmark]
+        unfit = [fit for fit in role_fits(config, constants.HF_HUB_CACHE)
+                 if fit.takes is False and any(key.startswith(placed) for key in fit.keys)]  # fmt: skip
+        if unfit:
+            raise ConfigError(misplaced(unfit[0]))
         written = Path(results_dir) / "evaluate_config.yaml"
         written.parent.mkdir(parents=True, exist_ok=True)
         write_text(written, yaml.safe_dump(config, sort_keys=False))
     run_workflow(written, profile, args.cores)
     with contextlib.chdir(CHECKOUT):
         rows = record_rows(config, args.benchmark, result_table(config, args.benchmark))
-        return with_compared(rows, compare)
+        return with_compared(rows, compared)
+
+
+def _cores(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of cores (a whole number, at least 1)")
+    return int(text)
 
 
 def add_parser(commands: Any) -> None:
@@ -267,7 +287,7 @@ def add_parser(commands: Any) -> None:
                          f"the checkout's (default: the checkout's {DEFAULT_CONFIG})")  # fmt: skip
         sub.add_argument("--results-dir", help="where the run writes (default {results_dir}/evaluate_<benchmark>)")
         sub.add_argument("--profile", help="a Snakemake profile, e.g. profiles/slurm (default: local)")
-        sub.add_argument("--cores", type=int, default=1, help="local cores without --profile")
+        sub.add_argument("--cores", type=_cores, default=1, help="local cores without --profile")
         sub.add_argument("--compare", action="append", default=[], help="a CSV of earlier rows to print beside")
         if name == "protobias":
             sub.add_argument("--dataset", required=True, help="the export's folder or hub id, or a table of pairs")

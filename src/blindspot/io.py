@@ -43,6 +43,8 @@ def _new_temp(path: Path, create: Callable[[Path], Made]) -> tuple[Path, Made]:
             continue
         except FileNotFoundError:
             path.parent.mkdir(parents=True, exist_ok=True)
+        except NotADirectoryError as error:  # name the folder asked for, not the temporary
+            raise NotADirectoryError(error.errno, error.strerror, str(path.parent)) from None
 
 
 def _new_file(path: Path) -> int:
@@ -160,6 +162,21 @@ def write_text(path: str | Path, text: str) -> None:
 def write_json(path: str | Path, obj: Any, sort_keys: bool = True) -> None:
     """`obj` as indented JSON; `sort_keys=False` where the order of a mapping is meaningful."""
     write_text(path, json.dumps(obj, indent=2, sort_keys=sort_keys, default=str) + "\n")
+
+
+JSON_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    """A JSON file's object; a file that is not UTF-8 or not JSON, or holds another kind of value, is
+    a ValueError naming it."""
+    try:
+        value = json.loads(utf8_text(Path(path)))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: holds a JSON {JSON_NAMES[type(value)]} where an object belongs")
+    return value
 
 
 def jsonl_lines(path: Path) -> list[str]:

@@ -12,7 +12,6 @@ train pairs, beside the paper's counts (`paper:`); `measured_acceptance` reads a
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Iterable
@@ -20,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from blindspot import catalogue, targets
 from blindspot.catalogue import DATA_WILDCARDS, SHARDED_STEPS, STEPS, THROUGHPUT_STEPS
 from blindspot.dag import dag_jobs
+from blindspot.io import read_json
 from blindspot.resources import job_resources
 
 ITEMS_NOTE = (
@@ -156,7 +157,7 @@ def measured_acceptance(config: dict[str, Any]) -> pd.DataFrame:
         shares = {}
         for kind, (kept, of) in {"triplet": ("accepted", "generated"), "pair": ("pairs_kept", "pairs_in")}.items():
             path = Path(targets.path(config, f"{kind}_counters", domain=domain))
-            counters = json.loads(path.read_text()) if path.is_file() else {}
+            counters = read_json(path) if path.is_file() else {}
             shares[kind] = counters[kept] / counters[of] if counters.get(of) else float("nan")
         rows.append({"domain": domain, "triplets": shares["triplet"], "pairs": shares["pair"]})
     return pd.DataFrame(rows, columns=["domain", "triplets", "pairs"])
@@ -279,14 +280,17 @@ def computed_items(counters: str) -> int | None:
     job's time. None when the job writes no such counter."""
     if not counters or not Path(counters).is_file():
         return None
-    return json.loads(Path(counters).read_text()).get("computed_items")
+    return read_json(counters).get("computed_items")
 
 
 def output_items(config: dict[str, Any], rule: str, output: str) -> int | None:
     """Items a finished job handled, from its output parquet's row count; None when the file is not there."""
     if not Path(output).is_file():
         return None
-    rows = pq.ParquetFile(output).metadata.num_rows
+    try:
+        rows = pq.ParquetFile(output).metadata.num_rows
+    except pa.ArrowException as error:
+        raise ValueError(f"{output}: not a parquet table ({error})") from None
     if rule == "measure_image_quality":  # a row is one pair (two images) under one metric
         return 2 * rows // len(config["image_stage"]["iqa_metrics"])
     if rule == "score_metric":  # a row is one pair: two images
@@ -301,6 +305,8 @@ def benchmark_seconds(path: Path) -> float:
         seconds = pd.read_csv(path, sep="\t").get("s", pd.Series(dtype=float))
     except (pd.errors.EmptyDataError, pd.errors.ParserError):
         return float("nan")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not a Snakemake benchmark file (not UTF-8 text: {error.reason})") from None
     value = pd.to_numeric(seconds, errors="coerce").iloc[0] if len(seconds) else float("nan")
     return float(value)
 
@@ -317,7 +323,8 @@ def measured_throughput(config: dict[str, Any], benchmark_dir: str | Path) -> pd
     """
     benchmark_dir = Path(benchmark_dir)
     if not benchmark_dir.is_dir():
-        raise ValueError(f"{benchmark_dir}: no such folder (give the {{results_dir}}/benchmarks of a finished run)")
+        what = "not a folder" if benchmark_dir.exists() else "no such folder"
+        raise ValueError(f"{benchmark_dir}: {what} (give the {{results_dir}}/benchmarks of a finished run)")
     run = config | {"results_dir": str(benchmark_dir.parent)}
     jobs = job_table(run)
     jobs = jobs[jobs["rule"].isin(THROUGHPUT_STEPS)]

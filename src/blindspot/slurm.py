@@ -6,25 +6,31 @@ account and any override from the profile (its `default-resources`, then the rul
 and `set-threads`, evaluated for the attempt). So a stage submitted here asks SLURM for what the
 workflow's job of that stage would ask, and runs with the thread count Snakemake would give it: CPU
 kernels sum in an order that depends on the thread count, so only then are its outputs bit for bit
-the workflow's.
+the workflow's. It runs in the Python given, whose packages must meet the stage's env file, as the
+rule's conda env does.
 
     job = submit_stage("render_images", "config/config.yaml", domain="animals", t2i="flux.1-schnell",
                        shard="00000")  # the job's wildcards; other keywords override its arguments
-    job.result()  # blocks; raises with the job's traceback if the stage failed
+    job.result()  # blocks; raises if the stage failed (its traceback is in the job's stderr)
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import operator
 import os
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from blindspot.catalogue import STEPS
+from blindspot.catalogue import STEPS, env_requirements, job_env
 from blindspot.config import load_config
+from blindspot.io import write_json
 from blindspot.resources import job_resources
 
 DEFAULT_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "slurm" / "config.yaml"
@@ -131,25 +137,63 @@ def submitit_parameters(resources: dict[str, Any], threads: int, gpus: int, rule
     return parameters
 
 
-def _run_stage(step: str, arguments: dict[str, Any], outputs: list[str], threads: int) -> None:
-    # Set before the stage imports torch, which reads them once.
-    os.environ.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
-    from blindspot.steps import remove_killed_runs_temps, run_step, setup_logging
+# Run in an interpreter: the versions of the distributions named on stdin (a JSON list), None where absent.
+_VERSIONS = (
+    "import json, sys\nfrom importlib import metadata\n"
+    "def version(name):\n    try:\n        return metadata.version(name)\n"
+    "    except metadata.PackageNotFoundError:\n        return None\n"
+    "print(json.dumps({name: version(name) for name in json.load(sys.stdin)}))"
+)
+
+
+def unmet_pins(python: str, env: str) -> list[str]:
+    """The pins of workflow/envs/<env>.yaml that `python`'s installed packages do not meet, each with
+    what is installed ("transformers==5.19.0 (5.24.0 installed)", "vllm==0.32.0 (not installed)"); a
+    local version label (torch's +cu130) is not part of the pin."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    pins = [Requirement(line) for line in env_requirements(env)]
+    try:
+        found = subprocess.run([python, "-c", _VERSIONS], input=json.dumps([pin.name for pin in pins]),
+                               capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as error:
+        raise ValueError(f"python {python}: cannot run it to read its packages ({error})") from None
+    installed = json.loads(found.stdout)
+    unmet = []
+    for pin in pins:
+        version = installed[pin.name]
+        if version is None or Version(version).public not in pin.specifier:
+            unmet.append(f"{pin} ({'not installed' if version is None else f'{version} installed'})")
+    return unmet
+
+
+def _run_stage(python: str, job: str, outputs: list[str], threads: int) -> None:
+    """On the node: what a killed run left is removed, then the stage runs in `python` (its env's) as
+    `python -m blindspot.steps replay` of the job's file, with the threads Snakemake would give it."""
+    from blindspot.steps import remove_killed_runs_temps, setup_logging
 
     setup_logging()
     remove_killed_runs_temps(outputs)
-    run_step(step, **arguments)
+    source = str(Path(__file__).resolve().parents[1])  # the env's Python imports this checkout's blindspot
+    path = os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
+    environment = os.environ | dict.fromkeys(THREAD_VARIABLES, str(threads)) | {"PYTHONPATH": path}
+    done = subprocess.run([python, "-m", "blindspot.steps", "replay", job], env=environment, check=False)
+    if done.returncode:
+        raise RuntimeError(f"the stage failed in {python} (exit {done.returncode}); its log is the job's stderr")
 
 
 def submit_stage(
     step: str, config_path: str | Path, *, folder: str | Path = "results/submitit", attempt: int = 1,
-    profile: str | Path = DEFAULT_PROFILE, **arguments: Any,
+    profile: str | Path = DEFAULT_PROFILE, python: str | Path | None = None, **arguments: Any,
 ) -> Any:  # fmt: skip
     """Submit one job of `step` (a rule name), named by its wildcards as keywords; returns the submitit
     Job. The job runs with the arguments the workflow gives it (`blindspot.dag.job_arguments`, from
-    the current folder), but for the other keywords, which replace them (e.g. `out=` elsewhere). As
+    the current folder), but for the other keywords, which replace them (e.g. `out=` elsewhere), in
+    `python` (default: this one), whose packages must meet the pins of the stage's env file, as the
+    rule's conda env does (else a ValueError lists what they miss, before any GPU is waited for). As
     under Snakemake, it first removes what a killed run left half-written beside its outputs.
-    SLURM's output and the pickled result go to `folder`."""
+    SLURM's output, the job's arguments and the pickled result go to `folder`."""
     import submitit
 
     from blindspot.dag import job_arguments_and_outputs, output_paths
@@ -158,11 +202,21 @@ def submit_stage(
         raise ValueError(f"unknown stage '{step}' (stages: {', '.join(STEPS)})")
     config = load_config(config_path)
     wildcards = {name: str(arguments.pop(name)) for name in STEPS[step].wildcards if name in arguments}
+    python = str(python or sys.executable)
+    env = job_env(config, step, wildcards)
+    unmet = unmet_pins(python, env)
+    if unmet:
+        raise ValueError(
+            f"stage {step} runs in workflow/envs/{env}.yaml, whose pins {python} does not meet: {', '.join(unmet)}; "
+            "pass python= the interpreter of an env built from that file (Snakemake's are in .snakemake/conda)"
+        )
     workflow_arguments, output_names = job_arguments_and_outputs(config, step, wildcards)
     arguments = workflow_arguments | arguments
     needs = job_resources(config, step, wildcards, attempt)
     threads = profile_threads(step, profile) or needs.threads
     resources = profile_resources(step, attempt, profile, own={"mem_mb": needs.mem_mb, "runtime": needs.runtime})
+    job = Path(folder).resolve() / f"{step}.{uuid.uuid4().hex[:8]}.job.json"
+    write_json(job, {"step": step, "wildcards": wildcards, "arguments": arguments}, sort_keys=False)
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
     executor.update_parameters(**submitit_parameters(resources, threads, needs.gpus, step))
-    return executor.submit(_run_stage, step, arguments, output_paths(arguments, output_names), threads)
+    return executor.submit(_run_stage, python, str(job), output_paths(arguments, output_names), threads)

@@ -60,7 +60,9 @@ def rerun_command(configfile: str, bad: list[BadFile]) -> str:
     return shlex.join(["snakemake", "--configfile", configfile, "--forcerun", *outputs])
 
 
-def report(configfile: str, checked: int, bad: list[BadFile]) -> str:
+def report(configfile: str, results_dir: str, checked: int, bad: list[BadFile]) -> str:
+    if not checked and not bad:  # nothing has run, or the config or the current folder is not the run's
+        return f"no rendered images to check: no render job of {configfile} has finished in {results_dir}\n"
     if not bad:
         return f"{checked} images match the sha256 recorded when they were written\n"
     outputs = sorted({file.job_output for file in bad})

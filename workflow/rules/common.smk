@@ -99,8 +99,10 @@ def get_threads(rule):
 
 def get_resources(rule):
     """A job's GPUs (also vLLM's tensor parallelism), memory and time (`blindspot.resources`); memory
-    and time grow with the attempt."""
+    and time grow with the attempt. Every job is one process on one node: without `nodes`, SLURM may
+    spread a job's GPUs (`--gpus`) over two nodes, and the job would see only its own node's."""
     return {
+        "nodes": 1,
         "gpu": lambda wildcards: _job_resources(rule, wildcards).gpus,
         "mem_mb": lambda wildcards, attempt: _job_resources(rule, wildcards, attempt).mem_mb,
         "runtime": lambda wildcards, attempt: _job_resources(rule, wildcards, attempt).runtime,

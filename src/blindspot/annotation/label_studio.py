@@ -15,7 +15,6 @@ LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN=true when the server is first started).
 from __future__ import annotations
 
 import html
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -32,7 +31,7 @@ from blindspot.annotation.projects import (
     outside_workflow_outputs,
     project_instructions,
 )
-from blindspot.io import write_json
+from blindspot.io import read_json, write_json
 
 LINK = "label_studio.json"  # in the project folder: the Label Studio server and project a push made
 TIMEOUT_S = 120  # an import of a few thousand tasks takes a while on a small server
@@ -145,7 +144,9 @@ def pull(folder: str | Path, out: str | Path, token: str, emails: Mapping[str, s
     link_path = folder / LINK
     if not link_path.exists():
         raise ValueError(f"{link_path} not found: push the project first (blindspot annotate push {folder})")
-    link = json.loads(link_path.read_text())
+    link = read_json(link_path)
+    if not {"url", "project_id"} <= link.keys():
+        raise ValueError(f"{link_path}: no url or project_id: push again (blindspot annotate push {folder})")
     client = Client(url or link["url"], token)
     tasks = client.call("GET", f"/api/projects/{link['project_id']}/export",
                         params={"exportType": "JSON", "download_all_tasks": "true"})  # fmt: skip

@@ -33,9 +33,11 @@ import pandas as pd
 
 from blindspot.humblebench.questions import DECISIONS
 from blindspot.humblebench.settings import lettered
-from blindspot.io import write_json, write_text
+from blindspot.io import read_json, write_json, write_text
 
 TASKS = ("image_score", "pairwise", "question_check")
+# What `make_project` writes into project.json that every reader needs (`instructions` came later).
+PROJECT_KEYS = ("task", "items", "annotators", "image_root", "storage_path", "image_url_prefix")
 PAIR_CHOICES = ("left", "right", "neither")
 CONTROLS = {"image_score": "score", "pairwise": "choice", "question_check": "decision"}  # each config's required one
 
@@ -129,6 +131,10 @@ def task_items(task: str, table: pd.DataFrame) -> list[dict[str, Any]]:
             f"task {task} needs a table with columns {', '.join(TASK_COLUMNS[task])}; this one lacks "
             f"{', '.join(missing)} (is it another task's table?)"
         )
+    empty = table[list(TASK_COLUMNS[task])].isna()
+    if empty.to_numpy().any():
+        column = empty.any().idxmax()
+        raise ValueError(f"task {task}: row {empty[column].to_numpy().argmax()} of the table has no {column}")
     if task == "image_score":
         return [{"id": r.image_id, "images": {"image": r.path}, "description": r.description}
                 for r in table.itertuples(index=False)]  # fmt: skip
@@ -178,9 +184,10 @@ def make_project(
     storage = Path(os.path.commonpath([p.parent for p in images])) if images else folder.resolve()
     root = Path(image_root).resolve() if image_root is not None else storage.parent
     if storage == root or not storage.is_relative_to(root):
+        at = ", not at it" if storage == root else ""
         raise ValueError(
-            f"the images' folder {storage} must be below the image root {root}, not at it (Label Studio "
-            "refuses a local-files storage at its LOCAL_FILES_DOCUMENT_ROOT): choose a folder above it"
+            f"the images' folder {storage} must be below the image root {root}{at}"
+            " (Label Studio refuses a local-files storage at its LOCAL_FILES_DOCUMENT_ROOT): choose a folder above it"
         )
     project = {"task": task, "instructions": instructions, "items": items, "image_root": str(root),
                "storage_path": str(storage), "image_url_prefix": image_url_prefix,
@@ -222,7 +229,16 @@ def make_projects(
 
 
 def load_project(folder: str | Path) -> dict[str, Any]:
-    return json.loads((Path(folder) / "project.json").read_text())
+    """A project folder's `project.json`; a folder without one, or one without a project's keys, is a
+    ValueError naming it."""
+    path = Path(folder) / "project.json"
+    if not path.is_file():
+        raise ValueError(f"{folder}: not a project folder (no project.json): make one with `blindspot annotate make`")
+    project = read_json(path)
+    missing = [key for key in PROJECT_KEYS if key not in project]
+    if missing:
+        raise ValueError(f"{path}: no {', '.join(missing)}: not what `blindspot annotate make` writes; make it again")
+    return project
 
 
 def outside_workflow_outputs(folder: str | Path) -> Path:

@@ -127,7 +127,11 @@ class LabelStore:
         self.connection = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self.lock = threading.Lock()
         with self.lock:
-            self.connection.execute("PRAGMA journal_mode=WAL")
+            try:
+                self.connection.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.DatabaseError as error:  # the first statement that reads the file
+                self.connection.close()
+                raise ValueError(f"{path}: not the project's label database ({error})") from None
             self.connection.execute("PRAGMA synchronous=FULL")
             self.connection.execute(
                 "CREATE TABLE IF NOT EXISTS labels (annotator TEXT NOT NULL, item_id TEXT NOT NULL, "

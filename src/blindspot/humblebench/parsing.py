@@ -52,9 +52,19 @@ def parse_answer(text: str, options: Sequence[str] | Mapping[str, str]) -> str |
     return _read(text, texts)
 
 
+def _without_options(text: str, texts: Mapping[str, str]) -> str:
+    """The answer with the shown options' own texts taken out, longest first: a letter inside one
+    ("C. E-scooter", "D. A cat") is the option's, not a second letter named."""
+    options = [option for option in texts.values() if len(option.strip()) > 1]
+    for option in sorted(options, key=len, reverse=True):
+        text = text.replace(option, " ")
+    return text
+
+
 def _read(text: str, texts: Mapping[str, str]) -> str | None:
+    prose = _without_options(text, texts)
     mentioned = {
-        m.group(1) for m in _MENTION.finditer(text) if not (m.group(1) == "A" and _ARTICLE.match(text, m.end()))
+        m.group(1) for m in _MENTION.finditer(prose) if not (m.group(1) == "A" and _ARTICLE.match(prose, m.end()))
     }
     if len(mentioned) > 1:
         return None

@@ -142,6 +142,15 @@ def release_question(record: Mapping[str, Any]) -> Question:
     return Question(question_id, stem, options, str(record["label"]).strip(), str(record["type"]))
 
 
+def checked_release_question(record: Mapping[str, Any], source: str) -> Question:
+    """`release_question` of a record that has every field of a release's; one without is a ValueError
+    naming `source` and what it lacks."""
+    missing = {"question_id", "question", "type", "label", "image"} - set(record)
+    if missing:
+        raise ValueError(f"{source}: a release record lacks {sorted(missing)}")
+    return release_question(record)
+
+
 def load_release(source: str, image_dir: str | Path) -> list[dict[str, Any]]:
     """Question rows from the official release (any format `release_records` reads), with fields
     question_id, question, type, label and image. Images that come as bytes are written to `image_dir`
@@ -151,10 +160,7 @@ def load_release(source: str, image_dir: str | Path) -> list[dict[str, Any]]:
     base = Path(source).parent if Path(source).is_file() else Path(source)
     rows = []
     for record in release_records(source):
-        missing = {"question_id", "question", "type", "label", "image"} - set(record)
-        if missing:
-            raise ValueError(f"{source}: a release record lacks {sorted(missing)}")
-        question = release_question(record)
+        question = checked_release_question(record, source)
         image_path = _release_image(record["image"], base, image_dir, question.question_id)
         rows.append(question_row(question, "release", image_path, {"release": source}, verified=True))
     return rows

@@ -10,6 +10,7 @@ selection rate for the noise settings, the NOTA hit rate for NOTA-only).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -128,18 +129,25 @@ SHIFT_COLUMNS = {"nota_selection": "NOTA Selection", "nota_hit": "NOTA Hit", "fa
 def shift_table(metrics: pd.DataFrame, reading: str, before: str, after: str) -> pd.DataFrame:
     """The appendix's Table 1 (Original -> Cautious prompt in the paper): per model, how each NOTA
     measure moves from the setting `before` to `after`, "before -> after" as the paper prints it
-    (percentages; d' as it is, two decimals; "-" where a setting has no value)."""
+    (percentages; d' as it is, two decimals; "-" where a setting has no value), and a last row
+    "Average" over the models that have a value, as the paper's last row averages over its 20."""
     part = _one_reading(metrics, reading, list(SHIFT_COLUMNS)).set_index(["setting", "vlm"])
-
-    def shown(setting: str, model: str, metric: str) -> str:
-        value = part[metric].get((setting, model), math.nan)
-        return "-" if math.isnan(value) else f"{value:.2f}" if metric == "d_prime" else f"{100 * value:.2f}"
-
     models = list(dict.fromkeys(part.index.get_level_values("vlm")))
+
+    def value(setting: str, model: str | None, metric: str) -> float:
+        if model is not None:
+            return part[metric].get((setting, model), math.nan)
+        values = [v for v in (value(setting, m, metric) for m in models) if not math.isnan(v)]
+        return statistics.fmean(values) if values else math.nan
+
+    def shown(setting: str, model: str | None, metric: str) -> str:
+        number = value(setting, model, metric)
+        return "-" if math.isnan(number) else f"{number:.2f}" if metric == "d_prime" else f"{100 * number:.2f}"
+
     rows = [
-        {"Model": model, **{title: f"{shown(before, model, metric)} → {shown(after, model, metric)}"
-                            for metric, title in SHIFT_COLUMNS.items()}}
-        for model in models
+        {"Model": model or "Average", **{title: f"{shown(before, model, metric)} → {shown(after, model, metric)}"
+                                         for metric, title in SHIFT_COLUMNS.items()}}
+        for model in [*models, None]
     ]  # fmt: skip
     return pd.DataFrame(rows, columns=["Model", *SHIFT_COLUMNS.values()])
 

@@ -13,6 +13,7 @@ import importlib
 import math
 import re
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from importlib.util import find_spec
@@ -234,6 +235,20 @@ def read_state_dict(checkpoint: Path) -> dict[str, Any]:
         return load_file(checkpoint)
     loaded = torch.load(checkpoint, map_location="cpu", weights_only=True)
     return loaded.get("state_dict", loaded)
+
+
+@contextmanager
+def default_dtype(dtype: Any) -> Iterator[None]:
+    """Modules made inside the block are made in `dtype`: an 11B model built in float32 and then cast
+    would take twice its weights on the GPU first."""
+    import torch
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def load_strictly(model: Any, state_dict: dict[str, Any], mismatch: str) -> None:

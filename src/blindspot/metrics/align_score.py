@@ -35,6 +35,8 @@ from blindspot.metrics import Score, batches, find_checkpoint, load_strictly, re
 from blindspot.models.vlm_scoring import TransformersVLMScorer
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+# The models it hands images, each with the library that loads it: `models.roles`.
+VLMS = {"captioner": "transformers"}
 
 HUB_CHECKPOINT = "AlignScore-large.ckpt"
 CAPTION_INSTRUCTION = "Describe this image in one sentence."

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from blindspot.config import ModelSpec
-from blindspot.metrics import Score, batches, read_state_dict
+from blindspot.metrics import Score, batches, default_dtype, read_state_dict
 from blindspot.metrics.checkpoints import load_mapped_state_dict
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
@@ -207,9 +207,9 @@ class CLIPFlanT5:
         self.select_layer = config["mm_vision_select_layer"]
         state_dict = read_weights(folder)
         with_vision = any(key.startswith(VISION_PREFIX) for key in state_dict)
-        with self.device:  # built where it runs, then cast and filled
+        with self.device, default_dtype(self.dtype):  # built where it runs and in its dtype, then filled
             model = build_model(config, CLIPVisionConfig.from_pretrained(tower))
-        load_release(model.to(self.dtype), state_dict, folder, with_vision)
+        load_release(model, state_dict, folder, with_vision)
         if not with_vision:
             model.vision = CLIPVisionModel.from_pretrained(tower, dtype=self.dtype).to(self.device)
         self.model = model.eval()

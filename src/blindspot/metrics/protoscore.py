@@ -13,7 +13,9 @@ from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches
 from blindspot.protobias.protoscore import TrainSettings, base_model, load_scorer
 
-SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+SCORE_VERSION = 2  # bumped when a change alters its scores (`plugin_code`); 2: the head in float32 under bf16
+# The models it hands images, each with the library that loads it: `models.roles`.
+VLMS = {"model": "transformers"}
 
 
 class ProtoScore:

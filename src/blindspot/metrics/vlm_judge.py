@@ -11,6 +11,8 @@ from blindspot.models.vlm_scoring import image_conversation, load_vlm_scorer
 from blindspot.prompts import PromptTemplate
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+# The models it hands images, each with the library that loads it (None: the model's backend): `models.roles`.
+VLMS = {"model": None}
 
 
 class VLMJudge:

@@ -10,6 +10,8 @@ from blindspot.metrics import Score, batches
 from blindspot.models.vlm_scoring import TransformersVLMScorer, image_question
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+# The models it hands images, each with the library that loads it: `models.roles`.
+VLMS = {"model": "transformers"}
 
 QUESTION = 'Does this figure show "{prompt}"? Please answer Yes or No.'
 

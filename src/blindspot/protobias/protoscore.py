@@ -104,7 +104,9 @@ class PairwiseScorer:
             # the head reads hidden states: the vocabulary projection is made for the last position only
             output = self.model(**self.inputs(prompts, images), output_hidden_states=True, logits_to_keep=1)
             last = output.hidden_states[-1][:, -1]
-            return self.head(last.float()).squeeze(-1)
+        # The head runs in float32 outside autocast, which would run it in bf16 whatever its input: scores
+        # of 8 significant bits tie pairs that differ, and a tie counts as the metric's failure.
+        return self.head(last.float()).squeeze(-1)
 
 
 def load_scorer(spec: Any, settings: TrainSettings, trained: str | Path | None = None) -> PairwiseScorer:
@@ -117,11 +119,12 @@ def load_scorer(spec: Any, settings: TrainSettings, trained: str | Path | None =
 
     device_map = spec.device_map  # first: a job without the GPUs its model asks for stops before reading weights
     torch.manual_seed(settings.seed)
-    processor = AutoProcessor.from_pretrained(spec.path, revision=spec.revision)
+    remote = spec.trust_remote_code
+    processor = AutoProcessor.from_pretrained(spec.path, revision=spec.revision, trust_remote_code=remote)
     # The frozen base loads straight onto its device in the training's precision (bf16 halves its memory);
     # what is trained, the LoRA adapters (peft's autocast_adapter_dtype) and the head, stays in float32.
     base = AutoModelForImageTextToText.from_pretrained(
-        spec.path, revision=spec.revision, device_map=device_map,
+        spec.path, revision=spec.revision, trust_remote_code=remote, device_map=device_map,
         dtype=torch.bfloat16 if settings.precision == "bf16" else torch.float32,
     )  # fmt: skip
     hidden = base.config.get_text_config().hidden_size

@@ -130,6 +130,14 @@ class DiffusersRenderer:
             spec.path, revision=spec.revision, dtype=getattr(torch, spec.dtype),
             device_map="balanced" if self.device == "cuda" and spec.gpus > 1 else self.device,
         )  # fmt: skip
+        modules = {name: part for name, part in self.pipeline.components.items() if isinstance(part, torch.nn.Module)}
+        for name, dtype in spec.render.get("component_dtypes", {}).items():
+            if name not in modules:
+                raise ValueError(
+                    f"model '{spec.name}': render.component_dtypes names '{name}', which is no module of its "
+                    f"{spec.pipeline} (those are: {', '.join(sorted(modules))})"
+                )
+            modules[name].to(getattr(torch, dtype))
         self.pipeline.set_progress_bar_config(disable=True)
 
     def render(self, descriptions: list[str], seeds: list[int]) -> list[Any]:
