@@ -13,6 +13,7 @@ from PIL import Image
 from blindspot import tables
 from blindspot.config import ModelSpec
 from blindspot.humblebench.answers import answer_in_batches, answer_shard, shard_questions
+from blindspot.humblebench.metrics import parsed_texts
 from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.settings import Question, present, setting_transforms, shard_of, shown_image
 from blindspot.prompts import PromptTemplate
@@ -167,6 +168,8 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
     assert letters == shown_letters
     assert [len(json.loads(p)) for p in frame["letter_probabilities"]] == [4, 4, 4, 5]
     assert all(logits in shown for logits, shown in zip(frame["prediction_logits"], letters, strict=True))
+    # The tables read the stored texts again (`parsed_texts`), over the options as shown: as the job did.
+    assert parsed_texts(frame).tolist() == frame["prediction_text"].tolist()
     assert counters == {
         "questions": 4,
         "unparseable_text": int((frame["prediction_text"] == "").sum()),

@@ -9,6 +9,8 @@ import pytest
 from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
 from blindspot import tables
+from blindspot.humblebench.metrics import parsed_texts
+from blindspot.humblebench.parsing import PARSER_VERSION
 from blindspot.humblebench.tables import (
     metrics_table,
     plot_nota_tradeoff,
@@ -22,6 +24,7 @@ from blindspot.humblebench.tables import (
 from blindspot.io import write_table
 
 FIVE_SHOWN = json.dumps({letter: letter for letter in "ABCDE"})
+FIVE_OPTIONS = json.dumps(["a cat", "a dog", "a bird", "a fish", "None of the above"])
 SETTINGS = {
     "original": {"label": "Original", "headline": "overall"},
     "nota_only": {"label": "NOTA-only", "headline": "nota_hit"},
@@ -37,7 +40,7 @@ def answers() -> pd.DataFrame:
                 label = "E" if setting == "nota_only" or question == "q2" else "A"
                 rows.append({
                     "question_id": question, "vlm": vlm, "model_id": vlm, "model_revision": "", "setting": setting,
-                    "type": ["Object", "Relation", "Attribute", "Object"][i], "options": "[]", "label": label,
+                    "type": ["Object", "Relation", "Attribute", "Object"][i], "options": FIVE_OPTIONS, "label": label,
                     "nota": "E", "letter_map": FIVE_SHOWN, "noise_image": False, "letter_probabilities": "[]",
                     "letter_mass": 1.0, "prediction_logits": logits[i], "text": text[i:i + 1],
                     "prediction_text": text[i:i + 1], "template_version": "v1",
@@ -82,24 +85,33 @@ def test_the_report_is_each_table_of_the_metrics_with_its_caption(humans):
     assert report["table7"][1] == "Table 7: humans and models on the same questions, %"
 
 
-def test_the_step_writes_every_table_and_the_plot(tmp_path, humans):
-    from blindspot.steps.humble import make_humble_tables
-
-    frame = answers()
+def write_answers(folder, frame):
+    """The answer tables of `frame`, one per VLM, as the answer step writes them."""
     paths = []
     for vlm, part in frame.groupby("vlm"):
-        paths.append(str(tmp_path / f"{vlm}.parquet"))
+        paths.append(str(folder / f"{vlm}.parquet"))
         write_table(paths[-1], part, tables.HUMBLE_ANSWERS)
+    return paths
+
+
+def make_tables(folder, paths, humans=True, parser_version=PARSER_VERSION):
+    from blindspot.steps.humble import make_humble_tables
 
     def files(name):
-        return [str(tmp_path / f"{name}.{ext}") for ext in ("csv", "md", "tex")]
+        return [str(folder / f"{name}.{ext}") for ext in ("csv", "md", "tex")]
 
     make_humble_tables(
-        answers=paths, human_answers=[str(tmp_path / "humans.csv")], reading="text", settings=SETTINGS,
-        original="original", stress="nota_only", cautious="nota_only", metrics=str(tmp_path / "metrics.csv"),
-        table4=files("t4"), table5=files("t5"), table6=files("t6"), table7=files("t7"), table_a1=files("ta1"),
-        plot=str(tmp_path / "nota.png"),
+        answers=paths, human_answers=[str(folder / "humans.csv")] if humans else [], reading="text",
+        settings=SETTINGS, original="original", stress="nota_only", cautious="nota_only",
+        metrics=str(folder / "metrics.csv"), table4=files("t4"), table5=files("t5"), table6=files("t6"),
+        table7=files("t7") if humans else [], table_a1=files("ta1"), plot=str(folder / "nota.png"),
+        parser_version=parser_version,
     )  # fmt: skip
+
+
+def test_the_step_writes_every_table_and_the_plot(tmp_path, humans):
+    frame = answers()
+    make_tables(tmp_path, write_answers(tmp_path, frame))
     found, report = report_tables(frame, humans, "text", SETTINGS, "original", "nota_only", "nota_only")
     assert (tmp_path / "metrics.csv").read_text() == found.to_csv(index=False)
     caption = "Appendix Table 1: Original → NOTA-only, NOTA behaviour per model (text reading), % (d' as it is)"
@@ -108,6 +120,38 @@ def test_the_step_writes_every_table_and_the_plot(tmp_path, humans):
         assert (tmp_path / f"{short}.csv").read_text() == report[name][0].to_csv(index=False)
         assert (tmp_path / f"{short}.md").read_text().startswith(report[name][1])
     assert (tmp_path / "nota.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_tables_read_the_stored_texts_with_todays_parser(tmp_path):
+    """Answers written by an older parser: the tables read their texts again, and a job whose parser is
+    not the one the workflow planned with stops."""
+    frame = answers()
+    fresh = frame.copy()
+    # vlm-a's q1 in both settings said "A", read then as nothing; its q2 texts name two options.
+    texts = {0: "The answer is (A), a cat.", 4: "**A**", 1: "A or B", 5: "E"}
+    for row, text in texts.items():
+        frame.loc[row, "text"] = text
+        fresh.loc[row, "text"] = text
+        frame.loc[row, "prediction_text"] = "C"  # what no reading of the text says
+    fresh.loc[[0, 4], "prediction_text"] = "A"
+    fresh.loc[1, "prediction_text"] = ""  # two letters: ambiguous
+    fresh.loc[5, "prediction_text"] = "E"
+    assert parsed_texts(frame).tolist() == fresh["prediction_text"].tolist()
+    make_tables(tmp_path, write_answers(tmp_path, frame), humans=False)
+    assert (tmp_path / "metrics.csv").read_text() == metrics_table(fresh).to_csv(index=False)
+    assert (tmp_path / "metrics.csv").read_text() != metrics_table(frame).to_csv(index=False)
+    with pytest.raises(ValueError, match=f"parser is version {PARSER_VERSION}, the workflow planned with 0"):
+        make_tables(tmp_path, write_answers(tmp_path, frame), humans=False, parser_version=0)
+
+
+def test_shown_options_pair_with_their_letters_where_the_letters_have_a_gap():
+    frame = answers().head(1)
+    # The official NOTA-only: the correct option (A) removed, the others keep their letters.
+    frame = frame.assign(options=json.dumps(["a dog", "a bird", "a fish", "None of the above"]),
+                         letter_map=json.dumps({"A": "", "B": "B", "C": "C", "D": "D", "E": "E"}))  # fmt: skip
+    readings = {"C. a bird": "C", "a fish": "D", "A": "", "None of the above": "E"}
+    for text, letter in readings.items():
+        assert parsed_texts(frame.assign(text=text)).tolist() == [letter], text
 
 
 def test_a_results_file_with_empty_cells_and_unshown_letters_is_scored(tmp_path):

@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
 from blindspot.config import ConfigError, build_inputs, check_config_files, is_api_metric, metric_models, model_spec, resolved_recipe, validate_config
 from blindspot import catalogue, targets
+from blindspot.humblebench.parsing import PARSER_VERSION
 from blindspot.metrics import plugin_code
 from blindspot.metrics.scoring import metric_score_settings
 from blindspot.resources import job_resources

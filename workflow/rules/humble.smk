@@ -122,6 +122,8 @@ rule make_humble_tables:
         original=HUMBLE["tables"]["original"],
         stress=HUMBLE["tables"]["stress"],
         cautious=HUMBLE["tables"].get("cautious"),
+        # The tables read the answers' texts again (`parsed_texts`): a parser change re-runs them.
+        parser_version=PARSER_VERSION,
     log:
         LOG("make_humble_tables"),
     threads: get_threads("make_humble_tables")

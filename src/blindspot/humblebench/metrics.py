@@ -11,6 +11,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from blindspot.humblebench.parsing import parse_answer
 from blindspot.humblebench.settings import TYPES
 
 # Metrics. `answers` has one row per shown question (ANSWER_COLUMNS): label, nota, prediction (a letter,
@@ -27,7 +28,8 @@ def require_columns(frame: pd.DataFrame, columns: Iterable[str], what: str) -> N
 
 
 @lru_cache(maxsize=4096)
-def _shown_letters(letter_map: str) -> frozenset[str]:
+def shown_letters(letter_map: str) -> frozenset[str]:
+    """The letters a question showed: the values of its answer row's `letter_map` (JSON)."""
     try:
         mapping = json.loads(letter_map)
     except ValueError:
@@ -43,8 +45,23 @@ def read_predictions(answers: pd.DataFrame) -> pd.Series:
     four options were shown)."""
     return pd.Series(
         [
-            prediction if isinstance(prediction, str) and prediction in _shown_letters(str(letter_map)) else ""
+            prediction if isinstance(prediction, str) and prediction in shown_letters(str(letter_map)) else ""
             for prediction, letter_map in zip(answers["prediction"], answers["letter_map"], strict=True)
+        ],
+        index=answers.index,
+        dtype=object,
+    )
+
+
+def parsed_texts(answers: pd.DataFrame) -> pd.Series:
+    """Each answer's `text` read by today's parser over the options its question showed (`options`, in
+    the order of its shown letters): the tables read the stored texts again, so a parser fix reaches
+    answers written before it without asking the VLMs again."""
+    rows = zip(answers["text"], answers["options"], answers["letter_map"], strict=True)
+    return pd.Series(
+        [
+            parse_answer(text, dict(zip(sorted(shown_letters(letter_map)), json.loads(options), strict=True))) or ""
+            for text, options, letter_map in rows
         ],
         index=answers.index,
         dtype=object,

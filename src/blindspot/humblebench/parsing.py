@@ -8,6 +8,10 @@ from collections.abc import Mapping, Sequence
 
 from blindspot.humblebench.settings import LETTERS
 
+# Bumped when a change alters what an answer reads as: the tables' rule re-runs on it and reads the
+# stored answers again (`metrics.parsed_texts`); the VLMs are not asked again.
+PARSER_VERSION = 1
+
 # Every pattern is linear by construction: each quantifier is possessive (`*+`, `++`, `?+`) or takes
 # one character, so no run of characters is ever re-split between two quantifiers. (The old keyword
 # pattern, `\s+` then `\s*` then `\s*`, tried every split: "answer" and 8,000 spaces took 4 s.)

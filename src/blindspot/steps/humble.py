@@ -95,13 +95,28 @@ def answer_humble(
 def make_humble_tables(
     answers: Sequence[str], human_answers: Sequence[str], reading: str, settings: dict[str, dict[str, str]],
     original: str, stress: str, cautious: str | None, metrics: str, table4: Sequence[str], table5: Sequence[str],
-    table6: Sequence[str], table7: Sequence[str], table_a1: Sequence[str], plot: str,
+    table6: Sequence[str], table7: Sequence[str], table_a1: Sequence[str], plot: str, parser_version: int,
 ) -> None:  # fmt: skip
     """Every metric per VLM x setting x reading, Tables 4-6 (7, given human answers; the appendix's
-    Original -> Cautious table, given a `cautious` setting), and the NOTA plot."""
+    Original -> Cautious table, given a `cautious` setting), and the NOTA plot. The answers' texts are
+    read again by today's parser, which must be the one the workflow planned with (`parser_version`)."""
     from blindspot.humblebench import tables as humble_tables
+    from blindspot.humblebench.metrics import parsed_texts
+    from blindspot.humblebench.parsing import PARSER_VERSION
+
+    if parser_version != PARSER_VERSION:
+        raise ValueError(
+            f"the job's HumbleBench parser is version {PARSER_VERSION}, the workflow planned with {parser_version}: "
+            "install the same blindspot where Snakemake runs and in the job's env"
+        )
 
     frame = pd.concat([read_table(path, tables.HUMBLE_ANSWERS) for path in answers], ignore_index=True)
+    reread = parsed_texts(frame)
+    changed = int((reread != frame["prediction_text"]).sum())
+    if changed:
+        log.info("%d of %d answers read otherwise by today's parser than when answered: the tables read today's",
+                 changed, len(frame))  # fmt: skip
+    frame["prediction_text"] = reread
     people = humble_tables.read_human_answers(human_answers[0]) if human_answers else None
     found, report = humble_tables.report_tables(frame, people, reading, settings, original, stress, cautious)
     files = {"table4": table4, "table5": table5, "table6": table6, "table7": table7, "table_a1": table_a1}
