@@ -33,13 +33,19 @@ TEST_GPUS = {"smollm2-135m": 1, "tiny-qwen2": 2, "tiny-flux": 1, "tiny-sd3": 2, 
              "tiny-qwen2.5-vl": 2, "tiny-internvl3": 1, "tiny-deberta-v2-nli": 1, "tiny-qwen3-vl": 1}  # fmt: skip
 
 
+# The test cluster's GPU model (tests/slurm/cluster.sh), set as a site sets it in the profile.
+GPU_MODEL = "h100"
+
+
 def cluster_profile(profile_dir):
     """What a test cluster must change in profiles/slurm: no conda channels, no accounting daemon (so
-    `squeue` for status and no account), and short jobs (so status checks start early). Memory, time
-    and CPUs are the jobs' own (blindspot.resources, from the tiny config's `job_resources`)."""
+    `squeue` for status and no account), and short jobs (so status checks start early); and the site
+    setting the profile names, its GPU model. Memory, time and CPUs are the jobs' own
+    (blindspot.resources, from the tiny config's `job_resources`)."""
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     del profile["software-deployment-method"]
     profile |= {
+        "default-resources": {"gpu_model": GPU_MODEL},
         "slurm-status-command": "squeue",
         "slurm-no-account": True,
         "slurm-init-seconds-before-status-checks": 5,
@@ -67,7 +73,7 @@ def slurm_jobs() -> list[dict[str, str]]:
 
 
 def requested_gpus(job: dict[str, str]) -> int:
-    match = re.search(r"gres:gpu:(\d+)", job.get("TresPerJob", ""))
+    match = re.search(r"gres:gpu:(?:[\w.]+:)?(\d+)", job.get("TresPerJob", ""))
     return int(match[1]) if match else 0
 
 
@@ -132,6 +138,8 @@ def test_each_job_asked_slurm_for_its_models_gpus(slurm_run):
     assert submitted[("judge_images", 2)] == submitted[("judge_images", 1)] > 0  # tiny-qwen2.5-vl, tiny-internvl3
     assert submitted[("check_prompt_quality", 1)] == 1  # the NLI model's GPU, the larger need of the stage
     assert submitted[("export_dataset", 0)] == 1
+    # Every job names the profile's GPU model, a CPU job with none of them (`--gpus=h100:0`), and ran.
+    assert {re.sub(r":\d+$", "", job["TresPerJob"]) for job in jobs} == {f"gres:gpu:{GPU_MODEL}"}
 
 
 def test_each_job_asked_slurm_for_the_cpus_memory_and_time_it_needs(slurm_run):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A one-node SLURM cluster on this machine for the tests: slurmctld and slurmd on localhost,
-# munge authentication, no cgroups, no accounting daemon, and fake GPUs (GRES backed by links to
-# /dev/null) so that GPU requests are scheduled and recorded like on a real cluster. Memory is
+# munge authentication, no cgroups, no accounting daemon, and fake GPUs of a model (GRES gpu:h100,
+# backed by links to /dev/null) so that GPU requests, a profile's `gpu_model` among them, are
+# scheduled and recorded like on a real cluster. Memory is
 # enforced as on a real cluster: without cgroups, slurmd samples each job's processes every second
 # (jobacct_gather/linux) and kills a job whose memory outgrows its --mem (OverMemoryKill).
 #
@@ -16,6 +17,7 @@
 set -euo pipefail
 BASE=${BLINDSPOT_SLURM_DIR:-/tmp/blindspot-slurm}
 FAKE_GPUS=${BLINDSPOT_SLURM_GPUS:-4}
+GPU_TYPE=${BLINDSPOT_SLURM_GPU_TYPE:-h100}
 JOB_RECORD_SECONDS=${BLINDSPOT_SLURM_JOB_AGE:-7200}
 
 say() { echo "[cluster] $*"; }
@@ -91,10 +93,11 @@ SlurmdSpoolDir=$BASE/spool/slurmd
 StateSaveLocation=$BASE/spool/slurmctld
 SlurmctldLogFile=$BASE/log/slurmctld.log
 SlurmdLogFile=$BASE/log/slurmd.log
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory Gres=gpu:$FAKE_GPUS State=UNKNOWN
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory Gres=gpu:$GPU_TYPE:$FAKE_GPUS State=UNKNOWN
 PartitionName=main Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF
-  printf 'AutoDetect=off\nNodeName=localhost Name=gpu File=%s/dev/nvidia[0-%d]\n' "$BASE" $((FAKE_GPUS - 1)) \
+  printf 'AutoDetect=off\nNodeName=localhost Name=gpu Type=%s File=%s/dev/nvidia[0-%d]\n' "$GPU_TYPE" "$BASE" \
+    $((FAKE_GPUS - 1)) \
     > "$BASE/etc/gres.conf"
   # Snakemake's SLURM job step drops SLURM_* variables, SLURM_CONF included: the config must be
   # where SLURM looks by default.
