@@ -268,7 +268,6 @@ def fake_gpus(monkeypatch, count: int) -> None:
     """A CPU host cannot show torch some GPUs: torch.cuda's count is replaced (the one mock of torch here)."""
     import torch
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
 
 

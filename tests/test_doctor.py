@@ -258,7 +258,8 @@ def test_a_driver_too_old_for_the_pinned_torchs_cuda_fails_before_any_gpu_hour()
     """A job on such a node sees no GPU (docs/usage.md shows one); the canary's driver says so first."""
     assert doctor.driver_of("GPU 0: NVIDIA H100 (UUID: GPU-1)\ndriver=535.104.05\n") == "535.104.05"
     assert doctor.driver_too_old("535.104.05", "13.0") == (
-        "driver 535.104.05 is older than torch's CUDA 13.0 needs (>= 580): every GPU job would see no GPU"
+        "driver 535.104.05 is older than torch's CUDA 13.0 needs (>= 580): "
+        "every GPU job would fail at its first CUDA call"
     )
     assert doctor.driver_too_old("580.65.06", "13.0") is None
     assert doctor.driver_too_old("535.104.05", "12.8") is None

@@ -130,6 +130,10 @@ GAP = {"A": "red", "B": "green", "D": "yellow", "E": "None of the above"}  # ori
         ("C. E-scooter", LETTERED, "C"),
         ("The answer is D. A cat", LETTERED, "D"),
         ("D. A cat, not C. E-scooter", LETTERED, None),
+        # only whole option texts are taken out: "on" inside "Done", "at" inside "Cats"
+        ("The answer is D. Cats sit there.", ["on", "in", "at", "under", "None of the above"], "D"),
+        ("B. Done, it is in the box.", ["on", "in", "at", "under", "None of the above"], "B"),
+        ("The answer is B. A cathedral", ["A cat", "A cathedral", "a dog", "a bird", "None of the above"], "B"),
         # never guessed: articles, two letters, no letter, a letter not shown
         ("a car is parked", OPTIONS, None),
         ("A car is parked on the street", OPTIONS, None),
@@ -356,7 +360,12 @@ def test_the_appendix_table_shows_each_nota_measure_moving_from_one_setting_to_a
     assert table.loc["Average", "NOTA Selection"].endswith(" → 37.50")
     cautious = shift_table(metrics_table(answered), "text", "original", "cautious")
     assert cautious.loc[0, "NOTA Hit"] == "100.00 → -"
-    assert cautious["NOTA Hit"].iloc[-1].endswith(" → -")  # no model has a value: no average
+    assert cautious["NOTA Hit"].iloc[-1] == "- → -"  # no model has both values: no average
+    # a model without the second setting is left out of both sides of the average
+    one_side = answered[~((answered["vlm"] == "vlm-b") & (answered["setting"] == "noise"))]
+    table = shift_table(metrics_table(one_side), "text", "original", "noise").set_index("Model")
+    assert table.loc["vlm-b", "NOTA Selection"] == "25.00 → -"
+    assert table.loc["Average", "NOTA Selection"] == table.loc["vlm-a", "NOTA Selection"] == "50.00 → 75.00"
 
 
 def test_table7_puts_people_and_models_on_the_same_questions(answered, tmp_path):

@@ -96,6 +96,9 @@ def test_a_cached_vllm_model_reads_images_when_its_config_has_a_vision_part(tiny
         "evaluation.metrics.vqascore-vlm.model",
     )
     assert fits["tiny-qwen2.5-vl", "transformers"].takes is False
+    # a config that writes its vision part as null has none
+    text_model = RELEASES["meta-llama/Llama-3.1-8B-Instruct"] | {"vision_config": None}
+    assert roles.vllm_reads_images(text_model)[0] is False
     assert fits["tiny-internvl3", "vllm"].takes is False
     assert fits["phi-3-vision", "vllm"].takes is None
     assert set(fits) == {("tiny-qwen2.5-vl", "vllm"), ("tiny-qwen2.5-vl", "transformers"),

@@ -33,8 +33,10 @@ TEST_GPUS = {"smollm2-135m": 1, "tiny-qwen2": 2, "tiny-flux": 1, "tiny-sd3": 2, 
              "tiny-qwen2.5-vl": 2, "tiny-internvl3": 1, "tiny-deberta-v2-nli": 1, "tiny-qwen3-vl": 1}  # fmt: skip
 
 
-# The test cluster's GPU model (tests/slurm/cluster.sh), set as a site sets it in the profile.
-GPU_MODEL = "h100"
+def cluster_gpu_model() -> str:
+    """The model of the test cluster's GPUs, as its node offers them (`gpu:h100:4`)."""
+    offered = subprocess.run(["sinfo", "-h", "-o", "%G"], capture_output=True, text=True, check=True).stdout
+    return offered.strip().split(":")[1]
 
 
 def cluster_profile(profile_dir):
@@ -45,7 +47,7 @@ def cluster_profile(profile_dir):
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     del profile["software-deployment-method"]
     profile |= {
-        "default-resources": {"gpu_model": GPU_MODEL},
+        "default-resources": {"gpu_model": cluster_gpu_model()},
         "slurm-status-command": "squeue",
         "slurm-no-account": True,
         "slurm-init-seconds-before-status-checks": 5,
@@ -139,7 +141,7 @@ def test_each_job_asked_slurm_for_its_models_gpus(slurm_run):
     assert submitted[("check_prompt_quality", 1)] == 1  # the NLI model's GPU, the larger need of the stage
     assert submitted[("export_dataset", 0)] == 1
     # Every job names the profile's GPU model, a CPU job with none of them (`--gpus=h100:0`), and ran.
-    assert {re.sub(r":\d+$", "", job["TresPerJob"]) for job in jobs} == {f"gres:gpu:{GPU_MODEL}"}
+    assert {re.sub(r":\d+$", "", job["TresPerJob"]) for job in jobs} == {f"gres:gpu:{cluster_gpu_model()}"}
 
 
 def test_each_job_asked_slurm_for_the_cpus_memory_and_time_it_needs(slurm_run):

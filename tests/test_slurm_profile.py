@@ -140,3 +140,14 @@ def test_a_submitted_stage_runs_in_its_envs_python_after_removing_what_a_killed_
     assert len(submitted) == 1
     with pytest.raises(ValueError, match=r"^python /nowhere/python: cannot run it to read its packages"):
         submit_stage("make_seeds", "config/tiny.yaml", python="/nowhere/python", domain="animals")
+    # an interpreter that prints no versions, or fails, is one line naming it
+    for python, problem in (("/bin/true", "its package versions do not read"),
+                            ("/bin/false", r"reading its packages failed \(exit 1\)")):  # fmt: skip
+        with pytest.raises(ValueError, match=rf"^python {python}: {problem}"):
+            submit_stage("make_seeds", "config/tiny.yaml", python=python, domain="animals")
+    # a job named by a wildcard that names nothing, or without one, is one line before the env is looked up
+    for wildcards in ({"vlm": "typo"}, {}):
+        with pytest.raises(ValueError, match=r"^no job of judge_images"):
+            submit_stage("judge_images", "config/tiny.yaml", python=sys.executable, domain="animals", shard="00000",
+                         **wildcards)  # fmt: skip
+    assert len(submitted) == 1

@@ -294,7 +294,8 @@ def driver_too_old(driver: str, cuda: str | None) -> str | None:
     major = re.match(r"\d+", driver)
     if need is None or major is None or int(major.group()) >= need:
         return None
-    return f"driver {driver} is older than torch's CUDA {cuda} needs (>= {need}): every GPU job would see no GPU"
+    too_old = f"driver {driver} is older than torch's CUDA {cuda} needs (>= {need})"
+    return f"{too_old}: every GPU job would fail at its first CUDA call"
 
 
 def gpus_seen(output: str) -> tuple[int, str]:

@@ -156,15 +156,23 @@ def unmet_pins(python: str, env: str) -> list[str]:
     pins = [Requirement(line) for line in env_requirements(env)]
     try:
         found = subprocess.run([python, "-c", _VERSIONS], input=json.dumps([pin.name for pin in pins]),
-                               capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
     except (OSError, subprocess.SubprocessError) as error:
         raise ValueError(f"python {python}: cannot run it to read its packages ({error})") from None
-    installed = json.loads(found.stdout)
+    said = (found.stderr.strip().splitlines() or [""])[-1]
+    if found.returncode:
+        raise ValueError(f"python {python}: reading its packages failed (exit {found.returncode}): {said}")
     unmet = []
-    for pin in pins:
-        version = installed[pin.name]
-        if version is None or Version(version).public not in pin.specifier:
-            unmet.append(f"{pin} ({'not installed' if version is None else f'{version} installed'})")
+    try:
+        # The last line: what an interpreter's start-up prints (a wrapper's banner) comes before it.
+        installed = json.loads((found.stdout.strip().splitlines() or [""])[-1])
+        for pin in pins:
+            version = installed[pin.name]
+            if version is None or Version(version).public not in pin.specifier:
+                unmet.append(f"{pin} ({'not installed' if version is None else f'{version} installed'})")
+    except (ValueError, KeyError, TypeError) as error:  # InvalidVersion is a ValueError
+        problem = f"{type(error).__name__}: {error}"
+        raise ValueError(f"python {python}: its package versions do not read ({problem})") from None
     return unmet
 
 
@@ -202,6 +210,8 @@ def submit_stage(
         raise ValueError(f"unknown stage '{step}' (stages: {', '.join(STEPS)})")
     config = load_config(config_path)
     wildcards = {name: str(arguments.pop(name)) for name in STEPS[step].wildcards if name in arguments}
+    # First the job itself: a wildcard missing or naming nothing is a one-line error that lists its jobs.
+    workflow_arguments, output_names = job_arguments_and_outputs(config, step, wildcards)
     python = str(python or sys.executable)
     env = job_env(config, step, wildcards)
     unmet = unmet_pins(python, env)
@@ -210,7 +220,6 @@ def submit_stage(
             f"stage {step} runs in workflow/envs/{env}.yaml, whose pins {python} does not meet: {', '.join(unmet)}; "
             "pass python= the interpreter of an env built from that file (Snakemake's are in .snakemake/conda)"
         )
-    workflow_arguments, output_names = job_arguments_and_outputs(config, step, wildcards)
     arguments = workflow_arguments | arguments
     needs = job_resources(config, step, wildcards, attempt)
     threads = profile_threads(step, profile) or needs.threads

@@ -57,11 +57,13 @@ def parse_answer(text: str, options: Sequence[str] | Mapping[str, str]) -> str |
 
 
 def _without_options(text: str, texts: Mapping[str, str]) -> str:
-    """The answer with the shown options' own texts taken out, longest first: a letter inside one
-    ("C. E-scooter", "D. A cat") is the option's, not a second letter named."""
-    options = [option for option in texts.values() if len(option.strip()) > 1]
+    """The answer with the shown options' own texts taken out where they hold a letter that reads as
+    one ("C. E-scooter", "D. A cat"): that letter is the option's, not a second letter named. Only
+    whole words are taken out, longest option first: an option "on" cut out of "Done" would leave a
+    "D" standing alone."""
+    options = [option.strip() for option in texts.values() if _MENTION.search(option) and len(option.strip()) > 1]
     for option in sorted(options, key=len, reverse=True):
-        text = text.replace(option, " ")
+        text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(option)}(?![A-Za-z0-9])", " ", text)
     return text
 
 

@@ -130,14 +130,16 @@ def shift_table(metrics: pd.DataFrame, reading: str, before: str, after: str) ->
     """The appendix's Table 1 (Original -> Cautious prompt in the paper): per model, how each NOTA
     measure moves from the setting `before` to `after`, "before -> after" as the paper prints it
     (percentages; d' as it is, two decimals; "-" where a setting has no value), and a last row
-    "Average" over the models that have a value, as the paper's last row averages over its 20."""
+    "Average" over the models that have both values, as the paper's last row averages over its 20:
+    both sides of an arrow average the same models."""
     part = _one_reading(metrics, reading, list(SHIFT_COLUMNS)).set_index(["setting", "vlm"])
     models = list(dict.fromkeys(part.index.get_level_values("vlm")))
 
     def value(setting: str, model: str | None, metric: str) -> float:
         if model is not None:
             return part[metric].get((setting, model), math.nan)
-        values = [v for v in (value(setting, m, metric) for m in models) if not math.isnan(v)]
+        both = [m for m in models if not (math.isnan(value(before, m, metric)) or math.isnan(value(after, m, metric)))]
+        values = [value(setting, m, metric) for m in both]
         return statistics.fmean(values) if values else math.nan
 
     def shown(setting: str, model: str | None, metric: str) -> str:

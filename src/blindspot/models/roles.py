@@ -134,7 +134,7 @@ def vllm_reads_images(model: dict[str, Any]) -> tuple[bool | None, str]:
     from transformers.models.auto import modeling_auto
 
     model_type, architectures, _ = _fields(model)
-    if "vision_config" in model:
+    if model.get("vision_config"):  # a null or empty one is no vision part
         return True, f"its config has a vision part ({_type_of(model)})"
     if model_type in modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
         return True, f"transformers maps {_type_of(model)} to images"
