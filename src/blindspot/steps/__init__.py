@@ -67,6 +67,14 @@ def spec(model: dict[str, Any]) -> ModelSpec:
     return ModelSpec(**model)
 
 
+def require_planned_code(running: Any, planned: Any, running_said: str, planned_said: str) -> None:
+    """Stop a job whose code is not what the workflow planned with (a param of its rule, from the env
+    Snakemake runs in): its outputs would be keyed, or re-run, by the other code."""
+    if running != planned:
+        raise ValueError(f"{running_said}, the workflow planned with {planned_said}: install the same version "
+                         "where Snakemake runs and in the job's env")  # fmt: skip
+
+
 def shard_rows(frame: pd.DataFrame, shard: str, shard_size: int) -> pd.DataFrame:
     """The rows of one shard: a slice of a domain's sorted seeds, as every sharded rule takes it."""
     return frame.iloc[shard_slice(shard, shard_size)]

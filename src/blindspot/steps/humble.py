@@ -13,7 +13,7 @@ import pandas as pd
 from blindspot import tables
 from blindspot.io import read_table, write_table
 from blindspot.prompts import PromptTemplate
-from blindspot.steps import log, spec, write_counters
+from blindspot.steps import log, require_planned_code, spec, write_counters
 
 
 def write_scene_questions(
@@ -104,11 +104,8 @@ def make_humble_tables(
     from blindspot.humblebench.metrics import parsed_texts
     from blindspot.humblebench.parsing import PARSER_VERSION
 
-    if parser_version != PARSER_VERSION:
-        raise ValueError(
-            f"the job's HumbleBench parser is version {PARSER_VERSION}, the workflow planned with {parser_version}: "
-            "install the same blindspot where Snakemake runs and in the job's env"
-        )
+    require_planned_code(PARSER_VERSION, parser_version, f"the job's HumbleBench parser is version {PARSER_VERSION}",
+                         str(parser_version))  # fmt: skip
 
     frame = pd.concat([read_table(path, tables.HUMBLE_ANSWERS) for path in answers], ignore_index=True)
     reread = parsed_texts(frame)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from blindspot import tables
 from blindspot.io import read_table, write_table, write_text
-from blindspot.steps import log, shard_rows, spec, write_counters
+from blindspot.steps import log, require_planned_code, shard_rows, spec, write_counters
 
 
 def score_metric(
@@ -26,11 +26,9 @@ def score_metric(
     from blindspot.metrics.scoring import ScoreCache, metric_identity, metric_loader, score_or_skip, shard_test_pairs
 
     running = code_of(metric_entry["plugin"])
-    if running != plugin_code:  # its scores would be cached under the other code's key
-        raise ValueError(
-            f"metric {metric}: the job imports {running['module']} as {running['version']}, the workflow planned "
-            f"with {plugin_code['version']}: install the same version where Snakemake runs and in the job's env"
-        )
+    require_planned_code(running, plugin_code,
+                         f"metric {metric}: the job imports {running['module']} as {running['version']}",
+                         plugin_code["version"])  # fmt: skip
     seed_ids = shard_rows(read_table(seeds, tables.SEEDS), shard, shard_size)["seed_id"]
     test = shard_test_pairs(
         read_table(pairs, tables.PAIRS), read_table(triplets, tables.TRIPLETS), seed_ids, split["seed"],
