@@ -36,10 +36,10 @@ from PIL import Image
 from tiny_preset import REPO, build_models, tiny_config
 
 from blindspot import catalogue, tables, targets
-from blindspot.config import is_api_metric
 from blindspot.io import write_table
 from blindspot.protobias.split import split_of
 from blindspot.protobias.taxonomy import sample_seeds
+from blindspot.registry import is_api_metric
 
 LIMIT = 1.2  # peak memory at 4N over that at N: at or above it, memory grows with the shard
 DOMAIN, T2I, VLM, SHARD = "animals", "tiny-flux", "tiny-qwen2.5-vl", "00000"

@@ -10,7 +10,7 @@ import time
 
 from tiny_preset import build_models, tiny_config
 
-from blindspot.config import model_spec
+from blindspot.models.spec import model_spec
 from blindspot.protobias.render import DiffusersRenderer
 
 

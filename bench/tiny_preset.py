@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from blindspot.config import resolved_recipe
+from blindspot.models.spec import resolved_recipe
 from blindspot.models.tiny.build import build_model
 
 REPO = Path(__file__).resolve().parents[1]

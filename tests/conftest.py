@@ -40,7 +40,7 @@ def step_command(folder: Path, step: str, **arguments) -> list[str]:
 
 def spec_of(config: dict, name: str) -> dict:
     """A model as its rule hands it to a step: the resolved registry entry."""
-    from blindspot.config import model_spec
+    from blindspot.models.spec import model_spec
 
     return dataclasses.asdict(model_spec(config, name))
 
@@ -65,7 +65,7 @@ def paper_config() -> dict:
 @pytest.fixture(scope="session")
 def built_config(tmp_path_factory) -> dict:
     """The tiny config with every model built (once per session) into a temporary resources dir."""
-    from blindspot.config import resolved_recipe
+    from blindspot.models.spec import resolved_recipe
     from blindspot.models.tiny.build import build_model
 
     config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())

@@ -34,7 +34,8 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from blindspot.catalogue import ENV_DIR, env_requirements
+from blindspot.catalogue import env_requirements
+from blindspot.paths import ENV_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("BLINDSPOT_ENV_CACHE", Path.home() / ".cache" / "blindspot" / "envs"))

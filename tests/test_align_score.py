@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from blindspot.config import model_spec
 from blindspot.metrics import load_metric
 from blindspot.metrics.align_score import context_chunks, model_weights, sentences
+from blindspot.models.spec import model_spec
 from blindspot.models.tiny.align_score import CHECKPOINT_FILE
 
 

@@ -20,17 +20,15 @@ from markupsafe import escape
 from PIL import Image
 
 from blindspot.annotation import label_studio
+from blindspot.annotation.labels import label_studio_export, pairwise_choices, read_labels
 from blindspot.annotation.projects import (
     CONTROLS,
     LABEL_CONFIGS,
     PAIRWISE_INSTRUCTIONS,
     QUESTION_CHECK_INSTRUCTIONS,
     TASKS,
-    label_studio_export,
     load_project,
     make_project,
-    pairwise_choices,
-    read_labels,
     task_items,
 )
 from blindspot.prompts import PromptTemplate

@@ -22,7 +22,8 @@ from PIL import Image
 from screenshots import PICTURE_SIZE, assert_side_by_side, chromium_page, loaded_width, save_screenshot, task_tables
 
 from blindspot.annotation.label_studio import export_labels
-from blindspot.annotation.projects import load_project, make_project, read_labels
+from blindspot.annotation.labels import read_labels
+from blindspot.annotation.projects import load_project, make_project
 from blindspot.annotation.server import (
     DATABASE,
     MAX_BODY_BYTES,

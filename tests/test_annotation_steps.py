@@ -10,12 +10,12 @@ from PIL import Image
 
 from blindspot import tables
 from blindspot.annotation.agreement import annotator_kappas, annotator_table, mean_pairwise_kappa
+from blindspot.annotation.labels import scored_images
 from blindspot.annotation.projects import (
     PAIRWISE_INSTRUCTIONS,
     QUESTION_CHECK_INSTRUCTIONS,
     load_project,
     make_projects,
-    scored_images,
 )
 from blindspot.io import write_table
 from blindspot.prompts import PromptTemplate

@@ -27,24 +27,25 @@ import requests
 from conftest import REPO, half_written_temps
 from PIL import Image
 
-from blindspot.config import ConfigError, model_spec, validate_config
+from blindspot.checks import validate_config
+from blindspot.config import ConfigError
 from blindspot.io import is_temp_of
-from blindspot.metrics import MetricSkipped, Score, api_judge
+from blindspot.metrics import MetricSkipped, Score
 from blindspot.metrics.api_judge import (
-    APIJudgeError,
     APIJudgeMetric,
     Unanswered,
-    backoff_delay,
     failure_detail,
     image_png,
     logprob_score,
     read_score,
     reply_failure,
-    retry_after_seconds,
 )
-from blindspot.metrics.scoring import NoAnswers, ScoreCache, score_pairs
+from blindspot.models import api_client
+from blindspot.models.api_client import APIError, backoff_delay, retry_after_seconds
+from blindspot.models.spec import model_spec
 from blindspot.models.vlm_scoring import text_score
 from blindspot.prompts import PromptTemplate
+from blindspot.protobias.scoring import NoAnswers, ScoreCache, score_pairs
 
 KEY_ENV = "BLINDSPOT_TEST_JUDGE_KEY"
 KEY = "sk-blindspot-c0ffee-9d41-NEVER-LEAK"
@@ -331,7 +332,7 @@ def test_scores_from_a_served_vlm_then_from_the_cache(server, monkeypatch, tmp_p
     digits = {"max_tokens": 1, "temperature": 0, "logit_bias": _logit_bias(server["model"])}
     metric = APIJudgeMetric(_entry(server["port"], server["model"], request=digits, client=FAST_CLIENT), tmp_path)
     scores = metric.score(prompts, images)
-    assert metric.requests_sent == len(prompts)
+    assert metric.client.requests_sent == len(prompts)
     assert metric.cache_hits == 0
     assert len(scores) == len(prompts)
     assert all(1 <= s.raw <= 9 and s.detail.isdigit() and s.raw == text_score(s.detail) for s in scores)
@@ -340,7 +341,7 @@ def test_scores_from_a_served_vlm_then_from_the_cache(server, monkeypatch, tmp_p
     posts = _posts(server["log"])
     again = APIJudgeMetric(_entry(server["port"], server["model"], request=digits, client=FAST_CLIENT), tmp_path)
     assert again.score(prompts, images) == scores
-    assert again.requests_sent == 0
+    assert again.client.requests_sent == 0
     assert again.cache_hits == len(prompts)
     assert _posts(server["log"]) == posts
     cached = [json.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
@@ -357,11 +358,11 @@ def test_a_client_error_fails_fast_with_the_endpoints_message(server, monkeypatc
     monkeypatch.setenv(KEY_ENV, KEY)
     metric = APIJudgeMetric(_entry(server["port"], "no-such-model", client=FAST_CLIENT), tmp_path)
     prompts, images = _pairs()
-    with pytest.raises(APIJudgeError, match="HTTP 400") as error:
+    with pytest.raises(APIError, match="HTTP 400") as error:
         metric.score(prompts[:1], images[:1])
     assert "no-such-model" in str(error.value)
     assert "pinned" in str(error.value)
-    assert metric.requests_sent == 1
+    assert metric.client.requests_sent == 1
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
     assert not list(tmp_path.rglob("*.json"))
     formatted = "".join(traceback.format_exception(error.value))
@@ -387,7 +388,7 @@ def test_the_client_retries_until_a_starting_server_answers(tiny_vlm, monkeypatc
     assert _posts(log_path) == 2
     retries = [r for r in caplog.records if r.levelname == "WARNING" and "ConnectionError" in r.getMessage()]
     assert retries
-    assert metric.requests_sent == 2 + len(retries)
+    assert metric.client.requests_sent == 2 + len(retries)
     _assert_no_key(caplog.text, folders=(tmp_path,))
 
 
@@ -435,7 +436,7 @@ def test_a_reply_cut_at_its_budget_before_a_score_is_a_length_failure(server, mo
     assert score.detail.startswith("length: the reply was cut at the token budget before a score")
     assert "finish_reason 'length', 3 completion tokens, text 'aaa'" in score.detail
     assert "Ignoring unsupported fields in the request: {'reasoning_effort'}" in server["log"].read_text()
-    assert _posts(server["log"]) - posts == metric.requests_sent == 1
+    assert _posts(server["log"]) - posts == metric.client.requests_sent == 1
     assert not list(tmp_path.rglob("*.json"))
 
 
@@ -499,7 +500,7 @@ def stub():
 def test_429_and_5xx_are_retried_honouring_retry_after(stub, monkeypatch, tmp_path, caplog):
     monkeypatch.setenv(KEY_ENV, KEY)
     # The jitter pinned to its top, so a back-off wait is the whole capped step min(cap, base * 2**retry).
-    monkeypatch.setattr(api_judge, "backoff_delay", functools.partial(backoff_delay, rng=lambda: 1.0))
+    monkeypatch.setattr(api_client, "backoff_delay", functools.partial(backoff_delay, rng=lambda: 1.0))
     base, cap = 0.1, 1.0
     metric = APIJudgeMetric(_entry(stub.port, client={"max_attempts": 3, "backoff_base_s": base,
                                                       "backoff_cap_s": cap}), tmp_path)  # fmt: skip
@@ -511,8 +512,8 @@ def test_429_and_5xx_are_retried_honouring_retry_after(stub, monkeypatch, tmp_pa
         (200, {}, _response("9")),
     ]
     waits = []  # post() sleeps through the `sleep` it is given
-    assert metric.post(body, sleep=waits.append) == _response("9")
-    assert metric.requests_sent == len(stub.bodies) == 3
+    assert metric.client.post(body, sleep=waits.append) == _response("9")
+    assert metric.client.requests_sent == len(stub.bodies) == 3
     assert stub.bodies == [body] * 3
     # the 429 waits its Retry-After (longer than the first back-off step, under retry_after_cap_s);
     # the 503, with none, waits the second back-off step
@@ -521,12 +522,12 @@ def test_429_and_5xx_are_retried_honouring_retry_after(stub, monkeypatch, tmp_pa
     assert "overloaded" in caplog.text
 
     stub.script = [(500, {}, {"error": {"message": f"bad key {KEY}"}})] * 3
-    with pytest.raises(APIJudgeError, match="failed 3 times") as error:
-        metric.post(body, sleep=waits.append)
+    with pytest.raises(APIError, match="failed 3 times") as error:
+        metric.client.post(body, sleep=waits.append)
     assert len(stub.bodies) == 6
     stub.script = [(401, {}, {"error": {"message": f"Incorrect API key provided: {KEY}"}})]
-    with pytest.raises(APIJudgeError, match="HTTP 401: Incorrect API key provided") as refused:
-        metric.post(body, sleep=waits.append)
+    with pytest.raises(APIError, match="HTTP 401: Incorrect API key provided") as refused:
+        metric.client.post(body, sleep=waits.append)
     assert len(stub.bodies) == 7  # a refusal is not retried
     assert waits[2:] == [min(cap, base), min(cap, base * 2)]
     _assert_no_key(str(error.value), str(refused.value), caplog.text)
@@ -554,7 +555,7 @@ def test_a_good_reply_after_an_empty_and_a_cut_one_is_used_and_cached(stub, monk
     prompts, images = _pairs()
     metric = APIJudgeMetric(_entry(stub.port, client=FAST_CLIENT), tmp_path)
     assert metric.score(prompts[:1], images[:1]) == [Score(7.0, "7")]
-    assert metric.requests_sent == len(stub.bodies) == 3
+    assert metric.client.requests_sent == len(stub.bodies) == 3
     retries = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(retries) == 2
     assert "no answer (empty: the reply was empty" in retries[0]
@@ -563,7 +564,7 @@ def test_a_good_reply_after_an_empty_and_a_cut_one_is_used_and_cached(stub, monk
     # The answer is cached: a new instance asks nothing.
     again = APIJudgeMetric(_entry(stub.port, client=FAST_CLIENT), tmp_path)
     assert again.score(prompts[:1], images[:1]) == [Score(7.0, "7")]
-    assert again.requests_sent == 0
+    assert again.client.requests_sent == 0
     assert len(stub.bodies) == 3
 
 
@@ -603,7 +604,7 @@ def test_a_job_removes_what_a_killed_run_left_of_the_entries_it_asks_for_and_not
     prompts, images = _pairs()
     metric = APIJudgeMetric(_entry(stub.port), tmp_path)
     key = metric.cache_key(prompts[0], hashlib.sha256(image_png(images[0])).hexdigest())
-    entry = metric._cache_path(key)
+    entry = metric.cache.path(key)
     left, others = half_written_temps(entry, key, '{"response": {"choi')
     assert is_temp_of(left, entry)
     assert metric.score(prompts[:1], images[:1]) == [Score(5.0, "5")]
@@ -662,7 +663,7 @@ def test_malformed_replies_are_asked_again_never_cached_then_unanswered(stub, mo
     assert isinstance(score, Unanswered)
     assert score.failure == "malformed"
     assert "not readable JSON (Exceeds the limit (4300 digits)" in score.detail
-    assert metric.requests_sent == len(stub.bodies) == 4
+    assert metric.client.requests_sent == len(stub.bodies) == 4
     retries = [r.getMessage() for r in caplog.records if "no answer (malformed" in r.getMessage()]
     assert "502 Bad Gateway" in retries[0]
     assert "choices[0].message.content is of type dict" in retries[1]
@@ -695,7 +696,7 @@ def test_a_cached_reply_that_cannot_be_used_is_asked_again_and_overwritten(stub,
     stub.reply = lambda prompt: _response("6")
     again = APIJudgeMetric(_entry(stub.port), tmp_path)
     assert again.score(prompts[:1], images[:1]) == [Score(6.0, "6")]
-    assert (again.cache_hits, again.requests_sent) == (0, 1)
+    assert (again.cache_hits, again.client.requests_sent) == (0, 1)
     assert "cannot be used" in caplog.text
     assert json.loads(path.read_text())["response"]["choices"][0]["message"]["content"] == "6"
 

@@ -28,8 +28,8 @@ def test_real_size_architectures_build_with_their_published_sizes(name):
 def test_the_timed_loop_writes_each_batch_as_the_render_stage_does(built_config, tmp_path):
     from PIL import Image
 
-    from blindspot.config import model_spec
     from blindspot.images import hash_sidecar
+    from blindspot.models.spec import model_spec
     from blindspot.protobias.render import DiffusersRenderer, sha256_of
 
     renderer = DiffusersRenderer(model_spec(built_config, "tiny-flux"))

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from blindspot.config import model_spec
+from blindspot.models.spec import model_spec
 from blindspot.protobias.export import model_rows
 from blindspot.protobias.iqa import pairs_to_measure
 from blindspot.protobias.render import triplets_of_seeds

@@ -7,9 +7,9 @@ import pytest
 from metric_checks import assert_half_precision_close, assert_refuses_unpaired, assert_scores_are_per_pair
 from PIL import Image
 
-from blindspot.config import ModelSpec
 from blindspot.metrics.blip2_score import Blip2Score
 from blindspot.metrics.tokenizers import bert_uncased_tokenizer
+from blindspot.models.spec import ModelSpec
 from blindspot.models.tiny.blip2 import build_random_blip2_itm
 
 PROMPTS = ["a red fox in the snow", "two cats asleep on a blue sofa", "a lighthouse at dusk", "a bowl of green apples"]

@@ -19,7 +19,6 @@ from metric_checks import (
 )
 from PIL import Image
 
-from blindspot.config import ModelSpec
 from blindspot.metrics.clip_flant5 import (
     ALIAS_KEYS,
     BEFORE_IMAGE,
@@ -32,6 +31,7 @@ from blindspot.metrics.clip_flant5 import (
     read_config,
     unique_keys,
 )
+from blindspot.models.spec import ModelSpec
 from blindspot.models.tiny.clip_flant5 import EXTRA_ROWS, build_random_clip_flant5
 
 OFFICIAL_SCRIPT = "clip_flant5_official.py"

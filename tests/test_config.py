@@ -8,17 +8,10 @@ import pytest
 import yaml
 from conftest import REPO, SNAKEMAKE
 
-from blindspot.config import (
-    ConfigError,
-    check_files,
-    load_config,
-    model_spec,
-    n_shards,
-    read_yaml,
-    shard_names,
-    shard_slice,
-    validate_config,
-)
+from blindspot.checks import check_files, load_config, validate_config
+from blindspot.config import ConfigError, read_yaml
+from blindspot.models.spec import model_spec
+from blindspot.shards import n_shards, shard_names, shard_slice
 
 
 def test_paper_and_tiny_configs_are_valid(paper_config, tiny_config):
@@ -203,7 +196,7 @@ def gpu_job(tmp_path, config: dict, asks: int, visible: str | None):
 def shortage_line(asks: int, seen: int, visible: str) -> str:
     import torch
 
-    from blindspot.config import nvidia_driver
+    from blindspot.models.device import nvidia_driver
 
     return (
         f"rule judge_images: model 'tiny-qwen2.5-vl' asks for {asks} GPU(s), the job sees {seen} "
@@ -216,7 +209,7 @@ def shortage_line(asks: int, seen: int, visible: str) -> str:
 def test_the_driver_is_named_or_its_absence_said():
     import shutil
 
-    from blindspot.config import nvidia_driver
+    from blindspot.models.device import nvidia_driver
 
     driver = nvidia_driver()
     if shutil.which("nvidia-smi") is None:
@@ -276,7 +269,7 @@ def test_gpus_are_counted_without_initialising_cuda_so_a_forked_vllm_engine_can(
     its engine after the job has checked its GPUs. No GPU here to fork on; what the count asks is shown."""
     import torch
 
-    from blindspot.config import visible_gpus
+    from blindspot.models.device import visible_gpus
 
     def runtime_count():
         raise AssertionError("counted through the CUDA runtime, which initialises CUDA in the job's process")
@@ -289,7 +282,7 @@ def test_gpus_are_counted_without_initialising_cuda_so_a_forked_vllm_engine_can(
 
 
 def test_where_a_model_runs_follows_the_gpus_it_asks_for_and_sees(tiny_config, monkeypatch):
-    from blindspot.config import GPUUnavailable, running_step
+    from blindspot.models.device import GPUUnavailable, running_step
 
     tiny_config["allow_cpu"] = False
     tiny_config["models"]["tiny-qwen2"]["gpus"] = 2
@@ -311,7 +304,7 @@ def test_where_a_model_runs_follows_the_gpus_it_asks_for_and_sees(tiny_config, m
 
 
 def test_the_vllm_backend_checks_the_gpus_before_it_starts_an_engine(tiny_config, monkeypatch):
-    from blindspot.config import GPUUnavailable
+    from blindspot.models.device import GPUUnavailable
     from blindspot.models.textgen import vllm_engine
 
     fake_gpus(monkeypatch, 0)

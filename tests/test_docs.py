@@ -313,11 +313,13 @@ def _module_error(module_name: str, args: tuple[str, ...]) -> str | None:
         raise Accepted
 
     module = importlib.import_module(module_name)
+    # a package runs its __main__ module's main, which calls the package's functions
+    runs = importlib.import_module(f"{module_name}.__main__") if hasattr(module, "__path__") else module
     with contextlib.ExitStack() as patches:
         for name in MODULE_STOPS[module_name]:
             patches.enter_context(mock.patch.object(module, name, stop))
         try:
-            error = _exit_message(lambda: module.main(list(args)))
+            error = _exit_message(lambda: runs.main(list(args)))
         except Accepted:
             return None
     return error or f"{module_name}.main went past its arguments without calling any of {MODULE_STOPS[module_name]}"

@@ -28,14 +28,15 @@ from hub_cache import (
     with_hub_models,
 )
 
-from blindspot import doctor
+from blindspot import doctor, doctor_models, doctor_report, doctor_system
 from blindspot.cli import main
+from blindspot.doctor_report import FAIL, OK, WARN, Check
 from blindspot.models import hub
 
 API_KEY = "sk-doctor-secret-value"
 
 
-def by_subject(checks: list[doctor.Check], check: str) -> dict[str, doctor.Check]:
+def by_subject(checks: list[Check], check: str) -> dict[str, Check]:
     return {c.subject: c for c in checks if c.check == check}
 
 
@@ -86,15 +87,15 @@ def test_the_tiny_preset_passes_with_its_models_built_and_its_api_judge_served(b
     monkeypatch.setenv("BLINDSPOT_TINY_API_KEY", API_KEY)
     with ApiServer() as api:
         checks = doctor.run_checks(tiny_run(built_config, tmp_path, api.endpoint), cache_dir=tmp_path / "hub")
-    assert not doctor.failed(checks), doctor.render(checks)
+    assert not doctor_report.failed(checks), doctor_report.render(checks)
     models = by_subject(checks, "model")
     assert set(models) == set(hub.used_models(built_config)) - {"local-api-judge"}
     assert all(c.reason.startswith("built in ") for c in models.values())
     assert by_subject(checks, "api endpoint")["local-api-judge"].reason == f"{api.endpoint} answers (HTTP 200)"
     (disk,) = [c for c in checks if c.check == "disk"]  # nothing to fetch: only the results folder
-    assert disk.verdict == doctor.OK
+    assert disk.verdict == OK
     assert "144 images at 96x96" in disk.reason
-    table = doctor.render(checks)
+    table = doctor_report.render(checks)
     assert table.splitlines()[0].split() == ["check", "subject", "verdict", "reason"]
     assert table.endswith(f"0 failed, 0 warnings, {len(checks)} ok\n")
     assert API_KEY not in table
@@ -104,10 +105,10 @@ def test_models_of_the_tiny_preset_not_yet_built_will_be_and_a_missing_archive_f
     config = copy.deepcopy(tiny_config)
     config["resources_dir"] = str(tmp_path / "resources")
     config["models"]["niqe"]["build"]["archive"] = str(tmp_path / "basicsr.tar.gz")
-    models = by_subject(doctor.model_checks(config, tmp_path / "hub", "http://127.0.0.1:9"), "model")
-    assert models["tiny-flux"] == doctor.Check("model", "tiny-flux", doctor.OK,
+    models = by_subject(doctor_models.model_checks(config, tmp_path / "hub", "http://127.0.0.1:9"), "model")
+    assert models["tiny-flux"] == Check("model", "tiny-flux", OK,
                                                "will be built by build_model (random_diffusers_pipeline)")  # fmt: skip
-    assert models["niqe"].verdict == doctor.FAIL
+    assert models["niqe"].verdict == FAIL
     assert models["niqe"].reason == f"to be built, but its recipe's archive {tmp_path / 'basicsr.tar.gz'} is missing"
 
 
@@ -130,15 +131,15 @@ def test_hub_models_present_at_their_revision_elsewhere_absent_or_incomplete_off
     lay_out(cache, "org/moved", {"config.json": b"{}", "model.safetensors": b"w"}, commit=OTHER_COMMIT)
     lay_out(cache, "org/branch", repo)  # refs/main -> COMMIT
     lay_out(cache, "org/interrupted", {path: content for path, content in repo.items() if path != shards[1]})
-    models = by_subject(doctor.model_checks(config, cache, "http://127.0.0.1:9"), "model")  # HF_HUB_OFFLINE=1
-    assert models["minilm-l6"].verdict == doctor.OK
+    models = by_subject(doctor_models.model_checks(config, cache, "http://127.0.0.1:9"), "model")  # HF_HUB_OFFLINE=1
+    assert models["minilm-l6"].verdict == OK
     assert models["minilm-l6"].reason == f"in the hub cache: org/pinned@{COMMIT} ({COMMIT[:12]})"
     assert models["smollm2-135m"].reason == f"in the hub cache: org/branch@main ({COMMIT[:12]})"
     offline = "and HF_HUB_OFFLINE is set: run `blindspot fetch-models` where the hub answers"
-    assert models["tiny-deberta-v2-nli"] == doctor.Check("model", "tiny-deberta-v2-nli", doctor.FAIL,
+    assert models["tiny-deberta-v2-nli"] == Check("model", "tiny-deberta-v2-nli", FAIL,
         f"org/moved@{COMMIT} is not in the hub cache, only {OTHER_COMMIT[:12]}, {offline}")  # fmt: skip
     assert models["tiny-qwen2"].reason == f"org/absent@main is not in the hub cache, {offline}"
-    assert models["tiny-clip"].verdict == doctor.FAIL
+    assert models["tiny-clip"].verdict == FAIL
     assert models["tiny-clip"].reason.startswith(
         f"org/interrupted@main is incomplete in the hub cache (lacks {shards[1]})"
     )
@@ -152,10 +153,10 @@ def test_an_absent_model_would_be_fetched_when_the_hub_answers(tiny_config, tmp_
     with FakeHub({"org/llm": transformers_repo()}) as fake:
         checks = doctor.run_checks(tiny_run(config, tmp_path, "http://127.0.0.1:9/v1"), cache_dir=tmp_path / "hub",
                                    endpoint=fake.endpoint)  # fmt: skip
-    assert by_subject(checks, "model")["tiny-qwen2"] == doctor.Check("model", "tiny-qwen2", doctor.WARN,
+    assert by_subject(checks, "model")["tiny-qwen2"] == Check("model", "tiny-qwen2", WARN,
         "org/llm@main is not in the hub cache; `blindspot fetch-models` would fetch it")  # fmt: skip
     cache_disk = by_subject(checks, "disk")["hub cache"]
-    assert cache_disk.verdict == doctor.OK
+    assert cache_disk.verdict == OK
     assert "the 1 models to fetch take ~2.5 GB" in cache_disk.reason
 
 
@@ -167,11 +168,9 @@ def test_a_gated_model_needs_a_token_that_opens_it_unless_it_is_cached(tiny_conf
                                            "smollm2-135m": {"id": "org/gated-cached", "gated": True}})  # fmt: skip
     cache = tmp_path / "hub"
     lay_out(cache, "org/gated-cached", {"config.json": b"{}", "model.safetensors": b"w"})
-    tokens = by_subject(doctor.model_checks(config, cache, "https://hub.example"), "token")
-    assert tokens["smollm2-135m"] == doctor.Check(
-        "token", "smollm2-135m", doctor.OK, "gated, and already in the hub cache"
-    )
-    assert tokens["tiny-qwen2"].verdict == doctor.FAIL
+    tokens = by_subject(doctor_models.model_checks(config, cache, "https://hub.example"), "token")
+    assert tokens["smollm2-135m"] == Check("token", "smollm2-135m", OK, "gated, and already in the hub cache")
+    assert tokens["tiny-qwen2"].verdict == FAIL
     assert tokens["tiny-qwen2"].reason == (
         "org/gated is gated on the hub: accept its terms at https://hub.example/org/gated with your account, then "
         "set HF_TOKEN or run `hf auth login` (no token found)"
@@ -179,12 +178,12 @@ def test_a_gated_model_needs_a_token_that_opens_it_unless_it_is_cached(tiny_conf
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     with FakeHub({"org/gated": transformers_repo()}, gated=("org/gated",)) as fake:
         monkeypatch.setenv("HF_TOKEN", "hf_without_access")
-        refused = by_subject(doctor.model_checks(config, cache, fake.endpoint), "token")["tiny-qwen2"]
-        assert refused.verdict == doctor.FAIL
+        refused = by_subject(doctor_models.model_checks(config, cache, fake.endpoint), "token")["tiny-qwen2"]
+        assert refused.verdict == FAIL
         assert refused.reason == f"the token has no access: accept the terms at {fake.endpoint}/org/gated"
         monkeypatch.setenv("HF_TOKEN", OPEN_TOKEN)
-        opened = by_subject(doctor.model_checks(config, cache, fake.endpoint), "token")["tiny-qwen2"]
-        assert opened == doctor.Check("token", "tiny-qwen2", doctor.OK, "gated; the token opens it")
+        opened = by_subject(doctor_models.model_checks(config, cache, fake.endpoint), "token")["tiny-qwen2"]
+        assert opened == Check("token", "tiny-qwen2", OK, "gated; the token opens it")
 
 
 def test_an_api_metric_needs_its_key_and_an_endpoint_that_takes_it(tiny_config, tmp_path, monkeypatch):
@@ -192,54 +191,54 @@ def test_an_api_metric_needs_its_key_and_an_endpoint_that_takes_it(tiny_config, 
     endpoint. With a key, an endpoint that refuses it or does not answer fails the run's jobs: FAIL."""
     monkeypatch.delenv("BLINDSPOT_TINY_API_KEY", raising=False)
     with ApiServer() as api:
-        missing = doctor.api_checks(tiny_run(tiny_config, tmp_path, api.endpoint))
+        missing = doctor_models.api_checks(tiny_run(tiny_config, tmp_path, api.endpoint))
         assert api.server.paths == []
         monkeypatch.setenv("BLINDSPOT_TINY_API_KEY", "sk-wrong")
-        wrong = doctor.api_checks(tiny_run(tiny_config, tmp_path, api.endpoint))
+        wrong = doctor_models.api_checks(tiny_run(tiny_config, tmp_path, api.endpoint))
     skipped = "$BLINDSPOT_TINY_API_KEY is not set: metric api-judge will be skipped (its endpoint is not probed)"
-    assert missing == [doctor.Check("api key", "local-api-judge", doctor.WARN, skipped)]
-    assert wrong[0] == doctor.Check("api key", "local-api-judge", doctor.OK, "$BLINDSPOT_TINY_API_KEY is set")
+    assert missing == [Check("api key", "local-api-judge", WARN, skipped)]
+    assert wrong[0] == Check("api key", "local-api-judge", OK, "$BLINDSPOT_TINY_API_KEY is set")
     refused = f"{api.endpoint} refused the key in $BLINDSPOT_TINY_API_KEY (HTTP 401)"
-    assert wrong[1] == doctor.Check("api endpoint", "local-api-judge", doctor.FAIL, refused)
+    assert wrong[1] == Check("api endpoint", "local-api-judge", FAIL, refused)
     monkeypatch.setenv("BLINDSPOT_TINY_API_KEY", API_KEY)
     endpoint = f"http://127.0.0.1:{closed_port()}/v1"
-    unreachable = doctor.api_checks(tiny_run(tiny_config, tmp_path, endpoint))
-    assert unreachable[1] == doctor.Check("api endpoint", "local-api-judge", doctor.FAIL,
+    unreachable = doctor_models.api_checks(tiny_run(tiny_config, tmp_path, endpoint))
+    assert unreachable[1] == Check("api endpoint", "local-api-judge", FAIL,
                                           f"{endpoint} does not answer (ConnectionError)")  # fmt: skip
-    assert API_KEY not in doctor.render(unreachable)
+    assert API_KEY not in doctor_report.render(unreachable)
 
 
 def test_a_conda_profile_needs_conda_on_path_and_its_envvars_set(tmp_path, monkeypatch):
     profile = {"software-deployment-method": "conda", "envvars": ["HF_HOME", "HF_HUB_OFFLINE"]}
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("HF_HOME", raising=False)
-    checks = doctor.profile_checks(profile)
+    checks = doctor_system.profile_checks(profile)
     assert [(c.check, c.subject, c.verdict) for c in checks] == [
-        ("env", "HF_HOME", doctor.FAIL), ("env", "HF_HUB_OFFLINE", doctor.OK), ("conda", "conda", doctor.FAIL),
+        ("env", "HF_HOME", FAIL), ("env", "HF_HUB_OFFLINE", OK), ("conda", "conda", FAIL),
     ]  # fmt: skip
     assert checks[2].reason.startswith("`conda` is not on PATH, and the profile deploys conda envs")
     conda = tmp_path / "mamba"
     conda.write_text("#!/bin/sh\n")
     conda.chmod(0o755)
     monkeypatch.setenv("HF_HOME", str(tmp_path))
-    checks = doctor.profile_checks(profile | {"conda-frontend": "mamba"})
-    assert not doctor.failed(checks)
-    assert checks[2] == doctor.Check("conda", "mamba", doctor.OK, f"{conda} (the profile deploys conda envs)")
-    assert doctor.profile_checks({"software-deployment-method": ["apptainer"]}) == []
+    checks = doctor_system.profile_checks(profile | {"conda-frontend": "mamba"})
+    assert not doctor_report.failed(checks)
+    assert checks[2] == Check("conda", "mamba", OK, f"{conda} (the profile deploys conda envs)")
+    assert doctor_system.profile_checks({"software-deployment-method": ["apptainer"]}) == []
 
 
 def test_the_disk_estimate_follows_the_plan_and_fails_without_room(paper_config, tmp_path, monkeypatch):
-    total, how = doctor.planned_bytes(paper_config)
+    total, how = doctor_system.planned_bytes(paper_config)
     per_description = paper_config["image_stage"]["images_per_description"]
     images = (
         sum(d["n_seeds"] for d in paper_config["domains"].values()) * 2 * 3 * 3 * per_description
     )  # 3 generators, 3 T2I models
     assert how.startswith(f"{images} images at 1024x1024 as PNG")
-    assert total > 2 * images * 1024 * 1024 * doctor.PNG_BYTES_PER_PIXEL
-    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: SimpleNamespace(free=10**9))
+    assert total > 2 * images * 1024 * 1024 * doctor_system.PNG_BYTES_PER_PIXEL
+    monkeypatch.setattr(doctor_system.shutil, "disk_usage", lambda path: SimpleNamespace(free=10**9))
     config = copy.deepcopy(paper_config) | {"results_dir": str(tmp_path / "results")}
-    results = by_subject(doctor.disk_checks(config, tmp_path / "hub"), "disk")["results"]
-    assert results.verdict == doctor.FAIL
+    results = by_subject(doctor_system.disk_checks(config, tmp_path / "hub"), "disk")["results"]
+    assert results.verdict == FAIL
     assert results.reason.startswith(f"1.0 GB free at {tmp_path}; the run writes up to ~")
 
 
@@ -248,38 +247,38 @@ def test_a_canary_reads_nvidia_smi_else_the_devices_slurm_made_visible():
         "CUDA_VISIBLE_DEVICES=0,1\nGPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n"
         "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-2)\ndriver=550.54.15\n"
     )
-    assert doctor.gpus_seen(listed) == (2, "NVIDIA H100 80GB HBM3 (driver 550.54.15)")
-    assert doctor.gpus_seen("CUDA_VISIBLE_DEVICES=0,1,2\n") == (3, "no nvidia-smi; CUDA_VISIBLE_DEVICES=0,1,2")
-    assert doctor.gpus_seen("CUDA_VISIBLE_DEVICES=\n") == (0, "no nvidia-smi; CUDA_VISIBLE_DEVICES=(unset)")
-    assert doctor.gpus_seen("") == (0, "no nvidia-smi; CUDA_VISIBLE_DEVICES=(unset)")
+    assert doctor_system.gpus_seen(listed) == (2, "NVIDIA H100 80GB HBM3 (driver 550.54.15)")
+    assert doctor_system.gpus_seen("CUDA_VISIBLE_DEVICES=0,1,2\n") == (3, "no nvidia-smi; CUDA_VISIBLE_DEVICES=0,1,2")
+    assert doctor_system.gpus_seen("CUDA_VISIBLE_DEVICES=\n") == (0, "no nvidia-smi; CUDA_VISIBLE_DEVICES=(unset)")
+    assert doctor_system.gpus_seen("") == (0, "no nvidia-smi; CUDA_VISIBLE_DEVICES=(unset)")
 
 
 def test_a_driver_too_old_for_the_pinned_torchs_cuda_fails_before_any_gpu_hour():
     """A job on such a node sees no GPU (docs/usage.md shows one); the canary's driver says so first."""
-    assert doctor.driver_of("GPU 0: NVIDIA H100 (UUID: GPU-1)\ndriver=535.104.05\n") == "535.104.05"
-    assert doctor.driver_too_old("535.104.05", "13.0") == (
+    assert doctor_system.driver_of("GPU 0: NVIDIA H100 (UUID: GPU-1)\ndriver=535.104.05\n") == "535.104.05"
+    assert doctor_system.driver_too_old("535.104.05", "13.0") == (
         "driver 535.104.05 is older than torch's CUDA 13.0 needs (>= 580): "
         "every GPU job would fail at its first CUDA call"
     )
-    assert doctor.driver_too_old("580.65.06", "13.0") is None
-    assert doctor.driver_too_old("535.104.05", "12.8") is None
-    assert doctor.driver_too_old("535.104.05", None) is None  # a CPU build of torch asks nothing of a driver
+    assert doctor_system.driver_too_old("580.65.06", "13.0") is None
+    assert doctor_system.driver_too_old("535.104.05", "12.8") is None
+    assert doctor_system.driver_too_old("535.104.05", None) is None  # a CPU build of torch asks nothing of a driver
 
 
 def test_a_canary_asks_with_the_profiles_partition_account_and_gpu_model(tmp_path):
     resources = {"slurm_partition": "gpu", "slurm_account": "proj", "gpu_model": "h100", "mem_mb": 8000}
-    command = doctor.canary_command(2, resources, "canary", tmp_path / "out")
+    command = doctor_system.canary_command(2, resources, "canary", tmp_path / "out")
     assert command[:2] == ["sbatch", "--wait"]
     assert {"--gpus=h100:2", "--partition=gpu", "--account=proj", f"--output={tmp_path / 'out'}"} <= set(command)
-    assert "--gpus=1" in doctor.canary_command(1, {}, "canary", tmp_path / "out")
+    assert "--gpus=1" in doctor_system.canary_command(1, {}, "canary", tmp_path / "out")
 
 
 def test_a_slurm_profile_without_sbatch_is_one_failed_line(tiny_config, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     config = copy.deepcopy(tiny_config)
     config["models"]["tiny-qwen2"]["gpus"] = 2
-    assert doctor.canary_checks(config, REPO / "profiles" / "slurm" / "config.yaml", 5) == [
-        doctor.Check("gpus", "canary", doctor.FAIL, "sbatch is not on PATH, and the profile's executor is slurm")
+    assert doctor_system.canary_checks(config, REPO / "profiles" / "slurm" / "config.yaml", 5) == [
+        Check("gpus", "canary", FAIL, "sbatch is not on PATH, and the profile's executor is slurm")
     ]
 
 
@@ -349,9 +348,9 @@ def test_canary_jobs_report_the_gpus_slurm_gives_each_count(slurm_cluster, tiny_
         config["models"][name]["gpus"] = gpus
     profile = tmp_path / "profile.yaml"
     profile.write_text(yaml.safe_dump({"executor": "slurm", "default-resources": {"mem_mb": 500}}))
-    checks = by_subject(doctor.canary_checks(config, profile, 300), "gpus")
-    assert checks["1 GPU (generate_triplets)"].verdict == doctor.OK, checks
+    checks = by_subject(doctor_system.canary_checks(config, profile, 300), "gpus")
+    assert checks["1 GPU (generate_triplets)"].verdict == OK, checks
     assert checks["1 GPU (generate_triplets)"].reason.startswith("asked for 1, the job sees 1: no nvidia-smi; ")
     assert checks["2 GPUs (judge_triplets)"].reason.startswith("asked for 2, the job sees 2: ")
-    assert checks["8 GPUs (render_images)"].verdict == doctor.FAIL
+    assert checks["8 GPUs (render_images)"].verdict == FAIL
     assert checks["8 GPUs (render_images)"].reason.startswith("the canary job failed (sbatch exit 1): ")

@@ -6,7 +6,8 @@ import pytest
 from conftest import REPO
 from packaging.version import Version
 
-from blindspot.catalogue import ENV_DIR, env_requirements
+from blindspot.catalogue import env_requirements
+from blindspot.paths import ENV_DIR
 
 # Which locked requirements file each env must agree with.
 LOCKS = {

@@ -14,16 +14,18 @@ from blindspot.protobias.bootstrap import bootstrap_accuracy, bootstrap_kappa, c
 from blindspot.protobias.evaluation import (
     BREAKDOWN_COLUMNS,
     HUMAN,
-    HUMAN_FAMILY,
     accuracy_breakdown,
     pairwise_correct,
     pairwise_outcomes,
-    plot_accuracy,
     read_human_choices,
+    write_breakdown,
+)
+from blindspot.protobias.table3 import (
+    HUMAN_FAMILY,
+    plot_accuracy,
     table3,
     table3_caption,
     with_human_kappa,
-    write_breakdown,
     write_table3,
 )
 

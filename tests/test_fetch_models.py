@@ -20,14 +20,15 @@ from hub_cache import (
     with_hub_models,
 )
 
+from blindspot.checks import validate_config
 from blindspot.cli import main
-from blindspot.config import ConfigError, validate_config
+from blindspot.config import ConfigError
 from blindspot.metrics import hpsv2, image_reward
-from blindspot.models import hub
+from blindspot.models import hub, hub_cache, hub_fetch
 
 
-def select(model: hub.HubModel, files: dict[str, bytes]) -> hub.Selection:
-    return hub.select_files(model, files, lambda path: json.loads(files[path]))
+def select(model: hub.HubModel, files: dict[str, bytes]) -> hub_cache.Selection:
+    return hub_cache.select_files(model, files, lambda path: json.loads(files[path]))
 
 
 def whole(layout: str = "transformers", **fields) -> hub.HubModel:
@@ -115,7 +116,7 @@ def test_a_sentence_transformer_gives_its_modules_folders_and_the_transformers_w
 def test_a_release_checkpoint_is_one_file_and_a_processor_repository_gives_no_weights():
     files = {"ImageReward.pt": b"ckpt", "med_config.json": b"{}", "README.md": b""}
     assert select(hub.HubModel(("ir",), "THUDM/ImageReward", None, None, files=("ImageReward.pt",)), files) == (
-        hub.Selection(("ImageReward.pt",))
+        hub_cache.Selection(("ImageReward.pt",))
     )
     assert select(hub.HubModel(("ir",), "THUDM/ImageReward", None, None, files=("other.pt",)), files).lacking == (
         "other.pt",
@@ -162,7 +163,7 @@ def test_gated_is_a_boolean_in_the_schema(paper_config):
 
 def test_the_tiny_preset_fetches_nothing_and_says_why_for_each_model(tiny_config, tmp_path):
     out = io.StringIO()
-    assert hub.fetch_models(tiny_config, tmp_path, dry_run=True, out=out) == 0
+    assert hub_fetch.fetch_models(tiny_config, tmp_path, dry_run=True, out=out) == 0
     lines = out.getvalue().splitlines()[1:]
     assert len(lines) == len(hub.used_models(tiny_config))
     assert all(line.startswith("skip") for line in lines)
@@ -188,7 +189,7 @@ def test_the_dry_run_fetches_what_the_cache_lacks_at_the_pinned_revision_without
     lay_out(cache, "org/pinned", {"config.json": b"{}", "model.safetensors": b"w"}, ref=None)
     lay_out(cache, "org/moved", {"config.json": b"{}", "model.safetensors": b"w"}, commit=OTHER_COMMIT)
     out = io.StringIO()
-    assert hub.fetch_models(cache_config(tiny_config), cache, dry_run=True, out=out) == 0
+    assert hub_fetch.fetch_models(cache_config(tiny_config), cache, dry_run=True, out=out) == 0
     lines = out.getvalue().splitlines()
     assert f"cached   minilm-l6: org/pinned@{COMMIT} ({COMMIT[:12]})" in lines
     assert f"to fetch tiny-deberta-v2-nli: org/moved@{COMMIT}" in lines
@@ -247,15 +248,15 @@ def test_fetching_downloads_only_what_the_loaders_read_then_nothing_when_cached(
     cache = tmp_path / "hub"
     with FakeHub(repositories()) as fake:
         out = io.StringIO()
-        assert hub.fetch_models(config, cache, endpoint=fake.endpoint, out=out) == 0
+        assert hub_fetch.fetch_models(config, cache, endpoint=fake.endpoint, out=out) == 0
         assert f"fetched  tiny-qwen2: org/llm@main ({COMMIT[:12]})" in out.getvalue().splitlines()
         assert set(fake.downloads) == {f"org/llm/{path}" for path in select(whole(), repositories()["org/llm"]).files}
         assert not any(path.endswith((".bin", ".onnx", ".pth", ".md")) for path in fake.downloads)
         (model,) = hub.hub_models(config)
-        assert hub.cache_state(model, cache).complete
+        assert hub_cache.cache_state(model, cache).complete
         first = fake.downloads.copy()
         out = io.StringIO()
-        assert hub.fetch_models(config, cache, endpoint=fake.endpoint, out=out) == 0
+        assert hub_fetch.fetch_models(config, cache, endpoint=fake.endpoint, out=out) == 0
         assert f"cached   tiny-qwen2: org/llm@main ({COMMIT[:12]})" in out.getvalue().splitlines()
         assert fake.downloads == first
 
@@ -264,17 +265,17 @@ def test_an_interrupted_fetch_resumes_with_the_files_still_missing(tiny_config, 
     config = with_hub_models(tiny_config, {"tiny-qwen2": {"id": "org/llm"}})
     cache = tmp_path / "hub"
     with FakeHub(repositories()) as fake:
-        assert hub.fetch_models(config, cache, endpoint=fake.endpoint, out=io.StringIO()) == 0
+        assert hub_fetch.fetch_models(config, cache, endpoint=fake.endpoint, out=io.StringIO()) == 0
         # what a kill during the second shard leaves: no link to it, its blob not in place
-        shard = hub.repo_folder(cache, "org/llm") / "snapshots" / COMMIT / "model-00002-of-00002.safetensors"
+        shard = hub_cache.repo_folder(cache, "org/llm") / "snapshots" / COMMIT / "model-00002-of-00002.safetensors"
         shard.resolve().unlink()
         shard.unlink()
         (model,) = hub.hub_models(config)
-        assert hub.cache_state(model, cache).lacking == ("model-00002-of-00002.safetensors",)
+        assert hub_cache.cache_state(model, cache).lacking == ("model-00002-of-00002.safetensors",)
         first = fake.downloads.copy()
-        assert hub.fetch_models(config, cache, endpoint=fake.endpoint, out=io.StringIO()) == 0
+        assert hub_fetch.fetch_models(config, cache, endpoint=fake.endpoint, out=io.StringIO()) == 0
         assert fake.downloads - first == {"org/llm/model-00002-of-00002.safetensors": 1}
-        assert hub.cache_state(model, cache).complete
+        assert hub_cache.cache_state(model, cache).complete
 
 
 def test_a_gated_model_without_access_is_one_line_and_the_others_are_still_fetched(
@@ -285,14 +286,14 @@ def test_a_gated_model_without_access_is_one_line_and_the_others_are_still_fetch
     cache = tmp_path / "hub"
     with FakeHub(repositories(), gated=("org/gated",)) as fake:
         out = io.StringIO()
-        assert hub.fetch_models(config, cache, endpoint=fake.endpoint, out=out) == 1
+        assert hub_fetch.fetch_models(config, cache, endpoint=fake.endpoint, out=out) == 1
         lines = out.getvalue().splitlines()
         assert (f"FAILED   smollm2-135m: org/gated is gated on the hub: accept its terms at {fake.endpoint}/org/gated "
                 "with your account, then set HF_TOKEN or run `hf auth login`") in lines  # fmt: skip
         assert f"fetched  tiny-qwen2: org/llm@main ({COMMIT[:12]})" in lines
         assert not any(path.startswith("org/gated") for path in fake.downloads)
         monkeypatch.setenv("HF_TOKEN", OPEN_TOKEN)
-        assert hub.fetch_models(config, cache, endpoint=fake.endpoint, out=io.StringIO()) == 0
+        assert hub_fetch.fetch_models(config, cache, endpoint=fake.endpoint, out=io.StringIO()) == 0
         assert fake.downloads["org/gated/model.safetensors"] == 1
 
 
@@ -300,7 +301,7 @@ def test_a_model_flagged_gated_is_refused_before_any_download_without_a_token(ti
     config = with_hub_models(tiny_config, {"smollm2-135m": {"id": "org/gated", "gated": True}})
     with FakeHub(repositories()) as fake:  # the hub would even serve it: the flag decides first
         out = io.StringIO()
-        assert hub.fetch_models(config, tmp_path / "hub", endpoint=fake.endpoint, out=out) == 1
+        assert hub_fetch.fetch_models(config, tmp_path / "hub", endpoint=fake.endpoint, out=out) == 1
         assert "set HF_TOKEN or run `hf auth login` (no token found)" in out.getvalue()
         assert not fake.downloads
 
@@ -311,7 +312,7 @@ def test_a_repository_without_what_the_loader_reads_is_one_line_and_nothing_is_d
     config = with_hub_models(tiny_config, {"tiny-qwen2": {"id": "org/weights-only"}})
     with FakeHub(repositories()) as fake:
         out = io.StringIO()
-        assert hub.fetch_models(config, tmp_path / "hub", endpoint=fake.endpoint, out=out) == 1
+        assert hub_fetch.fetch_models(config, tmp_path / "hub", endpoint=fake.endpoint, out=out) == 1
         assert "FAILED   tiny-qwen2: org/weights-only@main lacks config.json, which its loader reads" in out.getvalue()
         assert not fake.downloads
 
@@ -319,7 +320,9 @@ def test_a_repository_without_what_the_loader_reads_is_one_line_and_nothing_is_d
 def test_a_dataset_is_read_whole_and_a_cut_off_download_lacks_its_missing_shards():
     release = hub.HubModel(("humblebench.release",), "org/humble", None, "dataset", repo_type="dataset")
     listing = {"README.md": b"", "data/train-00000-of-00003.parquet": b"", "data/train-00002-of-00003.parquet": b""}
-    assert select(release, listing) == hub.Selection(tuple(sorted(listing)), ("data/train-00001-of-00003.parquet",))
+    assert select(release, listing) == hub_cache.Selection(
+        tuple(sorted(listing)), ("data/train-00001-of-00003.parquet",)
+    )
 
 
 def test_a_hub_release_is_fetched_with_the_models_then_read_from_the_cache_offline(
@@ -339,11 +342,11 @@ def test_a_hub_release_is_fetched_with_the_models_then_read_from_the_cache_offli
     cache = tmp_path / "hub"
     with FakeHub({}, datasets={"org/humble": files}) as fake:
         out = io.StringIO()
-        assert hub.fetch_models(config, cache, endpoint=fake.endpoint, out=out) == 0
+        assert hub_fetch.fetch_models(config, cache, endpoint=fake.endpoint, out=out) == 0
         assert f"fetched  humblebench.release: org/humble@main ({COMMIT[:12]})" in out.getvalue().splitlines()
         assert set(fake.downloads) == {f"org/humble/{path}" for path in files}
     (release,) = hub.hub_models(config)
-    assert hub.cache_state(release, cache).complete
+    assert hub_cache.cache_state(release, cache).complete
     # A job: the hub is off, and the release comes from the cache under HF_HOME.
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
@@ -359,7 +362,7 @@ def test_a_job_names_the_commit_of_the_weights_it_reads_from_the_cache(tiny_conf
     score caches name the weights, and a re-fetch that moves the branch changes the job's params."""
     from huggingface_hub import constants
 
-    from blindspot.config import model_spec
+    from blindspot.models.spec import model_spec
 
     config = with_hub_models(tiny_config, {"tiny-qwen2": {"id": "org/llm"}})
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))

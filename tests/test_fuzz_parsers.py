@@ -14,7 +14,8 @@ import pytest
 
 from blindspot.humblebench import questions as humble_questions
 from blindspot.metrics import Score
-from blindspot.metrics.api_judge import FAILURES, APIJudgeMetric, MalformedReply, read_score, reply_failure
+from blindspot.metrics.api_judge import FAILURES, APIJudgeMetric, read_score, reply_failure
+from blindspot.models.api_client import MalformedReply
 from blindspot.protobias.judging import parse_verdict
 from blindspot.protobias.triplets import FAILURE_REASONS, validate_triplet
 
@@ -182,7 +183,7 @@ def judge(monkeypatch, tmp_path) -> APIJudgeMetric:
 def test_api_replies_are_read_or_refused_never_raised(judge):
     def read(body: Any) -> tuple[str | None, Score | None]:
         try:
-            response = judge._reply(body if isinstance(body, str) else json.dumps(body, default=str))
+            response = judge.client._reply(body if isinstance(body, str) else json.dumps(body, default=str))
         except MalformedReply:
             return "malformed", None
         failure = reply_failure(response)

@@ -417,7 +417,7 @@ def test_no_answers_is_an_error_not_an_empty_table(answered):
 
 @pytest.mark.slow
 def test_answers_read_a_batch_at_a_time_are_those_of_the_images_in_memory(built_config, tmp_path):
-    from blindspot.config import model_spec
+    from blindspot.models.spec import model_spec
     from blindspot.models.vlm_scoring import TransformersVLMScorer
     from blindspot.prompts import PromptTemplate
 

@@ -11,11 +11,11 @@ from conftest import REPO
 from PIL import Image
 
 from blindspot import tables
-from blindspot.config import ModelSpec
 from blindspot.humblebench.answers import answer_in_batches, answer_shard, shard_questions
 from blindspot.humblebench.metrics import parsed_texts
 from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.settings import Question, present, setting_transforms, shard_of, shown_image
+from blindspot.models.spec import ModelSpec
 from blindspot.prompts import PromptTemplate
 
 OPTIONS = ("red", "green", "blue", "yellow", "None of the above")
@@ -125,7 +125,7 @@ def test_an_empty_shard_never_loads_the_model(tmp_path):
      ({"remove_correct": True, "shuffle_nota": True}, ["ABCD", "ABCD", "ABCD", "ABCDE"])],
 )  # fmt: skip
 def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tmp_path, transforms, shown_letters):
-    from blindspot.config import model_spec
+    from blindspot.models.spec import model_spec
     from blindspot.models.vlm_scoring import TransformersVLMScorer
 
     spec = model_spec(built_config, "tiny-qwen2.5-vl")

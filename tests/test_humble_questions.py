@@ -17,18 +17,20 @@ from PIL import Image
 from scene_graphs import make_scene_graphs
 from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
-from blindspot.config import model_spec
 from blindspot.humblebench import answers as humble_answers
 from blindspot.humblebench import questions as humble_questions
 from blindspot.humblebench import settings as humble
 from blindspot.humblebench.questions import (
     apply_verification,
+    decisions_from_labels,
     export_for_verification,
     questions_from_benchmark,
     read_scene_graphs,
+    read_verification_sheet,
     row_question,
 )
 from blindspot.humblebench.release import load_release, split_release_question
+from blindspot.models.spec import model_spec
 from blindspot.prompts import PromptTemplate
 from blindspot.protobias.taxonomy import load_taxonomy
 
@@ -297,7 +299,7 @@ def test_verification_keeps_modifies_and_deletes(tmp_path):
     sheet["decision"] = ["keep", "modify", "delete", ""]
     sheet.loc[1, ["question", "B", "label"]] = ["What colour is the cup?", "purple", "B"]
     sheet.to_csv(tmp_path / "verify.csv", index=False)
-    kept, counts = apply_verification(rows, tmp_path / "verify.csv")
+    kept, counts = apply_verification(rows, read_verification_sheet(tmp_path / "verify.csv"))
     assert counts == {"keep": 1, "modify": 1, "delete": 1, "undecided": 1}
     assert [r["question_id"] for r in kept] == ["s0", "s1"]
     assert all(r["verified"] for r in kept)
@@ -307,20 +309,20 @@ def test_verification_keeps_modifies_and_deletes(tmp_path):
     sheet.loc[0, "decision"] = "maybe"
     sheet.to_csv(tmp_path / "verify.csv", index=False)
     with pytest.raises(ValueError, match=r"decisions must be one of keep, modify, delete .*\['maybe'\]"):
-        apply_verification(rows, tmp_path / "verify.csv")
+        apply_verification(rows, read_verification_sheet(tmp_path / "verify.csv"))
     flawed = [rows[0] | {"origin": json.dumps({"problem": "bad_options"})}, *rows[1:]]
     sheet.loc[0, "decision"] = "keep"
     sheet.to_csv(tmp_path / "verify.csv", index=False)
     with pytest.raises(ValueError, match="s0 is kept but has bad_options; modify or delete it"):
-        apply_verification(flawed, tmp_path / "verify.csv")
+        apply_verification(flawed, read_verification_sheet(tmp_path / "verify.csv"))
     sheet.loc[1, "C"] = ""  # a gap: D would become C, and the label would no longer name its option
     sheet.to_csv(tmp_path / "verify.csv", index=False)
     with pytest.raises(ValueError, match="question s1 has an empty option among A-E"):
-        apply_verification(rows, tmp_path / "verify.csv")
+        apply_verification(rows, read_verification_sheet(tmp_path / "verify.csv"))
     sheet.loc[1, ["C", "D", "E"]] = ["", "", ""]  # no NOTA left
     sheet.to_csv(tmp_path / "verify.csv", index=False)
     with pytest.raises(ValueError, match=r"verify\.csv: .*s1"):
-        apply_verification(rows, tmp_path / "verify.csv")
+        apply_verification(rows, read_verification_sheet(tmp_path / "verify.csv"))
 
 
 @pytest.mark.parametrize(
@@ -330,12 +332,11 @@ def test_verification_keeps_modifies_and_deletes(tmp_path):
                                     "decision, question, A, B, C, D, E, label, type)", id="missing-columns")],
 )  # fmt: skip
 def test_an_unreadable_verification_sheet_is_one_line_naming_it(tmp_path, content, problem):
-    apply = functools.partial(apply_verification, candidate_rows(1))
-    assert_one_line_error(apply, tmp_path / "verify.csv", content, problem)
+    assert_one_line_error(read_verification_sheet, tmp_path / "verify.csv", content, problem)
 
 
 def test_verification_labels_from_the_question_check_project(tmp_path):
-    from blindspot.annotation.projects import label_studio_export
+    from blindspot.annotation.labels import label_studio_export, read_labels
 
     rows = candidate_rows(3)
     project = {"task": "question_check", "items": [{"id": r["question_id"]} for r in rows]}
@@ -346,9 +347,10 @@ def test_verification_labels_from_the_question_check_project(tmp_path):
     )  # fmt: skip
 
     def export(frame):
+        """The people's decisions as the step reads them from the project's export."""
         path = tmp_path / "labels.json"
         path.write_text(json.dumps(label_studio_export(project, frame)))
-        return path
+        return decisions_from_labels(read_labels("question_check", path), path)
 
     kept, counts = apply_verification(rows, export(labels))
     assert counts == {"keep": 1, "modify": 1, "delete": 1, "undecided": 0}

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from blindspot.checks import load_config
 from blindspot.cli import main
-from blindspot.config import load_config
 from blindspot.humblebench.scoring import read_predictions, release_questions
 
 ROOT = Path(__file__).resolve().parents[1]

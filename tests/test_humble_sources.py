@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from blindspot import tables
-from blindspot.humblebench.questions import export_for_verification, question_row
+from blindspot.humblebench.questions import export_for_verification, question_row, read_verification_sheet
 from blindspot.humblebench.settings import Question
 from blindspot.humblebench.sources import collect_questions
 from blindspot.io import read_table, write_table
@@ -87,7 +87,8 @@ def test_people_decide_which_candidates_are_used(tmp_path):
     sheet = pd.read_csv(tmp_path / "verify.csv", dtype=str, keep_default_na=False)
     sheet["decision"] = ["keep", "delete", ""]
     sheet.to_csv(tmp_path / "verify.csv", index=False)
-    frame, counters = collect_questions(None, tmp_path, None, {}, None, 7, candidates(), str(tmp_path / "verify.csv"))
+    decisions = read_verification_sheet(str(tmp_path / "verify.csv"))
+    frame, counters = collect_questions(None, tmp_path, None, {}, None, 7, candidates(), decisions)
     assert list(frame["question_id"]) == ["s0"]
     assert frame["verified"].all()
     assert counters == {"scene_graph_decisions": {"keep": 1, "modify": 0, "delete": 1, "undecided": 1},
@@ -130,6 +131,37 @@ def test_the_step_reads_its_inputs_and_writes_the_table_and_counters(tmp_path):
             scene_candidates=[], verification=[], release_copy=[], release=None, from_benchmark=FROM_BENCHMARK,
             domains=["animals"], seed=7, out=str(out), images=str(images), counters_out=str(counters_out),
         )  # fmt: skip
+
+
+def test_the_step_reads_the_decisions_from_the_sheet_or_a_question_check_export(tmp_path):
+    """The verification sheet (CSV) and a `question_check` project's labels (Label Studio's JSON export)
+    decide the same; a bad export stops the step naming the file."""
+    from blindspot.annotation.labels import label_studio_export
+    from blindspot.steps.humble import make_humble_questions
+
+    write_table(tmp_path / "candidates.parquet", candidates(), tables.HUMBLE_QUESTIONS)
+    export_for_verification(candidates().to_dict("records"), tmp_path / "verify.csv")
+    sheet = pd.read_csv(tmp_path / "verify.csv", dtype=str, keep_default_na=False)
+    sheet["decision"] = ["keep", "delete", ""]
+    sheet.to_csv(tmp_path / "verify.csv", index=False)
+    labels = pd.DataFrame([("ann1", "s0", "keep", ""), ("ann1", "s1", "delete", "")],
+                          columns=["annotator", "item_id", "decision", "edit"])  # fmt: skip
+    project = {"task": "question_check", "items": [{"id": f"s{i}"} for i in range(3)]}
+    (tmp_path / "labels.json").write_text(json.dumps(label_studio_export(project, labels)))
+
+    def questions(verification: str) -> list[str]:
+        out = tmp_path / "questions.parquet"
+        make_humble_questions(
+            benchmark=[], taxonomies=[], scene_candidates=[str(tmp_path / "candidates.parquet")],
+            verification=[verification], release_copy=[], release=None, from_benchmark=None, domains=[], seed=7,
+            out=str(out), images=str(tmp_path / "images"), counters_out=str(tmp_path / "q.counters.json"),
+        )  # fmt: skip
+        return list(read_table(out, tables.HUMBLE_QUESTIONS)["question_id"])
+
+    assert questions(str(tmp_path / "verify.csv")) == questions(str(tmp_path / "labels.json")) == ["s0"]
+    (tmp_path / "labels.json").write_text("not json")
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'labels.json'} is not a JSON export")):
+        questions(str(tmp_path / "labels.json"))
 
 
 def test_a_release_that_cannot_be_read_is_one_line_naming_its_file(tmp_path):

@@ -19,7 +19,7 @@ from metric_checks import (
     images_of_every_mode as images,
 )
 
-from blindspot.config import ModelSpec
+from blindspot.metrics import find_checkpoint
 from blindspot.metrics.image_reward import (
     BOUNDS,
     HUB_CHECKPOINT,
@@ -27,11 +27,11 @@ from blindspot.metrics.image_reward import (
     UNUSED_KEYS,
     ImageReward,
     build_model,
-    find_checkpoint,
     load_tokenizer,
     official_key,
     read_sizes,
 )
+from blindspot.models.spec import ModelSpec
 from blindspot.models.tiny.image_reward import TINY_SIZES, build_random_image_reward
 
 OFFICIAL_SCRIPT = "image_reward_official.py"
@@ -108,9 +108,12 @@ def test_sizes_default_to_the_release_and_unknown_sizes_are_refused(tmp_path):
         read_sizes(tmp_path)
 
 
-def test_a_folder_without_the_checkpoint_is_refused(tmp_path):
-    with pytest.raises(FileNotFoundError, match=f"holds no {HUB_CHECKPOINT}"):
-        find_checkpoint(tmp_path)
+def test_the_checkpoint_is_found_by_its_release_name_in_a_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"ImageReward model folder .* it holds none"):
+        find_checkpoint("ImageReward", tmp_path, None, HUB_CHECKPOINT)
+    (tmp_path / "optimizer.pt").write_bytes(b"")
+    (tmp_path / HUB_CHECKPOINT).write_bytes(b"")
+    assert find_checkpoint("ImageReward", tmp_path, None, HUB_CHECKPOINT) == tmp_path / HUB_CHECKPOINT
 
 
 def test_the_tokenizer_is_blips_bert_base_uncased():

@@ -16,8 +16,8 @@ from conftest import REPO
 from PIL import Image
 
 from blindspot import tables
-from blindspot.config import model_spec, resolved_recipe
 from blindspot.io import read_table, write_table
+from blindspot.models.spec import model_spec, resolved_recipe
 from blindspot.steps import benchmark, images
 
 DOMAIN = "animals"

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from blindspot.config import model_spec
+from blindspot.models.spec import model_spec
 from blindspot.protobias.iqa import PyiqaMetric, measure_pairs, table2, weights_file
 
 

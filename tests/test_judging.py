@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
-from blindspot.config import model_spec
+from blindspot.models.spec import model_spec
 from blindspot.models.textgen import load_text_generator
 from blindspot.prompts import PromptTemplate
 from blindspot.protobias.judging import JUDGE_REASONS, accept_unanimous, judge_triplets, parse_verdict

@@ -19,7 +19,8 @@ from PIL import Image
 from screenshots import assert_side_by_side, chromium_page, save_screenshot, task_tables
 
 from blindspot.annotation import label_studio
-from blindspot.annotation.projects import label_studio_export, load_project, make_project, read_labels
+from blindspot.annotation.labels import label_studio_export, read_labels
+from blindspot.annotation.projects import load_project, make_project
 from blindspot.annotation.server import DATABASE, LabelStore
 from blindspot.prompts import PromptTemplate
 

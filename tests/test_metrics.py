@@ -8,11 +8,11 @@ import pytest
 from PIL import Image
 
 from blindspot import tables
-from blindspot.config import model_spec
 from blindspot.images import hash_sidecar
 from blindspot.metrics import Score, load_metric, normalise
-from blindspot.metrics.scoring import ScoreCache, image_sha256, score_pairs
 from blindspot.metrics.vqa_score import QUESTION
+from blindspot.models.spec import model_spec
+from blindspot.protobias.scoring import ScoreCache, image_sha256, score_pairs
 
 PROMPTS = ["a red fox in the snow", "two cats asleep on a blue sofa", "a lighthouse at dusk", "a bowl of green apples"]
 

@@ -13,9 +13,10 @@ import pytest
 import yaml
 from conftest import REPO
 
-from blindspot import catalogue, plan, targets
+from blindspot import catalogue, counts, plan, targets
+from blindspot.checks import validate_config
 from blindspot.cli import main
-from blindspot.config import ConfigError, validate_config
+from blindspot.config import ConfigError
 from blindspot.io import write_json, write_table
 
 BLINDSPOT = REPO / ".venv" / "bin" / "blindspot"
@@ -317,6 +318,7 @@ def test_a_config_snakemake_cannot_plan_is_one_line_naming_the_file(tiny_config,
     # A missing file the config names is the config check's; a build's input only Snakemake sees.
     tiny_config["models"]["niqe"]["build"]["archive"] = "resources/downloads/nowhere.tar.gz"
     tiny_config["resources_dir"] = str(tmp_path / "resources")  # not this checkout's: NIQE is built there
+    tiny_config["results_dir"] = str(tmp_path / "results")  # nor its results, which a quick start leaves there
     with pytest.raises(SystemExit) as exit_info:
         main(["plan", "--configfile", str(write_config(tiny_config, tmp_path))])
     assert exit_info.value.code == 2
@@ -337,8 +339,8 @@ def counted_config(tiny_config: dict) -> dict:
 
 
 def test_expected_counts_by_hand(tiny_config):
-    counts = plan.expected_counts(counted_config(tiny_config)).set_index("domain")
-    animals = counts.loc["animals"]
+    expected = counts.expected_counts(counted_config(tiny_config)).set_index("domain")
+    animals = expected.loc["animals"]
     assert (animals["seeds"], animals["candidate_triplets"], animals["triplets"]) == (6, 6, 3.0)
     # 3 triplets x 2 images per description x 1 T2I model = 6 candidate pairs, a quarter kept.
     assert animals["pairs"] == pytest.approx(1.5)
@@ -347,8 +349,8 @@ def test_expected_counts_by_hand(tiny_config):
     assert (animals["paper_triplets"], animals["paper_pairs"], animals["paper_pairs_per_triplet"]) == (4, 10, 2.5)
     # The paper gives its train split for the whole benchmark only: on the total row.
     assert pd.isna(animals["paper_train_pairs"])
-    assert counts.loc["total", "paper_train_pairs"] == 3
-    assert counts.loc["total", "pairs"] == pytest.approx(1.5)
+    assert expected.loc["total", "paper_train_pairs"] == 3
+    assert expected.loc["total", "pairs"] == pytest.approx(1.5)
 
 
 def test_without_a_share_or_a_paper_count_the_expected_counts_are_missing(tiny_config):
@@ -356,12 +358,12 @@ def test_without_a_share_or_a_paper_count_the_expected_counts_are_missing(tiny_c
     del config["image_stage"]["expected_acceptance"]
     config["domains"]["objects"] = {"taxonomy": "config/taxonomy/objects.yaml", "n_seeds": 2}
     config["paper"]["domains"]["animal"] = {"triplets": 1, "pairs": 1}  # a typo: not a domain of the run
-    counts = plan.expected_counts(config).set_index("domain")
-    assert counts.loc["objects", "triplets"] == 1.0
-    assert counts[["pairs", "train_pairs"]].isna().all().all()
-    assert pd.isna(counts.loc["objects", "paper_triplets"])
-    assert pd.isna(counts.loc["total", "paper_triplets"])  # a total over a domain the paper does not count
-    assert pd.isna(counts.loc["total", "paper_train_pairs"])  # the paper's train split is not this run's
+    expected = counts.expected_counts(config).set_index("domain")
+    assert expected.loc["objects", "triplets"] == 1.0
+    assert expected[["pairs", "train_pairs"]].isna().all().all()
+    assert pd.isna(expected.loc["objects", "paper_triplets"])
+    assert pd.isna(expected.loc["total", "paper_triplets"])  # a total over a domain the paper does not count
+    assert pd.isna(expected.loc["total", "paper_train_pairs"])  # the paper's train split is not this run's
     assert plan.plan(config)["paper_domains_not_run"] == ["animal"]
 
 
@@ -386,10 +388,10 @@ def test_measured_acceptance_comes_from_a_runs_counters_and_sizes_the_seeds(tiny
     config["domains"]["objects"] = {"taxonomy": "config/taxonomy/objects.yaml", "n_seeds": 2}
     write_counters(targets.path(config, "triplet_counters", domain="animals"), {"generated": 8, "accepted": 2})
     write_counters(targets.path(config, "pair_counters", domain="animals"), {"pairs_in": 10, "pairs_kept": 7})
-    measured = plan.measured_acceptance(config).set_index("domain")
+    measured = counts.measured_acceptance(config).set_index("domain")
     assert measured.loc["animals"].tolist() == [0.25, 0.7]
     assert measured.loc["objects"].isna().all()  # no run of it yet
-    table = plan.acceptance_table(config).set_index("domain")
+    table = counts.acceptance_table(config).set_index("domain")
     # The paper's 4 triplets from 1 generator at the measured quarter: 16 seeds; objects has no paper count.
     assert table.loc["animals", "seeds_for_paper"] == 16
     assert pd.isna(table.loc["objects", "seeds_for_paper"])
@@ -397,13 +399,13 @@ def test_measured_acceptance_comes_from_a_runs_counters_and_sizes_the_seeds(tiny
 
 
 def test_seeds_for_rounds_up():
-    assert plan.seeds_for(2932, 3, 0.5) == 1955  # 1954.7 seeds would fall short
-    assert plan.seeds_for(3027, 3, 0.5) == 2018
+    assert counts.seeds_for(2932, 3, 0.5) == 1955  # 1954.7 seeds would fall short
+    assert counts.seeds_for(3027, 3, 0.5) == 2018
 
 
 def test_a_triplet_gives_the_planned_pairs(tiny_config):
     """The plan's pairs per triplet are what the pairing code makes of the renders of one triplet."""
-    from blindspot.config import model_spec
+    from blindspot.models.spec import model_spec
     from blindspot.protobias.consensus import pair_images
     from blindspot.protobias.render import plan_renders
 
@@ -429,8 +431,8 @@ def test_paper_config_is_sized_for_the_papers_counts(paper_config):
     generators = len(paper_config["prompt_stage"]["generators"])
     share = paper_config["prompt_stage"]["expected_acceptance"]
     for domain, counted in paper_config["paper"]["domains"].items():
-        assert paper_config["domains"][domain]["n_seeds"] == plan.seeds_for(counted["triplets"], generators, share)
-    total = plan.expected_counts(paper_config).set_index("domain").loc["total"]
+        assert paper_config["domains"][domain]["n_seeds"] == counts.seeds_for(counted["triplets"], generators, share)
+    total = counts.expected_counts(paper_config).set_index("domain").loc["total"]
     assert (total["paper_triplets"], total["paper_pairs"], total["paper_train_pairs"]) == (8225, 45400, 12000)
     assert total["triplets"] == pytest.approx(8225, rel=0.001)
     assert total["pairs"] == pytest.approx(45400, rel=0.01)
@@ -444,8 +446,8 @@ def test_cli_plan_prints_the_expected_counts_beside_the_papers(capsys):
     section = out.split("## Counts: expected beside the paper's")[1]
     total = next(line for line in section.splitlines() if line.startswith("| total"))
     cells = [cell.strip() for cell in total.strip("|").split("|")]
-    assert cells[plan.COUNT_COLUMNS.index("paper_triplets")] == "8,225"
-    assert cells[plan.COUNT_COLUMNS.index("paper_pairs")] == "45,400"
-    assert cells[plan.COUNT_COLUMNS.index("paper_train_pairs")] == "12,000"
-    assert cells[plan.COUNT_COLUMNS.index("pairs_per_triplet")] == "5.52"
+    assert cells[counts.COUNT_COLUMNS.index("paper_triplets")] == "8,225"
+    assert cells[counts.COUNT_COLUMNS.index("paper_pairs")] == "45,400"
+    assert cells[counts.COUNT_COLUMNS.index("paper_train_pairs")] == "12,000"
+    assert cells[counts.COUNT_COLUMNS.index("pairs_per_triplet")] == "5.52"
     assert "## Acceptance: assumed in the config, measured by a run in `results_dir`" in out

@@ -14,12 +14,13 @@ from conftest import REPO, export_small_benchmark
 from PIL import Image
 
 from blindspot import tables
-from blindspot.config import ConfigError, model_spec, validate_config
+from blindspot.checks import validate_config
+from blindspot.config import ConfigError
 from blindspot.io import read_table, write_table
 from blindspot.metrics import PLUGINS, PluginError, check_plugin, load_metric, plugin_code
-from blindspot.metrics.scoring import metric_identity, metric_score_settings
+from blindspot.models.spec import model_spec
+from blindspot.protobias.scoring import metric_identity, metric_score_settings
 from blindspot.protobias.split import split_of
-from blindspot.protobias.taxonomy import SEED_COLUMNS
 
 DOCS = (REPO / "docs" / "metrics.md").read_text()
 LOCAL_MODULE = "local_colour_share"  # the example as a module on the path; installed, it is `colour_share`
@@ -158,7 +159,7 @@ def write_benchmark_inputs(results: Path, domain: str, seed: int, test_fraction:
     folder.mkdir(parents=True)
     for name, colour in (("corr", RED), ("adv", BLUE)):
         solid(colour).save(folder / f"{name}.png")
-    seeds = dict.fromkeys(SEED_COLUMNS, "") | {"seed_id": seed_id, "domain": domain, "sample_seed": 0}
+    seeds = dict.fromkeys(tables.SEEDS.names, "") | {"seed_id": seed_id, "domain": domain, "sample_seed": 0}
     write_table(folder / "seeds.parquet", pd.DataFrame([seeds]), tables.SEEDS)
     triplet = {field.name: "" for field in tables.TRIPLETS} | {
         "triplet_id": "t0", "seed_id": seed_id, "domain": domain, "neutral_prompt": "a red apple"}  # fmt: skip

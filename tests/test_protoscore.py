@@ -10,14 +10,13 @@ import pytest
 from PIL import Image
 from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
-from blindspot.config import model_spec
 from blindspot.io import remove_temps_in, temp_target
 from blindspot.metrics import normalise
 from blindspot.metrics.protoscore import ProtoScore
+from blindspot.models.protoscore_model import TrainSettings, load_scorer
+from blindspot.models.spec import model_spec
 from blindspot.protobias.protoscore import (
-    TrainSettings,
     latest_checkpoint,
-    load_scorer,
     pairwise_accuracy,
     ranking_loss,
     read_transfer_pairs,

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from transformers import AutoConfig
 
-from blindspot.config import model_spec
+from blindspot.models.spec import model_spec
 from blindspot.protobias.quality import NLI_LABELS, nli_probabilities, score_prompt_quality, table1
 
 

@@ -13,8 +13,8 @@ from conftest import REPO, spec_of, step_command
 from PIL import Image
 
 from blindspot import tables
-from blindspot.config import model_spec
 from blindspot.io import read_table, write_table
+from blindspot.models.spec import model_spec
 from blindspot.protobias.render import (
     DiffusersRenderer,
     check_image,

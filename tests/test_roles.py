@@ -11,9 +11,10 @@ from hub_cache import lay_out, with_hub_models
 from test_evaluate import GOOD_RECORD
 from test_vllm import VLLM_PYTHON
 
-from blindspot import doctor
-from blindspot.config import built_model_dir
+from blindspot import doctor_models
+from blindspot.doctor_report import FAIL, OK, WARN
 from blindspot.models import roles
+from blindspot.registry import built_model_dir
 
 # config.json fields of real releases (their model_type, architectures and whether a vision part is
 # there), for models vLLM serves: what the vLLM verdict reads.
@@ -103,21 +104,21 @@ def test_a_cached_vllm_model_reads_images_when_its_config_has_a_vision_part(tiny
     assert fits["phi-3-vision", "vllm"].takes is None
     assert set(fits) == {("tiny-qwen2.5-vl", "vllm"), ("tiny-qwen2.5-vl", "transformers"),
                          ("tiny-internvl3", "vllm"), ("phi-3-vision", "vllm")}  # fmt: skip
-    checks = {(c.subject, c.verdict): c.reason for c in doctor.role_checks(config, cache)}
+    checks = {(c.subject, c.verdict): c.reason for c in doctor_models.role_checks(config, cache)}
     assert checks == {
-        ("tiny-qwen2.5-vl", doctor.OK): "humblebench.vlms, evaluation.metrics.vlm-judge.model through vllm: its "
+        ("tiny-qwen2.5-vl", OK): "humblebench.vlms, evaluation.metrics.vlm-judge.model through vllm: its "
         "config has a vision part (model type internvl_chat (InternVLChatModel))",
-        ("tiny-qwen2.5-vl", doctor.FAIL): "evaluation.metrics.alignscore.models.captioner, "
+        ("tiny-qwen2.5-vl", FAIL): "evaluation.metrics.alignscore.models.captioner, "
         "evaluation.metrics.vqascore-vlm.model through transformers: transformers' AutoModelForImageTextToText "
         "does not take model type internvl_chat (InternVLChatModel)",
-        ("tiny-internvl3", doctor.FAIL): "humblebench.vlms through vllm: a text-only model: model type qwen2 "
+        ("tiny-internvl3", FAIL): "humblebench.vlms through vllm: a text-only model: model type qwen2 "
         "(Qwen2ForCausalLM), no vision part in its config",
-        ("phi-3-vision", doctor.WARN): "image_stage.vlms through vllm: cannot tell from its config whether vLLM "
+        ("phi-3-vision", WARN): "image_stage.vlms through vllm: cannot tell from its config whether vLLM "
         "reads images with model type phi3_v (Phi3VForCausalLM): it has no vision part; check that vLLM lists "
         "Phi3VForCausalLM among its multimodal models",
     }
     # a model not yet in the cache has no verdict: the model checks say it is missing
-    assert doctor.role_checks(config, tmp_path / "empty") == []
+    assert doctor_models.role_checks(config, tmp_path / "empty") == []
 
 
 def test_remote_code_counts_where_transformers_runs_it_and_vllms_text_roles_are_not_checked(tiny_config, tmp_path):
@@ -215,13 +216,9 @@ def test_the_command_refuses_a_model_it_places_where_images_go_before_the_workfl
 
 
 def test_every_role_a_language_model_fills_is_checked():
-    from blindspot.config import MODEL_ROLES, SCENE_GRAPH_ROLES
+    from blindspot.registry import ROLES
 
-    roles_of_models = [
-        f"{stage}.{role}" for (stage, role), backends in MODEL_ROLES.items() if "transformers" in backends
-    ]
-    roles_of_models += [f"humblebench.scene_graphs.{role}" for role in SCENE_GRAPH_ROLES]
-    unchecked = set(roles_of_models) - {*roles.IMAGE_KEYS, *roles.TEXT_KEYS}
+    unchecked = {role.key for role in ROLES if "transformers" in role.backends and role.needs is None}
     assert unchecked == {"prompt_stage.nli_model"}  # a sequence classifier, loaded by its own auto class
 
 

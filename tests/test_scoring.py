@@ -11,10 +11,11 @@ from conftest import REPO, half_written_temps
 from PIL import Image
 
 from blindspot import tables
-from blindspot.config import model_spec
 from blindspot.io import is_temp_of, read_table, write_table
 from blindspot.metrics import MetricSkipped, Score, plugin_code
-from blindspot.metrics.scoring import (
+from blindspot.models.spec import model_spec
+from blindspot.protobias.evaluation import read_scores
+from blindspot.protobias.scoring import (
     ScoreCache,
     image_sha256,
     metric_identity,
@@ -23,7 +24,6 @@ from blindspot.metrics.scoring import (
     score_or_skip,
     shard_test_pairs,
 )
-from blindspot.protobias.evaluation import read_scores
 from blindspot.protobias.split import split_of
 from blindspot.steps.metrics import score_metric
 
@@ -111,7 +111,7 @@ def test_the_identity_follows_score_settings_not_run_settings(tiny_config):
 
 
 def test_a_retrained_scorer_is_another_metric(tiny_config, tmp_path):
-    from blindspot.protobias.protoscore import HEAD_FILE
+    from blindspot.models.protoscore_model import HEAD_FILE
 
     trained = tmp_path / "protoscore"
     trained.mkdir()

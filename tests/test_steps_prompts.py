@@ -10,8 +10,8 @@ import pytest
 from conftest import REPO
 
 from blindspot import tables
-from blindspot.config import model_spec
 from blindspot.io import read_table, write_table
+from blindspot.models.spec import model_spec
 from blindspot.protobias.taxonomy import sample_seeds
 from blindspot.protobias.triplets import ShardFailedError
 from blindspot.steps.prompts import accept_triplets, generate_triplets, make_seeds, make_table1

@@ -6,7 +6,9 @@ import pytest
 import yaml
 from conftest import REPO
 
-from blindspot.config import SCHEMA_DIR, ConfigError, check_schema, validate_config
+from blindspot.checks import validate_config
+from blindspot.config import ConfigError, check_schema
+from blindspot.paths import SCHEMA_DIR
 from blindspot.prompts import PromptTemplate
 from blindspot.protobias import taxonomy as taxonomy_module
 from blindspot.protobias.export import dataset_card, source_counts

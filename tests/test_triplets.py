@@ -4,7 +4,7 @@ import json
 import pytest
 from conftest import REPO, whitespace_outside_strings
 
-from blindspot.config import model_spec
+from blindspot.models.spec import model_spec
 from blindspot.models.textgen import load_text_generator
 from blindspot.prompts import PromptTemplate
 from blindspot.protobias.taxonomy import sample_seeds

@@ -13,8 +13,8 @@ from conftest import REPO, spec_of, step_command, whitespace_outside_strings
 from test_envs import lock
 
 from blindspot import tables
-from blindspot.config import model_spec
 from blindspot.io import read_table, write_table
+from blindspot.models.spec import model_spec
 from blindspot.models.vlm_scoring import text_score
 from blindspot.protobias.judging import JUDGE_REASONS
 from blindspot.protobias.taxonomy import sample_seeds
@@ -94,7 +94,8 @@ def test_vllm_environment_is_the_locked_one(vllm_python):
 
 SCORE_IN_VLLM = """
 import json, sys
-from blindspot.config import load_config, model_spec
+from blindspot.checks import load_config
+from blindspot.models.spec import model_spec
 from blindspot.humblebench.answers import option_token_ids
 from blindspot.models.vlm_scoring import load_vlm_scorer
 config, conversations, out = load_config(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
-from blindspot.config import model_spec
+from blindspot.models.spec import model_spec
 from blindspot.models.vlm_scoring import (
     SCORES,
     ScoreTokens,

@@ -16,9 +16,10 @@ import yaml
 from conftest import CHROMIUM, REPO, snakemake
 
 from blindspot import tables
-from blindspot.config import is_api_metric, metric_models, n_shards
 from blindspot.humblebench.questions import problem
 from blindspot.io import read_table
+from blindspot.registry import is_api_metric, metric_models
+from blindspot.shards import n_shards
 from blindspot.targets import final_targets
 
 

@@ -50,10 +50,10 @@ from timing import Row, timed
 from tiny_preset import REPO, build_models
 
 from blindspot import tables
-from blindspot.config import model_spec
 from blindspot.humblebench.answers import answer_shard, option_token_ids
 from blindspot.humblebench.questions import question_row, row_question
 from blindspot.humblebench.settings import LETTERS, NOTA_TEXT, Question, present, setting_transforms
+from blindspot.models.spec import model_spec
 from blindspot.models.vlm_scoring import image_conversation, load_vlm_scorer
 from blindspot.prompts import PromptTemplate
 

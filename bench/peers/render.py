@@ -34,8 +34,8 @@ from PIL import Image
 from timing import Row, overheads, timed_arms
 from tiny_preset import build_models
 
-from blindspot.config import model_spec
 from blindspot.images import BackgroundWrites
+from blindspot.models.spec import model_spec
 from blindspot.protobias.render import DiffusersRenderer, plan_renders, render_triplets, save_image
 
 TRIPLETS = 16  # 32 images: a job's fixed costs (planning, the writer thread, the progress bar) spread as over a shard

@@ -22,7 +22,7 @@ from typing import Any
 from timing import Row, run_in_env
 from tiny_preset import REPO, build_models
 
-from blindspot.config import model_spec
+from blindspot.models.spec import model_spec
 from blindspot.prompts import PromptTemplate
 from blindspot.protobias.taxonomy import sample_seeds
 from blindspot.protobias.triplets import TRIPLET_JSON_SCHEMA

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from timing import timed
 
-from blindspot.config import ModelSpec
+from blindspot.models.spec import ModelSpec
 from blindspot.models.textgen import load_text_generator
 
 

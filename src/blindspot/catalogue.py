@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from blindspot.config import ConfigError, metric_models, shard_slice
+from blindspot.config import ConfigError, as_list, config_value
+from blindspot.paths import ENV_DIR
+from blindspot.registry import BACKENDS, metric_models
+from blindspot.shards import shard_slice
 
 Config = dict[str, Any]
 Wildcards = dict[str, str]
@@ -25,8 +27,6 @@ Wildcards = dict[str, str]
 DATA_WILDCARDS = ("domain", "shard", "setting")
 # A step's `env` that depends on its model: vLLM's env for a model it serves, else the vision env.
 BY_MODEL_BACKEND = "by_model_backend"
-ENV_DIR = Path(__file__).resolve().parents[2] / "workflow" / "envs"  # one conda env file per kind of rule
-_BACKEND_ENVS = {"vllm": "llm"}
 
 
 @dataclass(frozen=True)
@@ -158,14 +158,6 @@ THROUGHPUT_STEPS = tuple(name for name, step in STEPS.items() if step.throughput
 SHARDED_STEPS = {name: step.output for name, step in STEPS.items() if step.output}
 
 
-def config_value(config: Config, key: str) -> Any:
-    """The value at a dotted config key, e.g. "image_stage.judge_batch_size"."""
-    value: Any = config
-    for part in key.split("."):
-        value = value[part]
-    return value
-
-
 def job_name(step: str) -> str:
     """The `{job}` part of a step's log and benchmark paths, as a pattern: "{domain}/{t2i}/{shard}"."""
     return "/".join(f"{{{name}}}" for name in STEPS[step].wildcards) or "all"
@@ -180,8 +172,7 @@ def job_models(config: Config, step: str, wildcards: Wildcards) -> list[str]:
         elif role in STEPS[step].wildcards:
             names.append(wildcards[role])
         else:
-            value = config_value(config, role)
-            names += [value] if isinstance(value, str) else list(value)
+            names += as_list(config_value(config, role) or [])
     return names
 
 
@@ -242,7 +233,7 @@ def job_env(config: Config, step: str, wildcards: Wildcards) -> str:
     if env != BY_MODEL_BACKEND:
         return env
     model = job_models(config, step, wildcards)[0]
-    return _BACKEND_ENVS.get(config["models"][model]["backend"], "vlm")
+    return BACKENDS[config["models"][model]["backend"]].env
 
 
 def job_items(config: Config, step: str, wildcards: Wildcards) -> int | None:

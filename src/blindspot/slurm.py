@@ -29,11 +29,13 @@ from typing import Any
 import yaml
 
 from blindspot.catalogue import STEPS, env_requirements, job_env
-from blindspot.config import load_config
+from blindspot.checks import load_config
+from blindspot.config import as_list
 from blindspot.io import write_json
+from blindspot.paths import PROFILES_DIR, SOURCE_DIR
 from blindspot.resources import job_resources
 
-DEFAULT_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "slurm" / "config.yaml"
+DEFAULT_PROFILE = PROFILES_DIR / "slurm" / "config.yaml"
 # What Snakemake sets to a job's threads before running it (snakemake/shell.py).
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
@@ -67,7 +69,7 @@ def _section(settings: dict[str, Any], key: str, profile: str | Path) -> dict[st
     if isinstance(value, dict):
         return value
     mapping: dict[str, Any] = {}
-    for entry in [value] if isinstance(value, str) else value:
+    for entry in as_list(value):
         name, equals, setting = str(entry).partition("=")
         rule, colon, name = name.rpartition(":") if key == "set-resources" else ("", ":", name)
         if not (equals and colon and name.strip()):
@@ -183,8 +185,8 @@ def _run_stage(python: str, job: str, outputs: list[str], threads: int) -> None:
 
     setup_logging()
     remove_killed_runs_temps(outputs)
-    source = str(Path(__file__).resolve().parents[1])  # the env's Python imports this checkout's blindspot
-    path = os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
+    # the env's Python imports this checkout's blindspot
+    path = os.pathsep.join(filter(None, [str(SOURCE_DIR), os.environ.get("PYTHONPATH")]))
     environment = os.environ | dict.fromkeys(THREAD_VARIABLES, str(threads)) | {"PYTHONPATH": path}
     done = subprocess.run([python, "-m", "blindspot.steps", "replay", job], env=environment, check=False)
     if done.returncode:

@@ -2,12 +2,18 @@
 
 import pyarrow as pa
 
-from blindspot.protobias.taxonomy import SEED_COLUMNS
-
 _s = pa.string()
 _f = pa.float64()
 
-SEEDS = pa.schema([(name, pa.int64() if name == "sample_seed" else _s) for name in SEED_COLUMNS])
+# A seed: one taxonomy entry in one scene, with the knob that the adversarial description changes.
+_SEED_COLUMNS = [
+    "seed_id", "domain", "subcategory", "label", "qualifier", "correct_instance", "adversarial_instance",
+    "scene", "aux_element", "knob", "correct_value", "adversarial_value",
+    "draft_neutral", "draft_correct", "draft_adversarial",
+    "qualifier_realization", "correct_realization", "adversarial_realization", "added_entries",
+    "taxonomy_sha256", "sample_seed",
+]  # fmt: skip
+SEEDS = pa.schema([(name, pa.int64() if name == "sample_seed" else _s) for name in _SEED_COLUMNS])
 
 # What every model-written row records about how it was made.
 _GENERATION_PROVENANCE = [

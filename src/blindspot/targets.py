@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from blindspot.config import shard_names
+from blindspot.shards import shard_names
 
 PATHS = {
     "model": "{resources}/models/{model}",

@@ -10,11 +10,14 @@ from pathlib import Path
 # workflow/scripts/blindspot -> src/blindspot (Snakemake puts a script's folder on sys.path).
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
-from blindspot.config import ConfigError, build_inputs, check_config_files, is_api_metric, metric_models, model_spec, resolved_recipe, validate_config
+from blindspot.checks import validate_config
+from blindspot.config import ConfigError, check_config_files
+from blindspot.models.spec import build_inputs, model_spec, resolved_recipe
+from blindspot.registry import is_api_metric, metric_models
 from blindspot import catalogue, targets
 from blindspot.humblebench.parsing import PARSER_VERSION
 from blindspot.metrics import plugin_code
-from blindspot.metrics.scoring import metric_score_settings
+from blindspot.protobias.scoring import metric_score_settings
 from blindspot.resources import job_resources
 from blindspot.models.tiny.build import recipe_seed
 

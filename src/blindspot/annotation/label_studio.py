@@ -22,11 +22,10 @@ from typing import Any
 
 import requests
 
+from blindspot.annotation.labels import label_studio_export, labels_from_export
 from blindspot.annotation.projects import (
     LABEL_CONFIGS,
-    label_studio_export,
     label_studio_tasks,
-    labels_from_export,
     load_project,
     outside_workflow_outputs,
     project_instructions,

@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 
 from blindspot import tables
-from blindspot.config import ModelSpec
 from blindspot.humblebench.parsing import parse_answer
 from blindspot.humblebench.questions import row_question
 from blindspot.humblebench.settings import LETTERS, Presented, present, shard_of, shown_image
 from blindspot.images import Journaled, journaled_batches
+from blindspot.models.spec import ModelSpec
 from blindspot.models.vlm_scoring import image_conversation
 from blindspot.prompts import PromptTemplate
 

@@ -263,16 +263,19 @@ def export_for_verification(rows: Sequence[Mapping[str, Any]], path: str | Path)
     write_text(path, table.to_csv(index=False))
 
 
-def read_decisions(path: str | Path) -> pd.DataFrame:
-    """People's decisions, one row per question id: the verification CSV as edited, or the labels of a
-    `question_check` annotation project (Label Studio's JSON export), where a modify's edit is JSON with
-    the question, the options and the label. A question given different labels by two people is an
-    error: the sheet must say one thing."""
-    if Path(path).suffix != ".json":
-        return _read_verification_sheet(path)
-    from blindspot.annotation.projects import read_labels
+class Decisions(NamedTuple):
+    """People's decisions on the candidates, one row per question id (`DECISION_COLUMNS`), and the file
+    they came from, which every error about them names."""
 
-    labels = read_labels("question_check", path)
+    table: pd.DataFrame
+    source: str | Path
+
+
+def decisions_from_labels(labels: pd.DataFrame, path: str | Path) -> Decisions:
+    """People's decisions from the labels of a `question_check` annotation project, read from its export
+    `path` (a row per annotator and item: annotator, item_id, decision, edit), where a modify's edit is
+    JSON with the question, the options and the label. A question given different labels by two people
+    is an error: the sheet must say one thing."""
     split = labels.groupby("item_id")[["decision", "edit"]].nunique().max(axis=1)
     if (split > 1).any():
         raise ValueError(f"{path}: people disagree on question(s) {', '.join(split[split > 1].index[:5])}")
@@ -293,26 +296,26 @@ def read_decisions(path: str | Path) -> pd.DataFrame:
                 raise ValueError(f"{path}: question {label.item_id}: {len(options)} options (at most {len(LETTERS)})")
             row |= dict(zip(LETTERS, options, strict=False))
         rows.append(row)
-    return pd.DataFrame(rows, columns=DECISION_COLUMNS).set_index("question_id")
+    return Decisions(pd.DataFrame(rows, columns=DECISION_COLUMNS).set_index("question_id"), path)
 
 
-def _read_verification_sheet(path: str | Path) -> pd.DataFrame:
-    """The verification CSV as people filled it in, by question id; an empty or unparseable file, or one
-    without a column `DECISION_COLUMNS` names, is a ValueError naming the file."""
+def read_verification_sheet(path: str | Path) -> Decisions:
+    """People's decisions from the verification CSV as they filled it in, by question id; an empty or
+    unparseable file, or one without a column `DECISION_COLUMNS` names, is a ValueError naming the file."""
     sheet = read_csv(path, "scene-graph verification", dtype=str, keep_default_na=False)
     missing = [column for column in DECISION_COLUMNS if column not in sheet.columns]
     if missing:
         raise ValueError(
             f"{path}: the verification sheet lacks columns {missing} (it needs {', '.join(DECISION_COLUMNS)})"
         )
-    return sheet.set_index("question_id")
+    return Decisions(sheet.set_index("question_id"), path)
 
 
-def apply_verification(rows: Sequence[Mapping[str, Any]], path: str | Path) -> tuple[list[dict[str, Any]], dict]:
-    """The candidates after the people's decisions (`read_decisions`): kept as they were, modified as
-    edited (and checked again), deleted, or, without a decision, left out. Returns the rows and a count
-    per decision."""
-    decided = read_decisions(path)
+def apply_verification(rows: Sequence[Mapping[str, Any]], decisions: Decisions) -> tuple[list[dict[str, Any]], dict]:
+    """The candidates after the people's `decisions` (`read_verification_sheet`, `decisions_from_labels`):
+    kept as they were, modified as edited (and checked again), deleted, or, without a decision, left out.
+    Returns the rows and a count per decision."""
+    decided, path = decisions
     bad = sorted(set(decided["decision"]) - {*DECISIONS, ""})
     if bad:
         raise ValueError(f"{path}: decisions must be one of {', '.join(DECISIONS)} (or empty), not {bad}")

@@ -21,10 +21,11 @@ from typing import Any
 import pandas as pd
 
 from blindspot.humblebench.parsing import parse_answer
-from blindspot.humblebench.release import OPTION_LINE, release_question, release_records
+from blindspot.humblebench.release import OPTION_LINE, release_question
 from blindspot.humblebench.settings import LETTERS, Question, nota_letter, present, setting_transforms
 from blindspot.humblebench.tables import report_tables, write_report
 from blindspot.io import jsonl_records, read_csv
+from blindspot.models.releases import release_records
 from blindspot.targets import PATHS, TABLE_FORMATS
 
 # The official code's setting folders (`build_setting_name`: the active flags joined by "__") and the
@@ -43,7 +44,7 @@ READING = "text"
 
 
 def release_questions(source: str) -> dict[str, Question]:
-    """The release's questions by id, from any format `release.release_records` reads; images are
+    """The release's questions by id, from any format `models.releases.release_records` reads; images are
     neither decoded nor written."""
     questions = {}
     for record in release_records(source):

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from blindspot import tables
-from blindspot.humblebench.questions import apply_verification, problem, questions_from_benchmark
+from blindspot.humblebench.questions import Decisions, apply_verification, problem, questions_from_benchmark
 from blindspot.humblebench.release import load_release
 
 log = logging.getLogger(__name__)
@@ -20,13 +20,13 @@ log = logging.getLogger(__name__)
 
 def collect_questions(
     release: str | None, image_dir: str | Path, pairs: pd.DataFrame | None, taxonomies: Mapping[str, Mapping[str, Any]],
-    from_benchmark: Mapping[str, Any] | None, seed: int, candidates: pd.DataFrame | None, verification: str | None,
+    from_benchmark: Mapping[str, Any] | None, seed: int, candidates: pd.DataFrame | None, decisions: Decisions | None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:  # fmt: skip
     """The questions of each given source, in this order: the `release` (its images that come as bytes
     written to `image_dir`); questions about the benchmark's kept `pairs` (`from_benchmark` is the
     config's kinds and NOTA share; `taxonomies` by domain give the distractors); the scene-graph
-    `candidates`, after the people's decisions in the `verification` file, or, without one, those
-    without problems, unverified. Question ids must be unique across sources.
+    `candidates`, after the people's `decisions` (read from the verification file), or, without them,
+    those without problems, unverified. Question ids must be unique across sources.
     Returns the table (`tables.HUMBLE_QUESTIONS`) and counters."""
     rows: list[dict[str, Any]] = []
     counters: dict[str, Any] = {}
@@ -41,9 +41,9 @@ def collect_questions(
         counters |= {"benchmark": len(built), "benchmark_kinds_without_a_question": skipped}
     if candidates is not None:
         written = candidates.to_dict("records")
-        if verification:
-            written, decisions = apply_verification(written, verification)
-            counters["scene_graph_decisions"] = decisions
+        if decisions is not None:
+            written, counts = apply_verification(written, decisions)
+            counters["scene_graph_decisions"] = counts
         else:
             flawed = [row for row in written if problem(row)]
             written = [row for row in written if not problem(row)]

@@ -3,7 +3,8 @@
 A plug-in is a class (or factory) that follows `Metric`, named by a metric's `plugin:` in the
 config: a built-in one of this package (`PLUGINS`), any importable `module:Class`, or an installed
 package's entry point in the group `blindspot.metrics` (docs/metrics.md). Scores keep their raw
-value; `normalise` maps it to [0, 1] with the plug-in's `bounds` for reporting.
+value; `normalise` maps it to [0, 1] with the plug-in's `bounds` for reporting. `score_batches` runs a
+plug-in over image files a batch at a time.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Protocol
 
 from tqdm import tqdm
+
+from blindspot.images import image_batches, read_rgb
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,30 @@ PLUGINS = {
     "align_score": "blindspot.metrics.align_score:AlignScore",
     "protoscore": "blindspot.metrics.protoscore:ProtoScore",
 }
+
+
+@dataclass(frozen=True)
+class HubFiles:
+    """What a plug-in reads from the hub besides its model's folder, declared in its module as
+    `HUB_FILES` for the hub cache (`models.hub`), which fetches and checks exactly that."""
+
+    # The one checkpoint file of a release read instead of the model's folder (the plug-in's
+    # `checkpoint` argument renames it), and arguments that name a file beside it (when a .json).
+    checkpoint: str | None = None
+    file_args: tuple[str, ...] = ()
+    # Arguments that name another hub repository read at its default revision, each with whether its
+    # weights are read too or its configs and tokenizer only.
+    repo_args: dict[str, bool] = field(default_factory=dict)
+
+
+def plugin_declaration(plugin: str, name: str, default: Any) -> Any:
+    """What a plug-in module of this package declares under `name` (its `VLMS`, `HUB_FILES`), named
+    either way (`vqa_score`, `blindspot.metrics.vqa_score:VQAScore`); `default` for one from outside
+    this package, which is not imported before a job builds it."""
+    module, _ = plugin_target(plugin)
+    if not module.startswith(f"{__name__}."):
+        return default
+    return getattr(importlib.import_module(module), name, default)
 
 
 # Installed packages register plug-ins of their own under this entry point group.
@@ -200,16 +227,29 @@ def batches(name: str, prompts: Sequence[Any], images: Sequence[Any], size: int)
         yield list(prompts[start : start + size]), list(images[start : start + size])
 
 
+def score_batches(
+    metric: Metric, name: str, prompts: Sequence[str], paths: Sequence[str], batch_size: int
+) -> Iterator[list[Score]]:
+    """The metric's scores of each (prompt, image file), `batch_size` at a time and in order: the next
+    batch's images decode while the metric scores this one, and no others are held."""
+    pairs = list(zip(prompts, paths, strict=True))
+    for batch, images in image_batches(pairs, batch_size, lambda pair: read_rgb(pair[1]), desc=f"score {name}"):
+        yield metric.score([prompt for prompt, _ in batch], images)
+
+
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
 
 
 def find_checkpoint(what: str, path: str | Path, revision: str | None, hub_file: str) -> Path:
-    """The checkpoint file of a model released as one file: `path` itself, the one checkpoint file in
-    the folder `path`, or `hub_file` in the hub repository `path` (from the local hub cache when offline)."""
+    """The checkpoint file of a model released as one file: `path` itself; in the folder `path`, the
+    file named `hub_file`, else its one checkpoint file; or `hub_file` in the hub repository `path`
+    (from the local hub cache when offline)."""
     path = Path(path)
     if path.is_file():
         return path
     if path.is_dir():
+        if (path / hub_file).is_file():
+            return path / hub_file
         found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(CHECKPOINT_SUFFIXES))
         if len(found) != 1:
             held = f"several ({', '.join(p.name for p in found)})" if found else "none"

@@ -30,8 +30,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from blindspot.config import ModelSpec
-from blindspot.metrics import Score, batches, find_checkpoint, load_strictly, read_state_dict
+from blindspot.metrics import HubFiles, Score, batches, find_checkpoint, load_strictly, read_state_dict
+from blindspot.models.spec import ModelSpec
 from blindspot.models.vlm_scoring import TransformersVLMScorer
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
@@ -39,6 +39,8 @@ SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
 VLMS = {"captioner": "transformers"}
 
 HUB_CHECKPOINT = "AlignScore-large.ckpt"
+# The release's checkpoint, and its base model's configs and tokenizer (`models.hub`).
+HUB_FILES = HubFiles(checkpoint=HUB_CHECKPOINT, repo_args={"base": False})
 CAPTION_INSTRUCTION = "Describe this image in one sentence."
 # Official `nli_sp` settings.
 CHUNK_WORDS = 350

@@ -37,16 +37,16 @@ Registry entry (a dict, or any object with these attributes):
     client       optional: concurrency, timeout_s, max_attempts, backoff_base_s, backoff_cap_s,
                  retry_after_cap_s, max_reply_attempts
 
-Answers are cached on disk, one JSON file per (model, revision, template version, request
-settings, image sha256, prompt), written atomically, so a rerun or a resumed shard asks the
-endpoint only for what it has not answered yet; before asking, a job removes what a killed run left
-half-written for those entries (only those: the metric's other jobs write theirs in the same folder).
+Answers are cached on disk (blindspot.models.api_cache), one JSON file per (model, revision,
+template version, request settings, image sha256, prompt), written atomically, so a rerun or a
+resumed shard asks the endpoint only for what it has not answered yet; before asking, a job removes
+what a killed run left half-written for those entries (only those: the metric's other jobs write
+theirs in the same folder).
 
-The key lives in memory only: it is never logged, cached or put into an error message or a Score.
-Every string of a reply is scrubbed of it as the reply arrives, in each form a server can echo it in
-(raw, JSON-escaped, URL-encoded), and so is every message that leaves this module. A key that cannot
-be an HTTP header value (a line break, a control character, a character outside Latin-1) is refused
-before any request, without showing it.
+The requests, their retries and their concurrency are blindspot.models.api_client's, and so is the
+key: it lives in memory only and is never logged, cached or put into an error message or a Score;
+every string of a reply is scrubbed of it as the reply arrives, and so is every message this module
+logs. A key that cannot be an HTTP header value is refused before any request, without showing it.
 """
 
 from __future__ import annotations
@@ -54,44 +54,30 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import json
 import logging
 import math
 import os
-import re
-import threading
 import time
-import unicodedata
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, quote_plus
 
 import numpy as np
-import requests
-from tqdm import tqdm
 
-from blindspot.io import remove_stale_temps, stable_id, write_json
+from blindspot.io import stable_id
 from blindspot.metrics import MetricSkipped, Score
-from blindspot.metrics.api_client import (
-    RETRY_STATUSES,
-    APIJudgeError,
-    ClientSettings,
-    MalformedReply,
-    backoff_delay,
-    error_message,
-    retry_after_seconds,
-)
+from blindspot.models.api_cache import ReplyCache, UnreadableReply
+from blindspot.models.api_client import ChatCompletionsClient, ClientSettings, MalformedReply, backoff_delay
 from blindspot.models.vlm_scoring import SCORES, ScoreTokens, score_distribution, summarise, text_score
+from blindspot.paths import PROMPTS_DIR
 from blindspot.prompts import PromptTemplate
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
 
 log = logging.getLogger(__name__)
 
-TEMPLATE = Path(__file__).resolve().parents[3] / "config" / "prompts" / "judge_semantic_v1.yaml"
+TEMPLATE = PROMPTS_DIR / "judge_semantic_v1.yaml"
 
 
 @dataclass(frozen=True)
@@ -270,34 +256,6 @@ def key_not_set(name: str, key_env: str) -> MetricSkipped:
     return MetricSkipped(f"{name}: the API key variable {key_env} is not set or empty; skipping this metric")
 
 
-def header_problem(key: str) -> str:
-    """Why `key` cannot be sent in an HTTP header (which character, where; never the key), or ""."""
-    for position, char in enumerate(key):
-        if ord(char) > 0xFF:
-            return f"a character outside Latin-1 (U+{ord(char):04X}) at position {position}"
-        if unicodedata.category(char) == "Cc" and char != "\t":
-            return f"a control character or line break (U+{ord(char):04X}) at position {position}"
-    return ""
-
-
-def key_pattern(key: str) -> re.Pattern[str]:
-    """Every form in which a server can echo `key` back: raw, JSON-escaped (with or without
-    ASCII-only escapes and an escaped "/") and URL-encoded (UTF-8 or Latin-1, with "+" for a
-    space or not, upper- or lower-case hex)."""
-    escaped = {json.dumps(key, ensure_ascii=ascii_only)[1:-1] for ascii_only in (True, False)}
-    escaped |= {form.replace("/", "\\/") for form in escaped}
-    encoded = {
-        quote_form(key, safe=safe, encoding=encoding)
-        for quote_form in (quote, quote_plus) for safe in ("", "/") for encoding in ("utf-8", "latin-1")
-    }  # fmt: skip
-    encoded |= {re.sub("%[0-9A-F]{2}", lambda hex_byte: hex_byte[0].lower(), form) for form in encoded}
-    forms = sorted({key} | escaped | encoded, key=len, reverse=True)
-    return re.compile("|".join(map(re.escape, forms)))
-
-
-_MAX_DEPTH = 64  # a chat completion nests about six levels; deeper is no reply to read
-
-
 def _field(entry: Any, key: str, default: Any = None) -> Any:
     value = entry.get(key, default) if isinstance(entry, Mapping) else getattr(entry, key, default)
     return default if value is None else value
@@ -323,60 +281,23 @@ class APIJudgeMetric:
         self.name = name or _field(entry, "name") or self.model_id
         self.revision = _field(entry, "revision", "")
         self.request_settings = dict(_field(entry, "request", {}))
-        self.client = ClientSettings(**_field(entry, "client", {}))
+        settings = ClientSettings(**_field(entry, "client", {}))
         self.template = template if isinstance(template, PromptTemplate) else PromptTemplate.load(template)
-        self.cache_dir = Path(cache_dir)
-        self.url = self.endpoint.rstrip("/") + "/chat/completions"
-        self._key = os.environ.get(key_env, "").strip()
-        if not self._key:
+        key = os.environ.get(key_env, "").strip()
+        if not key:
             raise key_not_set(self.name, key_env)
-        unsendable = header_problem(self._key)
-        if unsendable:
-            raise ValueError(f"{self.name}: the API key in {key_env} cannot be sent as an HTTP header: it holds "
-                             f"{unsendable}; set the variable to the key alone")  # fmt: skip
-        self._key_forms = key_pattern(self._key)
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._sessions: list[requests.Session] = []
-        self.requests_sent = 0  # HTTP requests, retries included
+        self.client = ChatCompletionsClient(self.name, self.endpoint, self.model_id, key, key_env, settings)
+        self.cache = ReplyCache(cache_dir, self.client.clean)
         self.cache_hits = 0
 
     def __repr__(self) -> str:
         return f"APIJudgeMetric(name={self.name!r}, model_id={self.model_id!r}, endpoint={self.endpoint!r})"
-
-    def _scrub(self, text: str) -> str:
-        """Text that leaves this module, with the key (should a server echo it) replaced in every form."""
-        return self._key_forms.sub("<redacted>", text)
-
-    def _clean(self, value: Any, depth: int = 0) -> Any:
-        """A reply's JSON with every string (keys too) scrubbed of the key, and lone surrogates (a
-        "\\ud800" escape, which no parquet file can hold) replaced; ValueError past _MAX_DEPTH."""
-        if depth > _MAX_DEPTH:
-            raise ValueError(f"nested deeper than {_MAX_DEPTH} levels")
-        if isinstance(value, str):
-            return self._scrub(value.encode("utf-8", "replace").decode("utf-8"))
-        if isinstance(value, list):
-            return [self._clean(item, depth + 1) for item in value]
-        if isinstance(value, dict):
-            return {self._clean(key, depth + 1): self._clean(item, depth + 1) for key, item in value.items()}
-        return value
-
-    def _reply(self, body: str) -> Any:
-        """A 200 reply's body as JSON, cleaned (see _clean); MalformedReply when it cannot be read."""
-        try:
-            return self._clean(json.loads(body))
-        except (ValueError, RecursionError) as error:  # not JSON, too deep, or an integer past the digit limit
-            reason = f"HTTP 200 with a body that is not readable JSON ({str(error)[:100]}): {body[:200]!r}"
-            raise MalformedReply(self._scrub(reason)) from None
 
     def cache_key(self, prompt: str, image_sha256: str) -> str:
         return stable_id(
             "api_judge/v1", self.model_id, self.revision, self.template.version, self.request_settings, image_sha256,
             prompt,
         )  # fmt: skip
-
-    def _cache_path(self, key: str) -> Path:
-        return self.cache_dir / key[:2] / f"{key}.json"
 
     def body(self, prompt: str, png: bytes) -> dict[str, Any]:
         """The chat-completions request for one (prompt, image) pair."""
@@ -391,71 +312,13 @@ class APIJudgeMetric:
         ]  # fmt: skip
         return {**self.request_settings, "model": self.model_id, "messages": messages}
 
-    def _session(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = requests.Session()
-            session.headers["Authorization"] = f"Bearer {self._key}"
-            with self._lock:
-                self._sessions.append(session)
-        return session
-
-    def close(self) -> None:
-        """Close the HTTP sessions (one per worker thread); later requests open new ones."""
-        with self._lock:
-            sessions, self._sessions = self._sessions, []
-        for session in sessions:
-            session.close()
-        self._local = threading.local()
-
-    def post(self, body: dict[str, Any], sleep: Callable[[float], None] = time.sleep) -> Any:
-        """POST one request, retrying connection errors, timeouts, 429 and 5xx with back-off; the reply's
-        JSON, cleaned of the key, or MalformedReply."""
-        settings = self.client
-        for attempt in range(1, settings.max_attempts + 1):
-            retry_after = None
-            with self._lock:
-                self.requests_sent += 1
-            try:
-                response = self._session().post(self.url, json=body, timeout=settings.timeout_s)
-            except (
-                requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
-                requests.exceptions.ContentDecodingError,
-            ) as error:  # fmt: skip
-                reason = f"{type(error).__name__}: {error}"
-            else:
-                if response.status_code == 200:
-                    return self._reply(response.text)
-                if response.status_code in RETRY_STATUSES:
-                    reason = f"HTTP {response.status_code}: {error_message(response)}"
-                    retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-                else:
-                    raise APIJudgeError(
-                        self._scrub(
-                            f"{self.name}: {self.url} refused the request for model '{self.model_id}' with "
-                            f"HTTP {response.status_code}: {error_message(response)}"
-                        )
-                    )
-            if attempt == settings.max_attempts:
-                break
-            wait = backoff_delay(attempt - 1, settings.backoff_base_s, settings.backoff_cap_s)
-            if retry_after is not None:
-                wait = max(wait, min(retry_after, settings.retry_after_cap_s))
-            log.warning(
-                "%s: %s failed (%s); retry %d of %d in %.1f s",
-                self.name, self.url, self._scrub(reason), attempt, settings.max_attempts - 1, wait,
-            )  # fmt: skip
-            sleep(wait)
-        raise APIJudgeError(
-            self._scrub(f"{self.name}: {self.url} failed {settings.max_attempts} times; the last error: {reason}")
-        )
-
     def _judge(self, prompt: str, png: bytes, key: str) -> Score:
         """Ask until a reply holds an answer, which is cached; after the last try, an Unanswered score."""
-        body, tries = self.body(prompt, png), self.client.max_reply_attempts
+        settings = self.client.settings
+        body, tries = self.body(prompt, png), settings.max_reply_attempts
         for attempt in range(1, tries + 1):
             try:
-                response = self.post(body)
+                response = self.client.post(body)
             except MalformedReply as error:
                 failure, detail = "malformed", f"malformed: {FAILURES['malformed']} ({error})"
             else:
@@ -466,31 +329,33 @@ class APIJudgeMetric:
                         "template_version": self.template.version, "request": self.request_settings,
                         "image_sha256": hashlib.sha256(png).hexdigest(), "prompt": prompt, "response": response,
                     }  # fmt: skip
-                    write_json(self._cache_path(key), self._clean(record))
+                    self.cache.store(key, record)
                     return read_score(response)
                 detail = failure_detail(response, failure)
             if attempt < tries:
-                wait = backoff_delay(attempt - 1, self.client.backoff_base_s, self.client.backoff_cap_s)
+                wait = backoff_delay(attempt - 1, settings.backoff_base_s, settings.backoff_cap_s)
                 log.warning("%s: no answer (%s); retry %d of %d in %.1f s", self.name, detail, attempt, tries - 1, wait)
                 time.sleep(wait)
         log.warning("%s: no answer after %d tries, recorded as failed and not cached: %s", self.name, tries, detail)
         return Unanswered(math.nan, detail, failure)
 
-    def _cached(self, path: Path) -> Score | None:
-        """The cached answer at `path`, or None when there is none or it cannot be read (a file cut short,
-        or a reply an older version cached unchecked): that item is asked again and the file overwritten."""
-        if not path.exists():
+    def _cached(self, key: str) -> Score | None:
+        """The answer cached under `key`, or None when there is none or it cannot be read (a file cut
+        short, or a reply an older version cached unchecked): that item is asked again and the file
+        overwritten."""
+        if not self.cache.holds(key):
             return None
         try:
-            response = self._clean(json.loads(path.read_text())["response"])
-        except (OSError, ValueError, RecursionError, KeyError, TypeError) as error:
-            problem = f"{type(error).__name__}: {str(error)[:200]}"
+            response = self.cache.response(key)
+        except UnreadableReply as error:
+            problem = str(error)
         else:
             failure = reply_failure(response)
             if failure is None:
                 return read_score(response)
             problem = failure_detail(response, failure)
-        log.warning("%s: the cached reply %s cannot be used (%s); asking again", self.name, path, self._scrub(problem))
+        log.warning("%s: the cached reply %s cannot be used (%s); asking again", self.name, self.cache.path(key),
+                    self.client.scrub(problem))  # fmt: skip
         return None
 
     def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
@@ -502,31 +367,25 @@ class APIJudgeMetric:
         for i, (prompt, image) in enumerate(zip(prompts, images, strict=True)):
             png = image_png(image)
             key = self.cache_key(prompt, hashlib.sha256(png).hexdigest())
-            cached = self._cached(self._cache_path(key))
+            cached = self._cached(key)
             if cached is not None:
                 scores[i] = cached
                 self.cache_hits += 1
             else:
                 todo.append((i, prompt, png, key))
         if todo:
-            stale = remove_stale_temps(self._cache_path(key) for *_, key in todo)
+            stale = self.cache.remove_stale_temps(key for *_, key in todo)
             if stale:
                 log.info("%s: removed %d temporary file(s) a killed run left in the cache", self.name, len(stale))
-            with (
-                ThreadPoolExecutor(self.client.concurrency, thread_name_prefix="api-judge") as pool,
-                tqdm(total=len(todo), desc=f"judge {self.name}", unit="image") as progress,
-            ):
-                futures = {i: pool.submit(self._judge, prompt, png, key) for i, prompt, png, key in todo}
-                try:
-                    for i, future in futures.items():
-                        scores[i] = future.result()
-                        progress.update()
-                finally:
-                    pool.shutdown(cancel_futures=True)  # after a failure; answers received stay cached
-                    self.close()
+            # Each answer is cached as it arrives, so after a failure those received are kept.
+            tasks = [(prompt, png, key) for _, prompt, png, key in todo]
+            answers = self.client.run_all(self._judge, tasks, desc=f"judge {self.name}", unit="image",
+                                          thread_name_prefix="api-judge")  # fmt: skip
+            for (i, *_), answer in zip(todo, answers, strict=True):
+                scores[i] = answer
         unanswered = sum(isinstance(score, Unanswered) for score in scores)
         log.info("%s: %d scored, %d from the cache, %d without an answer, %d HTTP requests", self.name,
-                 len(scores) - unanswered, self.cache_hits, unanswered, self.requests_sent)  # fmt: skip
+                 len(scores) - unanswered, self.cache_hits, unanswered, self.client.requests_sent)  # fmt: skip
         return scores  # type: ignore[return-value]
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from blindspot.config import ModelSpec
-from blindspot.metrics import Score, batches
+from blindspot.metrics import HubFiles, Score, batches
+from blindspot.models.spec import ModelSpec
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
+# PickScore's processor, read from its own repository for its configs (`models.hub`).
+HUB_FILES = HubFiles(repo_args={"processor": False})
 
 
 class ClipSimilarity:

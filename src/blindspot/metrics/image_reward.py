@@ -33,14 +33,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from blindspot.config import ModelSpec
-from blindspot.metrics import Score, batches
+from blindspot.metrics import HubFiles, Score, batches, find_checkpoint
 from blindspot.metrics.checkpoints import load_mapped_state_dict
+from blindspot.models.spec import ModelSpec
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
 
 # The checkpoint file in the `THUDM/ImageReward` hub repository, when the registry entry gives the hub id.
 HUB_CHECKPOINT = "ImageReward.pt"
+# The release's checkpoint, and its tokenizer's repository (`models.hub`).
+HUB_FILES = HubFiles(checkpoint=HUB_CHECKPOINT, repo_args={"tokenizer": False})
 # A tiny model's sizes, read from the checkpoint's folder; without it the release's sizes hold.
 SIZES_FILE = "image_reward.json"
 # `ImageReward.__init__`: the reward's mean and standard deviation, which the score is z-scored with.
@@ -103,21 +105,6 @@ def read_sizes(folder: Path) -> dict[str, int]:
     if unknown:
         raise ValueError(f"{file}: unknown size(s) {', '.join(unknown)}; known: {', '.join(RELEASE_SIZES)}")
     return RELEASE_SIZES | sizes
-
-
-def find_checkpoint(path: str | Path, revision: str | None = None, checkpoint: str = HUB_CHECKPOINT) -> Path:
-    """`path` itself when it is a file, `checkpoint` in it when it is a folder, else `checkpoint` in the
-    hub repository `path` (from the local hub cache when offline)."""
-    path = Path(path)
-    if path.is_file():
-        return path
-    if path.is_dir():
-        if not (path / checkpoint).is_file():
-            raise FileNotFoundError(f"ImageReward model folder {path} holds no {checkpoint}")
-        return path / checkpoint
-    from huggingface_hub import hf_hub_download
-
-    return Path(hf_hub_download(str(path), checkpoint, revision=revision))
 
 
 def build_model(sizes: Mapping[str, int]) -> Any:
@@ -206,7 +193,7 @@ class ImageReward:
         self.name, self.model_id, self.revision = spec.name, spec.model_id, spec.revision or ""
         self.batch_size, self.bounds = batch_size, BOUNDS
         self.device, self.dtype = torch.device(spec.device), getattr(torch, spec.dtype)
-        path = find_checkpoint(spec.path, spec.revision, checkpoint)
+        path = find_checkpoint("ImageReward", spec.path, spec.revision, checkpoint)
         sizes = read_sizes(path.parent)
         with self.device:  # built where it runs and in its dtype, then the weights are copied in
             model = build_model(sizes)

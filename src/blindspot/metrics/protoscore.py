@@ -1,6 +1,7 @@
 """ProtoScore as a metric plug-in: the trained pairwise scorer's s(T, I), a real number (a logit),
 normalised with the logistic function for reporting. `trained` is the folder `train_protoscore` wrote
-(the workflow passes it); its settings (image size, token budget, precision) are the training's."""
+(the workflow passes it); its settings (image size, token budget, precision) are the training's. The model
+is `models.protoscore_model`'s: a change there that alters its scores bumps SCORE_VERSION here."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches
-from blindspot.protobias.protoscore import TrainSettings, base_model, load_scorer
+from blindspot.models.protoscore_model import TrainSettings, base_model, load_scorer
+from blindspot.models.spec import ModelSpec
 
 SCORE_VERSION = 2  # bumped when a change alters its scores (`plugin_code`); 2: the head in float32 under bf16
 # The models it hands images, each with the library that loads it: `models.roles`.

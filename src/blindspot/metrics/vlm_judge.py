@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from blindspot.config import ModelSpec
 from blindspot.metrics import Score
+from blindspot.models.spec import ModelSpec
 from blindspot.models.vlm_scoring import image_conversation, load_vlm_scorer
 from blindspot.prompts import PromptTemplate
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from blindspot.config import ModelSpec
 from blindspot.metrics import Score, batches
+from blindspot.models.spec import ModelSpec
 from blindspot.models.vlm_scoring import TransformersVLMScorer, image_question
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)

@@ -8,7 +8,7 @@ its local folder, or its snapshot in the hub cache (a model not yet there is the
 report). What decides, per library that loads it:
 
 - transformers loads the image roles with AutoModelForImageTextToText and the text generators with
-  AutoModelForCausalLM (`models.vlm_scoring`, `protobias.protoscore`, `models.textgen`). Each takes
+  AutoModelForCausalLM (`models.vlm_scoring`, `models.protoscore_model`, `models.textgen`). Each takes
   the model types of its mapping, or, with `trust_remote_code`, a remote model whose config's
   `auto_map` names the class (which a remote config class of its own needs): the test
   `from_pretrained` makes, read with this environment's transformers.
@@ -21,21 +21,18 @@ report). What decides, per library that loads it:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blindspot.config import built_model_dir, is_api_model, named_values
 from blindspot.io import read_json
-from blindspot.metrics import plugin_target
-from blindspot.models.hub import cached_commit, model_source, repo_folder
+from blindspot.metrics import plugin_declaration
+from blindspot.models.hub import model_source
+from blindspot.models.hub_cache import cached_commit, repo_folder
+from blindspot.registry import built_model_dir, is_api_model
+from blindspot.registry import placed_models as placed_in_roles
 
-# Config keys whose models are handed images, and those whose models write text.
-IMAGE_KEYS = ("image_stage.vlms", "humblebench.vlms", "protoscore.model", "humblebench.scene_graphs.describer")
-TEXT_KEYS = ("prompt_stage.generators", "prompt_stage.judges", "humblebench.scene_graphs.writer")
-BUILT_IN = "blindspot.metrics."  # the plug-in modules whose `VLMS` are read
 # What transformers loads each kind of role with.
 TRANSFORMERS_CLASSES = {"images": "AutoModelForImageTextToText", "text": "AutoModelForCausalLM"}
 
@@ -50,28 +47,19 @@ class Fit:
     reason: str
 
 
-def _names(value: Any) -> list[str]:
-    return [value] if isinstance(value, str) else list(value)
-
-
 def placed_models(config: dict[str, Any]) -> Iterator[tuple[str, str, str, str]]:
     """(config key, registry name, "images" or "text", loader) for every model placed in a role whose
     loader a config.json can be checked against: the image roles on any backend, the text roles on
     transformers, and the models each built-in metric plug-in hands images (its module's `VLMS`: the
     argument, and the library that loads it whatever the model's backend, None for the backend)."""
     models = config["models"]
-    for needs, keys in (("images", IMAGE_KEYS), ("text", TEXT_KEYS)):
-        for pattern in keys:
-            for key, value in named_values(config, pattern):
-                for name in _names(value):
-                    backend = models[name]["backend"]
-                    if needs == "images" or backend == "transformers":
-                        yield key, name, needs, backend
+    for needs in ("images", "text"):
+        for role, name in placed_in_roles(config):
+            backend = models[name]["backend"]
+            if role.needs == needs and (needs == "images" or backend == "transformers"):
+                yield role.key, name, needs, backend
     for metric_name, metric in config["evaluation"]["metrics"].items():
-        module, _ = plugin_target(metric["plugin"])
-        if not module.startswith(BUILT_IN):  # one from outside is not imported before a job builds it
-            continue
-        for argument, loader in getattr(importlib.import_module(module), "VLMS", {}).items():
+        for argument, loader in plugin_declaration(metric["plugin"], "VLMS", {}).items():
             name = metric["model"] if argument == "model" else metric.get("models", {}).get(argument)
             if name is not None and not is_api_model(models[name]):
                 key = f"evaluation.metrics.{metric_name}.{'model' if argument == 'model' else f'models.{argument}'}"

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from blindspot.config import ModelSpec
+from blindspot.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 JSON_SEPARATORS = (",", ":")
@@ -45,27 +45,16 @@ def _sampling(spec: ModelSpec, seed: int) -> dict[str, Any]:
 
 class TransformersTextGenerator:
     def __init__(self, spec: ModelSpec, seed: int, batch_size: int = 8):
-        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.spec = spec
         self.seed = seed
         self.batch_size = batch_size
-        device_map = spec.device_map  # first: a job without the GPUs its model asks for stops before reading weights
-        self.tokenizer = AutoTokenizer.from_pretrained(
-            spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code, padding_side="left"
-        )
+        self.model = spec.pretrained(AutoModelForCausalLM)  # first: a job without its GPUs stops at once
+        self.tokenizer = AutoTokenizer.from_pretrained(spec.path, **spec.files, padding_side="left")
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(
-            spec.path,
-            revision=spec.revision,
-            trust_remote_code=spec.trust_remote_code,
-            dtype=getattr(torch, spec.dtype),
-            device_map=device_map,
-        )
         self.device = self.model.device
-        self.model.eval()
         self._compiled: dict[str, Any] = {}
 
     def sampling(self) -> dict[str, Any]:
@@ -172,7 +161,7 @@ class VLLMTextGenerator:
         return [output.outputs[0].text for output in outputs]
 
 
-BACKENDS: dict[str, Callable[..., TextGenerator]] = {
+GENERATORS: dict[str, Callable[..., TextGenerator]] = {
     "transformers": TransformersTextGenerator,
     "vllm": VLLMTextGenerator,
 }
@@ -181,4 +170,4 @@ BACKENDS: dict[str, Callable[..., TextGenerator]] = {
 def load_text_generator(spec: ModelSpec, seed: int, batch_size: int) -> TextGenerator:
     """Build the engine once per job; the registry entry's backend picks the implementation."""
     log.info("loading %s (%s) from %s with the %s backend", spec.name, spec.model_id, spec.path, spec.backend)
-    return BACKENDS[spec.backend](spec, seed=seed, batch_size=batch_size)
+    return GENERATORS[spec.backend](spec, seed=seed, batch_size=batch_size)

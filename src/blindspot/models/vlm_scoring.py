@@ -12,6 +12,7 @@ import logging
 import math
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,8 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from blindspot.config import ModelSpec
 from blindspot.images import journaled_batches, read_rgb
+from blindspot.models.spec import ModelSpec
 from blindspot.prompts import PromptTemplate
 
 log = logging.getLogger(__name__)
@@ -95,32 +96,26 @@ class TransformersVLMScorer:
     """A VLM through transformers (AutoModelForImageTextToText), built once per job."""
 
     def __init__(self, spec: ModelSpec, batch_size: int, max_new_tokens: int = 8):
-        import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         self.spec = spec
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
-        device_map = spec.device_map  # first: a job without the GPUs its model asks for stops before reading weights
-        self.processor = AutoProcessor.from_pretrained(
-            spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
-        )
+        self.model = spec.pretrained(AutoModelForImageTextToText)  # first: a job without its GPUs stops at once
+        self.processor = AutoProcessor.from_pretrained(spec.path, **spec.files)
         self.processor.tokenizer.padding_side = "left"
-        self.model = AutoModelForImageTextToText.from_pretrained(
-            spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code,
-            dtype=getattr(torch, spec.dtype), device_map=device_map,
-        )  # fmt: skip
         self.device = self.model.device
-        self.model.eval()
         self.tokenizer = self.processor.tokenizer
         self.tokens = ScoreTokens.from_tokenizer(self.tokenizer)
         self.one = self.tokenizer.encode("1", add_special_tokens=False)[0]
 
-    def batch_starts(self, n: int, what: str) -> Any:
-        """Where each of the model's batches starts among `n` inputs; a progress bar when there are several
-        (callers that read images hand over one batch at a time, and show their own)."""
-        return tqdm(range(0, n, self.batch_size), desc=f"{what} {self.spec.name}", unit="batch",
-                    disable=n <= self.batch_size)  # fmt: skip
+    def batches(self, texts: list[Any], images: list[Any], what: str) -> Iterator[tuple[list[Any], list[Any]]]:
+        """The texts (or conversations) and their images a batch of the model's at a time; a progress bar
+        when there are several (callers that read images hand over one batch at a time, and show their own)."""
+        starts = tqdm(range(0, len(images), self.batch_size), desc=f"{what} {self.spec.name}", unit="batch",
+                      disable=len(images) <= self.batch_size)  # fmt: skip
+        for start in starts:
+            yield texts[start : start + self.batch_size], images[start : start + self.batch_size]
 
     def inputs(self, conversations: list[list[dict]], images: list[Any], suffix: str = "") -> Any:
         texts = [self.processor.apply_chat_template(c, add_generation_prompt=True) + suffix for c in conversations]
@@ -135,11 +130,7 @@ class TransformersVLMScorer:
         import torch
 
         results = []
-        for start in self.batch_starts(len(images), "answer"):
-            batch_conv, batch_images = (
-                conversations[start : start + self.batch_size],
-                images[start : start + self.batch_size],
-            )
+        for batch_conv, batch_images in self.batches(conversations, images, "answer"):
             prompt = self.inputs(batch_conv, batch_images)
             with torch.inference_mode():
                 out = self.model.generate(**prompt, max_new_tokens=max_new_tokens, do_sample=False,
@@ -157,10 +148,8 @@ class TransformersVLMScorer:
         import torch
 
         texts = []
-        for start in self.batch_starts(len(images), "describe"):
-            batch = images[start : start + self.batch_size]
-            conversations = [image_question(text) for text in instructions[start : start + self.batch_size]]
-            prompt = self.inputs(conversations, batch)
+        for batch_instructions, batch in self.batches(instructions, images, "describe"):
+            prompt = self.inputs([image_question(text) for text in batch_instructions], batch)
             with torch.inference_mode():
                 generated = self.model.generate(**prompt, max_new_tokens=max_new_tokens, do_sample=False)
             new_tokens = generated[:, prompt["input_ids"].shape[1] :]
@@ -175,11 +164,7 @@ class TransformersVLMScorer:
         import torch
 
         results = []
-        for start in self.batch_starts(len(images), "judge"):
-            batch_conv, batch_images = (
-                conversations[start : start + self.batch_size],
-                images[start : start + self.batch_size],
-            )
+        for batch_conv, batch_images in self.batches(conversations, images, "judge"):
             prompt = self.inputs(batch_conv, batch_images)
             ids, mask = prompt["input_ids"], prompt["attention_mask"]
             greedy = {"do_sample": False, "output_logits": True, "return_dict_in_generate": True}

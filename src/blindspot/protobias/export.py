@@ -11,8 +11,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from blindspot.config import ModelSpec
 from blindspot.io import atomic_dir
+from blindspot.models.spec import ModelSpec
 
 SPLITS = ("train", "test")
 # Columns of the published dataset, besides the two images.

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from blindspot.config import ModelSpec
 from blindspot.images import journaled_batches, read_rgb
+from blindspot.models.spec import ModelSpec
 from blindspot.protobias.render import triplets_of_seeds
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from blindspot.config import ModelSpec
+from blindspot.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 NLI_LABELS = ("contradiction", "entailment", "neutral")

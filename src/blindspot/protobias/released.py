@@ -16,10 +16,11 @@ import pyarrow as pa
 
 from blindspot import tables
 from blindspot.config import ConfigError
-from blindspot.humblebench.release import RELEASE_SUFFIXES, one_of, release_records
 from blindspot.images import store_image_bytes
 from blindspot.io import read_csv, stable_id
-from blindspot.models.hub import dataset_snapshot, is_hub_dataset
+from blindspot.models.hub import is_hub_dataset
+from blindspot.models.hub_cache import dataset_snapshot
+from blindspot.models.releases import RELEASE_SUFFIXES, one_of, release_records
 from blindspot.protobias.export import FIELDS, IMAGES
 
 # The fields a pair needs, by this project's export's column names; `dataset.columns` maps them to

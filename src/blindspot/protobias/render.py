@@ -24,9 +24,9 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from blindspot.config import ModelSpec
 from blindspot.images import BackgroundWrites, hash_sidecar
 from blindspot.io import remove_stale_temps, stable_id, write_bytes, write_text
+from blindspot.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 ROLES = {"corr": "correct_description", "adv": "adversarial_description"}

@@ -17,16 +17,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from blindspot.config import SCHEMA_DIR, ConfigError, check_schema, read_yaml
+from blindspot import tables
+from blindspot.config import ConfigError, check_schema, read_yaml
 from blindspot.io import stable_id
+from blindspot.paths import SCHEMA_DIR
 
-SEED_COLUMNS = [
-    "seed_id", "domain", "subcategory", "label", "qualifier", "correct_instance", "adversarial_instance",
-    "scene", "aux_element", "knob", "correct_value", "adversarial_value",
-    "draft_neutral", "draft_correct", "draft_adversarial",
-    "qualifier_realization", "correct_realization", "adversarial_realization", "added_entries",
-    "taxonomy_sha256", "sample_seed",
-]  # fmt: skip
 FIT_KINDS = ("scenes", "auxiliary_elements")
 REALIZATION_FACETS = ("clothing", "appearance", "symbols")  # paper A.1, in the paper's order
 # What each kind of template may name (`draft`): a scene its subject and its auxiliary element (the
@@ -251,4 +246,4 @@ def sample_seeds(taxonomy_path: str | Path, domain: str, n_seeds: int, seed: int
         row = {"domain": domain, **candidates[index]}
         row["seed_id"] = stable_id(row)
         rows.append(row | {"taxonomy_sha256": taxonomy_sha, "sample_seed": seed})
-    return pd.DataFrame(rows, columns=SEED_COLUMNS).sort_values("seed_id", ignore_index=True)
+    return pd.DataFrame(rows, columns=tables.SEEDS.names).sort_values("seed_id", ignore_index=True)

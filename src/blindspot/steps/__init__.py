@@ -4,7 +4,7 @@ one function per rule, named like it (`blindspot.catalogue` says which).
 A step is a thin read -> call -> write around logic that lives, with its tests, in the domain modules.
 It takes exactly its rule's named inputs, outputs, params and wildcards, never the whole config: what
 it reads is what its rule names, so what triggers a re-run is what the code reads (tests/test_steps.py
-holds every rule to that). A model arrives as its resolved registry entry (`blindspot.config.ModelSpec`
+holds every rule to that). A model arrives as its resolved registry entry (`blindspot.models.spec.ModelSpec`
 as a dict), so editing the entry re-runs its jobs.
 
 Every rule runs `workflow/scripts/run_stage.py`, which calls `run_from_snakemake`. Every job leaves the
@@ -15,7 +15,6 @@ by hand, with the arguments the workflow would give it.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import inspect
 import json
@@ -23,7 +22,7 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,11 +30,13 @@ from typing import Any
 import pandas as pd
 
 from blindspot import catalogue
-from blindspot.config import GPUUnavailable, ModelSpec, running_step, shard_slice
 from blindspot.images import ImageReadError
 from blindspot.io import provenance, remove_stale_temps, write_json, write_table
-from blindspot.metrics.scoring import NoAnswers
+from blindspot.models.device import GPUUnavailable, running_step
+from blindspot.models.spec import ModelSpec
+from blindspot.protobias.scoring import NoAnswers
 from blindspot.protobias.triplets import ShardFailedError
+from blindspot.shards import shard_slice
 
 log = logging.getLogger("blindspot")
 # What stops a job for a reason its message names (a file, key or value; a job without its GPUs; a shard
@@ -179,35 +180,3 @@ def replay(path: str) -> None:
     except (ValueError, KeyError, TypeError):
         raise SystemExit(f"{path} is not a job file: JSON with the job's step and arguments") from None
     run_step(step, **arguments)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m blindspot.steps", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    again = commands.add_parser("replay", help="run a job again from the .job.json file beside its log")
-    again.add_argument("job_file")
-    run = commands.add_parser("run", help="run one job of a config by hand, with the arguments the workflow gives it")
-    run.add_argument("step", choices=list(catalogue.STEPS))
-    run.add_argument("--configfile", required=True)
-    run.add_argument("wildcards", nargs="*", metavar="NAME=VALUE", help="the job's wildcards, e.g. domain=animals")
-    # Wildcards may also follow --configfile, where argparse no longer takes positionals.
-    args, rest = parser.parse_known_args(argv)
-    if rest and (args.command != "run" or not all("=" in word for word in rest)):
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    setup_logging()
-    if args.command == "replay":
-        replay(args.job_file)
-        return
-    from blindspot.config import ConfigError, load_config
-    from blindspot.dag import job_arguments_and_outputs, output_paths
-
-    words = [*args.wildcards, *rest]
-    if not all("=" in word for word in words):
-        parser.error(f"wildcards are NAME=VALUE, not {' '.join(word for word in words if '=' not in word)}")
-    wildcards = dict(word.split("=", 1) for word in words)
-    try:
-        arguments, outputs = job_arguments_and_outputs(load_config(args.configfile), args.step, wildcards)
-    except (ConfigError, ValueError) as error:
-        parser.exit(2, f"{error}\n")
-    remove_killed_runs_temps(output_paths(arguments, outputs))
-    run_step(args.step, **arguments)

@@ -51,7 +51,7 @@ def validate_filter(
     """Appendix D: the designated evaluators' 1-10 scores against the VLM filter on the filter validation
     images (several evaluators' scores are averaged per image)."""
     from blindspot.annotation import agreement
-    from blindspot.annotation.projects import read_labels, scored_images
+    from blindspot.annotation.labels import read_labels, scored_images
     from blindspot.reporting import write_report_table
 
     images = read_table(filter_validation, tables.ANNOTATION_IMAGES)
@@ -70,7 +70,7 @@ def human_preferences(
     """Appendix E: the annotators' pairwise kappa matrix, the majority per pair (Table 3's human
     reference) and Table 3's Human row."""
     from blindspot.annotation import agreement
-    from blindspot.annotation.projects import pairwise_choices, read_labels
+    from blindspot.annotation.labels import pairwise_choices, read_labels
     from blindspot.reporting import write_report_table
 
     pairs = read_table(preference_pairs, tables.ANNOTATION_PAIRS)

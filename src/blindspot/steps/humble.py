@@ -52,11 +52,22 @@ def make_humble_questions(
 ) -> None:  # fmt: skip
     """Every HumbleBench question the config asks for: the official release (its local copy, or its hub
     id), questions from our benchmark's images, and the scene-graph candidates (after people's
-    decisions, when given)."""
+    decisions, when given: the verification sheet, or a `question_check` annotation project's labels,
+    Label Studio's JSON export)."""
+    from blindspot.annotation.labels import read_labels
+    from blindspot.humblebench.questions import decisions_from_labels, read_verification_sheet
     from blindspot.humblebench.sources import collect_questions
     from blindspot.protobias.taxonomy import load_taxonomy
 
     Path(images).mkdir(parents=True, exist_ok=True)
+    decisions = None
+    if scene_candidates and verification:  # the decisions are read only for candidates to apply them to
+        sheet = verification[0]
+        decisions = (
+            decisions_from_labels(read_labels("question_check", sheet), sheet)
+            if Path(sheet).suffix == ".json"
+            else read_verification_sheet(sheet)
+        )
     frame, counters = collect_questions(
         release_copy[0] if release_copy else release,
         images,
@@ -65,7 +76,7 @@ def make_humble_questions(
         from_benchmark,
         seed,
         read_table(scene_candidates[0], tables.HUMBLE_QUESTIONS) if scene_candidates else None,
-        verification[0] if verification else None,
+        decisions,
     )
     write_counters(counters_out, counters, "HumbleBench questions")
     write_table(out, frame, tables.HUMBLE_QUESTIONS)

@@ -23,7 +23,7 @@ def score_metric(
 ) -> None:  # fmt: skip
     """Score the kept test pairs of one seed shard with one T2I metric, M(T, I_corr) and M(T, I_adv)."""
     from blindspot.metrics import plugin_code as code_of
-    from blindspot.metrics.scoring import ScoreCache, metric_identity, metric_loader, score_or_skip, shard_test_pairs
+    from blindspot.protobias.scoring import ScoreCache, metric_identity, metric_loader, score_or_skip, shard_test_pairs
 
     running = code_of(metric_entry["plugin"])
     require_planned_code(running, plugin_code,
@@ -59,7 +59,7 @@ def make_table3(
     Table 3 are computed on the same annotated human-reference subset"), and the whole test split gets a second
     table of accuracy (`test_split`: its CSV, Markdown and LaTeX). Without, Table 3's files hold the whole test
     split's accuracy under a title that says so and that κ needs human labels."""
-    from blindspot.protobias import evaluation
+    from blindspot.protobias import evaluation, table3
 
     if bool(human_choices) != bool(test_split):
         raise ValueError("make_table3: the whole-split table (test_split) comes with human choices, and only then")
@@ -68,12 +68,12 @@ def make_table3(
     humans = evaluation.read_human_choices(human_choices[0]) if human_choices else None
     whole = evaluation.accuracy_breakdown(all_scores, pairs, metrics, humans, n_boot=bootstrap_samples, seed=seed)
     whole_metrics = whole[whole["metric"] != evaluation.HUMAN]  # people judged only the annotated pairs
-    whole_table = evaluation.table3(whole_metrics, metrics, domains, kappa=False)
+    whole_table = table3.table3(whole_metrics, metrics, domains, kappa=False)
     n_test = evaluation.population_size(whole)
     if humans is None:
         shown = long = whole
         title = f"Pairwise accuracy on the whole test split ({n_test} pairs, 95% CI)"
-        evaluation.write_table3(whole_table, csv, markdown, latex, evaluation.whole_split_caption(n_test, 0))
+        table3.write_table3(whole_table, csv, markdown, latex, table3.whole_split_caption(n_test, 0))
     else:
         shown = evaluation.accuracy_breakdown(
             all_scores, pairs, metrics, humans, annotated_only=True, n_boot=bootstrap_samples, seed=seed
@@ -81,13 +81,13 @@ def make_table3(
         long = pd.concat([shown, whole], ignore_index=True)
         annotated = evaluation.population_size(shown)
         title = f"Pairwise accuracy on the {annotated} human-annotated test pairs (95% CI)"
-        table = evaluation.table3(shown, metrics, domains)
+        table = table3.table3(shown, metrics, domains)
         if human_row:
-            table = evaluation.with_human_kappa(table, json.loads(Path(human_row[0]).read_text()), domains)
-        evaluation.write_table3(table, csv, markdown, latex, evaluation.table3_caption(annotated, bool(human_row)))
-        evaluation.write_table3(whole_table, *test_split, evaluation.whole_split_caption(n_test, annotated))
+            table = table3.with_human_kappa(table, json.loads(Path(human_row[0]).read_text()), domains)
+        table3.write_table3(table, csv, markdown, latex, table3.table3_caption(annotated, bool(human_row)))
+        table3.write_table3(whole_table, *test_split, table3.whole_split_caption(n_test, annotated))
     evaluation.write_breakdown(long, breakdown)
-    evaluation.plot_accuracy(shown, metrics, plot, domains, title=title)
+    table3.plot_accuracy(shown, metrics, plot, domains, title=title)
     log.info("Table 3 over %d scored rows of %d metrics; %s", len(all_scores), len(metrics), title)
 
 

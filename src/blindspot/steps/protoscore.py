@@ -13,12 +13,13 @@ from blindspot.steps import log, spec
 def train_protoscore(benchmark: str, out: str, checkpoint: str, settings: dict[str, Any], model: dict[str, Any],
                      seed: int) -> None:  # fmt: skip
     """Train ProtoScore on the benchmark's train split; resumes from `checkpoint` after a kill."""
+    from blindspot.models.protoscore_model import TrainSettings, load_scorer
     from blindspot.protobias import protoscore
 
     pairs = read_table(benchmark, tables.BENCHMARK_PAIRS)
     train_pairs = pairs[pairs["split"] == "train"]
     log.info("ProtoScore: %d train pairs of %d", len(train_pairs), len(pairs))
-    scorer = protoscore.load_scorer(spec(model), protoscore.TrainSettings.from_config(settings, seed))
+    scorer = load_scorer(spec(model), TrainSettings.from_config(settings, seed))
     history = protoscore.train(scorer, train_pairs, out, checkpoint)
     log.info("ProtoScore trained: %d steps, last loss %.4f", len(history), history["loss"].iloc[-1])
 

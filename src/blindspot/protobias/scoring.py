@@ -1,4 +1,4 @@
-"""Score benchmark pairs with one metric, through a cache of scores.
+"""ProtoBias's scoring harness: score benchmark pairs with one metric, through a cache of scores.
 
 A score is cached per (metric, model id, revision, settings, image sha256, prompt), where the
 settings are the metric's config `args`, the version of its prompt template, if any, and the
@@ -22,18 +22,19 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from blindspot import tables
-from blindspot.config import ModelSpec, output_settings
-from blindspot.images import hash_sidecar, image_batches, read_rgb
+from blindspot.images import hash_sidecar
 from blindspot.io import remove_stale_temps, stable_id, write_json
-from blindspot.metrics import Metric, MetricSkipped, Score, load_metric, normalise
+from blindspot.metrics import Metric, MetricSkipped, Score, load_metric, normalise, score_batches
+from blindspot.models.spec import ModelSpec
 from blindspot.prompts import PromptTemplate
+from blindspot.registry import output_settings
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def metric_identity(
     if template:
         version += " " + PromptTemplate.load(template).version
     if trained:
-        from blindspot.protobias.protoscore import trained_sha256
+        from blindspot.models.protoscore_model import trained_sha256
 
         version += " trained:" + trained_sha256(trained)
     return {"model_id": spec.model_id, "revision": spec.revision or "", "version": version}
@@ -147,16 +148,6 @@ def shard_test_pairs(
 
     _, kept = kept_with_splits(pairs, triplets, seed, test_fraction)
     return kept[(kept["split"] == "test") & kept["seed_id"].isin(list(seed_ids))]
-
-
-def score_batches(
-    metric: Metric, name: str, prompts: Sequence[str], paths: Sequence[str], batch_size: int
-) -> Iterator[list[Score]]:
-    """The metric's scores of each (prompt, image file), `batch_size` at a time and in order: the next
-    batch's images decode while the metric scores this one, and no others are held."""
-    pairs = list(zip(prompts, paths, strict=True))
-    for batch, images in image_batches(pairs, batch_size, lambda pair: read_rgb(pair[1]), desc=f"score {name}"):
-        yield metric.score([prompt for prompt, _ in batch], images)
 
 
 def score_pairs(

@@ -1,0 +1,183 @@
+"""The config checked as a whole, across the modules that know its parts: the schema, the files and
+datasets it names, the domains' taxonomies, the models in their roles, the metrics' plug-ins, the
+throughput table and what a released dataset's run may ask for. Parsing the workflow, `blindspot
+plan`, `doctor` and `evaluate` all check a config here before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from blindspot.catalogue import check_throughput
+from blindspot.config import SCHEMA_PATH, ConfigError, check_schema, named_values, read_yaml
+from blindspot.humblebench.questions import KIND_FIELDS
+from blindspot.metrics import PluginError, check_plugin, plugin_arguments
+from blindspot.models.hub import is_hub_dataset
+from blindspot.prompts import PromptTemplate
+from blindspot.protobias.released import check_released_config
+from blindspot.protobias.taxonomy import check_n_seeds, load_taxonomy
+from blindspot.registry import is_api_model, placed_models
+
+# Keys whose value is a file the run reads ("*": every name at that level), relative to where the run
+# starts; a missing one stops the config check rather than the job that first opens it.
+CONFIG_FILES = (
+    "domains.*.taxonomy",
+    "prompt_stage.generate_template",
+    "prompt_stage.judge_template",
+    "image_stage.judge_template",
+    "evaluation.metrics.*.args.template",
+    "humblebench.scene_graphs.file",
+    "humblebench.scene_graphs.template",
+    "humblebench.scene_graphs.verification",
+    "humblebench.settings.*.template",
+    "humblebench.human_answers",
+    "evaluation.human_choices",
+    "annotation.image_score_labels",
+    "annotation.pairwise_labels",
+    "protoscore.transfer",
+)
+# Keys whose value is a dataset: a local file or folder, or a hub dataset id (`models.hub.is_hub_dataset`:
+# org/name, no table suffix). One that is neither (data/x.jsonl, ./release, a plain name) is a local path
+# that is not there.
+CONFIG_DATASETS = ("humblebench.release", "dataset.path")
+# The template whose `rubric` people are shown too (the annotation projects' image_score).
+RUBRIC_TEMPLATE = "image_stage.judge_template"
+
+
+def check_files(config: dict[str, Any]) -> None:
+    """Raise ConfigError naming the key of the first file (or local dataset) the config names that is not there."""
+    for pattern in CONFIG_FILES:
+        for key, value in named_values(config, pattern):
+            if not Path(value).is_file():
+                where = "is not a file" if Path(value).exists() else "does not exist"
+                raise ConfigError(f"config key '{key}': {value} {where} (relative paths start at {Path.cwd()})")
+            if key.endswith("template"):  # read when the workflow is planned, not after a job's model loads
+                try:
+                    template = PromptTemplate.load(value)
+                except ValueError as error:
+                    raise ConfigError(f"config key '{key}': {error}") from None
+                if key == RUBRIC_TEMPLATE and ("rubric" not in template.system + template.user or not template.rubric):
+                    raise ConfigError(
+                        f"config key '{key}': {value} needs a `rubric` that its messages use ({{{{ rubric }}}}): the "
+                        "filter evaluators are shown it, so that people and the VLMs score on one rubric"
+                    )
+    for pattern in CONFIG_DATASETS:
+        for key, value in named_values(config, pattern):
+            if isinstance(value, str) and not Path(value).exists() and not is_hub_dataset(value):
+                raise ConfigError(f"config key '{key}': {value} does not exist (relative paths start at {Path.cwd()})")
+
+
+def check_taxonomies(config: dict[str, Any]) -> None:
+    """Load each domain's taxonomy (one line naming its file and key when it is broken) and check that it
+    enumerates the seeds the domain asks for; a config that scores a released dataset (`dataset:`)
+    samples none, and its domains' taxonomies are not read."""
+    if config.get("dataset"):
+        return
+    for domain, entry in config["domains"].items():
+        check_n_seeds(load_taxonomy(entry["taxonomy"], domain), entry["taxonomy"], domain, entry["n_seeds"])
+
+
+def validate_config(config: dict[str, Any]) -> None:
+    """Raise ConfigError naming the first bad key; check names that refer to the registry and files."""
+    check_schema(config, SCHEMA_PATH, "config")
+    check_files(config)
+    check_taxonomies(config)
+    models = config["models"]
+    for role, name in placed_models(config):
+        if name not in models:
+            raise ConfigError(
+                f"config key '{role.key}': model '{name}' is not in the registry (models: {', '.join(sorted(models))})"
+            )
+        if models[name]["backend"] not in role.backends:
+            raise ConfigError(
+                f"config key 'models.{name}.backend': '{models[name]['backend']}' cannot "
+                f"serve as {role.key.rsplit('.', 1)[1]} (expected one of {', '.join(role.backends)})"
+            )
+    if config["annotation"].get("pairwise_labels") and config["evaluation"].get("human_choices"):
+        raise ConfigError(
+            "config keys 'annotation.pairwise_labels' and 'evaluation.human_choices' both give Table 3's human "
+            "majority: keep one"
+        )
+    for name, entry in models.items():
+        # A job's host memory is sized by its weights (blindspot.resources); built models are tiny.
+        if "id" in entry and not is_api_model(entry) and "weights_gb" not in entry:
+            raise ConfigError(
+                f"config key 'models.{name}.weights_gb': missing; the size of the weight files its jobs read "
+                "(GB) sizes their memory on a cluster"
+            )
+        lender = entry.get("build", {}).get("tokenizer_from")
+        if lender is not None and (not isinstance(lender, str) or lender not in models):
+            raise ConfigError(
+                f"config key 'models.{name}.build.tokenizer_from': model '{lender}' is not in the registry "
+                f"(models: {', '.join(sorted(models))})"
+            )
+    humble = config["humblebench"]
+    for use, setting in humble["tables"].items():
+        if setting not in humble["settings"]:
+            raise ConfigError(
+                f"config key 'humblebench.tables.{use}': '{setting}' is not one of the settings "
+                f"({', '.join(humble['settings'])})"
+            )
+    for name, kind in ((humble.get("from_benchmark") or {}).get("kinds") or {}).items():
+        try:
+            kind["text"].format(**dict.fromkeys(KIND_FIELDS, ""))
+        except (KeyError, IndexError, ValueError) as error:  # a field it does not have, {0}, a lone brace
+            raise ConfigError(
+                f"config key 'humblebench.from_benchmark.kinds.{name}.text': cannot fill in {error} "
+                f"(it may use {', '.join('{' + field + '}' for field in KIND_FIELDS)})"
+            ) from None
+    check_throughput(config)
+    # With `dataset:` nothing is built: nothing may ask for what only building gives.
+    check_released_config(config)
+    evaluation = config["evaluation"]
+    for name, metric in evaluation["metrics"].items():
+        try:
+            check_plugin(metric["plugin"])
+        except PluginError as error:
+            raise ConfigError(f"config key 'evaluation.metrics.{name}.plugin': {error}") from None
+        takes = plugin_arguments(metric["plugin"])
+        given = [f"{part}.{arg}" for part in ("args", "models") for arg in metric.get(part, {})]
+        unknown = [key for key in given if takes is not None and key.split(".", 1)[1] not in takes]
+        if unknown:  # else the job dies on a TypeError after loading its model
+            raise ConfigError(
+                f"config key 'evaluation.metrics.{name}.{unknown[0]}': {metric['plugin']} takes no argument "
+                f"'{unknown[0].split('.', 1)[1]}' (it takes {', '.join(takes) or 'none'})"
+            )
+        named = {"model": metric["model"]} | {f"models.{arg}": m for arg, m in metric.get("models", {}).items()}
+        for key, model in named.items():
+            if model not in models:
+                raise ConfigError(
+                    f"config key 'evaluation.metrics.{name}.{key}': model '{model}' is not in the registry "
+                    f"(models: {', '.join(sorted(models))})"
+                )
+        # Its jobs run where its own model does: an API model's on the submit host (the network, no GPU),
+        # another's on compute nodes (GPUs, no network); a helper of the other kind could not run there.
+        served = {key: is_api_model(models[model]) for key, model in named.items()}
+        mixed = [key for key, is_api in served.items() if is_api != served["model"]]
+        if mixed:
+            kind, where = (
+                ("no", "the submit host, without GPUs")
+                if served["model"]
+                else ("an", "compute nodes, without the network")
+            )
+            raise ConfigError(
+                f"config key 'evaluation.metrics.{name}.{mixed[0]}': '{named[mixed[0]]}' is {kind} "
+                f"API model, but the metric's jobs run on {where}, where its own model '{metric['model']}' does"
+            )
+        if metric["family"] not in evaluation["families"]:
+            raise ConfigError(
+                f"config key 'evaluation.metrics.{name}.family': '{metric['family']}' is not one of the families "
+                f"({', '.join(evaluation['families'])})"
+            )
+        # the trained scorer's adapters fit only the model they were trained on
+        if metric["plugin"] == "protoscore" and metric["model"] != config["protoscore"]["model"]:
+            raise ConfigError(
+                f"config key 'evaluation.metrics.{name}.model': '{metric['model']}' is not the model ProtoScore is "
+                f"trained on (protoscore.model: '{config['protoscore']['model']}')"
+            )
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    config = read_yaml(path)
+    validate_config(config)
+    return config

@@ -1,0 +1,192 @@
+"""The paper's Table 3 and its figure, from the long table of pairwise accuracy and kappa that
+`evaluation.accuracy_breakdown` computes: a header row per metric family, then its metrics in config
+order, κ and accuracy per domain and overall; the titles that say which pairs they cover; and a bar
+chart of accuracy per metric and domain with its intervals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from blindspot.io import atomic_path, write_text
+from blindspot.protobias.evaluation import HUMAN, OVERALL
+from blindspot.reporting import to_latex, to_markdown
+
+HUMAN_FAMILY = "Human semantic-correctness preferences"
+HUMAN_LABEL = "Human"
+
+
+# --- Table 3 ----------------------------------------------------------------------------------------------------
+
+
+def _families(breakdown: pd.DataFrame, metrics: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
+    """(family, metric names) in config order, metrics without rows left out; the human row first when present."""
+    present = list(dict.fromkeys(breakdown["metric"]))
+    unknown = [m for m in present if m != HUMAN and m not in metrics]
+    if unknown:
+        raise ValueError(f"metric(s) {unknown} have no family and label in the config")
+    families: dict[str, list[str]] = {HUMAN_FAMILY: [HUMAN]} if HUMAN in present else {}
+    for name, entry in metrics.items():
+        if name in present:
+            if "family" not in entry:
+                raise ValueError(f"metric {name!r} has no family in the config")
+            families.setdefault(entry["family"], []).append(name)
+    return list(families.items())
+
+
+def _label(name: str, metrics: Mapping[str, Mapping[str, Any]]) -> str:
+    return HUMAN_LABEL if name == HUMAN else str(metrics[name].get("label", name))
+
+
+def _domain_label(domain: str) -> str:
+    return domain if domain == "Overall" else domain.replace("_", " ").title()
+
+
+def table3(
+    breakdown: pd.DataFrame,
+    metrics: Mapping[str, Mapping[str, Any]],
+    domains: Sequence[str] | None = None,
+    *,
+    kappa: bool = True,
+) -> pd.DataFrame:
+    """The paper's Table 3: a header row per family, then its metrics in config order; per domain `κ` and `Acc.`,
+    then `Overall`. `metrics` is the config's {name: {family, label}}; `domains` orders the domain columns
+    (default: sorted); `kappa=False` leaves the κ columns out (a table without human choices). Header rows
+    hold empty strings; values are full precision."""
+    by_domain = breakdown[breakdown["breakdown"] == "domain"]
+    overall = breakdown[breakdown["breakdown"] == OVERALL]
+    domains = sorted(by_domain["group"].unique()) if domains is None else list(domains)
+    kinds = ["κ", "Acc."] if kappa else ["Acc."]
+    columns = ["Method", *(f"{_domain_label(d)} {kind}" for d in [*domains, "Overall"] for kind in kinds)]
+    cells = {(r.metric, r.group): r for r in by_domain.itertuples(index=False)}
+    cells |= {(r.metric, "Overall"): r for r in overall.itertuples(index=False)}
+    rows: list[list[Any]] = []
+    for family, names in _families(breakdown, metrics):
+        rows.append([family] + [""] * (len(columns) - 1))
+        for name in names:
+            row: list[Any] = [_label(name, metrics)]
+            for domain in [*domains, "Overall"]:
+                cell = cells.get((name, domain))
+                values = {"κ": float("nan"), "Acc.": float("nan")} if cell is None else {
+                    "κ": cell.kappa, "Acc.": cell.accuracy}  # fmt: skip
+                row += [values[kind] for kind in kinds]
+            rows.append(row)
+    return pd.DataFrame(rows, columns=columns, dtype=object)
+
+
+def table3_caption(n_pairs: int, human_kappa: bool) -> str:
+    """Table 3's title and definitions, on the annotated pairs as in the paper."""
+    human = (
+        "the mean pairwise quadratic weighted Cohen's κ among annotators"
+        if human_kappa
+        else "n/a: the mean pairwise κ among annotators needs each annotator's labels (annotation.pairwise_labels)"
+    )
+    return (
+        f"Table 3: main results on the {n_pairs} human-annotated test pairs (the paper computes every value on its "
+        "900-pair annotated subset). κ: Cohen's agreement between the metric's pairwise choice (I_corr scored above "
+        "I_adv or not) and the human majority's (prefers I_corr or not: a tie or `neither` is not), on every "
+        f"annotated pair; for the Human row, {human}. Acc.: pairwise accuracy, a metric is right when it scores "
+        "I_corr strictly above I_adv; for the Human row, the fraction of annotated pairs whose majority prefers I_corr."
+    )
+
+
+def whole_split_caption(n_pairs: int, n_annotated: int) -> str:
+    """The title of the accuracy table on the whole test split: beside Table 3 (`n_annotated` pairs), or
+    instead of it when there are no human choices (`n_annotated` 0)."""
+    where = (
+        f"Table 3's population is the {n_annotated} human-annotated pairs (its own table)"
+        if n_annotated
+        else "not Table 3's population, the paper's 900 human-annotated test pairs. κ needs human pairwise labels "
+        "(annotation.pairwise_labels, or a majority per pair in evaluation.human_choices)"
+    )
+    return (
+        f"Pairwise accuracy on the whole test split ({n_pairs} pairs); {where}. Acc.: a metric is right when it "
+        "scores I_corr strictly above I_adv under the neutral prompt T."
+    )
+
+
+def with_human_kappa(
+    table: pd.DataFrame, human: Mapping[str, Mapping[str, float]], domains: Sequence[str]
+) -> pd.DataFrame:
+    """Table 3 with the paper's agreement among annotators in the Human row's κ cells: per domain and
+    overall, the mean pairwise quadratic weighted kappa (`human`, from `agreement.human_row`). The row's
+    accuracy, the share of pairs the majority prefers I_corr, comes from the breakdown as for a metric."""
+    found = table.index[table["Method"] == HUMAN_LABEL]
+    if len(found) != 1:
+        raise ValueError(f"Table 3 has {len(found)} '{HUMAN_LABEL}' rows; people's choices give it one")
+    table = table.copy()
+    for domain in [*domains, "overall"]:
+        column = f"{_domain_label('Overall' if domain == 'overall' else domain)} κ"
+        table.loc[found[0], column] = human.get(domain, {}).get("kappa", float("nan"))
+    return table
+
+
+def write_table3(
+    table: pd.DataFrame,
+    csv: str | Path,
+    markdown: str | Path,
+    latex: str | Path,
+    caption: str,
+    decimals: int = 3,
+) -> None:
+    """Table 3 as CSV (full precision), Markdown and LaTeX under `caption` (`decimals` places; κ becomes
+    $\\kappa$ in LaTeX)."""
+    write_text(csv, table.to_csv(index=False))
+    shown = table.map(lambda v: ("n/a" if np.isnan(v) else f"{v:.{decimals}f}") if isinstance(v, float) else v)
+    write_text(markdown, f"{caption}\n\n{to_markdown(shown)}")
+    write_text(latex, to_latex(shown, caption).replace("κ", r"$\kappa$"))
+
+
+# --- figure -----------------------------------------------------------------------------------------------------
+
+
+def plot_accuracy(
+    breakdown: pd.DataFrame,
+    metrics: Mapping[str, Mapping[str, Any]],
+    path: str | Path,
+    domains: Sequence[str] | None = None,
+    title: str = "Pairwise accuracy on ProtoBias (95% bootstrap CI)",
+) -> None:
+    """Bar chart PNG: pairwise accuracy per metric (x, families in config order) and domain (bars), with interval
+    error bars and a dashed line at chance (0.5). Written atomically."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    by_domain = breakdown[breakdown["breakdown"] == "domain"]
+    domains = sorted(by_domain["group"].unique()) if domains is None else list(domains)
+    names = [name for _, family in _families(breakdown, metrics) for name in family]
+    cells = by_domain.set_index(["metric", "group"])
+    width = 0.8 / max(len(domains), 1)
+    figure = Figure(figsize=(max(6.0, 0.9 * len(names) + 2), 4.0), dpi=150, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    x = np.arange(len(names))
+    for j, domain in enumerate(domains):
+        part = cells.reindex([(name, domain) for name in names])
+        accuracy = part["accuracy"].to_numpy(dtype=float)
+        errors = np.clip(
+            np.nan_to_num(
+                np.vstack(
+                    [accuracy - part["ci_low"].to_numpy(dtype=float), part["ci_high"].to_numpy(dtype=float) - accuracy]
+                )
+            ),
+            0,
+            None,
+        )
+        axes.bar(
+            x + (j - (len(domains) - 1) / 2) * width, np.nan_to_num(accuracy), width, yerr=errors, capsize=2,
+            error_kw={"elinewidth": 0.8, "ecolor": "0.25"}, label=_domain_label(domain),
+        )  # fmt: skip
+    axes.axhline(0.5, color="black", linestyle="--", linewidth=1, label="chance")
+    axes.set_xticks(x, [_label(name, metrics) for name in names], rotation=30, ha="right")
+    axes.set_ylim(0, 1)
+    axes.set_ylabel("Pairwise accuracy")
+    axes.set_title(title)
+    figure.legend(loc="outside right upper", fontsize="small")
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png")

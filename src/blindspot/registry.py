@@ -1,0 +1,121 @@
+"""The model registry's own facts, said once: which config key places a model in which role, which
+backends may serve each role and what each backend brings (its jobs' env, its hub layout), which
+registry keys decide only where or how fast a model runs, and what kind of model an entry is.
+
+The roles' checks (`blindspot.checks`), the models a job loads (`blindspot.catalogue`), the hub
+cache (`blindspot.models.hub`) and the check of each model against its role (`blindspot.models.roles`)
+all read these tables; the adapters keyed by backend (`models.textgen`, `models.vlm_scoring`)
+implement the backends these tables let serve text and images.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from blindspot.config import as_list, config_value
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What a registry entry's `backend` brings with it."""
+
+    serves: tuple[str, ...]  # the kinds of role it can fill (`Role.kind`)
+    env: str = "vlm"  # workflow/envs/<env>.yaml, for the steps whose env follows their model
+    layout: str | None = "transformers"  # how the hub cache finds its folders; None: not from the hub
+
+
+BACKENDS = {
+    "vllm": Backend(("text", "images"), env="llm"),
+    "transformers": Backend(("text", "images", "captions", "nli", "lora")),
+    "sentence_transformers": Backend(("embeddings",), layout="sentence_transformers"),
+    "diffusers": Backend(("t2i",), layout="diffusers"),
+    "pyiqa": Backend(("iqa",), layout=None),  # pyiqa never downloads (`protobias.iqa.weights_file`)
+    "open_clip": Backend(("metric",)),
+    "openai_api": Backend(("metric",), layout=None),
+}
+
+
+@dataclass(frozen=True)
+class Role:
+    """A config key that names a model (or a list of models) in one role."""
+
+    key: str  # dotted, e.g. "prompt_stage.generators"
+    kind: str  # what the model does there; the backends that serve it may fill the role
+    # What the model is handed or asked to write, checked against its config.json (`models.roles`).
+    needs: str | None = None
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        return tuple(name for name, backend in BACKENDS.items() if self.kind in backend.serves)
+
+
+ROLES = (
+    Role("prompt_stage.generators", "text", needs="text"),
+    Role("prompt_stage.judges", "text", needs="text"),
+    Role("prompt_stage.embedding_model", "embeddings"),
+    Role("prompt_stage.nli_model", "nli"),
+    Role("image_stage.t2i_models", "t2i"),
+    Role("image_stage.vlms", "images", needs="images"),
+    Role("image_stage.iqa_metrics", "iqa"),
+    Role("humblebench.vlms", "images", needs="images"),
+    Role("protoscore.model", "lora", needs="images"),  # trained with peft's LoRA on the transformers model
+    # HumbleBench's scene-graph questions, when the config writes them
+    Role("humblebench.scene_graphs.describer", "captions", needs="images"),
+    Role("humblebench.scene_graphs.writer", "text", needs="text"),
+)
+
+
+def placed_models(config: Mapping[str, Any]) -> Iterator[tuple[Role, str]]:
+    """(role, registry name) of every model the config places in a role, in the roles' order."""
+    for role in ROLES:
+        value = config_value(config, role.key)
+        if value is not None:
+            yield from ((role, name) for name in as_list(value))
+
+
+def metric_models(entry: Mapping[str, Any]) -> list[str]:
+    """The registry models a metric loads: its own, then the ones its plug-in takes as arguments
+    (`models`, e.g. AlignScore's captioner)."""
+    return [entry["model"], *entry.get("models", {}).values()]
+
+
+def is_api_model(entry: Mapping[str, Any]) -> bool:
+    """Whether a registry entry is an OpenAI-compatible endpoint, not weights."""
+    return entry["backend"] == "openai_api"
+
+
+def is_api_metric(config: Mapping[str, Any], metric: str) -> bool:
+    """Whether a metric is served over the internet (its jobs run where the network is)."""
+    return is_api_model(config["models"][config["evaluation"]["metrics"][metric]["model"]])
+
+
+def built_model_dir(config: Mapping[str, Any], name: str) -> Path:
+    """Where a model built from its recipe (`build:`) lives."""
+    return Path(config["resources_dir"]) / "models" / name
+
+
+# Registry keys that decide where or how fast a model runs, or who may call it, not what it outputs:
+# results made under other values are reused (the score cache, the journals of a killed job).
+RUN_ONLY_KEYS = frozenset({"gpus", "weights_gb", "gated", "licence", "client", "api_key_env", "endpoint",
+                           "max_model_len", "allow_cpu"})  # fmt: skip
+# vLLM engine arguments of memory and scheduling, the usual changes after an out-of-memory error; any
+# other (quantization, kv_cache_dtype, mm_processor_kwargs) may change what the model outputs.
+RUN_ONLY_ENGINE_ARGS = frozenset({
+    "gpu_memory_utilization", "kv_cache_memory_bytes", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+    "swap_space", "cpu_offload_gb", "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill", "block_size",
+    "limit_mm_per_prompt", "mm_processor_cache_gb", "num_gpu_blocks_override", "cudagraph_capture_sizes",
+    "max_cudagraph_capture_size", "max_parallel_loading_workers", "disable_log_stats", "disable_custom_all_reduce",
+    "distributed_executor_backend", "download_dir", "tensor_parallel_size", "pipeline_parallel_size",
+    "data_parallel_size", "compilation_config", "max_seq_len_to_capture", "disable_log_requests",
+})  # fmt: skip
+
+
+def output_settings(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A registry entry (or a ModelSpec's fields) without what decides only where or how fast the model
+    runs (`RUN_ONLY_KEYS`, `RUN_ONLY_ENGINE_ARGS`): what keys the results it made."""
+    kept = {key: value for key, value in entry.items() if key not in RUN_ONLY_KEYS}
+    engine = {key: value for key, value in kept.pop("engine_args", {}).items() if key not in RUN_ONLY_ENGINE_ARGS}
+    return kept | ({"engine_args": engine} if engine else {})
