@@ -34,8 +34,8 @@ Registry entry (a dict, or any object with these attributes):
                  temperature, seed, logprobs, top_logprobs, reasoning_effort, logit_bias, ...);
                  a reasoning model needs reasoning_effort and a max_completion_tokens that holds
                  its reasoning and the answer (the config schema asks for both together)
-    client       optional: concurrency, timeout_s, max_attempts, backoff_base_s, backoff_cap_s,
-                 retry_after_cap_s, max_reply_attempts
+    client       optional: concurrency, max_concurrency, timeout_s, max_attempts, backoff_base_s,
+                 backoff_cap_s, retry_after_cap_s, max_reply_attempts
 
 Answers are cached on disk (blindspot.models.api_cache), one JSON file per (model, revision,
 template version, request settings, image sha256, prompt), written atomically, so a rerun or a
@@ -43,7 +43,8 @@ resumed shard asks the endpoint only for what it has not answered yet; before as
 what a killed run left half-written for those entries (only those: the metric's other jobs write
 theirs in the same folder).
 
-The requests, their retries and their concurrency are blindspot.models.api_client's, and so is the
+The requests, their retries and their concurrency are blindspot.models.api_client's (as many in
+flight as the endpoint answers well: blindspot.models.api_limiter), and so is the
 key: it lives in memory only and is never logged, cached or put into an error message or a Score;
 every string of a reply is scrubbed of it as the reply arrives, and so is every message this module
 logs. A key that cannot be an HTTP header value is refused before any request, without showing it.

@@ -33,6 +33,8 @@ from urllib.parse import quote, quote_plus
 import requests
 from tqdm import tqdm
 
+from blindspot.models.api_limiter import OK, THROTTLE_STATUSES, THROTTLED, limiter_for, reset_wait
+
 log = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({429}) | frozenset(range(500, 600))
@@ -52,7 +54,10 @@ class MalformedReply(ValueError):
 
 @dataclass(frozen=True)
 class ClientSettings:
-    concurrency: int = 4  # requests in flight at once
+    concurrency: int = 4  # requests in flight at the start (`models.api_limiter`)
+    # The most in flight however well the endpoint answers (None: 64, or `concurrency` if more); equal to
+    # `concurrency`, a fixed number.
+    max_concurrency: int | None = None
     timeout_s: float = 120.0  # per request (connect and read)
     max_attempts: int = 6  # the first try included
     backoff_base_s: float = 1.0  # the first retry waits about this long, doubling after
@@ -65,6 +70,13 @@ class ClientSettings:
     def __post_init__(self) -> None:
         if min(self.concurrency, self.max_attempts, self.max_reply_attempts) < 1:
             raise ValueError(f"concurrency, max_attempts and max_reply_attempts must be at least 1, not {self}")
+        if self.cap < self.concurrency:
+            raise ValueError(f"max_concurrency must be at least concurrency, not {self}")
+
+    @property
+    def cap(self) -> int:
+        """The most requests in flight."""
+        return max(64, self.concurrency) if self.max_concurrency is None else self.max_concurrency
 
 
 def backoff_delay(retry: int, base_s: float, cap_s: float, rng: Callable[[], float] = random.random) -> float:
@@ -158,6 +170,8 @@ class ChatCompletionsClient:
         self._lock = threading.Lock()
         self._sessions: list[requests.Session] = []
         self.requests_sent = 0  # HTTP requests, retries included
+        # shared by every client of this endpoint in the process
+        self.limit = limiter_for(self.url, settings.concurrency, settings.cap)
 
     def scrub(self, text: str) -> str:
         """Text that leaves this client, with the key (should a server echo it) replaced in every form."""
@@ -209,14 +223,22 @@ class ChatCompletionsClient:
             retry_after = None
             with self._lock:
                 self.requests_sent += 1
-            try:
-                response = self._session().post(self.url, json=body, timeout=settings.timeout_s)
-            except (
-                requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
-                requests.exceptions.ContentDecodingError,
-            ) as error:  # fmt: skip
-                reason = f"{type(error).__name__}: {error}"
-            else:
+            with self.limit.slot() as slot:
+                try:
+                    response = self._session().post(self.url, json=body, timeout=settings.timeout_s)
+                except (
+                    requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
+                    requests.exceptions.ContentDecodingError,
+                ) as error:  # fmt: skip
+                    response, reason = None, f"{type(error).__name__}: {error}"
+                else:
+                    slot.wait_until_reset_s = reset_wait(response.headers)
+                    if response.status_code == 200:
+                        slot.outcome = OK
+                    elif response.status_code in THROTTLE_STATUSES:
+                        slot.outcome = THROTTLED
+                        slot.retry_after_s = retry_after_seconds(response.headers.get("Retry-After"))
+            if response is not None:
                 if response.status_code == 200:
                     return self._reply(response.text)
                 if response.status_code in RETRY_STATUSES:
@@ -247,12 +269,13 @@ class ChatCompletionsClient:
         self, work: Callable[..., Result], tasks: Sequence[tuple[Any, ...]], desc: str, unit: str,
         thread_name_prefix: str,
     ) -> list[Result]:  # fmt: skip
-        """`work(*task)` for every task, `settings.concurrency` at once on worker threads that share
-        this client, with a progress bar (`desc`, counting `unit`s); the results in the tasks' order.
-        The first failure is raised once the running tasks end; the others are cancelled."""
+        """`work(*task)` for every task on worker threads that share this client, as many requests in
+        flight as the endpoint's limiter allows, with a progress bar (`desc`, counting `unit`s); the
+        results in the tasks' order. The first failure is raised once the running tasks end; the others
+        are cancelled. What the limiter did goes to the log."""
         results = []
         with (
-            ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix=thread_name_prefix) as pool,
+            ThreadPoolExecutor(self.settings.cap, thread_name_prefix=thread_name_prefix) as pool,
             tqdm(total=len(tasks), desc=desc, unit=unit) as progress,
         ):
             futures = [pool.submit(work, *task) for task in tasks]
@@ -263,4 +286,5 @@ class ChatCompletionsClient:
             finally:
                 pool.shutdown(cancel_futures=True)  # after a failure, what has not started never starts
                 self.close()
+                log.info("%s: %s", self.name, self.limit.summary())
         return results

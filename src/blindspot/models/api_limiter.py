@@ -1,0 +1,158 @@
+"""How many requests one endpoint is sent at once: as many as it answers well, found while the run goes.
+
+An account's rate limit is not known in advance and differs by provider, model and tier, so a fixed
+number of requests in flight either leaves most of it unused or runs into a storm of 429s. The limit
+here grows while replies come back well and fast (within twice the quickest reply seen: a server that
+queues requests instead of refusing them slows down first), by one request per good reply until the
+first refusal (it doubles each round, as TCP's slow start) and by about one per round after, and is cut
+to `BACKOFF` of itself at once on a 429 or 503 (additive increase, multiplicative decrease, as TCP finds
+a link's capacity; a gentler cut than TCP Reno's half, which left a sixth of a steady rate limit unused
+in `bench/peers/api_rate.py`, for a few more refusals), between a start and a cap set per model in
+the registry (`client: {concurrency, max_concurrency}`; the two equal: a fixed number, as before,
+each request waiting out its own retries). A Retry-After, or rate-limit headers that say nothing is
+left until a reset, pause every request to the endpoint until then. All threads of a job, and every
+client of the same endpoint in the process, share one limiter (`limiter_for`), which also counts what
+it did for the job's log.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+# What a reply says of the endpoint's load.
+OK, THROTTLED, FAILED = "ok", "throttled", "failed"
+# Statuses that mean "slower", not "broken".
+THROTTLE_STATUSES = frozenset({429, 503})
+BACKOFF = 0.8  # the share of the limit kept after a refusal
+
+
+@dataclass
+class Slot:
+    """One request's place in flight; the caller says how its reply went before it leaves."""
+
+    opened_at_decrease: int  # how many decreases had happened when it was sent
+    sent_at: float
+    outcome: str = FAILED
+    retry_after_s: float | None = None
+    wait_until_reset_s: float | None = None  # the endpoint said nothing is left until then
+
+
+class AdaptiveLimit:
+    """Requests in flight to one endpoint, between 1 and `cap`, starting at `start` (see the module)."""
+
+    def __init__(self, start: int, cap: int, clock: Callable[[], float] = time.monotonic):
+        if not 1 <= start <= cap:
+            raise ValueError(f"concurrency must be at least 1 and at most max_concurrency, not {start} and {cap}")
+        self.start, self.cap, self.clock = start, cap, clock
+        self.limit = float(start)
+        self.in_flight = 0
+        self.paused_until = 0.0
+        self.decreases = 0
+        self.requests = 0
+        self.throttled = 0
+        self.lowest = self.highest = start
+        self.quickest_s = math.inf  # the quickest good reply so far
+        self.fixed = start == cap
+        self._ready = threading.Condition()
+
+    @property
+    def allowed(self) -> int:
+        """Requests that may be in flight now."""
+        return max(1, math.floor(self.limit))
+
+    @contextmanager
+    def slot(self) -> Iterator[Slot]:
+        """Wait for a place in flight (and for any pause to end), hold it for one request, and take the
+        reply's outcome into the limit when the request leaves."""
+        with self._ready:
+            while True:
+                pause = self.paused_until - self.clock()
+                if pause <= 0 and self.in_flight < self.allowed:
+                    break
+                self._ready.wait(timeout=pause if pause > 0 else None)
+            self.in_flight += 1
+            self.requests += 1
+            slot = Slot(self.decreases, self.clock())
+        try:
+            yield slot
+        finally:
+            with self._ready:
+                self.in_flight -= 1
+                self._settle(slot)
+                self._ready.notify_all()
+
+    def _settle(self, slot: Slot) -> None:
+        now = self.clock()
+        self.throttled += slot.outcome == THROTTLED
+        if self.fixed:
+            return
+        if slot.outcome == OK:
+            took = now - slot.sent_at
+            self.quickest_s = min(self.quickest_s, took)
+            if took <= 2 * self.quickest_s:
+                step = 1.0 if self.decreases == 0 else 1 / self.limit
+                self.limit = min(float(self.cap), self.limit + step)
+        # Replies to requests sent before the last cut say nothing new: one burst cuts it once.
+        elif slot.outcome == THROTTLED and slot.opened_at_decrease == self.decreases:
+            self.limit = max(1.0, self.limit * BACKOFF)
+            self.decreases += 1
+        for wait in (slot.retry_after_s, slot.wait_until_reset_s):
+            if wait is not None:
+                self.paused_until = max(self.paused_until, now + wait)
+        self.lowest, self.highest = min(self.lowest, self.allowed), max(self.highest, self.allowed)
+
+    def summary(self) -> str:
+        """What it did, for the job's log."""
+        return (
+            f"{self.requests} requests, {self.throttled} throttled (429/503); requests in flight settled at "
+            f"{self.allowed} (started at {self.start}, ranged {self.lowest}-{self.highest}, cap {self.cap})"
+        )
+
+
+def reset_wait(headers: Mapping[str, str]) -> float | None:
+    """Seconds until an endpoint that says no requests are left (`x-ratelimit-remaining-requests: 0`)
+    resets them (`x-ratelimit-reset-requests`: "1s", "6m0s", "20ms" or plain seconds); None otherwise."""
+    if headers.get("x-ratelimit-remaining-requests", "").strip() != "0":
+        return None
+    return duration_seconds(headers.get("x-ratelimit-reset-requests", ""))
+
+
+def duration_seconds(text: str) -> float | None:
+    """A duration as OpenAI's rate-limit headers write it ("1m30s", "250ms", "2.5s") or plain seconds."""
+    text = text.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    total, number = 0.0, ""
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char.isdigit() or char == ".":
+            number += char
+            index += 1
+            continue
+        unit = "ms" if text.startswith("ms", index) else char
+        if unit not in units or not number:
+            return None
+        total += float(number) * units[unit]
+        number, index = "", index + len(unit)
+    return None if number else total
+
+
+_LIMITS: dict[str, AdaptiveLimit] = {}
+_LIMITS_LOCK = threading.Lock()
+
+
+def limiter_for(endpoint: str, start: int, cap: int) -> AdaptiveLimit:
+    """The process's one limiter of `endpoint` (its first caller's start and cap)."""
+    with _LIMITS_LOCK:
+        if endpoint not in _LIMITS:
+            _LIMITS[endpoint] = AdaptiveLimit(start, cap)
+        return _LIMITS[endpoint]
