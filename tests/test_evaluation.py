@@ -334,6 +334,7 @@ def table3_inputs(folder) -> dict:
         "plot": str(folder / "accuracy.png"),
         "metrics": METRICS,
         "domains": ["animals", "objects"],
+        "annotated_only": [],
         "bootstrap_samples": 200,
         "seed": 0,
     }
@@ -382,6 +383,47 @@ def test_table3_is_on_the_annotated_pairs_with_labels_and_says_whole_split_witho
     assert set(pd.read_csv(arguments["breakdown"])["population"]) == {"test split"}
     with pytest.raises(ValueError, match="whole-split table"):
         make_table3(human_choices=[str(tmp_path / "humans.csv")], human_row=[], test_split=[], **arguments)
+
+
+def test_a_metric_scored_on_the_annotated_pairs_only_is_marked_in_the_whole_split_table_never_failed(tmp_path):
+    """An API metric scores only the annotated pairs by default (evaluation.api_metrics_score): Table 3 reads
+    it as any metric; the whole-split table shows it on the pairs it scored, its label saying how many, and
+    never counts the pairs it was not asked about as failures."""
+    from blindspot.steps.metrics import make_table3
+
+    arguments = table3_inputs(tmp_path)
+    # scored on the five annotated pairs p1-p5 only, right on four of them
+    judge = {"p1": (0.9, 0.1), "p2": (0.8, 0.1), "p3": (0.1, 0.9), "p4": (0.7, 0.2), "p5": (0.6, 0.5)}
+    write_table(tmp_path / "gpt.parquet", pd.DataFrame(score_rows("gpt", judge)), tables.METRIC_SCORES)
+    arguments |= {
+        "scores": [*arguments["scores"], str(tmp_path / "gpt.parquet")],
+        "metrics": METRICS | {"gpt": {"family": "VLM-as-judge baselines", "label": "GPT-5"}},
+        "annotated_only": ["gpt"],
+    }
+    split = [str(tmp_path / f"split.{ext}") for ext in ("csv", "md", "tex")]
+    make_table3(human_choices=[str(tmp_path / "humans.csv")], human_row=[], test_split=split, **arguments)
+    table = pd.read_csv(arguments["csv"]).set_index("Method")
+    assert table.loc["GPT-5", "Overall Acc."] == pytest.approx(4 / 5)  # Table 3: the annotated pairs, as any metric
+    assert table.loc["CLIPScore", "Overall Acc."] == pytest.approx(2 / 5)
+    whole = pd.read_csv(split[0]).set_index("Method")
+    assert "GPT-5" not in whole.index
+    assert whole.loc["GPT-5 (5 annotated pairs)", "Overall Acc."] == pytest.approx(4 / 5)  # not 4 / 6
+    assert whole.loc["GPT-5 (5 annotated pairs)", "Objects Acc."] == pytest.approx(2 / 2)  # p4 and p5; p6 unasked
+    assert whole.loc["CLIPScore", "Overall Acc."] == pytest.approx(2 / 6)
+    assert "scored on the annotated test pairs only" in (tmp_path / "split.md").read_text().split("\n\n")[0]
+    long = pd.read_csv(arguments["breakdown"])
+    counts = long[(long["metric"] == "gpt") & (long["breakdown"] == "overall")].set_index("population")["n"]
+    assert counts.to_dict() == {"annotated": 5, "scored pairs only": 5}  # no "test split" row of 6
+    assert long.loc[long["metric"] == "gpt", "n_unscored"].eq(0).all()
+
+    make_table3(human_choices=[], human_row=[], test_split=[], **arguments)  # Table 3 is the whole split's
+    table = pd.read_csv(arguments["csv"]).set_index("Method")
+    assert table.loc["GPT-5 (5 annotated pairs)", "Overall Acc."] == pytest.approx(4 / 5)
+    assert table.loc["CLIPScore", "Overall Acc."] == pytest.approx(2 / 6)
+    title = (tmp_path / "table3.md").read_text().split("\n\n")[0]
+    assert title.startswith("Pairwise accuracy on the whole test split (6 pairs)")
+    assert "A row marked '(n annotated pairs)' is an API metric scored on the annotated test pairs only" in title
+    assert set(pd.read_csv(arguments["breakdown"])["population"]) == {"test split", "scored pairs only"}
 
 
 def test_a_benchmark_without_a_test_pair_is_one_line_not_a_key_error():

@@ -47,3 +47,20 @@ def test_the_example_grid_leaves_out_a_metric_without_scores(tmp_path):
     example_grid(examples, scores.assign(adv_raw=0.95), {"clip": "CLIPScore"}, tmp_path / "wrong.png")
     assert (tmp_path / "with.png").read_bytes() == (tmp_path / "without.png").read_bytes()
     assert (tmp_path / "wrong.png").read_bytes() != (tmp_path / "without.png").read_bytes()  # the verdict shows
+
+
+def test_the_example_grid_shows_a_dash_where_a_metric_was_not_asked(tmp_path):
+    """An API metric scores only the annotated pairs (evaluation.api_metrics_score): an example it has no score
+    for is not shown as its failure."""
+    corr, adv = tmp_path / "c.png", tmp_path / "a.png"
+    Image.new("RGB", (16, 16), "red").save(corr)
+    Image.new("RGB", (16, 16), "blue").save(adv)
+    examples = pd.DataFrame([{"pair_id": "p1", "domain": "objects", "split": "test", "neutral_prompt": "a red square",
+                              "corr_path": str(corr), "adv_path": str(adv)}])  # fmt: skip
+    scored = pd.DataFrame([{"pair_id": "p1", "metric": "clip", "corr_raw": 0.9, "adv_raw": 0.1},
+                           {"pair_id": "p9", "metric": "judge", "corr_raw": 0.9, "adv_raw": 0.1}])  # fmt: skip
+    failed = pd.concat([scored, pd.DataFrame([{"pair_id": "p1", "metric": "judge", "corr_raw": 0.1, "adv_raw": 0.9}])])
+    labels = {"clip": "CLIPScore", "judge": "API judge"}
+    example_grid(examples, scored, labels, tmp_path / "unasked.png")
+    example_grid(examples, failed, labels, tmp_path / "failed.png")
+    assert (tmp_path / "unasked.png").read_bytes() != (tmp_path / "failed.png").read_bytes()

@@ -269,7 +269,8 @@ def test_a_job_importing_other_plugin_code_than_planned_stops_before_scoring(tin
     )):  # fmt: skip
         score_metric(
             domain="objects", metric="clipscore", shard="00000", pairs="unread", triplets="unread", seeds="unread",
-            template=[], trained=[], out=str(tmp_path / "out.parquet"), counters_out=str(tmp_path / "out.json"),
+            template=[], trained=[], annotated=[], out=str(tmp_path / "out.parquet"),
+            counters_out=str(tmp_path / "out.json"),
             cache=str(tmp_path / "cache"), metric_entry=entry, model={}, models={}, score_settings={},
             plugin_code=planned, api_key_is_set=True, split={}, batch_size=1, shard_size=10,
         )  # fmt: skip
@@ -301,7 +302,7 @@ def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(tiny_c
     score_metric(
         domain="objects", metric="api-judge", shard="00000", pairs=str(tmp_path / "pairs.parquet"),
         triplets=str(tmp_path / "triplets.parquet"), seeds=str(tmp_path / "seeds.parquet"),
-        template=[str(REPO / entry["args"]["template"])], trained=[], out=str(tmp_path / "out.parquet"),
+        template=[str(REPO / entry["args"]["template"])], trained=[], annotated=[], out=str(tmp_path / "out.parquet"),
         counters_out=str(tmp_path / "out.json"), cache=str(tmp_path / "cache"), metric_entry=entry,
         model=dataclasses.asdict(model_spec(tiny_config, entry["model"])), models={},
         score_settings=metric_score_settings(tiny_config["models"], entry), plugin_code=plugin_code(entry["plugin"]),
@@ -312,3 +313,54 @@ def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(tiny_c
     counters = json.loads((tmp_path / "out.json").read_text())
     assert f"{KEY_ENV} is not set" in counters["skipped"]
     assert "provenance" in counters
+
+
+@pytest.mark.parametrize("asked", [None, "annotated", "test_split"])
+def test_an_api_metric_scores_only_the_annotated_pairs_of_its_shard_unless_asked_for_the_whole_split(
+    tiny_config, tmp_path, monkeypatch, asked
+):
+    """By default an API metric's job scores the test pairs of its shard that are annotated pairs (Table 3's),
+    with `evaluation.api_metrics_score: test_split` all of them; other metrics and a released dataset (no
+    annotated pairs) score the whole split. The rule gives the step the preference pairs only when it filters."""
+    from blindspot import targets
+    from blindspot.protobias import scoring
+
+    if asked:
+        tiny_config["evaluation"]["api_metrics_score"] = asked
+    split = {"seed": tiny_config["seed"], "test_fraction": 0.5}
+    seed_ids = [s for s in (f"s{i}" for i in range(100)) if split_of(s, split["seed"], 0.5) == "test"][:3]
+    seeds = pd.DataFrame({c: seed_ids if c == "seed_id" else "x" for c in tables.SEEDS.names}).assign(sample_seed=1)
+    write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
+    triplets = pd.DataFrame([{f.name: "x" for f in tables.TRIPLETS} | {"triplet_id": f"t{i}", "seed_id": seed_id,
+                              "domain": "objects"} for i, seed_id in enumerate(seed_ids)])  # fmt: skip
+    write_table(tmp_path / "triplets.parquet", triplets, tables.TRIPLETS)
+    pairs = pd.DataFrame([{f.name: "x" for f in tables.PAIRS} | {"pair_id": f"p{i}", "triplet_id": f"t{i}", "seed": 1,
+                          "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True} for i in range(3)])  # fmt: skip
+    write_table(tmp_path / "pairs.parquet", pairs, tables.PAIRS)
+    # p1 is annotated; q9, another shard's (or domain's) annotated pair, is not among this shard's
+    preference = pd.DataFrame([{f.name: "x" for f in tables.ANNOTATION_PAIRS} | {"pair_id": p} for p in ("p1", "q9")])
+    write_table(tmp_path / "preference.parquet", preference, tables.ANNOTATION_PAIRS)
+    scored = []
+
+    def score(test, *_):
+        scored.append(list(test["pair_id"]))
+        return pd.DataFrame(columns=tables.METRIC_SCORES.names), {}
+
+    monkeypatch.setattr(scoring, "score_or_skip", score)
+    entry = tiny_config["evaluation"]["metrics"]["api-judge"]
+    filters = targets.scores_annotated_only(tiny_config, "api-judge")
+    assert filters == (asked != "test_split")
+    assert targets.annotated_only_metrics(tiny_config) == (["api-judge"] if filters else [])
+    assert not targets.scores_annotated_only(tiny_config, "clipscore")  # not an API metric
+    assert not targets.scores_annotated_only(tiny_config | {"dataset": {"path": "x"}}, "api-judge")
+    score_metric(
+        domain="objects", metric="api-judge", shard="00000", pairs=str(tmp_path / "pairs.parquet"),
+        triplets=str(tmp_path / "triplets.parquet"), seeds=str(tmp_path / "seeds.parquet"),
+        template=[str(REPO / entry["args"]["template"])], trained=[],
+        annotated=[str(tmp_path / "preference.parquet")] if filters else [], out=str(tmp_path / "out.parquet"),
+        counters_out=str(tmp_path / "out.json"), cache=str(tmp_path / "cache"), metric_entry=entry,
+        model=dataclasses.asdict(model_spec(tiny_config, entry["model"])), models={},
+        score_settings=metric_score_settings(tiny_config["models"], entry), plugin_code=plugin_code(entry["plugin"]),
+        api_key_is_set=True, split=split, batch_size=1, shard_size=10,
+    )  # fmt: skip
+    assert scored == [["p1"] if filters else ["p0", "p1", "p2"]]

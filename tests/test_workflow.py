@@ -128,6 +128,43 @@ def test_a_local_copy_of_the_release_is_an_input_a_hub_id_is_not(tmp_path, paper
     assert str(release) in questions_inputs(tmp_path / "local.yaml")
 
 
+def job_inputs(output: str, rule: str) -> list[list[str]]:
+    """The inputs of each of `rule`'s jobs in a dry run's output."""
+    blocks = [b for b in re.split(r"^(?:local)?rule ", output, flags=re.MULTILINE)[1:] if b.startswith(f"{rule}:")]
+    return [re.search(r"^\s+input: (.+)$", block, flags=re.MULTILINE)[1].split(", ") for block in blocks]
+
+
+@pytest.mark.parametrize("asked", ["annotated", "test_split"])
+def test_an_api_metrics_jobs_depend_on_the_annotated_pairs_unless_asked_for_the_whole_split(
+    tmp_path, tiny_config, asked
+):
+    """By default an API metric scores the annotated pairs Table 3 reads, so its jobs need the preference
+    pairs; with `evaluation.api_metrics_score: test_split`, or for any other metric, they do not."""
+    tiny_config["evaluation"]["api_metrics_score"] = asked
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_config))
+    shards = [f"results/tiny/objects/metric_scores/{metric}/00000.parquet" for metric in ("api-judge", "clipscore")]
+    out = snakemake(*shards, "-n", "--forceall", "--configfile", str(tmp_path / "tiny.yaml"))
+    preference = "results/tiny/benchmark/annotation/preference_pairs.parquet"
+    (api,) = job_inputs(out, "score_api_metric")
+    (other,) = job_inputs(out, "score_metric")
+    assert (preference in api) == (asked == "annotated")
+    assert preference not in other
+    assert "results/tiny/objects/pairs.parquet" in api
+
+
+def test_a_released_dataset_has_no_annotated_pairs_so_an_api_metric_scores_it_whole_and_says_so(tmp_path, tiny_config):
+    (tmp_path / "pairs.csv").write_text("neutral_prompt,image_corr,image_adv\n")  # not read by a dry run
+    metrics = tiny_config["evaluation"]["metrics"]
+    config = tiny_config | {"dataset": {"path": str(tmp_path / "pairs.csv")}}
+    config["humblebench"] |= {"from_benchmark": None}
+    config["evaluation"]["metrics"] = {name: metrics[name] for name in ("clipscore", "api-judge")}
+    (tmp_path / "released.yaml").write_text(yaml.safe_dump(config))
+    out = snakemake("-n", "--forceall", "--configfile", str(tmp_path / "released.yaml"))
+    assert "API metrics api-judge score the whole test split: a dataset has no annotated pairs" in out
+    assert all("preference_pairs" not in " ".join(inputs) for inputs in job_inputs(out, "score_api_metric"))
+    assert job_inputs(out, "score_api_metric")
+
+
 def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
     targets = final_targets(tiny_config)
     assert "results/tiny/benchmark/dataset" in targets

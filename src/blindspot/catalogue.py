@@ -20,6 +20,7 @@ from blindspot.config import ConfigError, as_list, config_value
 from blindspot.paths import ENV_DIR
 from blindspot.registry import BACKENDS, metric_models
 from blindspot.shards import shard_slice
+from blindspot.targets import scores_annotated_only
 
 Config = dict[str, Any]
 Wildcards = dict[str, str]
@@ -76,6 +77,15 @@ def _shard_pair_images(config: Config, wildcards: Wildcards) -> int:
     return _shard_images(config, wildcards) * len(config["image_stage"]["t2i_models"])
 
 
+def _api_shard_pair_images(config: Config, wildcards: Wildcards) -> int:
+    """An API metric's shard: its pairs' images, or when it scores only the annotated pairs
+    (`evaluation.api_metrics_score`), no more than its domain's annotated pairs' images."""
+    images = _shard_pair_images(config, wildcards)
+    if scores_annotated_only(config, wildcards["metric"]):
+        return min(images, 2 * config["benchmark"]["preference_pairs_per_domain"])
+    return images
+
+
 def _domain_triplets(config: Config, wildcards: Wildcards) -> int:
     return _seeds(config, wildcards) * len(config["prompt_stage"]["generators"])
 
@@ -128,7 +138,7 @@ _ENTRIES = [
           image_batch=("evaluation.batch_size", 2), output="metric_scores", items=_shard_pair_images),
     # An API judge's jobs: the same step on the submit host, where the internet is.
     Step("score_api_metric", "metrics", BY_MODEL_BACKEND, ("domain", "metric", "shard"), ("metric",), local=True,
-          image_batch=("evaluation.batch_size", 2), output="metric_scores", items=_shard_pair_images,
+          image_batch=("evaluation.batch_size", 2), output="metric_scores", items=_api_shard_pair_images,
           function="score_metric"),
     Step("make_table3", "metrics", local=True),
     Step("make_report_items", "metrics", local=True),

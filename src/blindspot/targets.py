@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from blindspot.registry import is_api_metric
 from blindspot.shards import shard_names
 
 PATHS = {
@@ -170,6 +171,24 @@ def has_human_choices(config: dict[str, Any]) -> bool:
     """Whether Table 3 has a human majority per pair (people's pairwise labels, or a CSV of it): then it is
     computed on the annotated pairs, and the whole test split gets its own table."""
     return bool(config["annotation"].get("pairwise_labels") or config["evaluation"].get("human_choices"))
+
+
+# Which test pairs an API metric's jobs score (`evaluation.api_metrics_score`): the annotated pairs that
+# Table 3 reads (the preference subset `split_benchmark` draws), or the whole test split.
+ANNOTATED, TEST_SPLIT = "annotated", "test_split"
+
+
+def scores_annotated_only(config: dict[str, Any], metric: str) -> bool:
+    """Whether `metric`'s jobs score only the annotated test pairs: an API metric, unless the config asks for
+    the whole test split (`evaluation.api_metrics_score: test_split`) or scores a released dataset
+    (`dataset:`), which has no annotated subset. Every other metric scores the whole test split."""
+    wanted = config["evaluation"].get("api_metrics_score", ANNOTATED)
+    return wanted == ANNOTATED and "dataset" not in config and is_api_metric(config, metric)
+
+
+def annotated_only_metrics(config: dict[str, Any]) -> list[str]:
+    """The metrics scored on the annotated test pairs only, in config order (`scores_annotated_only`)."""
+    return [name for name in config["evaluation"]["metrics"] if scores_annotated_only(config, name)]
 
 
 def final_targets(config: dict[str, Any]) -> list[str]:

@@ -1,5 +1,17 @@
 # Scoring T2I metrics on the test split: one job per metric x domain x seed shard, then Table 3.
 
+# An API metric scores only the annotated test pairs, the ones Table 3 reads, unless the config asks for the
+# whole split (`evaluation.api_metrics_score`); a released dataset has no annotated subset (docs/metrics.md).
+ANNOTATED_ONLY = targets.annotated_only_metrics(config)
+if "dataset" in config and API_METRICS and config["evaluation"].get("api_metrics_score") != targets.TEST_SPLIT:
+    logger.info(f"API metrics {', '.join(API_METRICS)} score the whole test split: a dataset has no annotated pairs")
+
+
+def get_annotated_pairs(wildcards):
+    """The annotated pairs a metric's jobs score, when it scores only them; else nothing (the whole test split)."""
+    return [P("preference_pairs")] if wildcards.metric in ANNOTATED_ONLY else []
+
+
 rule score_metric:
     wildcard_constraints:
         metric=_one_of(set(METRICS) - set(API_METRICS)),
@@ -13,6 +25,8 @@ rule score_metric:
         template=get_metric_template,
         # A trained metric (ProtoScore) scores with the workflow's own training output.
         trained=lambda wildcards: [P("protoscore")] if METRICS[wildcards.metric]["plugin"] == "protoscore" else [],
+        # An API metric's jobs score only these test pairs (evaluation.api_metrics_score).
+        annotated=get_annotated_pairs,
     output:
         out=P("metric_scores"),
         counters_out=P("metric_score_counters"),
@@ -89,6 +103,8 @@ rule make_table3:
             for name, entry in METRICS.items()
         },
         domains=list(config["domains"]),
+        # Metrics scored on the annotated pairs only: the whole-split table shows them on those pairs, marked.
+        annotated_only=ANNOTATED_ONLY,
         bootstrap_samples=config["evaluation"]["bootstrap_samples"],
         seed=config["seed"],
     log:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,7 +35,9 @@ log = logging.getLogger(__name__)
 CHOICES = ("corr", "adv", "neither")  # a human majority choice per pair
 HUMAN = "human"  # the pseudo-metric of the human majority in the breakdown (accuracy only)
 OVERALL = "overall"
-ANNOTATED, TEST_SPLIT = "annotated", "test split"  # the populations a breakdown is computed on
+# The populations a breakdown is computed on; a metric scored on the annotated pairs only (an API metric,
+# `evaluation.api_metrics_score: annotated`) has, beside the whole split, its own: the test pairs it scored.
+ANNOTATED, TEST_SPLIT, SCORED_ONLY = "annotated", "test split", "scored pairs only"
 BREAKDOWNS = (OVERALL, "domain", "knob", "t2i", "subcategory")  # the paper reports overall and domain only
 BREAKDOWN_COLUMNS = [
     "population", "metric", "breakdown", "group", "n", "accuracy", "ci_low", "ci_high", "kappa", "kappa_low",
@@ -127,6 +130,9 @@ def pairwise_outcomes(
     if absent:
         log.warning("no scores for metric(s) %s: left out of the evaluation", absent)
         metrics = [m for m in metrics if m not in absent]
+    if not metrics:  # none scored (every metric skipped, or all scored apart: `scored_pairs_breakdown`)
+        none = pd.DataFrame(index=test_ids, columns=pd.Index([], dtype=object), dtype=bool)
+        return none, none.copy()
     scores = scores[scores["pair_id"].isin(test_ids) & scores["metric"].isin(metrics)]
     table = scores.assign(
         correct=pairwise_correct(scores), scored=scores["corr_raw"].notna() & scores["adv_raw"].notna()
@@ -220,6 +226,24 @@ def accuracy_breakdown(
         (np.arange(len(frame)), frame["breakdown"].map(breakdown_rank), frame["metric"].map(metric_rank))
     )  # metric, then breakdown, then group as built (sorted)
     return frame.iloc[order].reset_index(drop=True)
+
+
+def scored_pairs_breakdown(
+    scores: pd.DataFrame, pairs: pd.DataFrame, metrics: Iterable[str], **options: Any
+) -> pd.DataFrame:
+    """`accuracy_breakdown` of each of `metrics` on the test pairs it has scores for, not the whole split (its
+    population `SCORED_ONLY`, its `n` those pairs): for the whole-split table, a metric scored on the annotated
+    pairs only, whose other pairs are not failures but were never asked. Without κ (no human choices); a
+    metric without a score is left out (logged). `options`: `accuracy_breakdown`'s keywords."""
+    frames = []
+    for metric in metrics:
+        mine = scores[scores["metric"] == metric]
+        if mine.empty:
+            log.warning("no scores for metric %s: left out of the evaluation", metric)
+            continue
+        on = pairs[pairs["pair_id"].isin(mine["pair_id"])]
+        frames.append(accuracy_breakdown(mine, on, [metric], **options).assign(population=SCORED_ONLY))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=BREAKDOWN_COLUMNS)
 
 
 def write_breakdown(breakdown: pd.DataFrame, path: str | Path) -> None:

@@ -22,9 +22,10 @@ def example_grid(
     examples: pd.DataFrame, scores: pd.DataFrame, labels: Mapping[str, str], path: str | Path
 ) -> None:  # fmt: skip
     """One row per example: the neutral prompt T, I_corr, I_adv, and each metric's verdict: a check
-    when it scores I_corr strictly above I_adv, a cross otherwise (ties and missing scores fail).
-    `labels` maps metric names to their Table 3 labels, in order; a metric without a single score (an
-    API judge skipped without its key) has no verdicts and is left out."""
+    when it scores I_corr strictly above I_adv, a cross otherwise (ties and NaN scores fail), a dash on a
+    pair it was not asked about (an API metric scores only the annotated pairs by default). `labels` maps
+    metric names to their Table 3 labels, in order; a metric without a single score (an API judge skipped
+    without its key) has no verdicts and is left out."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from PIL import Image
@@ -51,7 +52,10 @@ def example_grid(
         lines = []
         for metric, label in labels.items():
             key = (pair.pair_id, metric)
-            right = key in verdicts.index and bool(verdicts.loc[key, "corr_raw"] > verdicts.loc[key, "adv_raw"])
+            if key not in verdicts.index:  # never asked: an API metric scores the annotated pairs only
+                lines.append(f"- {label}")
+                continue
+            right = bool(verdicts.loc[key, "corr_raw"] > verdicts.loc[key, "adv_raw"])
             lines.append(f"{'✓' if right else '✗'} {label}")
         marks.text(0, 0.5, "\n".join(lines), va="center", fontsize=8, family="DejaVu Sans")
     with atomic_path(path) as tmp:

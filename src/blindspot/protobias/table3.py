@@ -110,6 +110,29 @@ def whole_split_caption(n_pairs: int, n_annotated: int) -> str:
     )
 
 
+def marked_scored_only(
+    metrics: Mapping[str, Mapping[str, Any]], scored: Mapping[str, int]
+) -> dict[str, Mapping[str, Any]]:
+    """The config's metrics with the label of each of `scored` (metric -> the pairs it was scored on, fewer
+    than the table's) saying so: "GPT-5 (900 annotated pairs)"."""
+    return {
+        name: {**entry, "label": f"{entry.get('label', name)} ({scored[name]} annotated pairs)"} if name in scored
+        else entry
+        for name, entry in metrics.items()
+    }  # fmt: skip
+
+
+def scored_only_note(scored: Mapping[str, int]) -> str:
+    """The whole-split table's note on the metrics scored on the annotated pairs only (empty without any)."""
+    if not scored:
+        return ""
+    return (
+        " A row marked '(n annotated pairs)' is an API metric scored on the annotated test pairs only (the "
+        "preference pairs drawn for people to judge; evaluation.api_metrics_score: annotated): its accuracy is over "
+        "those n pairs, not the whole split, which evaluation.api_metrics_score: test_split scores."
+    )
+
+
 def with_human_kappa(
     table: pd.DataFrame, human: Mapping[str, Mapping[str, float]], domains: Sequence[str]
 ) -> pd.DataFrame:

@@ -17,11 +17,13 @@ from blindspot.steps import log, require_planned_code, shard_rows, spec, write_c
 
 def score_metric(
     domain: str, metric: str, shard: str, pairs: str, triplets: str, seeds: str, template: Sequence[str],
-    trained: Sequence[str], out: str, counters_out: str, cache: str, metric_entry: dict[str, Any],
-    model: dict[str, Any], models: dict[str, Any], score_settings: dict[str, Any], plugin_code: dict[str, str],
-    api_key_is_set: bool, split: dict[str, Any], batch_size: int, shard_size: int,
+    trained: Sequence[str], annotated: Sequence[str], out: str, counters_out: str, cache: str,
+    metric_entry: dict[str, Any], model: dict[str, Any], models: dict[str, Any], score_settings: dict[str, Any],
+    plugin_code: dict[str, str], api_key_is_set: bool, split: dict[str, Any], batch_size: int, shard_size: int,
 ) -> None:  # fmt: skip
-    """Score the kept test pairs of one seed shard with one T2I metric, M(T, I_corr) and M(T, I_adv)."""
+    """Score the kept test pairs of one seed shard with one T2I metric, M(T, I_corr) and M(T, I_adv); with
+    `annotated` (the preference pairs: an API metric, `evaluation.api_metrics_score: annotated`), only those
+    of them that are annotated pairs."""
     from blindspot.metrics import plugin_code as code_of
     from blindspot.protobias.scoring import ScoreCache, metric_identity, metric_loader, score_or_skip, shard_test_pairs
 
@@ -34,6 +36,10 @@ def score_metric(
         read_table(pairs, tables.PAIRS), read_table(triplets, tables.TRIPLETS), seed_ids, split["seed"],
         split["test_fraction"],
     )  # fmt: skip
+    if annotated:
+        shard_pairs = len(test)
+        test = test[test["pair_id"].isin(read_table(annotated[0], tables.ANNOTATION_PAIRS)["pair_id"])]
+        log.info("%s: scoring the %d annotated pairs among this shard's %d test pairs", metric, len(test), shard_pairs)
     scorer = spec(model)
     trained_folder = trained[0] if trained else None
     identity = metric_identity(
@@ -51,14 +57,16 @@ def score_metric(
 def make_table3(
     scores: Sequence[str], benchmark: str, human_choices: Sequence[str], human_row: Sequence[str], csv: str,
     markdown: str, latex: str, test_split: Sequence[str], breakdown: str, plot: str, metrics: dict[str, Any],
-    domains: Sequence[str], bootstrap_samples: int, seed: int,
+    domains: Sequence[str], annotated_only: Sequence[str], bootstrap_samples: int, seed: int,
 ) -> None:  # fmt: skip
     """Table 3, its plot, and pairwise accuracy with CIs per metric, domain, knob, T2I model and subcategory.
 
     With human choices, Table 3 is computed on the annotated pairs, as in the paper ("All reported values in
     Table 3 are computed on the same annotated human-reference subset"), and the whole test split gets a second
     table of accuracy (`test_split`: its CSV, Markdown and LaTeX). Without, Table 3's files hold the whole test
-    split's accuracy under a title that says so and that κ needs human labels."""
+    split's accuracy under a title that says so and that κ needs human labels. A metric of `annotated_only`
+    (scored on the annotated pairs only) is in the whole-split table on the pairs it was scored on, its label
+    saying how many, and the caption why."""
     from blindspot.protobias import evaluation, table3
 
     if bool(human_choices) != bool(test_split):
@@ -66,28 +74,41 @@ def make_table3(
     all_scores = evaluation.read_scores(scores)
     pairs = read_table(benchmark, tables.BENCHMARK_PAIRS)
     humans = evaluation.read_human_choices(human_choices[0]) if human_choices else None
-    whole = evaluation.accuracy_breakdown(all_scores, pairs, metrics, humans, n_boot=bootstrap_samples, seed=seed)
-    whole_metrics = whole[whole["metric"] != evaluation.HUMAN]  # people judged only the annotated pairs
-    whole_table = table3.table3(whole_metrics, metrics, domains, kappa=False)
-    n_test = evaluation.population_size(whole)
+    options = {"n_boot": bootstrap_samples, "seed": seed}
+    whole_split = {name: entry for name, entry in metrics.items() if name not in annotated_only}
+    whole = evaluation.accuracy_breakdown(
+        all_scores[all_scores["metric"].isin(list(whole_split))], pairs, whole_split, humans, **options
+    )
+    scored_only = evaluation.scored_pairs_breakdown(
+        all_scores, pairs, [name for name in metrics if name in annotated_only], **options
+    )
+    scored_n = {
+        name: int(part["n"].max())
+        for name, part in scored_only[scored_only["breakdown"] == evaluation.OVERALL].groupby("metric", sort=False)
+    }
+    marked = table3.marked_scored_only(metrics, scored_n)
+    whole_metrics = pd.concat(
+        [whole[whole["metric"] != evaluation.HUMAN], scored_only], ignore_index=True
+    )  # people judged only the annotated pairs
+    whole_table = table3.table3(whole_metrics, marked, domains, kappa=False)
+    n_test = len(evaluation.select_test_pairs(pairs))
+    note = table3.scored_only_note(scored_n)
     if humans is None:
-        shown = long = whole
+        shown, long, labels = whole_metrics, whole_metrics, marked
         title = f"Pairwise accuracy on the whole test split ({n_test} pairs, 95% CI)"
-        table3.write_table3(whole_table, csv, markdown, latex, table3.whole_split_caption(n_test, 0))
+        table3.write_table3(whole_table, csv, markdown, latex, table3.whole_split_caption(n_test, 0) + note)
     else:
-        shown = evaluation.accuracy_breakdown(
-            all_scores, pairs, metrics, humans, annotated_only=True, n_boot=bootstrap_samples, seed=seed
-        )
-        long = pd.concat([shown, whole], ignore_index=True)
+        shown = evaluation.accuracy_breakdown(all_scores, pairs, metrics, humans, annotated_only=True, **options)
+        long, labels = pd.concat([shown, whole, scored_only], ignore_index=True), metrics
         annotated = evaluation.population_size(shown)
         title = f"Pairwise accuracy on the {annotated} human-annotated test pairs (95% CI)"
         table = table3.table3(shown, metrics, domains)
         if human_row:
             table = table3.with_human_kappa(table, json.loads(Path(human_row[0]).read_text()), domains)
         table3.write_table3(table, csv, markdown, latex, table3.table3_caption(annotated, bool(human_row)))
-        table3.write_table3(whole_table, *test_split, table3.whole_split_caption(n_test, annotated))
+        table3.write_table3(whole_table, *test_split, table3.whole_split_caption(n_test, annotated) + note)
     evaluation.write_breakdown(long, breakdown)
-    table3.plot_accuracy(shown, metrics, plot, domains, title=title)
+    table3.plot_accuracy(shown, labels, plot, domains, title=title)
     log.info("Table 3 over %d scored rows of %d metrics; %s", len(all_scores), len(metrics), title)
 
 
