@@ -101,6 +101,20 @@ def test_gpu_hours_by_hand(tiny_config):
     assert stages["images"] == pytest.approx(72 / 3600)
 
 
+@pytest.mark.parametrize("asked", ["annotated", "test_split"])
+def test_an_api_metrics_jobs_plan_no_more_items_than_the_annotated_pairs(tiny_config, asked):
+    """By default an API metric scores only the annotated pairs: a job's items (images, two per pair) are at
+    most its domain's; with `evaluation.api_metrics_score: test_split` every pair of its shard, as any metric."""
+    tiny_config["evaluation"]["api_metrics_score"] = asked
+    annotated_images = 2 * tiny_config["benchmark"]["preference_pairs_per_domain"]
+    items = {
+        rule: catalogue.job_items(tiny_config, rule, {"domain": "objects", "metric": metric, "shard": "00000"})
+        for rule, metric in (("score_api_metric", "api-judge"), ("score_metric", "clipscore"))
+    }
+    assert items["score_metric"] > annotated_images
+    assert items["score_api_metric"] == (annotated_images if asked == "annotated" else items["score_metric"])
+
+
 def test_missing_throughput_is_na_and_named(tiny_config):
     config = small_config(tiny_config)
     config["models"]["tiny-qwen2.5-vl"]["gpus"] = 1

@@ -180,6 +180,18 @@ def get_metric_template(wildcards):
     return [args["template"]] if "template" in args else []
 
 
+# An API metric scores only the annotated test pairs, the ones Table 3 reads, unless the config asks for the
+# whole split (`evaluation.api_metrics_score`); a released dataset has no annotated subset (docs/metrics.md).
+ANNOTATED_ONLY = targets.annotated_only_metrics(config)
+if "dataset" in config and API_METRICS and config["evaluation"].get("api_metrics_score") != targets.TEST_SPLIT:
+    logger.info(f"API metrics {', '.join(API_METRICS)} score the whole test split: a dataset has no annotated pairs")
+
+
+def get_annotated_pairs(wildcards):
+    """The annotated pairs a metric's jobs score, when it scores only them; else nothing (the whole test split)."""
+    return [P("preference_pairs")] if wildcards.metric in ANNOTATED_ONLY else []
+
+
 def included_local_steps():
     """The catalogue's local steps among the rules this config includes (with `dataset:` the building
     rules are left out)."""
