@@ -72,7 +72,8 @@ OUTPUT_DESCRIPTIONS = {
     "table3_test_split": "Table 3's metrics' accuracy on the whole test split (only with human choices, when Table 3 "
     "is on the annotated pairs)",
     "metric_breakdown": "accuracy with intervals and kappa per metric, domain, knob, T2I model and subcategory, on the "
-    "whole test split and (with human choices) on the annotated pairs: the `population` column",
+    "whole test split and (with human choices) on the annotated pairs, a metric scored on the annotated pairs only (an "
+    "API metric, by default) on those instead of the whole split (`scored pairs only`): the `population` column",
     "accuracy_plot": "a bar chart of each metric's accuracy with its interval, on Table 3's pairs",
     "scene_questions": "HumbleBench questions written from scene graphs, before people check them",
     "scene_verification": "the sheet for people's keep/modify/delete decisions on those questions",
