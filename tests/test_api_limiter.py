@@ -153,3 +153,37 @@ def test_the_client_answers_every_item_through_a_rate_limited_endpoint():
         arm = run_arm(settings, requests=60, server=server)
         assert (arm.failed, server.answered) == (0, 60)
         assert arm.client_throttled == server.refused > 0
+
+
+def test_a_job_sends_no_more_than_its_planned_requests_times_its_attempts_then_stops_in_one_line():
+    from blindspot.models.api_client import ChatCompletionsClient, RequestsExhausted
+
+    settings = ClientSettings(concurrency=4, max_attempts=2, planned_requests=3)
+    with RateLimitedServer(rate=1000, in_flight=100, delay_s=0.0) as server:
+        client = ChatCompletionsClient("judge", server.endpoint, "m", "key", "BENCH_KEY", settings)
+        body = {"model": "m", "messages": [{"role": "user", "content": "1"}]}
+        with pytest.raises(RequestsExhausted) as stopped:
+            client.run_all(lambda _: client.post(body), [(i,) for i in range(10)], "test", "request", "test")
+        assert server.answered == client.requests_sent == 6  # 3 planned x 2 attempts, none past them
+    message = str(stopped.value)
+    assert "\n" not in message
+    assert message == (
+        "judge: stopped before request 7: the plan allows this job 3 requests x client.max_attempts 2 = 6, retries "
+        "included (raise models.judge.client.max_attempts to allow more, after reading in this log why so many "
+        "were retried)"
+    )
+
+
+def test_retries_count_against_the_allowance():
+    from blindspot.models.api_client import ChatCompletionsClient, RequestsExhausted
+
+    # One request in flight at a time on the server and two sent at once: refusals are retried, and counted.
+    settings = ClientSettings(concurrency=2, max_concurrency=2, max_attempts=3, planned_requests=1,
+                              backoff_base_s=0.01, backoff_cap_s=0.02, retry_after_cap_s=0.05)  # fmt: skip
+    with RateLimitedServer(rate=1000, in_flight=1, delay_s=0.2) as server:
+        client = ChatCompletionsClient("judge", server.endpoint, "m", "key", "BENCH_KEY", settings)
+        body = {"model": "m", "messages": [{"role": "user", "content": "1"}]}
+        with pytest.raises(RequestsExhausted):
+            client.run_all(lambda _: client.post(body), [(i,) for i in range(4)], "test", "request", "test")
+        assert client.requests_sent == 3
+        assert server.answered + server.refused == 3

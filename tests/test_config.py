@@ -76,6 +76,11 @@ def test_a_job_stopped_by_bad_input_says_why_in_one_line(tmp_path):
         (lambda c: c["prompt_stage"]["judges"].append("gpt-7"), "prompt_stage.judges"),
         (lambda c: c["prompt_stage"].update(nli_model="qwen2.5-14b-instruct"), "models.qwen2.5-14b-instruct.backend"),
         (lambda c: c["protoscore"].update(model="qwen2.5-vl-7b-instruct"), "evaluation.metrics.protoscore.model"),
+        (lambda c: c["models"]["gpt-5"]["prices"].update(image_tokens=1.5), "models.gpt-5.prices.image_tokens"),
+        (lambda c: c["models"]["gpt-5"]["prices"].update(read="August"), "models.gpt-5.prices.read"),
+        (lambda c: c["models"]["gpt-5"]["prices"].pop("source"), "models.gpt-5.prices.source"),
+        (lambda c: c["models"]["gpt-5"]["prices"].update(per_token=1), "models.gpt-5.prices.per_token"),
+        (lambda c: c.update(budget=-5), "budget"),
     ],
 )
 def test_a_bad_key_stops_with_a_message_naming_it(paper_config, edit, key):

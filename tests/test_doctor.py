@@ -354,3 +354,17 @@ def test_canary_jobs_report_the_gpus_slurm_gives_each_count(slurm_cluster, tiny_
     assert checks["2 GPUs (judge_triplets)"].reason.startswith("asked for 2, the job sees 2: ")
     assert checks["8 GPUs (render_images)"].verdict == FAIL
     assert checks["8 GPUs (render_images)"].reason.startswith("the canary job failed (sbatch exit 1): ")
+
+
+def test_the_api_models_estimated_cost_above_the_budget_is_a_warning(paper_config):
+    from blindspot import bill, plan
+    from blindspot.doctor_report import OK, WARN
+
+    assert doctor_models.budget_checks(paper_config) == []  # no budget, no check
+    cost = bill.total_cost(plan.plan(paper_config)["bill"])
+    [within] = doctor_models.budget_checks(paper_config | {"budget": cost + 1})
+    [above] = doctor_models.budget_checks(paper_config | {"budget": cost / 2})
+    assert within.verdict == OK
+    assert above.verdict == WARN
+    assert above.reason == (f"the plan's estimate is {cost:,.2f} USD for 1,800 requests (prices read 2025-08-07), "
+                            f"above the budget of {cost / 2:,.2f} USD (`budget`)")  # fmt: skip

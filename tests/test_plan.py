@@ -465,3 +465,51 @@ def test_cli_plan_prints_the_expected_counts_beside_the_papers(capsys):
     assert cells[counts.COUNT_COLUMNS.index("paper_train_pairs")] == "12,000"
     assert cells[counts.COUNT_COLUMNS.index("pairs_per_triplet")] == "5.52"
     assert "## Acceptance: assumed in the config, measured by a run in `results_dir`" in out
+
+
+@pytest.mark.parametrize(("configfile", "annotated_pairs"), [("config/tiny.yaml", 6), ("config/config.yaml", 900)])
+def test_the_plans_bill_sends_two_requests_per_annotated_pair_at_the_registrys_prices(configfile, annotated_pairs):
+    from blindspot import bill
+
+    config = yaml.safe_load((REPO / configfile).read_text())
+    frame = plan.plan(config)["bill"]
+    assert frame["metric"].tolist() == [m for m in config["evaluation"]["metrics"] if m in ("gpt-5", "api-judge")]
+    row = frame.iloc[0]
+    entry = config["models"][row["model"]]
+    prices = entry["prices"]
+    assert row["requests"] == 2 * annotated_pairs == 2 * len(config["domains"]) * config["benchmark"][
+        "preference_pairs_per_domain"]  # fmt: skip
+    assert row["image_tokens"] == row["requests"] * prices.get("image_tokens", 0)
+    budget = entry.get("request", {}).get("max_completion_tokens")
+    assert row["output_tokens"] == row["requests"] * budget if budget else pd.isna(row["output_tokens"])
+    per_request_text = row["input_tokens"] / row["requests"]
+    assert per_request_text > bill.PROMPT_CHARS / bill.CHARS_PER_TOKEN  # the template's text and the prompt
+    expected = (row["input_tokens"] + row["image_tokens"]) * prices["input_per_million"] / 1e6 + (
+        0 if not prices["output_per_million"] else row["output_tokens"] * prices["output_per_million"] / 1e6
+    )
+    assert row["cost_usd"] == pytest.approx(expected)
+    assert row["prices_read"] == prices["read"]
+    text = render_plan_text(config, configfile)
+    assert "## API models: requests, tokens and cost" in text
+    assert f"| {row['metric']} " in text
+    assert f"{row['requests']:,}" in text
+    assert f"{row['cost_usd']:,.2f}" in text
+
+
+def render_plan_text(config: dict, configfile: str) -> str:
+    from blindspot.cli import render_plan
+
+    return render_plan(plan.plan(config), configfile, "md")
+
+
+def test_the_paper_configs_gpt5_bill(paper_config):
+    row = plan.plan(paper_config)["bill"].iloc[0]
+    # 1,800 requests at 1.25 USD per million input tokens (text and 765 per image) and at most 4,096 output
+    # tokens each at 10 USD per million.
+    assert (row["requests"], row["image_tokens"], row["output_tokens"]) == (1800, 1800 * 765, 1800 * 4096)
+    assert row["cost_usd"] == pytest.approx((row["input_tokens"] + 1800 * 765) * 1.25e-6 + 1800 * 4096 * 10e-6)
+    # Scoring the whole split asks for every test pair's images: the plan's jobs' items, uncapped.
+    whole = copy.deepcopy(paper_config)
+    whole["evaluation"]["api_metrics_score"] = "test_split"
+    jobs = plan.job_table(whole)
+    assert plan.plan(whole)["bill"].iloc[0]["requests"] == jobs.loc[jobs["rule"] == "score_api_metric", "items"].sum()

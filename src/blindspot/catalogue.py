@@ -77,13 +77,18 @@ def _shard_pair_images(config: Config, wildcards: Wildcards) -> int:
     return _shard_images(config, wildcards) * len(config["image_stage"]["t2i_models"])
 
 
+def annotated_images_per_domain(config: Config, metric: str) -> int | None:
+    """The images of a domain's annotated pairs when `metric` scores only those (`evaluation.api_metrics_score`):
+    no job of the metric, nor all of a domain's together, scores more; None when it scores the whole split."""
+    return 2 * config["benchmark"]["preference_pairs_per_domain"] if scores_annotated_only(config, metric) else None
+
+
 def _api_shard_pair_images(config: Config, wildcards: Wildcards) -> int:
-    """An API metric's shard: its pairs' images, or when it scores only the annotated pairs
-    (`evaluation.api_metrics_score`), no more than its domain's annotated pairs' images."""
+    """An API metric's shard: its pairs' images, or when it scores only the annotated pairs, no more than
+    its domain's annotated pairs' images (`annotated_images_per_domain`)."""
     images = _shard_pair_images(config, wildcards)
-    if scores_annotated_only(config, wildcards["metric"]):
-        return min(images, 2 * config["benchmark"]["preference_pairs_per_domain"])
-    return images
+    cap = annotated_images_per_domain(config, wildcards["metric"])
+    return images if cap is None else min(images, cap)
 
 
 def _domain_triplets(config: Config, wildcards: Wildcards) -> int:

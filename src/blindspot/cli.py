@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from blindspot import catalogue, doctor, doctor_report, evaluate, plan, verify
+from blindspot import bill, catalogue, doctor, doctor_report, evaluate, plan, verify
 from blindspot.annotation.projects import TASKS
 from blindspot.checks import load_config
 from blindspot.config import ConfigError
@@ -58,6 +58,28 @@ def _markdown(frame: pd.DataFrame) -> str:
         frame["gpu_hours"] = frame["gpu_hours"].map(_hours)
     frame = frame.astype(object).where(frame.notna(), "")
     return frame.to_markdown(index=False, disable_numparse=True)
+
+
+def render_bill(frame: pd.DataFrame) -> list[str]:
+    """The API models' section of the plan: a row per API metric, the total and how it was estimated."""
+    if frame.empty:
+        return []
+    shown = pd.DataFrame({
+        "metric": frame["metric"], "model": frame["model"],
+        **{column: frame[column].map(lambda n: "n/a" if pd.isna(n) else f"{int(n):,}")
+           for column in ("requests", "input_tokens", "image_tokens", "output_tokens")},
+        "cost_usd": frame["cost_usd"].map(lambda c: "n/a" if pd.isna(c) else f"{c:,.2f}"),
+        "prices_read": frame["prices_read"].replace("", "no `prices`"),
+    })  # fmt: skip
+    total = bill.total_cost(frame)
+    return [
+        "## API models: requests, tokens and cost",
+        "",
+        _markdown(shown.rename(columns={"output_tokens": "output_tokens (at most)"})),
+        "",
+        f"Total: {'n/a' if pd.isna(total) else f'{total:,.2f}'} USD. " + bill.NOTE,
+        "",
+    ]
 
 
 def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
@@ -117,6 +139,7 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
         "(`job_resources` and the models' `weights_gb`); a retry asks for twice, then three times, the memory "
         "and time. Local rules run on the submit host.",
         "",
+        *render_bill(result["bill"]),
         *render_counts(result),
     ]
     return "\n".join(lines) + "\n"

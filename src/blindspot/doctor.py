@@ -9,6 +9,8 @@
 - API metrics: their key variable is set, and their endpoint answers (a short timeout; the key is
   never printed); a metric whose key is not set is a warning, as the run skips it (MetricSkipped), and
   its endpoint is not probed;
+- budget: the API models' estimated cost (`blindspot plan`'s bill) is within the config's `budget`, a
+  warning above it;
 - disk: room in the hub cache for the models still to fetch (the registry's `weights_gb`), and in the
   results folder for the planned images and tables (an estimate from `blindspot plan`'s counts);
 - with a profile: the variables it passes to jobs are set, conda (or its frontend) is on PATH when
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from blindspot.config import ConfigError, read_yaml
-from blindspot.doctor_models import api_checks, model_checks, role_checks
+from blindspot.doctor_models import api_checks, budget_checks, model_checks, role_checks
 from blindspot.doctor_report import Check
 from blindspot.doctor_system import canary_checks, disk_checks, profile_checks, profile_file
 
@@ -41,7 +43,7 @@ def run_checks(
     cache_dir = cache_dir or constants.HF_HUB_CACHE
     endpoint = endpoint or constants.ENDPOINT
     checks = model_checks(config, cache_dir, endpoint) + role_checks(config, cache_dir)
-    checks += api_checks(config) + disk_checks(config, cache_dir)
+    checks += api_checks(config) + budget_checks(config) + disk_checks(config, cache_dir)
     if profile is not None:
         path = profile_file(profile)
         settings = read_yaml(path, "profile") or {}

@@ -1,6 +1,7 @@
 """The checks of `blindspot doctor` on the models a run loads: each is in the hub cache at its pinned
 revision with the files its loader reads, or would be fetched, or is built or local; each fits its
-roles; a gated one has a token that opens it; an API model has its key set and its endpoint answers."""
+roles; a gated one has a token that opens it; an API model has its key set and its endpoint answers, and
+the API models' estimated cost is within the config's `budget`."""
 
 from __future__ import annotations
 
@@ -133,3 +134,27 @@ def api_checks(config: dict[str, Any]) -> list[Check]:
         else:
             checks.append(Check("api endpoint", name, OK, f"{endpoint} answers (HTTP {answer.status_code})"))
     return checks
+
+
+def budget_checks(config: dict[str, Any]) -> list[Check]:
+    """The API models' estimated cost (`blindspot plan`'s bill) against the config's `budget`: a warning
+    above it, or when a model's cost is unknown (no `prices`); nothing without a budget or API metrics."""
+    from blindspot import bill, plan
+
+    budget = config.get("budget")
+    if budget is None:
+        return []
+    frame = bill.api_bill(config, plan.job_table(config))
+    if frame.empty:
+        return []
+    total = bill.total_cost(frame)
+    unpriced = frame.loc[frame["cost_usd"].isna(), "model"].tolist()
+    if unpriced:
+        reason = f"the cost of {', '.join(unpriced)} is unknown (no `prices` or no output budget in the registry)"
+        return [Check("budget", "API models", WARN, reason)]
+    reads = ", ".join(sorted(set(frame["prices_read"])))
+    requests = int(frame["requests"].sum())
+    reason = f"the plan's estimate is {total:,.2f} USD for {requests:,} requests (prices read {reads})"
+    if total > budget:
+        return [Check("budget", "API models", WARN, f"{reason}, above the budget of {budget:,.2f} USD (`budget`)")]
+    return [Check("budget", "API models", OK, f"{reason}, within the budget of {budget:,.2f} USD")]

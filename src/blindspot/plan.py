@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from blindspot import catalogue, counts, targets
+from blindspot import bill, catalogue, counts, targets
 from blindspot.catalogue import DATA_WILDCARDS, SHARDED_STEPS, STEPS, THROUGHPUT_STEPS
 from blindspot.dag import dag_jobs
 from blindspot.io import read_json
@@ -117,7 +117,8 @@ def _span(values: pd.Series) -> str:
 
 
 def plan(config: dict[str, Any]) -> dict[str, Any]:
-    """Everything `blindspot plan` prints: per-rule, per (rule, domain, model) and per-stage tables, total."""
+    """Everything `blindspot plan` prints: per-rule, per (rule, domain, model) and per-stage tables, total,
+    and the API models' bill (`blindspot.bill`)."""
     jobs = with_gpu_hours(config, job_table(config))
     return {
         "jobs": jobs,
@@ -128,6 +129,7 @@ def plan(config: dict[str, Any]) -> dict[str, Any]:
         "total_gpu_hours": _hours(jobs["gpu_hours"]),
         "known_gpu_hours": float(jobs["gpu_hours"].sum()),
         "missing": missing_throughput(jobs),
+        "bill": bill.api_bill(config, jobs),
         **counts.benchmark_size(config),
     }
 

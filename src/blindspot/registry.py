@@ -97,10 +97,10 @@ def built_model_dir(config: Mapping[str, Any], name: str) -> Path:
     return Path(config["resources_dir"]) / "models" / name
 
 
-# Registry keys that decide where or how fast a model runs, or who may call it, not what it outputs:
-# results made under other values are reused (the score cache, the journals of a killed job).
+# Registry keys that decide where or how fast a model runs, who may call it or what it costs, not what it
+# outputs: results made under other values are reused (the score cache, the journals of a killed job).
 RUN_ONLY_KEYS = frozenset({"gpus", "weights_gb", "gated", "licence", "client", "api_key_env", "endpoint",
-                           "max_model_len", "allow_cpu"})  # fmt: skip
+                           "max_model_len", "allow_cpu", "prices"})  # fmt: skip
 # vLLM engine arguments of memory and scheduling, the usual changes after an out-of-memory error; any
 # other (quantization, kv_cache_dtype, mm_processor_kwargs) may change what the model outputs.
 RUN_ONLY_ENGINE_ARGS = frozenset({

@@ -14,7 +14,7 @@ from blindspot.checks import validate_config
 from blindspot.config import ConfigError, check_config_files
 from blindspot.models.spec import build_inputs, model_spec, resolved_recipe
 from blindspot.registry import is_api_metric, metric_models
-from blindspot import catalogue, targets
+from blindspot import bill, catalogue, targets
 from blindspot.humblebench.parsing import PARSER_VERSION
 from blindspot.metrics import plugin_code
 from blindspot.protobias.scoring import metric_score_settings

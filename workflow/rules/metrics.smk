@@ -1,5 +1,28 @@
 # Scoring T2I metrics on the test split: one job per metric x domain x seed shard, then Table 3.
 
+# score_metric's params, said once: score_api_metric's jobs take these and their planned requests.
+SCORE_METRIC_PARAMS = dict(
+    cache=lambda wildcards: P("metric_cache", metric=wildcards.metric),
+    # The metric's entry and its models' are params, so editing any re-runs its jobs.
+    metric_entry=lambda wildcards: METRICS[wildcards.metric],
+    model=lambda wildcards: model_spec_params(METRICS[wildcards.metric]["model"]),
+    # Helper models by the plug-in argument that takes them (AlignScore's captioner).
+    models=lambda wildcards: {
+        arg: model_spec_params(name) for arg, name in METRICS[wildcards.metric].get("models", {}).items()
+    },
+    # What the score cache knows the models by: the registry settings that change a score.
+    score_settings=lambda wildcards: metric_score_settings(config["models"], METRICS[wildcards.metric]),
+    # The plug-in's code by its version, so a new version re-runs the jobs and scores again.
+    plugin_code=lambda wildcards: metric_plugin_code(wildcards.metric),
+    api_key_is_set=get_api_key_is_set,
+    # The test split is a function of the seed id and these (as in split_benchmark); an imported
+    # dataset's tables hold only its own test pairs, all of them scored.
+    split=dict(seed=config["seed"], test_fraction=1.0 if "dataset" in config else config["benchmark"]["test_fraction"]),
+    batch_size=config["evaluation"]["batch_size"],
+    shard_size=config["shard_size"],
+)
+
+
 rule score_metric:
     wildcard_constraints:
         metric=_one_of(set(METRICS) - set(API_METRICS)),
@@ -19,24 +42,7 @@ rule score_metric:
         out=P("metric_scores"),
         counters_out=P("metric_score_counters"),
     params:
-        cache=lambda wildcards: P("metric_cache", metric=wildcards.metric),
-        # The metric's entry and its models' are params, so editing any re-runs its jobs.
-        metric_entry=lambda wildcards: METRICS[wildcards.metric],
-        model=lambda wildcards: model_spec_params(METRICS[wildcards.metric]["model"]),
-        # Helper models by the plug-in argument that takes them (AlignScore's captioner).
-        models=lambda wildcards: {
-            arg: model_spec_params(name) for arg, name in METRICS[wildcards.metric].get("models", {}).items()
-        },
-        # What the score cache knows the models by: the registry settings that change a score.
-        score_settings=lambda wildcards: metric_score_settings(config["models"], METRICS[wildcards.metric]),
-        # The plug-in's code by its version, so a new version re-runs the jobs and scores again.
-        plugin_code=lambda wildcards: metric_plugin_code(wildcards.metric),
-        api_key_is_set=get_api_key_is_set,
-        # The test split is a function of the seed id and these (as in split_benchmark); an imported
-        # dataset's tables hold only its own test pairs, all of them scored.
-        split=dict(seed=config["seed"], test_fraction=1.0 if "dataset" in config else config["benchmark"]["test_fraction"]),
-        batch_size=config["evaluation"]["batch_size"],
-        shard_size=config["shard_size"],
+        **SCORE_METRIC_PARAMS,
     log:
         LOG("score_metric"),
     benchmark:
@@ -54,6 +60,10 @@ rule score_metric:
 use rule score_metric as score_api_metric with:
     wildcard_constraints:
         metric=_one_of(API_METRICS),
+    params:
+        **SCORE_METRIC_PARAMS,
+        # Its client sends no more than these times client.max_attempts (`blindspot.bill`).
+        planned_requests=lambda wildcards: bill.job_requests(config, dict(wildcards.items())),
     log:
         LOG("score_api_metric"),
     benchmark:

@@ -4,7 +4,9 @@ out of everything that leaves it, and a pool of worker threads that sends reques
 
 Connection errors, timeouts, 429 and 5xx are retried with back-off, honouring a Retry-After header
 up to a cap; any other 4xx is refused at once, with the endpoint's own message. A 200 reply whose
-body cannot be read as JSON is a MalformedReply, which the caller may ask again.
+body cannot be read as JSON is a MalformedReply, which the caller may ask again. A job planned to
+send N requests (`ClientSettings.planned_requests`, from `blindspot plan`'s bill) sends no more than
+N x max_attempts, retries and asks again included: the one after is not sent (RequestsExhausted).
 
 The key lives in memory only: it is never logged, cached or put into an error message. Every string
 of a reply is scrubbed of it as the reply arrives, in each form a server can echo it in (raw,
@@ -52,6 +54,10 @@ class MalformedReply(ValueError):
     """A 200 reply whose body cannot be read as JSON: an item without an answer, not a failed job."""
 
 
+class RequestsExhausted(ValueError):
+    """The job has sent every request its plan allows (`ClientSettings.allowance`): it stops, in one line."""
+
+
 @dataclass(frozen=True)
 class ClientSettings:
     concurrency: int = 4  # requests in flight at the start (`models.api_limiter`)
@@ -66,6 +72,9 @@ class ClientSettings:
     # Tries per item while replies hold no answer; fewer than max_attempts, since a budget too small
     # for the reasoning fails the same way each time and every try is billed.
     max_reply_attempts: int = 3
+    # The requests the job is planned to send (`blindspot plan`'s bill), set by the workflow, not in the
+    # config: it sends no more than `allowance`, retries included. None: no limit.
+    planned_requests: int | None = None
 
     def __post_init__(self) -> None:
         if min(self.concurrency, self.max_attempts, self.max_reply_attempts) < 1:
@@ -77,6 +86,11 @@ class ClientSettings:
     def cap(self) -> int:
         """The most requests in flight."""
         return max(64, self.concurrency) if self.max_concurrency is None else self.max_concurrency
+
+    @property
+    def allowance(self) -> int | None:
+        """The most HTTP requests the client sends: every planned request tried `max_attempts` times."""
+        return None if self.planned_requests is None else self.planned_requests * self.max_attempts
 
 
 def backoff_delay(retry: int, base_s: float, cap_s: float, rng: Callable[[], float] = random.random) -> float:
@@ -222,6 +236,8 @@ class ChatCompletionsClient:
         for attempt in range(1, settings.max_attempts + 1):
             retry_after = None
             with self._lock:
+                if settings.allowance is not None and self.requests_sent >= settings.allowance:
+                    raise RequestsExhausted(self._exhausted())
                 self.requests_sent += 1
             with self.limit.slot() as slot:
                 try:
@@ -263,6 +279,15 @@ class ChatCompletionsClient:
             sleep(wait)
         raise APIError(
             self.scrub(f"{self.name}: {self.url} failed {settings.max_attempts} times; the last error: {reason}")
+        )
+
+    def _exhausted(self) -> str:
+        settings = self.settings
+        return (
+            f"{self.name}: stopped before request {settings.allowance + 1}: the plan allows this job "
+            f"{settings.planned_requests} requests x client.max_attempts {settings.max_attempts} = "
+            f"{settings.allowance}, retries included (raise models.{self.name}.client.max_attempts to allow "
+            "more, after reading in this log why so many were retried)"
         )
 
     def run_all(

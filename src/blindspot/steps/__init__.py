@@ -100,12 +100,15 @@ def write_shard(
 
 
 def step_arguments(step: Callable[..., None], job: Any) -> dict[str, Any]:
-    """A step's arguments from a Snakemake job: its outputs, inputs, params and wildcards, by name."""
+    """A step's arguments from a Snakemake job: its outputs, inputs, params and wildcards, by name; an
+    argument with a default that the rule does not name keeps it (a param only some of its rules pass)."""
     sources = [job.output, job.input, job.params, job.wildcards]
     arguments = {}
-    for name in inspect.signature(step).parameters:
+    for name, parameter in inspect.signature(step).parameters.items():
         # Namedlist is a list: `in` alone would search its values, not its names.
         found = next((source for source in sources if name in source.keys()), None)  # noqa: SIM118
+        if found is None and parameter.default is not inspect.Parameter.empty:
+            continue
         if found is None:
             raise TypeError(f"rule {job.rule}: step {step.__name__} needs '{name}', which the rule does not name")
         arguments[name] = getattr(found, name)

@@ -20,11 +20,14 @@ def score_metric(
     trained: Sequence[str], annotated: Sequence[str], out: str, counters_out: str, cache: str,
     metric_entry: dict[str, Any], model: dict[str, Any], models: dict[str, Any], score_settings: dict[str, Any],
     plugin_code: dict[str, str], api_key_is_set: bool, split: dict[str, Any], batch_size: int, shard_size: int,
+    planned_requests: int | None = None,
 ) -> None:  # fmt: skip
     """Score the kept test pairs of one seed shard with one T2I metric, M(T, I_corr) and M(T, I_adv); with
     `annotated` (the preference pairs: an API metric, `evaluation.api_metrics_score: annotated`), only those
-    of them that are annotated pairs."""
+    of them that are annotated pairs. An API metric's job is given its `planned_requests` (`blindspot.bill`),
+    and its client sends no more than those times `client.max_attempts`."""
     from blindspot.metrics import plugin_code as code_of
+    from blindspot.models.api_client import RequestsExhausted
     from blindspot.protobias.scoring import ScoreCache, metric_identity, metric_loader, score_or_skip, shard_test_pairs
 
     running = code_of(metric_entry["plugin"])
@@ -40,6 +43,8 @@ def score_metric(
         shard_pairs = len(test)
         test = test[test["pair_id"].isin(read_table(annotated[0], tables.ANNOTATION_PAIRS)["pair_id"])]
         log.info("%s: scoring the %d annotated pairs among this shard's %d test pairs", metric, len(test), shard_pairs)
+    if planned_requests is not None:
+        model = model | {"client": model["client"] | {"planned_requests": planned_requests}}
     scorer = spec(model)
     trained_folder = trained[0] if trained else None
     identity = metric_identity(
@@ -49,7 +54,10 @@ def score_metric(
         metric_entry, scorer, {arg: spec(helper) for arg, helper in models.items()}, batch_size, cache,
         trained_folder, api_key_is_set,
     )  # fmt: skip
-    frame, counters = score_or_skip(test, metric, identity, load, ScoreCache(cache), batch_size)
+    try:
+        frame, counters = score_or_skip(test, metric, identity, load, ScoreCache(cache), batch_size)
+    except RequestsExhausted as error:
+        raise RequestsExhausted(f"metric {metric}: {error}") from None
     write_counters(counters_out, counters, f"{domain}/{metric}/{shard}")
     write_table(out, frame, tables.METRIC_SCORES)
 
