@@ -44,12 +44,12 @@ def _sampling(spec: ModelSpec, seed: int) -> dict[str, Any]:
 
 
 class TransformersTextGenerator:
+    """A causal LM through transformers (AutoModelForCausalLM), built once per job."""
+
     def __init__(self, spec: ModelSpec, seed: int, batch_size: int = 8):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.spec = spec
-        self.seed = seed
-        self.batch_size = batch_size
+        self.spec, self.seed, self.batch_size = spec, seed, batch_size
         self.model = spec.pretrained(AutoModelForCausalLM)  # first: a job without its GPUs stops at once
         self.tokenizer = AutoTokenizer.from_pretrained(spec.path, **spec.files, padding_side="left")
         if self.tokenizer.pad_token is None:
