@@ -315,6 +315,39 @@ def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(tiny_c
     assert "provenance" in counters
 
 
+def test_an_api_metrics_job_stops_in_one_line_before_it_sends_more_than_planned(tiny_config, judge_pairs, tmp_path,
+                                                                                 monkeypatch):  # fmt: skip
+    """A job planned for no request sends none: the step stops naming the metric and the planned number."""
+    from blindspot.models.api_client import RequestsExhausted
+
+    monkeypatch.setenv(KEY_ENV, "sk-test")
+    split = {"seed": tiny_config["seed"], "test_fraction": 0.5}
+    seed_id = next(s for s in (f"s{i}" for i in range(100)) if split_of(s, split["seed"], 0.5) == "test")
+    seeds = pd.DataFrame({c: [seed_id] if c == "seed_id" else ["x"] for c in tables.SEEDS.names}).assign(sample_seed=1)
+    write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
+    triplet = {f.name: "x" for f in tables.TRIPLETS} | {"triplet_id": "t0", "seed_id": seed_id, "domain": "objects"}
+    write_table(tmp_path / "triplets.parquet", pd.DataFrame([triplet]), tables.TRIPLETS)
+    pair = {f.name: "x" for f in tables.PAIRS} | {
+        "triplet_id": "t0", "seed": 1, "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True,
+        "corr_path": judge_pairs["corr_path"][0], "adv_path": judge_pairs["adv_path"][0],
+    }  # fmt: skip
+    write_table(tmp_path / "pairs.parquet", pd.DataFrame([pair]), tables.PAIRS)
+    entry = tiny_config["evaluation"]["metrics"]["api-judge"]
+    with pytest.raises(RequestsExhausted, match=r"^metric api-judge: .*0 requests x client\.max_attempts") as stopped:
+        score_metric(
+            domain="objects", metric="api-judge", shard="00000", pairs=str(tmp_path / "pairs.parquet"),
+            triplets=str(tmp_path / "triplets.parquet"), seeds=str(tmp_path / "seeds.parquet"),
+            template=[str(REPO / entry["args"]["template"])], trained=[], annotated=[],
+            out=str(tmp_path / "out.parquet"), counters_out=str(tmp_path / "out.json"), cache=str(tmp_path / "cache"),
+            metric_entry=entry, model=dataclasses.asdict(model_spec(tiny_config, entry["model"])), models={},
+            score_settings=metric_score_settings(tiny_config["models"], entry),
+            plugin_code=plugin_code(entry["plugin"]), api_key_is_set=True, split=split, batch_size=1, shard_size=10,
+            planned_requests=0,
+        )  # fmt: skip
+    assert "\n" not in str(stopped.value)
+    assert not (tmp_path / "out.parquet").exists()
+
+
 @pytest.mark.parametrize("asked", [None, "annotated", "test_split"])
 def test_an_api_metric_scores_only_the_annotated_pairs_of_its_shard_unless_asked_for_the_whole_split(
     tiny_config, tmp_path, monkeypatch, asked
