@@ -350,7 +350,7 @@ def test_changing_a_value_reruns_exactly_the_jobs_that_read_it(tiny_run, run_con
 
 
 @pytest.mark.slow
-def test_editing_one_taxonomy_reruns_only_that_domain(tiny_run):
+def test_editing_one_taxonomy_reruns_only_that_domain(tiny_run, run_config):
     work, _ = tiny_run
     assert "Nothing to be done" in snakemake("-n", cwd=work)
     taxonomy = work / "config" / "taxonomy" / "animals.yaml"
@@ -361,9 +361,12 @@ def test_editing_one_taxonomy_reruns_only_that_domain(tiny_run):
     finally:  # the tests after this one go on from the finished run: same text, same time
         taxonomy.write_text(original)
         os.utime(taxonomy, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    # ProtoScore trains on every domain's train pairs: retrained, it scores every domain again.
-    retrained = "/metric_scores/protoscore/"
-    outputs = ", ".join(o for o in planned_outputs(out) if retrained not in o)
+    # ProtoScore trains on every domain's train pairs: retrained, it scores every domain again. The annotated
+    # pairs are drawn over every domain: an API metric's jobs, which score those, run again too (its cached
+    # replies make that free for the pairs that stay).
+    metrics = run_config["evaluation"]["metrics"]
+    pooled = ["/metric_scores/protoscore/"] + [f"/metric_scores/{m}/" for m in metrics if is_api_metric(run_config, m)]
+    outputs = ", ".join(o for o in planned_outputs(out) if not any(part in o for part in pooled))
     assert "/animals/" in outputs
     assert "/demography/" not in outputs
     assert "/objects/" not in outputs
@@ -578,3 +581,34 @@ def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, 
     )
     answered = answers[answers["question_id"].isin(scene["question_id"])]
     assert len(answered) == len(scene) * len(humble["vlms"]) * len(humble["settings"])
+
+
+# Last in the file: it scores the API judge for real in the shared run, which the tests above plan from.
+def test_the_api_judge_scores_only_the_annotated_pairs_against_a_local_endpoint(tiny_run, run_config, monkeypatch):
+    """The tiny preset's API judge, its key set and its endpoint a local OpenAI-compatible server on
+    127.0.0.1 (bench/peers/api_rate.py's, answering a score): it is asked about both images of each
+    annotated pair and nothing else, no more than `blindspot plan`'s bill planned."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from peers.api_rate import RateLimitedServer
+
+    from blindspot import bill, plan, targets
+
+    work, _ = tiny_run
+    config = copy.deepcopy(run_config)
+    metric = next(name for name in config["evaluation"]["metrics"] if is_api_metric(config, name))
+    model = config["evaluation"]["metrics"][metric]["model"]
+    monkeypatch.setenv(config["models"][model]["api_key_env"], "sk-local")
+    with RateLimitedServer(rate=200, in_flight=8, delay_s=0.01) as server:
+        config["models"][model]["endpoint"] = server.endpoint
+        (work / "api_judge.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        outputs = [out for domain in config["domains"]
+                   for out in targets.shard_targets(config, "metric_scores", domain, metric=[metric])]  # fmt: skip
+        snakemake("--profile", "profiles/local", "-c2", "--configfile", "api_judge.yaml", *outputs, cwd=work)
+    annotated = read_table(work / targets.path(config, "preference_pairs"), tables.ANNOTATION_PAIRS)
+    scores = pd.concat([read_table(work / out, tables.METRIC_SCORES) for out in outputs])
+    assert sorted(scores["pair_id"]) == sorted(annotated["pair_id"])
+    assert scores[["corr_raw", "adv_raw"]].notna().all().all()
+    assert server.answered == 2 * len(annotated)
+    monkeypatch.chdir(work)
+    planned = bill.planned_requests(config, plan.job_table(config), metric)
+    assert server.answered <= planned
