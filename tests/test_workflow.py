@@ -603,7 +603,7 @@ def test_the_api_judge_scores_only_the_annotated_pairs_against_a_local_endpoint(
         (work / "api_judge.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         outputs = [out for domain in config["domains"]
                    for out in targets.shard_targets(config, "metric_scores", domain, metric=[metric])]  # fmt: skip
-        snakemake("--profile", "profiles/local", "-c2", "--configfile", "api_judge.yaml", *outputs, cwd=work)
+        snakemake("--profile", "profiles/local", "-c2", "--configfile", "api_judge.yaml", "--", *outputs, cwd=work)
     annotated = read_table(work / targets.path(config, "preference_pairs"), tables.ANNOTATION_PAIRS)
     scores = pd.concat([read_table(work / out, tables.METRIC_SCORES) for out in outputs])
     assert sorted(scores["pair_id"]) == sorted(annotated["pair_id"])
