@@ -30,7 +30,7 @@ from typing import Any
 from blindspot.config import ConfigError, read_yaml
 from blindspot.doctor_models import api_checks, budget_checks, model_checks, role_checks
 from blindspot.doctor_report import Check
-from blindspot.doctor_system import canary_checks, disk_checks, profile_checks, profile_file
+from blindspot.doctor_system import canary_checks, disk_checks, profile_checks, profile_file, workstation_checks
 
 
 def run_checks(
@@ -49,7 +49,7 @@ def run_checks(
         settings = read_yaml(path, "profile") or {}
         if not isinstance(settings, dict):
             raise ConfigError(f"profile file {path}: holds a YAML {type(settings).__name__}, not a mapping of settings")
-        checks += profile_checks(settings)
+        checks += profile_checks(settings) + workstation_checks(config, settings)
         if settings.get("executor") == "slurm":
             checks += canary_checks(config, path, canary_timeout_s)
     return checks

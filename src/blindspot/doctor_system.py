@@ -17,6 +17,8 @@ from blindspot import plan
 from blindspot.config import as_list
 from blindspot.doctor_report import FAIL, OK, WARN, Check
 from blindspot.models import hub, hub_cache
+from blindspot.models.device import gpu_memory
+from blindspot.models.gpu_slots import gpu_pool
 from blindspot.slurm import profile_resources
 
 GB = 1e9
@@ -119,6 +121,47 @@ def profile_checks(profile: dict[str, Any]) -> list[Check]:
                 "conda): install Miniforge or load its module"
             )
             checks.append(Check("conda", frontend, FAIL, reason))
+    return checks
+
+
+def workstation_checks(config: dict[str, Any], profile: dict[str, Any]) -> list[Check]:
+    """For a profile that gives jobs GPUs of their own (`workstation_gpus`): the GPUs there are, their
+    memory, whether Snakemake's `gpu:` count matches them, and whether the largest job fits."""
+    declared = (profile.get("config") or {}).get("workstation_gpus")
+    if declared is None:
+        return []
+    pool, memory = gpu_pool(declared), gpu_memory()
+    if not pool:
+        return [Check("gpus", "workstation", FAIL, "nvidia-smi lists no GPU: list their ids in workstation_gpus")]
+    known = [memory[gpu] for gpu in pool if gpu in memory]
+    shown = ", ".join(f"{gpu}: {memory[gpu][0]} {memory[gpu][1]:.0f} GB" if gpu in memory else gpu for gpu in pool)
+    where = f"workstation_gpus: {declared}"
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        where = "the run's CUDA_VISIBLE_DEVICES"
+    checks = [Check("gpus", "workstation", OK, f"{len(pool)} GPU(s) for jobs ({where}): {shown}")]
+    count = (profile.get("resources") or {}).get("gpu")
+    if count != len(pool):
+        reason = f"the profile's gpu: {count} lets Snakemake run jobs asking for that many GPUs at once"
+        checks.append(Check("gpus", "gpu count", WARN, f"{reason}, and there are {len(pool)}: make them equal"))
+    jobs = plan.job_table(config)
+    jobs = jobs[jobs["gpus"] > 0]
+    if jobs.empty:
+        return checks
+    # The model a job's GPUs are for (`catalogue.job_model`), its weights spread over them.
+    per_gpu = jobs["model"].map(lambda name: config["models"].get(name, {}).get("weights_gb", 0)) / jobs["gpus"]
+    largest = jobs.loc[per_gpu.idxmax()]
+    need = f"{largest['model']} ({largest['rule']} {largest['job']}): {largest['gpus']} GPU(s)"
+    need += f", {per_gpu.max():.1f} GB of weights on each"
+    if jobs["gpus"].max() > len(pool):
+        widest = jobs.loc[jobs["gpus"].idxmax()]
+        reason = f"job {widest['rule']} {widest['job']} asks for {widest['gpus']} GPUs; the machine has {len(pool)}"
+        checks.append(Check("gpus", "largest job", FAIL, reason))
+    elif known and per_gpu.max() > min(size for _, size in known):
+        reason = f"{need}, more than the smallest GPU's {min(size for _, size in known):.0f} GB"
+        checks.append(Check("gpus", "largest job", FAIL, reason))
+    else:
+        memory_said = f"; the smallest GPU has {min(size for _, size in known):.0f} GB" if known else ""
+        checks.append(Check("gpus", "largest job", OK, need + memory_said + " (weights only)"))
     return checks
 
 

@@ -66,3 +66,19 @@ def gpu_shortage(model: str, gpus: int, seen: int) -> str:
         f"built for CUDA {torch.version.cuda or 'none'}, {nvidia_driver()}); run it where its GPUs are, or set "
         "allow_cpu: true in the config to run GPU models on the CPU"
     )
+
+
+def gpu_memory() -> dict[str, tuple[str, float]]:
+    """Each GPU nvidia-smi lists, by index: its name and memory in GB; none where there is no driver."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found = {}
+    for line in done.stdout.splitlines() if done.returncode == 0 else []:
+        index, name, mib = (part.strip() for part in line.split(",", 2))
+        found[index] = (name, float(mib) * 2**20 / 1e9)
+    return found
