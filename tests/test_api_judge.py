@@ -8,12 +8,7 @@ import functools
 import hashlib
 import json
 import math
-import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -23,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import requests
+from api_server import free_port, served_posts, serving, start_server, stop
 from conftest import REPO, half_written_temps
 from PIL import Image
 
@@ -220,52 +215,6 @@ def test_the_template_renders_the_prompt_with_the_image_first(monkeypatch, tmp_p
 # ----- against a real OpenAI-compatible server --------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(model_dir: str, port: int, log_path: Path) -> subprocess.Popen:
-    """`transformers serve` (FastAPI + uvicorn, OpenAI chat completions) pinned to one model."""
-    pytest.importorskip("fastapi")
-    pytest.importorskip("uvicorn")
-    command = [str(Path(sys.executable).parent / "transformers"), "serve", "--host", "127.0.0.1", "--port", str(port)]
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    with log_path.open("w") as log:
-        return subprocess.Popen(
-            [*command, "--device", "cpu", model_dir], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=log_path.parent
-        )
-
-
-def _wait_ready(process: subprocess.Popen, port: int, log_path: Path, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"transformers serve exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"transformers serve not ready after {timeout_s} s:\n{log_path.read_text()[-3000:]}")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def _posts(log_path: Path) -> int:
-    """Chat-completion requests the server received, from its access log."""
-    return log_path.read_text().count('"POST /v1/chat/completions')
-
-
 @pytest.fixture(scope="module")
 def tiny_vlm(built_config) -> str:
     return model_spec(built_config, "tiny-qwen2.5-vl").path
@@ -273,14 +222,8 @@ def tiny_vlm(built_config) -> str:
 
 @pytest.fixture(scope="module")
 def server(tiny_vlm, tmp_path_factory):
-    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
-    port = _free_port()
-    process = _start_server(tiny_vlm, port, log_path)
-    try:
-        _wait_ready(process, port, log_path)
-        yield {"port": port, "log": log_path, "model": tiny_vlm}
-    finally:
-        _stop(process)
+    with serving(tiny_vlm, tmp_path_factory.mktemp("serve")) as served:
+        yield served
 
 
 def _pairs() -> tuple[list[str], list[Image.Image]]:
@@ -338,12 +281,12 @@ def test_scores_from_a_served_vlm_then_from_the_cache(server, monkeypatch, tmp_p
     assert all(1 <= s.raw <= 9 and s.detail.isdigit() and s.raw == text_score(s.detail) for s in scores)
 
     # A second run over the same inputs, by a new instance, asks the server nothing.
-    posts = _posts(server["log"])
+    posts = served_posts(server["log"])
     again = APIJudgeMetric(_entry(server["port"], server["model"], request=digits, client=FAST_CLIENT), tmp_path)
     assert again.score(prompts, images) == scores
     assert again.client.requests_sent == 0
     assert again.cache_hits == len(prompts)
-    assert _posts(server["log"]) == posts
+    assert served_posts(server["log"]) == posts
     cached = [json.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
     assert len(cached) == len(prompts)
     assert {c["prompt"] for c in cached} == set(prompts)
@@ -373,19 +316,19 @@ def test_a_client_error_fails_fast_with_the_endpoints_message(server, monkeypatc
 @pytest.mark.integration
 def test_the_client_retries_until_a_starting_server_answers(tiny_vlm, monkeypatch, tmp_path, caplog):
     monkeypatch.setenv(KEY_ENV, KEY)
-    port, log_path = _free_port(), tmp_path / "serve" / "serve.log"
+    port, log_path = free_port(), tmp_path / "serve" / "serve.log"
     log_path.parent.mkdir()
     client = FAST_CLIENT | {"max_attempts": 200, "backoff_base_s": 0.2, "backoff_cap_s": 1.0}
     request = {"max_tokens": 1, "logit_bias": _logit_bias(tiny_vlm)}  # an answer, or the client would ask again
     metric = APIJudgeMetric(_entry(port, tiny_vlm, request=request, client=client), tmp_path / "cache")
     prompts, images = _pairs()
-    process = _start_server(tiny_vlm, port, log_path)  # not listening for seconds yet: connections are refused
+    process = start_server(tiny_vlm, port, log_path)  # not listening for seconds yet: connections are refused
     try:
         scores = metric.score(prompts[:2], images[:2])
     finally:
-        _stop(process)
+        stop(process)
     assert len(scores) == 2
-    assert _posts(log_path) == 2
+    assert served_posts(log_path) == 2
     retries = [r for r in caplog.records if r.levelname == "WARNING" and "ConnectionError" in r.getMessage()]
     assert retries
     assert metric.client.requests_sent == 2 + len(retries)
@@ -403,7 +346,7 @@ def test_empty_replies_are_asked_again_then_fail_the_shard_and_nothing_is_cached
     monkeypatch.setenv(KEY_ENV, KEY)
     request = {"max_tokens": 4, "temperature": 0, "logit_bias": _logit_bias(server["model"], None)}
     entry = _entry(server["port"], server["model"], request=request, client=FAST_CLIENT | {"max_reply_attempts": 2})
-    posts = _posts(server["log"])
+    posts = served_posts(server["log"])
     with pytest.raises(NoAnswers) as error:
         score_pairs(_pairs_on_disk(tmp_path), "api-judge", _identity(server["model"]),
                     lambda: APIJudgeMetric(entry, tmp_path / "responses"), ScoreCache(tmp_path / "scores"))  # fmt: skip
@@ -412,7 +355,7 @@ def test_empty_replies_are_asked_again_then_fail_the_shard_and_nothing_is_cached
         "cached, a rerun asks again; the last: empty: the reply was empty (finish_reason 'stop'"
     )
     assert "\n" not in str(error.value)
-    assert _posts(server["log"]) - posts == 4 * 2
+    assert served_posts(server["log"]) - posts == 4 * 2
     retries = [r.getMessage() for r in caplog.records if "no answer (empty" in r.getMessage()]
     assert len(retries) == 4
     assert not list(tmp_path.rglob("*.json"))  # neither the responses nor the scores
@@ -428,7 +371,7 @@ def test_a_reply_cut_at_its_budget_before_a_score_is_a_length_failure(server, mo
     entry = _entry(server["port"], server["model"], request=request, client=FAST_CLIENT | {"max_reply_attempts": 1})
     metric = APIJudgeMetric(entry, tmp_path)
     prompts, images = _pairs()
-    posts = _posts(server["log"])
+    posts = served_posts(server["log"])
     (score,) = metric.score(prompts[:1], images[:1])
     assert isinstance(score, Unanswered)
     assert (score.failure, math.isnan(score.raw)) == ("length", True)
@@ -436,7 +379,7 @@ def test_a_reply_cut_at_its_budget_before_a_score_is_a_length_failure(server, mo
     assert score.detail.startswith("length: the reply was cut at the token budget before a score")
     assert "finish_reason 'length', 3 completion tokens, text 'aaa'" in score.detail
     assert "Ignoring unsupported fields in the request: {'reasoning_effort'}" in server["log"].read_text()
-    assert _posts(server["log"]) - posts == metric.client.requests_sent == 1
+    assert served_posts(server["log"]) - posts == metric.client.requests_sent == 1
     assert not list(tmp_path.rglob("*.json"))
 
 

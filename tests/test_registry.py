@@ -2,6 +2,7 @@
 
 import yaml
 
+from blindspot.models.api_vlm import ANSWERERS
 from blindspot.models.textgen import GENERATORS
 from blindspot.models.vlm_scoring import SCORERS
 from blindspot.paths import SCHEMA_DIR
@@ -11,6 +12,7 @@ from blindspot.registry import BACKENDS, ROLES, Role, placed_models
 def test_the_adapters_implement_the_backends_the_registry_lets_serve_text_and_images():
     assert set(GENERATORS) == {name for name, backend in BACKENDS.items() if "text" in backend.serves}
     assert set(SCORERS) == {name for name, backend in BACKENDS.items() if "images" in backend.serves}
+    assert set(ANSWERERS) == {name for name, backend in BACKENDS.items() if "answers" in backend.serves}
 
 
 def test_the_schema_offers_the_registrys_backends():

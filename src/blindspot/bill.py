@@ -1,15 +1,20 @@
 """The bill of a run's API models before it sends a request: what `blindspot plan` prints for each API
 metric and what `blindspot doctor` holds against the config's `budget`.
 
-Requests: one per image, two per pair scored: the items of the metric's `score_api_metric` jobs
-(`blindspot.catalogue`, the numbers the jobs are planned with), each domain's no more than its
-annotated pairs' images when the metric scores only those (`catalogue.annotated_images_per_domain`).
-Per request:
-- input tokens: the judge template's messages filled with a prompt of `PROMPT_CHARS` characters, at
-  `CHARS_PER_TOKEN` characters a token (a rule of thumb for English text, not the provider's tokenizer);
+Requests: an API metric's, one per image, two per pair scored: the items of the metric's
+`score_api_metric` jobs (`blindspot.catalogue`, the numbers the jobs are planned with), each domain's no
+more than its annotated pairs' images when the metric scores only those
+(`catalogue.annotated_images_per_domain`). An API VLM's (`humblebench.vlms`), one per question of each
+setting: the items of its `answer_api_humble` jobs (the release's `release_questions`, and two per
+benchmark image with `from_benchmark`: an upper bound). Per request:
+- input tokens: the judge template's messages filled with a prompt of `PROMPT_CHARS` characters (a
+  question: the setting's template filled with a `QUESTION_CHARS` question and five `OPTION_CHARS`
+  options), at `CHARS_PER_TOKEN` characters a token (a rule of thumb for English text, not the
+  provider's tokenizer);
 - image tokens: the registry entry's `prices.image_tokens` (the input tokens one image counts as);
 - output tokens: the request's `max_completion_tokens` (or `max_tokens`): an upper bound, as a reply is
-  billed for the tokens it uses, a reasoning model's reasoning included; without one, unknown.
+  billed for the tokens it uses, a reasoning model's reasoning included; without one, unknown (for an
+  API VLM, `humblebench.max_new_tokens`, the budget its requests are then sent with).
 The cost in USD is these at the entry's `prices` (per million tokens, and `per_image`), as read on their
 `read` date. Retries are not in it: a job may send its planned requests times `client.max_attempts`,
 and no more (`models.api_client`), so the bill can be exceeded by retries only up to that allowance.
@@ -23,28 +28,35 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot.catalogue import annotated_images_per_domain, job_items
+from blindspot.catalogue import STEPS, annotated_images_per_domain, job_items
 from blindspot.paths import CHECKOUT
 from blindspot.prompts import PromptTemplate
-from blindspot.registry import is_api_metric
+from blindspot.registry import api_vlms, is_api_metric
 
 Config = dict[str, Any]
 PROMPT_CHARS = 400  # a neutral prompt: a sentence or two (the T2I models read at most 256-300 tokens)
 CHARS_PER_TOKEN = 4
 STEP = "score_api_metric"
-COLUMNS = ["metric", "model", "requests", "input_tokens", "image_tokens", "output_tokens", "cost_usd", "prices_read"]
+ANSWER_STEP = "answer_api_humble"
+QUESTION_CHARS = 120  # a HumbleBench question: a sentence
+OPTION_CHARS = 20  # an option: a few words
+COLUMNS = ["step", "metric", "model", "requests", "input_tokens", "image_tokens", "output_tokens", "cost_usd",
+           "prices_read"]  # fmt: skip
 NOTE = (
-    f"Requests: one per image, two per pair scored. Input tokens: the judge template filled with a prompt of "
-    f"{PROMPT_CHARS} characters, at {CHARS_PER_TOKEN} characters a token (an estimate); image tokens: the model's "
-    "`prices.image_tokens` per request; output tokens: the request's `max_completion_tokens` per request, an upper "
+    f"Requests: one per image, two per pair scored (an API metric); one per question and setting (an API VLM). "
+    f"Input tokens: the judge template filled with a prompt of {PROMPT_CHARS} characters (a question's template with "
+    f"a question of {QUESTION_CHARS} and five options of {OPTION_CHARS}), at {CHARS_PER_TOKEN} characters a token "
+    "(an estimate); image tokens: the model's `prices.image_tokens` per request; output tokens: the request's "
+    "`max_completion_tokens` per request (an API VLM's default: `humblebench.max_new_tokens`), an upper "
     "bound (a reply is billed for what it uses). Cost: at the registry's `prices`, as read on the date shown; "
     "retries are not in it (a job stops before its planned requests x `client.max_attempts`)."
 )
 
 
-def job_requests(config: Config, wildcards: dict[str, str]) -> int:
-    """The requests one `score_api_metric` job is planned to send: its items, one request per image."""
-    return int(job_items(config, STEP, wildcards))
+def job_requests(config: Config, wildcards: dict[str, str], step: str = STEP) -> int:
+    """The requests one job of an API model is planned to send: its items, one request per image (a
+    `score_api_metric` job) or per question (an `answer_api_humble` job)."""
+    return int(job_items(config, step, wildcards))
 
 
 def _template_chars(config: Config, metric: str) -> int:
@@ -85,22 +97,51 @@ def api_bill(config: Config, jobs: pd.DataFrame) -> pd.DataFrame:
             continue
         entry = config["models"][spec["model"]]
         requests = planned_requests(config, jobs, metric)
-        prices = entry.get("prices")
         text = requests * math.ceil(_template_chars(config, metric) / CHARS_PER_TOKEN)
-        images = requests * (prices or {}).get("image_tokens", 0)
         output = requests * _output_budget(entry)
-        cost = math.nan
-        if prices:
-            cost = (
-                _cost(text + images, prices["input_per_million"])
-                + _cost(output, prices["output_per_million"])
-                + requests * prices.get("per_image", 0)
-            )
-        rows.append({"metric": metric, "model": spec["model"], "requests": requests, "input_tokens": text,
-                     "image_tokens": images, "output_tokens": output, "cost_usd": cost,
-                     "prices_read": str(prices["read"]) if prices else ""})  # fmt: skip
+        rows.append({"step": STEP, "metric": metric, **_priced(entry, spec["model"], requests, text, output)})
+    rows += [answer_row(config, jobs, vlm) for vlm in api_vlms(config)]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     return frame.astype({"requests": "int64", "input_tokens": "int64", "image_tokens": "int64"})
+
+
+def _priced(entry: dict[str, Any], model: str, requests: int, text: int, output: float) -> dict[str, Any]:
+    """A bill row's model, requests, tokens (text, images, output) and cost at the entry's `prices`."""
+    prices = entry.get("prices")
+    images = requests * (prices or {}).get("image_tokens", 0)
+    cost = math.nan
+    if prices:
+        cost = (
+            _cost(text + images, prices["input_per_million"])
+            + _cost(output, prices["output_per_million"])
+            + requests * prices.get("per_image", 0)
+        )
+    read = str(prices["read"]) if prices else ""
+    return {"model": model, "requests": requests, "input_tokens": text, "image_tokens": images,
+            "output_tokens": output, "cost_usd": cost, "prices_read": read}  # fmt: skip
+
+
+def _question_chars(config: Config, setting: str) -> int:
+    """Characters of one question's text: the setting's template filled with a `QUESTION_CHARS` question
+    and five options of `OPTION_CHARS` characters."""
+    template = config["humblebench"]["settings"][setting]["template"]
+    path = Path(template) if Path(template).is_absolute() else CHECKOUT / template
+    options = "\n".join(f"{letter}. {'x' * OPTION_CHARS}" for letter in "ABCDE")
+    messages = PromptTemplate.load(path).render(question="x" * QUESTION_CHARS, options=options, letters="A, B, C, D, E")
+    return sum(len(message["content"]) for message in messages)
+
+
+def answer_row(config: Config, jobs: pd.DataFrame, vlm: str) -> dict[str, Any]:
+    """An API VLM's bill: one request per question of each setting (its `answer_api_humble` jobs' items)."""
+    entry = config["models"][vlm]
+    own = jobs[(jobs["rule"] == ANSWER_STEP) & (jobs["model"] == vlm)]
+    where = STEPS[ANSWER_STEP].wildcards.index("setting")
+    per_setting = own.groupby(own["job"].map(lambda job: job.split("/")[where]))["items"].sum()
+    requests = int(per_setting.sum())
+    text = sum(int(n) * math.ceil(_question_chars(config, name) / CHARS_PER_TOKEN) for name, n in per_setting.items())
+    budget = _output_budget(entry)
+    output = requests * (config["humblebench"]["max_new_tokens"] if math.isnan(budget) else budget)
+    return {"step": ANSWER_STEP, "metric": "", **_priced(entry, vlm, requests, text, output)}
 
 
 def total_cost(bill: pd.DataFrame) -> float:

@@ -61,11 +61,12 @@ def _markdown(frame: pd.DataFrame) -> str:
 
 
 def render_bill(frame: pd.DataFrame) -> list[str]:
-    """The API models' section of the plan: a row per API metric, the total and how it was estimated."""
+    """The API models' section of the plan: a row per API metric and per API VLM's answers, the total and
+    how it was estimated."""
     if frame.empty:
         return []
     shown = pd.DataFrame({
-        "metric": frame["metric"], "model": frame["model"],
+        "step": frame["step"], "metric": frame["metric"], "model": frame["model"],
         **{column: frame[column].map(lambda n: "n/a" if pd.isna(n) else f"{int(n):,}")
            for column in ("requests", "input_tokens", "image_tokens", "output_tokens")},
         "cost_usd": frame["cost_usd"].map(lambda c: "n/a" if pd.isna(c) else f"{c:,.2f}"),

@@ -28,13 +28,14 @@ class Backend:
 
 
 BACKENDS = {
-    "vllm": Backend(("text", "images"), env="llm"),
-    "transformers": Backend(("text", "images", "captions", "nli", "lora")),
+    "vllm": Backend(("text", "images", "answers"), env="llm"),
+    "transformers": Backend(("text", "images", "answers", "captions", "nli", "lora")),
     "sentence_transformers": Backend(("embeddings",), layout="sentence_transformers"),
     "diffusers": Backend(("t2i",), layout="diffusers"),
     "pyiqa": Backend(("iqa",), layout=None),  # pyiqa never downloads (`protobias.iqa.weights_file`)
     "open_clip": Backend(("metric",)),
-    "openai_api": Backend(("metric",), layout=None),
+    # An endpoint: an API judge's metric, HumbleBench's answers (`models.api_vlm`), in the vision env.
+    "openai_api": Backend(("metric", "answers"), layout=None),
 }
 
 
@@ -60,7 +61,8 @@ ROLES = (
     Role("image_stage.t2i_models", "t2i"),
     Role("image_stage.vlms", "images", needs="images"),
     Role("image_stage.iqa_metrics", "iqa"),
-    Role("humblebench.vlms", "images", needs="images"),
+    # answering multiple-choice questions about an image: local weights or an endpoint (`models.api_vlm.ANSWERERS`)
+    Role("humblebench.vlms", "answers", needs="images"),
     Role("protoscore.model", "lora", needs="images"),  # trained with peft's LoRA on the transformers model
     # HumbleBench's scene-graph questions, when the config writes them
     Role("humblebench.scene_graphs.describer", "captions", needs="images"),
@@ -90,6 +92,11 @@ def is_api_model(entry: Mapping[str, Any]) -> bool:
 def is_api_metric(config: Mapping[str, Any], metric: str) -> bool:
     """Whether a metric is served over the internet (its jobs run where the network is)."""
     return is_api_model(config["models"][config["evaluation"]["metrics"][metric]["model"]])
+
+
+def api_vlms(config: Mapping[str, Any]) -> list[str]:
+    """HumbleBench's VLMs served by an endpoint: their answer jobs run where the network is."""
+    return [name for name in config["humblebench"]["vlms"] if is_api_model(config["models"][name])]
 
 
 def built_model_dir(config: Mapping[str, Any], name: str) -> Path:

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 from blindspot.checks import validate_config
 from blindspot.config import ConfigError, check_config_files
 from blindspot.models.spec import build_inputs, model_spec, resolved_recipe
-from blindspot.registry import is_api_metric, metric_models
+from blindspot.registry import api_vlms, is_api_metric, metric_models
 from blindspot import bill, catalogue, targets
 from blindspot.humblebench.parsing import PARSER_VERSION
 from blindspot.metrics import plugin_code
@@ -35,6 +35,8 @@ BUILT_MODELS = [name for name, entry in config["models"].items() if "build" in e
 METRICS = config["evaluation"]["metrics"]
 # Metrics served over the internet; compute nodes have none, so their jobs run on the submit host.
 API_METRICS = [name for name in METRICS if is_api_metric(config, name)]
+# HumbleBench's VLMs served by an endpoint: their answer jobs run on the submit host too.
+API_VLMS = api_vlms(config)
 
 
 @functools.cache

@@ -73,7 +73,22 @@ rule make_humble_questions:
         "../scripts/run_stage.py"
 
 
+# answer_humble's params, said once: answer_api_humble's jobs take these, their cache and planned requests.
+ANSWER_HUMBLE_PARAMS = dict(
+    model=get_model_spec("vlm"),
+    transforms=lambda wildcards: setting_transforms(HUMBLE["settings"][wildcards.setting]),
+    answer_shards=HUMBLE["answer_shards"],
+    batch_size=HUMBLE["batch_size"],
+    max_new_tokens=HUMBLE["max_new_tokens"],
+    seed=config["seed"],
+    # Not an output: Snakemake would delete it when a job fails, and resuming needs it.
+    journal=P("humble_answer_journal"),
+)
+
+
 rule answer_humble:
+    wildcard_constraints:
+        vlm=_one_of(set(HUMBLE["vlms"]) - set(API_VLMS)),
     input:
         questions=P("humble_questions"),
         template=lambda wildcards: HUMBLE["settings"][wildcards.setting]["template"],
@@ -82,14 +97,7 @@ rule answer_humble:
         out=P("humble_answers"),
         counters_out=P("humble_answer_counters"),
     params:
-        model=get_model_spec("vlm"),
-        transforms=lambda wildcards: setting_transforms(HUMBLE["settings"][wildcards.setting]),
-        answer_shards=HUMBLE["answer_shards"],
-        batch_size=HUMBLE["batch_size"],
-        max_new_tokens=HUMBLE["max_new_tokens"],
-        seed=config["seed"],
-        # Not an output: Snakemake would delete it when a job fails, and resuming needs it.
-        journal=P("humble_answer_journal"),
+        **ANSWER_HUMBLE_PARAMS,
     log:
         LOG("answer_humble"),
     benchmark:
@@ -101,6 +109,25 @@ rule answer_humble:
         get_env("answer_humble")
     script:
         "../scripts/run_stage.py"
+
+
+# An API VLM's answer jobs: the same step, on the submit host (a local rule), where the network is.
+use rule answer_humble as answer_api_humble with:
+    wildcard_constraints:
+        vlm=_one_of(API_VLMS),
+    params:
+        **ANSWER_HUMBLE_PARAMS,
+        # Its replies, kept so that nothing paid for is asked twice (`blindspot.models.api_vlm`).
+        cache=lambda wildcards: P("humble_api_cache", vlm=wildcards.vlm),
+        # Its client sends no more than these times client.max_attempts (`blindspot.bill`).
+        planned_requests=lambda wildcards: bill.job_requests(config, dict(wildcards.items()), "answer_api_humble"),
+    log:
+        LOG("answer_api_humble"),
+    benchmark:
+        BENCH("answer_api_humble")
+    threads: get_threads("answer_api_humble")
+    resources:
+        **get_resources("answer_api_humble"),
 
 
 rule make_humble_tables:

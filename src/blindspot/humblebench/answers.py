@@ -51,6 +51,7 @@ def answer_shard(
         "unparseable_text": int((frame["prediction_text"] == "").sum()),
         "text_and_logits_agree": int((frame["prediction_text"] == frame["prediction_logits"]).sum()),
         "computed_items": computed,
+        "letters_from_text": int(frame["letter_mass"].isna().sum()),  # answers without letter probabilities
     }
     return frame, counters
 
@@ -70,21 +71,26 @@ def answer_questions(
     items: Sequence[tuple[Presented, Any]], scorer: Any, templates: Mapping[str, PromptTemplate], max_new_tokens: int
 ) -> list[dict[str, Any]]:
     """Ask the VLM each (shown question, image). Two readings of each answer: the most probable
-    option letter at the first answer position, among the letters shown; and the parsed text (empty
-    when it names no option shown, or several)."""
+    option letter at the first answer position, among the letters shown (the text's letter for an API
+    that returns no letter probabilities, `models.api_vlm`); and the parsed text (empty when it names
+    no option shown, or several)."""
     letters = option_token_ids(scorer.tokenizer)
     conversations = [image_conversation(templates[shown.setting], **shown.prompt_fields()) for shown, _ in items]
     answers = scorer.choose(conversations, [image for _, image in items], letters, max_new_tokens)
     rows = []
     for (shown, _), (probabilities, text) in zip(items, answers, strict=True):
         offered = [probabilities[LETTERS.index(letter)] for letter in shown.letters]
+        from_text = parse_answer(text, dict(zip(shown.letters, shown.options, strict=True))) or ""
+        # An API without logprobs has no letter distribution (NaN): its letter reading is the text's.
+        has_letters = bool(np.isfinite(offered).all())
         rows.append({
             "question_id": shown.question_id, "setting": shown.setting, "type": shown.type,
             "options": json.dumps(list(shown.options)), "label": shown.label, "nota": shown.nota,
             "letter_map": json.dumps(shown.letter_map, sort_keys=True), "noise_image": shown.noise_image,
-            "letter_probabilities": json.dumps(offered), "letter_mass": float(sum(offered)),
-            "prediction_logits": shown.letters[int(np.argmax(offered))], "text": text,
-            "prediction_text": parse_answer(text, dict(zip(shown.letters, shown.options, strict=True))) or "",
+            "letter_probabilities": json.dumps([p if has_letters else None for p in offered]),
+            "letter_mass": float(sum(offered)),
+            "prediction_logits": shown.letters[int(np.argmax(offered))] if has_letters else from_text, "text": text,
+            "prediction_text": from_text,
             "template_version": templates[shown.setting].version,
         })  # fmt: skip
     return rows

@@ -52,9 +52,7 @@ logs. A key that cannot be an HTTP header value is refused before any request, w
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
 import logging
 import math
 import os
@@ -70,6 +68,14 @@ from blindspot.io import stable_id
 from blindspot.metrics import MetricSkipped, Score
 from blindspot.models.api_cache import ReplyCache, UnreadableReply
 from blindspot.models.api_client import ChatCompletionsClient, ClientSettings, MalformedReply, backoff_delay
+from blindspot.models.api_reply import (
+    answer_logprobs,
+    answer_positions,
+    choice_text,
+    image_part,
+    image_png,
+    response_problem,
+)
 from blindspot.models.vlm_scoring import SCORES, ScoreTokens, score_distribution, summarise, text_score
 from blindspot.paths import PROMPTS_DIR
 from blindspot.prompts import PromptTemplate
@@ -88,50 +94,20 @@ class Unanswered(Score):
     failure: str = ""  # why, one of FAILURES
 
 
-def _logsumexp(values: list[float]) -> float:
-    top = max(values)
-    return top + math.log(sum(math.exp(v - top) for v in values)) if top > -math.inf else -math.inf
-
-
-def _is_logprob(value: Any) -> bool:
-    """A log-probability as a reply may hold one: a number <= 0, -inf included (NaN and bools are not)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and value <= 0
-
-
-def _answer_logprobs(position: Mapping[str, Any]) -> dict[str, float]:
-    """{answer text: log-probability} at one position, candidates with the same stripped text merged;
-    candidates without a string token and a log-probability (<= 0) are skipped."""
-    candidates = position.get("top_logprobs")
-    if not isinstance(candidates, list) or not candidates:
-        candidates = [position]
-    grouped: dict[str, list[float]] = {}
-    for candidate in candidates:
-        token = candidate.get("token") if isinstance(candidate, Mapping) else None
-        logprob = candidate.get("logprob") if isinstance(candidate, Mapping) else None
-        if isinstance(token, str) and _is_logprob(logprob):
-            grouped.setdefault(token.strip(), []).append(float(logprob))
-    return {token: _logsumexp(values) for token, values in grouped.items()}
-
-
 def logprob_score(logprobs: Mapping[str, Any] | None) -> float | None:
     """Expected score over "1".."10" from a chat completion's `logprobs` (see the module doc),
     or None when they are absent or put no mass on any answer."""
-    positions = logprobs.get("content") if isinstance(logprobs, Mapping) else None
-    if not isinstance(positions, list):
+    content, start = answer_positions(logprobs), 0  # the first answer token
+    if not content:
         return None
-    content = [p for p in positions if isinstance(p, Mapping) and isinstance(p.get("token"), str)]
-    # The first answer token: leading whitespace-only tokens are not the answer yet.
-    start = next((i for i, p in enumerate(content) if p["token"].strip()), None)
-    if start is None:
-        return None
-    first = _answer_logprobs(content[start])
+    first = answer_logprobs(content[start])
     # A pseudo-vocabulary: ids 1..10 are the answers "1".."10", id 0 is "0" after "1".
     first_array = np.full(len(SCORES) + 1, -np.inf)
     for score in SCORES:
         first_array[score] = first.get(str(score), -np.inf)
     after_one, ten_after_one = np.full(len(SCORES) + 1, -np.inf), None
     if content[start]["token"].strip() == "1" and start + 1 < len(content):
-        after_one[0] = _answer_logprobs(content[start + 1]).get("0", -np.inf)
+        after_one[0] = answer_logprobs(content[start + 1]).get("0", -np.inf)
         ten_after_one = 0
     # "10" as one token and "1" + "0" are different sequences: their probabilities add up.
     tokens = ScoreTokens(single={s: s for s in SCORES}, ten_after_one=ten_after_one)
@@ -139,59 +115,10 @@ def logprob_score(logprobs: Mapping[str, Any] | None) -> float | None:
     return summarise(probabilities)[0] if mass > 0 else None
 
 
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def response_problem(response: Any) -> str:
-    """Why a response is not a chat completion this module can read (the field and what it holds), or
-    "" when it is one. Checked before anything is cached; no choices at all is an empty reply, not this."""
-    if not isinstance(response, Mapping):
-        return f"the response is of type {_kind(response)}, not an object"
-    choices = response.get("choices")
-    if not choices:
-        return ""
-    if not isinstance(choices, list):
-        return f"choices is of type {_kind(choices)}, not a list"
-    choice = choices[0]
-    if not isinstance(choice, Mapping):
-        return f"choices[0] is of type {_kind(choice)}, not an object"
-    message = choice.get("message")
-    if message is not None and not isinstance(message, Mapping):
-        return f"choices[0].message is of type {_kind(message)}, not an object"
-    fields = {
-        "message.content": (message or {}).get("content"),
-        "message.refusal": (message or {}).get("refusal"),
-        "finish_reason": choice.get("finish_reason"),
-        "logprobs": choice.get("logprobs"),
-        "usage": response.get("usage"),
-    }
-    allowed = {"message.content": (str, list), "logprobs": Mapping, "usage": Mapping}
-    for name, value in fields.items():
-        if value is not None and not isinstance(value, allowed.get(name, str)):
-            return f"{'' if name == 'usage' else 'choices[0].'}{name} is of type {_kind(value)}"
-    parts = fields["message.content"]
-    if isinstance(parts, list) and not all(isinstance(part, Mapping) for part in parts):
-        return "choices[0].message.content is a list with items that are not content parts"
-    return ""
-
-
-def _choice_text(response: Any) -> tuple[Mapping[str, Any], str]:
-    """The first choice and its text (a list of content parts: their text joined); empty when absent
-    or when the response is malformed (response_problem says why)."""
-    if response_problem(response) or not response.get("choices"):
-        return {}, ""
-    choice = response["choices"][0]
-    content = (choice.get("message") or {}).get("content") or ""
-    if isinstance(content, list):
-        content = "".join(part["text"] for part in content if isinstance(part.get("text"), str))
-    return choice, content.strip()
-
-
 def read_score(response: Any) -> Score:
     """A Score from one chat-completion response: logprobs first, else the text, else NaN. Never
     raises: a malformed response (see response_problem) reads as an empty one."""
-    choice, text = _choice_text(response)
+    choice, text = choice_text(response)
     from_logprobs = logprob_score(choice.get("logprobs"))
     if from_logprobs is not None:
         return Score(from_logprobs, text)
@@ -213,7 +140,7 @@ def reply_failure(response: Any) -> str | None:
     """Why a chat-completion response holds no answer (a key of FAILURES), or None when it holds one."""
     if response_problem(response):
         return "malformed"
-    choice, text = _choice_text(response)
+    choice, text = choice_text(response)
     if choice.get("finish_reason") == "content_filter":
         return "content_filter"
     if choice.get("finish_reason") == "length" and math.isnan(read_score(response).raw):
@@ -226,7 +153,7 @@ def failure_detail(response: Any, failure: str) -> str:
     problem = response_problem(response)
     if problem:
         return f"{failure}: {FAILURES[failure]} ({problem})"
-    choice, text = _choice_text(response)
+    choice, text = choice_text(response)
     usage = response.get("usage") or {}
     details = usage.get("completion_tokens_details")
     facts = [f"finish_reason {choice.get('finish_reason')!r}"]
@@ -238,18 +165,6 @@ def failure_detail(response: Any, failure: str) -> str:
     refusal = (choice.get("message") or {}).get("refusal")
     facts += [f"{what} {value[:100]!r}" for what, value in (("text", text), ("refusal", refusal)) if value]
     return f"{failure}: {FAILURES[failure]} ({', '.join(facts)})"
-
-
-def image_png(image: Any) -> bytes:
-    """The image (PIL or a path) as PNG bytes, in RGB: what the judge is sent and the cache hashes."""
-    from PIL import Image
-
-    if not isinstance(image, Image.Image):
-        with Image.open(image) as opened:
-            image = opened.convert("RGB")
-    buffer = io.BytesIO()
-    image.convert("RGB").save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def key_not_set(name: str, key_env: str) -> MetricSkipped:
@@ -303,11 +218,10 @@ class APIJudgeMetric:
     def body(self, prompt: str, png: bytes) -> dict[str, Any]:
         """The chat-completions request for one (prompt, image) pair."""
         *system, user = self.template.render(prompt=prompt)
-        image_url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
         messages = [
             *system,
             {"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": image_url}},
+                image_part(png),
                 {"type": "text", "text": user["content"]},
             ]},
         ]  # fmt: skip

@@ -49,13 +49,15 @@ class Fit:
 
 def placed_models(config: dict[str, Any]) -> Iterator[tuple[str, str, str, str]]:
     """(config key, registry name, "images" or "text", loader) for every model placed in a role whose
-    loader a config.json can be checked against: the image roles on any backend, the text roles on
+    loader a config.json can be checked against: the image roles on any local backend, the text roles on
     transformers, and the models each built-in metric plug-in hands images (its module's `VLMS`: the
     argument, and the library that loads it whatever the model's backend, None for the backend)."""
     models = config["models"]
     for needs in ("images", "text"):
         for role, name in placed_in_roles(config):
             backend = models[name]["backend"]
+            if is_api_model(models[name]):
+                continue  # an endpoint has no config.json
             if role.needs == needs and (needs == "images" or backend == "transformers"):
                 yield role.key, name, needs, backend
     for metric_name, metric in config["evaluation"]["metrics"].items():

@@ -85,18 +85,22 @@ def make_humble_questions(
 def answer_humble(
     questions: str, template: str, model: dict[str, Any], transforms: dict[str, Any], answer_shards: int,
     batch_size: int, max_new_tokens: int, seed: int, journal: str, vlm: str, setting: str, shard: str, out: str,
-    counters_out: str,
+    counters_out: str, cache: str = "", planned_requests: int | None = None,
 ) -> None:  # fmt: skip
     """One VLM answers one shard of the questions as one setting shows them, its images read a batch at a
-    time; the answers are journaled as they come (`journal`), so a killed job answers only what it had not."""
+    time; the answers are journaled as they come (`journal`), so a killed job answers only what it had not.
+    An API VLM's replies are cached in `cache` (`models.api_vlm`), and its client sends no more than its
+    `planned_requests` (`blindspot.bill`) times `client.max_attempts`."""
     from blindspot.humblebench import answers as humble_answers
-    from blindspot.models.vlm_scoring import load_vlm_scorer
+    from blindspot.models.api_vlm import load_answerer
 
+    if planned_requests is not None:
+        model = model | {"client": model["client"] | {"planned_requests": planned_requests}}
     vlm_spec = spec(model)
     mine = humble_answers.shard_questions(read_table(questions, tables.HUMBLE_QUESTIONS), int(shard), answer_shards)
     frame, counters = humble_answers.answer_shard(
         mine, setting, transforms, PromptTemplate.load(template), vlm_spec,
-        lambda: load_vlm_scorer(vlm_spec, batch_size), max_new_tokens, seed, journal,
+        lambda: load_answerer(vlm_spec, batch_size, cache), max_new_tokens, seed, journal,
     )  # fmt: skip
     write_counters(counters_out, counters, f"{vlm}/{setting}/{shard}")
     write_table(out, frame, tables.HUMBLE_ANSWERS)

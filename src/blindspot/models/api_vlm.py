@@ -1,0 +1,222 @@
+"""A VLM behind an OpenAI-compatible chat-completions endpoint (backend `openai_api`: OpenAI's,
+Gemini's, Anthropic's, a vLLM server's) answering HumbleBench's questions with the interface of the
+local VLMs (`choose`, `tokenizer`, `batch_size`, `spec`), so `humblebench.answers` asks it as it asks them.
+
+Two readings, as for a local model. The text: the reply's text, read by the same parser. The letters:
+an API has no logits, but where the endpoint returns `logprobs` with `top_logprobs` (the entry's
+`request` asks for them: `logprobs: true, top_logprobs: 20`), each option letter's probability at the
+first answer token, from the returned candidates (tokens that differ only by surrounding spaces count as
+one; a letter not among them has 0). Where the endpoint returns none, or no letter is among the
+candidates, the answer has no letter distribution (NaN) and its letter reading is the text's
+(`humblebench.answers`): the tables' `logits` reading of such a model is its text reading.
+
+The request: the question's conversation with the image as a PNG data URL, the entry's `request` merged
+in, and `max_tokens` the job's answer budget unless the request sets `max_tokens` or
+`max_completion_tokens` (a reasoning model needs a budget for its reasoning).
+
+Every reply that holds an answer is cached on disk (`models.api_cache`), one file per (model, revision,
+request with the image's sha256 in place of the image), before the next is read, so a rerun or a killed
+job asks only what it has no answer to. A reply without one (empty, withheld by a content filter, or not
+a chat completion) is asked again up to `client.max_reply_attempts` times; then the question's answer is
+empty text (it names no option), counted, and not cached: the next run asks it again.
+
+Requests, retries, concurrency, the job's request allowance and the key are `models.api_client`'s: the
+key is read from the variable the entry names, lives in memory only, and is never logged or cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from blindspot.io import stable_id
+from blindspot.models.api_cache import ReplyCache, UnreadableReply
+from blindspot.models.api_client import ChatCompletionsClient, ClientSettings, MalformedReply, backoff_delay
+from blindspot.models.api_reply import (
+    answer_logprobs,
+    answer_positions,
+    choice_text,
+    image_part,
+    image_png,
+    response_problem,
+)
+from blindspot.models.spec import ModelSpec
+from blindspot.models.vlm_scoring import SCORERS, load_vlm_scorer
+
+log = logging.getLogger(__name__)
+
+ANSWER_VERSION = 1  # in every cache key: bumped when a change alters what is asked
+
+# Why a reply holds no answer (the job counts each).
+FAILURES = {
+    "malformed": "the reply is not a chat completion",
+    "content_filter": "the provider's content filter withheld the reply",
+    "empty": "the reply holds no text",
+}
+
+
+class LetterTokens:
+    """An API's tokens are the text it returns: each option letter is its own candidate, by its text."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[str]:
+        del add_special_tokens
+        return [text]
+
+
+def letter_probabilities(response: Any, candidates: list[str]) -> list[float]:
+    """Each candidate letter's probability at the reply's first answer token, from its `top_logprobs`
+    (0 for a letter not among them); all NaN when the reply has none, or none of the letters."""
+    choice, _ = choice_text(response)
+    positions = answer_positions(choice.get("logprobs"))
+    found = answer_logprobs(positions[0]) if positions else {}
+    probabilities = [math.exp(found[letter]) if letter in found else 0.0 for letter in candidates]
+    return probabilities if sum(probabilities) > 0 else [math.nan] * len(candidates)
+
+
+def reply_failure(response: Any) -> str | None:
+    """Why a reply holds no answer (a key of FAILURES), or None when it holds one."""
+    if response_problem(response):
+        return "malformed"
+    choice, text = choice_text(response)
+    if choice.get("finish_reason") == "content_filter":
+        return "content_filter"
+    return None if text else "empty"
+
+
+class APIVLM:
+    """HumbleBench's answers from a VLM at an endpoint; see the module doc."""
+
+    def __init__(self, spec: ModelSpec, batch_size: int, cache_dir: str | Path):
+        if not spec.endpoint or not spec.api_key_env:
+            raise ValueError(f"{spec.name}: an API VLM's registry entry needs 'endpoint' and 'api_key_env'")
+        key = os.environ.get(spec.api_key_env, "").strip()
+        if not key:
+            raise ValueError(f"{spec.name}: the API key variable {spec.api_key_env} is not set or empty; set it "
+                             "where the job runs (the submit host)")  # fmt: skip
+        self.spec, self.batch_size, self.tokenizer = spec, batch_size, LetterTokens()
+        self.request = dict(spec.request)
+        settings = ClientSettings(**spec.client)
+        self.client = ChatCompletionsClient(spec.name, spec.endpoint, spec.path, key, spec.api_key_env, settings)
+        self.cache = ReplyCache(cache_dir, self.client.clean)
+        self.cache_hits, self.unanswered = 0, 0
+
+    def __repr__(self) -> str:
+        return f"APIVLM(name={self.spec.name!r}, model_id={self.spec.path!r}, endpoint={self.spec.endpoint!r})"
+
+    def body(self, conversation: list[dict], image: Mapping[str, Any], max_new_tokens: int) -> dict[str, Any]:
+        """The chat-completions request: the conversation with `image` (a content part) in its placeholder."""
+        messages = [
+            message | {"content": [image if part["type"] == "image" else part for part in message["content"]]}
+            if isinstance(message["content"], list) else message
+            for message in conversation
+        ]  # fmt: skip
+        budget = {} if {"max_tokens", "max_completion_tokens"} & set(self.request) else {"max_tokens": max_new_tokens}
+        return {**budget, **self.request, "model": self.spec.path, "messages": messages}
+
+    def cache_key(self, conversation: list[dict], image_sha256: str, max_new_tokens: int) -> str:
+        """The request with the image's sha256 in place of the image, with the model's revision."""
+        keyed = self.body(conversation, {"type": "image_sha256", "sha256": image_sha256}, max_new_tokens)
+        return stable_id("api_vlm", ANSWER_VERSION, self.spec.revision or "", keyed)
+
+    def _ask(self, body: dict[str, Any], record: dict[str, Any], key: str) -> Any | None:
+        """Ask until a reply holds an answer, which is cached and returned; None after the last try."""
+        settings = self.client.settings
+        tries = settings.max_reply_attempts
+        for attempt in range(1, tries + 1):
+            try:
+                response = self.client.post(body)
+            except MalformedReply as error:
+                failure, detail = "malformed", str(error)
+            else:
+                failure = reply_failure(response)
+                if failure is None:
+                    self.cache.store(key, record | {"response": response})
+                    return response
+                choice, _ = choice_text(response)
+                detail = f"finish_reason {choice.get('finish_reason')!r}"
+            detail = f"{failure}: {FAILURES[failure]} ({detail})"
+            if attempt < tries:
+                wait = backoff_delay(attempt - 1, settings.backoff_base_s, settings.backoff_cap_s)
+                log.warning("%s: no answer (%s); retry %d of %d in %.1f s", self.spec.name, detail, attempt,
+                            tries - 1, wait)  # fmt: skip
+                time.sleep(wait)
+        log.warning("%s: no answer after %d tries, left empty and not cached: %s", self.spec.name, tries, detail)
+        return None
+
+    def _cached(self, key: str) -> Any | None:
+        """The reply cached under `key`, or None (none, or one that cannot be used: asked again)."""
+        if not self.cache.holds(key):
+            return None
+        try:
+            response = self.cache.response(key)
+        except UnreadableReply as error:
+            problem = str(error)
+        else:
+            failure = reply_failure(response)
+            if failure is None:
+                return response
+            problem = FAILURES[failure]
+        log.warning("%s: the cached reply %s cannot be used (%s); asking again", self.spec.name,
+                    self.cache.path(key), self.client.scrub(problem))  # fmt: skip
+        return None
+
+    def choose(
+        self, conversations: list[list[dict]], images: list[Any], candidates: list[str], max_new_tokens: int
+    ) -> list[tuple[list[float], str]]:
+        """As the local VLMs' `choose`: for each conversation, the candidate letters' probabilities at the
+        first answer token (NaN without logprobs) and the answer's text. Cached replies are not asked again."""
+        replies: list[Any] = [None] * len(conversations)
+        todo = []
+        for i, (conversation, image) in enumerate(zip(conversations, images, strict=True)):
+            png = image_png(image)
+            sha = hashlib.sha256(png).hexdigest()
+            key = self.cache_key(conversation, sha, max_new_tokens)
+            replies[i] = self._cached(key)
+            if replies[i] is not None:
+                self.cache_hits += 1
+                continue
+            body = self.body(conversation, image_part(png), max_new_tokens)
+            # What the reply answers, the image by its sha256 (a cached file holds no image).
+            asked = self.body(conversation, {"type": "image_sha256", "sha256": sha}, max_new_tokens)
+            record = {"model_id": self.spec.path, "revision": self.spec.revision or "", "request": asked}
+            todo.append((i, body, record, key))
+        if todo:
+            stale = self.cache.remove_stale_temps(key for *_, key in todo)
+            if stale:
+                log.info("%s: removed %d temporary file(s) a killed run left in the cache", self.spec.name, len(stale))
+            answers = self.client.run_all(self._ask, [task[1:] for task in todo], desc=f"ask {self.spec.name}",
+                                          unit="question", thread_name_prefix="api-vlm")  # fmt: skip
+            for (i, *_), answer in zip(todo, answers, strict=True):
+                replies[i] = answer
+        self.unanswered += sum(reply is None for reply in replies)
+        log.info("%s: %d asked, %d from the cache so far, %d without an answer so far, %d HTTP requests so far",
+                 self.spec.name, len(todo), self.cache_hits, self.unanswered, self.client.requests_sent)  # fmt: skip
+        return [
+            (letter_probabilities(reply, candidates), choice_text(reply)[1]) if reply is not None
+            else ([math.nan] * len(candidates), "")
+            for reply in replies
+        ]  # fmt: skip
+
+
+def _local(spec: ModelSpec, batch_size: int, cache_dir: str | Path) -> Any:
+    del cache_dir  # local weights: the job's journal is their only record
+    return load_vlm_scorer(spec, batch_size)
+
+
+# The VLMs that answer HumbleBench, by backend: local weights (`vlm_scoring.SCORERS`) and endpoints.
+ANSWERERS: dict[str, Callable[[ModelSpec, int, str | Path], Any]] = {
+    **dict.fromkeys(SCORERS, _local),
+    "openai_api": APIVLM,
+}
+
+
+def load_answerer(spec: ModelSpec, batch_size: int, cache_dir: str | Path) -> Any:
+    """The VLM that answers HumbleBench, built once per job; its backend picks it (`ANSWERERS`).
+    `cache_dir` holds an endpoint's replies."""
+    return ANSWERERS[spec.backend](spec, batch_size, cache_dir)
