@@ -117,7 +117,8 @@ def save_image(image: Any, path: Path) -> str:
 class DiffusersRenderer:
     """A diffusers pipeline built once per job; renders batches with one generator per image."""
 
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, pipeline: Any = None):
+        """`pipeline`: one already built, on the spec's device (the GPU check's random real-size ones)."""
         import diffusers
         import torch
 
@@ -126,7 +127,7 @@ class DiffusersRenderer:
         pipeline_class = getattr(diffusers, spec.pipeline)
         # Weights load straight onto the device in their dtype; a pipeline that asks for several GPUs
         # has its components spread over them ("balanced", diffusers' one strategy for that).
-        self.pipeline = pipeline_class.from_pretrained(
+        self.pipeline = pipeline or pipeline_class.from_pretrained(
             spec.path, revision=spec.revision, dtype=getattr(torch, spec.dtype),
             device_map="balanced" if self.device == "cuda" and spec.gpus > 1 else self.device,
         )  # fmt: skip
