@@ -18,7 +18,7 @@ from conftest import CHROMIUM, REPO, snakemake
 from blindspot import tables
 from blindspot.humblebench.questions import problem
 from blindspot.io import read_table
-from blindspot.registry import is_api_metric, metric_models
+from blindspot.registry import MODEL_GROUPS, is_api_metric, metric_models
 from blindspot.shards import n_shards
 from blindspot.targets import final_targets
 
@@ -101,7 +101,8 @@ def test_gpu_requests_come_from_the_registry(paper_config):
     assert requested == {name: {paper_config["models"][name]["gpus"]} for name in requested}
     assert requested["qwen2.5-32b-instruct"] == {2}
     assert requested["flux.1-schnell"] == {1}
-    assert len(requested) == 5 + 3 + 2 + 1  # generators and judges, T2I models, VLMs, HumbleBench's VLM
+    # generators and judges, T2I models, VLMs, HumbleBench's VLMs (16 of the paper's)
+    assert len(requested) == 5 + 3 + 2 + len(paper_config["humblebench"]["vlms"]) == 26
 
 
 def test_a_wrong_config_key_stops_the_run_naming_it(tmp_path, paper_config):
@@ -267,7 +268,18 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     question_labels = dict(zip(questions["question_id"], questions["label"], strict=True))
     assert (noise["label"] == noise["question_id"].map(question_labels)).all()
     table6 = pd.read_csv(results / "tables" / "table6_humblebench_models.csv")
-    assert list(table6["Model"]) == humble["vlms"]
+    # The VLMs under their groups' headings, as the paper's Table 6 (the tiny preset's two groups).
+    groups = [tiny_config["models"][vlm]["group"] for vlm in humble["vlms"]]
+    headed = [
+        row
+        for group in MODEL_GROUPS
+        if group in groups
+        for row in [
+            MODEL_GROUPS[group],
+            *(vlm for vlm, own in zip(humble["vlms"], groups, strict=True) if own == group),
+        ]
+    ]
+    assert list(table6["Model"]) == headed
     assert len(table6.columns) == 1 + len(humble["settings"])
     metrics = pd.read_csv(results / "tables" / "humblebench_metrics.csv")
     assert len(metrics) == len(humble["vlms"]) * len(humble["settings"]) * 2  # both readings

@@ -124,6 +124,8 @@ rule make_humble_tables:
         cautious=HUMBLE["tables"].get("cautious"),
         # The tables read the answers' texts again (`parsed_texts`): a parser change re-runs them.
         parser_version=PARSER_VERSION,
+        # Tables 4 and 6 group the VLMs as the paper does, by their registry entries' `group`.
+        groups={vlm: config["models"][vlm].get("group") for vlm in HUMBLE["vlms"]},
     log:
         LOG("make_humble_tables"),
     threads: get_threads("make_humble_tables")

@@ -107,10 +107,12 @@ def make_humble_tables(
     answers: Sequence[str], human_answers: Sequence[str], reading: str, settings: dict[str, dict[str, str]],
     original: str, stress: str, cautious: str | None, metrics: str, table4: Sequence[str], table5: Sequence[str],
     table6: Sequence[str], table7: Sequence[str], table_a1: Sequence[str], plot: str, parser_version: int,
+    groups: dict[str, str | None] | None,
 ) -> None:  # fmt: skip
     """Every metric per VLM x setting x reading, Tables 4-6 (7, given human answers; the appendix's
-    Original -> Cautious table, given a `cautious` setting), and the NOTA plot. The answers' texts are
-    read again by today's parser, which must be the one the workflow planned with (`parser_version`)."""
+    Original -> Cautious table, given a `cautious` setting), and the NOTA plot; Tables 4 and 6 list the VLMs
+    in their `groups` (name -> the registry entry's `group`). The answers' texts are read again by today's
+    parser, which must be the one the workflow planned with (`parser_version`)."""
     from blindspot.humblebench import tables as humble_tables
     from blindspot.humblebench.metrics import parsed_texts
     from blindspot.humblebench.parsing import PARSER_VERSION
@@ -126,7 +128,9 @@ def make_humble_tables(
                  changed, len(frame))  # fmt: skip
     frame["prediction_text"] = reread
     people = humble_tables.read_human_answers(human_answers[0]) if human_answers else None
-    found, report = humble_tables.report_tables(frame, people, reading, settings, original, stress, cautious)
+    found, report = humble_tables.report_tables(
+        frame, people, reading, settings, original, stress, cautious, groups=groups
+    )
     files = {"table4": table4, "table5": table5, "table6": table6, "table7": table7, "table_a1": table_a1}
     humble_tables.write_report(found, report, reading, settings, metrics, files, plot)
     log.info("HumbleBench tables over %d answers", len(frame))
