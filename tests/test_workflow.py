@@ -281,6 +281,13 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     ]
     assert list(table6["Model"]) == headed
     assert len(table6.columns) == 1 + len(humble["settings"])
+    # Figure 2 counts every question in each panel; Table 9 is the automatic check's (no people's decisions)
+    figure2 = pd.read_csv(results / "tables" / "figure2_humblebench_distributions.csv", keep_default_na=False)
+    assert figure2.groupby("panel", sort=False)["questions"].sum().tolist() == [len(questions)] * 2
+    table9 = pd.read_csv(results / "tables" / "table9_humblebench_filtering.csv").set_index("measure")
+    assert table9.loc["Candidates", "Total"] == len(candidates)
+    assert table9.loc["Final", "Total"] == (questions["source"] == "scene_graph").sum()
+    assert table9.loc["Modified", "Total"] == 0
     metrics = pd.read_csv(results / "tables" / "humblebench_metrics.csv")
     assert len(metrics) == len(humble["vlms"]) * len(humble["settings"]) * 2  # both readings
     assert (results / "tables" / "humblebench_nota_tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -518,7 +525,9 @@ REPORTED = {
     "Image quality": ["tables/table2_image_quality.csv"],
     "Metrics": ["tables/table3_metrics.csv", "tables/table3_test_split.csv", "tables/metric_accuracy.png"],
     "HumbleBench": ["tables/table4_humblebench_original.csv", "tables/table5_humblebench_settings.csv",
-                    "tables/table6_humblebench_models.csv", "tables/humblebench_nota_tradeoff.png"],
+                    "tables/table6_humblebench_models.csv", "tables/humblebench_nota_tradeoff.png",
+                    "tables/figure2_humblebench_distributions.csv", "tables/figure2_humblebench_distributions.png",
+                    "tables/table9_humblebench_filtering.csv"],
     "Benchmark": ["tables/example_grid.png", "tables/stage_counters.csv", "benchmark/dataset_card.md"],
     "Human studies": ["tables/filter_validation_agreement.csv", "tables/annotator_agreement.csv"],
 }  # fmt: skip
@@ -582,7 +591,8 @@ def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, 
     humble = run_config["humblebench"]
     jobs = planned_jobs(snakemake("-n", "--configfile", "verified.yaml", cwd=work))
     assert jobs == Counter({"make_humble_questions": 1, "answer_humble": len(humble["vlms"]) * len(humble["settings"]),
-                            "make_humble_tables": 1, "make_report_items": 1, "all": 1})  # fmt: skip
+                            "make_humble_tables": 1, "describe_humble_questions": 1, "make_report_items": 1,
+                            "all": 1})  # fmt: skip
     snakemake("--configfile", "verified.yaml", "--profile", "profiles/local", "-c2", cwd=work)
     questions = read_table(results / "humblebench" / "questions.parquet", tables.HUMBLE_QUESTIONS)
     scene = questions[questions["source"] == "scene_graph"]
@@ -593,6 +603,9 @@ def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, 
     )
     answered = answers[answers["question_id"].isin(scene["question_id"])]
     assert len(answered) == len(scene) * len(humble["vlms"]) * len(humble["settings"])
+    table9 = pd.read_csv(results / "tables" / "table9_humblebench_filtering.csv").set_index("measure")
+    assert table9.loc["Candidates", "Total"] == table9.loc["Final", "Total"] == len(sheet)
+    assert table9.loc["Modified", "Total"] == 100  # every candidate fixed by people
 
 
 # Last in the file: it scores the API judge for real in the shared run, which the tests above plan from.

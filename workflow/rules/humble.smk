@@ -135,3 +135,23 @@ rule make_humble_tables:
         get_env("make_humble_tables")
     script:
         "../scripts/run_stage.py"
+
+
+rule describe_humble_questions:
+    input:
+        questions=P("humble_questions"),
+        question_counters=P("humble_question_counters"),
+    output:
+        figure2=humble_tables("figure2"),
+        figure2_plot=report(P("figure2_plot"), caption="../report/humblebench.rst", category="HumbleBench"),
+        # what the manual filtering did, known only for the questions written here
+        table9=humble_tables("table9") if SCENE_GRAPHS else [],
+    log:
+        LOG("describe_humble_questions"),
+    threads: get_threads("describe_humble_questions")
+    resources:
+        **get_resources("describe_humble_questions"),
+    conda:
+        get_env("describe_humble_questions")
+    script:
+        "../scripts/run_stage.py"

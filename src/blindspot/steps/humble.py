@@ -134,3 +134,24 @@ def make_humble_tables(
     files = {"table4": table4, "table5": table5, "table6": table6, "table7": table7, "table_a1": table_a1}
     humble_tables.write_report(found, report, reading, settings, metrics, files, plot)
     log.info("HumbleBench tables over %d answers", len(frame))
+
+
+def describe_humble_questions(
+    questions: str, question_counters: str, figure2: Sequence[str], figure2_plot: str, table9: Sequence[str]
+) -> None:
+    """Figure 2 (the correct answers and the question types) as a table and a plot, and Table 9 (what the
+    manual filtering did per type) when the questions include scene-graph candidates."""
+    from blindspot.humblebench import distributions
+    from blindspot.io import read_json
+    from blindspot.reporting import write_report_table
+
+    frame = read_table(questions, tables.HUMBLE_QUESTIONS)
+    found = distributions.figure2_table(frame)
+    caption = f"Figure 2: HumbleBench's {len(frame):,} questions by correct answer and by type (count, %)"
+    write_report_table(found, *figure2, caption=caption)
+    distributions.plot_figure2(found, figure2_plot)
+    if table9:
+        filtering = read_json(question_counters).get("scene_graph_filtering", {})
+        caption = "Table 9: the filtering of the scene-graph candidates per type (% of the type's candidates)"
+        write_report_table(distributions.table9(filtering), *table9, caption=caption)
+    log.info("Figure 2 over %d questions%s", len(frame), "; Table 9" if table9 else "")
