@@ -181,7 +181,9 @@ def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
     assert "results/tiny/annotation_projects" in targets
     assert not any("agreement" in target for target in targets)  # no people's labels in the tiny preset
     assert "results/tiny/tables/example_grid.png" in targets
-    assert len(targets) == 3 + 3 * 3 + 4 * 3 + 6 + 1
+    assert "results/tiny/tables/figure2_humblebench_distributions.png" in targets  # and its table's three formats
+    assert not any("table9" in target for target in targets)  # no scene-graph questions in the tiny preset
+    assert len(targets) == 3 + 3 * 3 + 5 * 3 + 1 + 6 + 1
 
 
 @pytest.mark.slow
