@@ -151,6 +151,8 @@ def test_the_paper_config_reads_each_hub_repository_once_with_what_its_plugin_lo
     assert gated == {
         "meta-llama/Llama-3.1-8B-Instruct", "google/gemma-3-12b-it", "stabilityai/stable-diffusion-3.5-large-turbo",
         "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
+        # HumbleBench's VLMs
+        "meta-llama/Llama-3.2-11B-Vision-Instruct", "google/gemma-3-4b-it", "mistralai/Pixtral-12B-2409",
     }  # fmt: skip
 
 

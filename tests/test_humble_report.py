@@ -25,6 +25,7 @@ from blindspot.io import write_table
 
 FIVE_SHOWN = json.dumps({letter: letter for letter in "ABCDE"})
 FIVE_OPTIONS = json.dumps(["a cat", "a dog", "a bird", "a fish", "None of the above"])
+BOLD = "; bold: the best of the models (False-NOTA: the lowest)"  # no groups given
 SETTINGS = {
     "original": {"label": "Original", "headline": "overall"},
     "nota_only": {"label": "NOTA-only", "headline": "nota_hit"},
@@ -72,12 +73,12 @@ def test_the_report_is_each_table_of_the_metrics_with_its_caption(humans):
     pd.testing.assert_frame_equal(report["table4"][0], table4(found, "text", "original"))
     pd.testing.assert_frame_equal(report["table5"][0], table5(found, "text", SETTINGS))
     pd.testing.assert_frame_equal(report["table6"][0], table6(found, "text", SETTINGS))
-    assert report["table4"][1] == "Table 4: the Original setting (text reading), %"
+    assert report["table4"][1] == "Table 4: the Original setting (text reading), %" + BOLD
     assert report["table5"][1] == "Table 5: the settings (text reading), %"
-    assert report["table6"][1] == "Table 6: models across settings (text reading), %"
+    assert report["table6"][1] == "Table 6: models across settings (text reading), %" + BOLD
     found, report = report_tables(answers(), humans, "logits", SETTINGS, "nota_only", "original")
     # Table 4 shows the setting named `original`; Table 7 puts people in `original`'s and `stress`'s columns
-    assert report["table4"][1] == "Table 4: the NOTA-only setting (logits reading), %"
+    assert report["table4"][1] == "Table 4: the NOTA-only setting (logits reading), %" + BOLD
     pd.testing.assert_frame_equal(report["table4"][0], table4(found, "logits", "nota_only"))
     pd.testing.assert_frame_equal(
         report["table7"][0], table7(answers(), humans, "logits", original="nota_only", stress="original")
@@ -94,7 +95,7 @@ def write_answers(folder, frame):
     return paths
 
 
-def make_tables(folder, paths, humans=True, parser_version=PARSER_VERSION):
+def make_tables(folder, paths, humans=True, parser_version=PARSER_VERSION, groups=None):
     from blindspot.steps.humble import make_humble_tables
 
     def files(name):
@@ -105,7 +106,7 @@ def make_tables(folder, paths, humans=True, parser_version=PARSER_VERSION):
         settings=SETTINGS, original="original", stress="nota_only", cautious="nota_only",
         metrics=str(folder / "metrics.csv"), table4=files("t4"), table5=files("t5"), table6=files("t6"),
         table7=files("t7") if humans else [], table_a1=files("ta1"), plot=str(folder / "nota.png"),
-        parser_version=parser_version,
+        parser_version=parser_version, groups=groups,
     )  # fmt: skip
 
 

@@ -69,6 +69,8 @@ def test_every_source_in_order_with_its_count(tmp_path, animals):
         "release": 2, "benchmark": 4, "benchmark_kinds_without_a_question": {"colour_tone": 4},
         "scene_graph_left_out_with_problems": 1, "scene_graph": 2, "questions": 8,
         "per_type": {"Object": 6, "Attribute": 2},
+        # Table 9's counts: without people's decisions, the one with a problem is left out (deleted)
+        "scene_graph_filtering": {"Attribute": {"candidates": 3, "keep": 2, "modify": 0, "delete": 1, "undecided": 0}},
     }  # fmt: skip
     # without a verification file the candidates without problems are used, unverified
     assert list(frame.loc[frame["source"] == "scene_graph", "question_id"]) == ["s0", "s2"]
@@ -91,7 +93,9 @@ def test_people_decide_which_candidates_are_used(tmp_path):
     frame, counters = collect_questions(None, tmp_path, None, {}, None, 7, candidates(), decisions)
     assert list(frame["question_id"]) == ["s0"]
     assert frame["verified"].all()
-    assert counters == {"scene_graph_decisions": {"keep": 1, "modify": 0, "delete": 1, "undecided": 1},
+    decided = {"keep": 1, "modify": 0, "delete": 1, "undecided": 1}
+    filtering = {"Attribute": {"candidates": 3, **decided}}  # Table 9's counts: people's decisions per type
+    assert counters == {"scene_graph_decisions": decided, "scene_graph_filtering": filtering,
                         "scene_graph": 1, "questions": 1, "per_type": {"Attribute": 1}}  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import math
 import re
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 import yaml
 from conftest import REPO
 
-from blindspot import catalogue, counts, plan, targets
+from blindspot import catalogue, counts, plan, resources, targets
 from blindspot.checks import validate_config
 from blindspot.cli import main
 from blindspot.config import ConfigError
@@ -21,8 +22,10 @@ from blindspot.io import write_json, write_table
 
 BLINDSPOT = REPO / ".venv" / "bin" / "blindspot"
 # Jobs of the paper run from scratch, Snakemake's less the target rule `all`: 506 since the seeds are sized
-# for the paper's accepted triplets (1,955 + 2,018 + 1,511 seeds: 15 shards of 400, no longer 22).
-JOBS = 506
+# for the paper's accepted triplets (1,955 + 2,018 + 1,511 seeds: 15 shards of 400, no longer 22); 1,226 since
+# 16 of the paper's VLMs answer HumbleBench (16 x 6 settings x 8 shards = 768 answer jobs, where one VLM had 48);
+# 1,227 with describe_humble_questions (Figure 2).
+JOBS = 1227
 TSV_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time"
 
 
@@ -513,3 +516,26 @@ def test_the_paper_configs_gpt5_bill(paper_config):
     whole["evaluation"]["api_metrics_score"] = "test_split"
     jobs = plan.job_table(whole)
     assert plan.plan(whole)["bill"].iloc[0]["requests"] == jobs.loc[jobs["rule"] == "score_api_metric", "items"].sum()
+
+
+def test_the_paper_plan_answers_with_every_listed_vlm_on_its_entrys_gpus_and_memory(paper_config):
+    """Every VLM of `humblebench.vlms` gets an answer job per setting and shard, asking for the GPUs of its
+    registry entry and the memory of its weights (`job_resources.base_mb` + `weights_gb`), timed by its
+    `throughput:` entry; the proprietary models are registry entries, not yet answering."""
+    humble, settings = paper_config["humblebench"], paper_config["job_resources"]
+    jobs = plan.plan(paper_config)["jobs"]
+    answers = jobs[jobs["rule"] == "answer_humble"]
+    assert set(answers["model"]) == set(humble["vlms"])
+    for vlm in humble["vlms"]:
+        entry, mine = paper_config["models"][vlm], answers[answers["model"] == vlm]
+        assert len(mine) == len(humble["settings"]) * humble["answer_shards"]
+        assert set(mine["gpus"]) == {entry["gpus"]} == {1}
+        images_mb = resources.images_in_flight(paper_config, "answer_humble") * resources.render_pixels(
+            paper_config) * settings["bytes_per_pixel"] / 2**20  # fmt: skip
+        assert set(mine["mem_mb"]) == {math.ceil(settings["base_mb"] + 1024 * entry["weights_gb"] + images_mb)}
+        assert mine["gpu_hours"].notna().all()
+        assert entry["group"] in ("general", "reasoning")
+    proprietary = [name for name, entry in paper_config["models"].items() if entry.get("group") == "proprietary"]
+    assert proprietary == ["gemini-3-flash", "gemini-2.5-pro", "claude-haiku-5.5", "qwen3-vl-235b"]
+    assert all(paper_config["models"][name]["backend"] == "openai_api" for name in proprietary)
+    assert not set(proprietary) & set(humble["vlms"])

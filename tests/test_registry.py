@@ -6,7 +6,7 @@ from blindspot.models.api_vlm import ANSWERERS
 from blindspot.models.textgen import GENERATORS
 from blindspot.models.vlm_scoring import SCORERS
 from blindspot.paths import SCHEMA_DIR
-from blindspot.registry import BACKENDS, ROLES, Role, placed_models
+from blindspot.registry import BACKENDS, MODEL_GROUPS, ROLES, RUN_ONLY_KEYS, Role, placed_models
 
 
 def test_the_adapters_implement_the_backends_the_registry_lets_serve_text_and_images():
@@ -18,6 +18,12 @@ def test_the_adapters_implement_the_backends_the_registry_lets_serve_text_and_im
 def test_the_schema_offers_the_registrys_backends():
     schema = yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
     assert set(schema["$defs"]["model"]["properties"]["backend"]["enum"]) == set(BACKENDS)
+
+
+def test_the_schema_offers_the_registrys_model_groups_in_their_order_and_a_group_keys_no_result():
+    schema = yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
+    assert schema["$defs"]["model"]["properties"]["group"]["enum"] == list(MODEL_GROUPS)
+    assert "group" in RUN_ONLY_KEYS
 
 
 def test_every_role_can_be_served_and_every_config_places_registry_models(tiny_config, paper_config):

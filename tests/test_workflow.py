@@ -18,7 +18,7 @@ from conftest import CHROMIUM, REPO, snakemake
 from blindspot import tables
 from blindspot.humblebench.questions import problem
 from blindspot.io import read_table
-from blindspot.registry import is_api_metric, metric_models
+from blindspot.registry import MODEL_GROUPS, is_api_metric, metric_models
 from blindspot.shards import n_shards
 from blindspot.targets import final_targets
 
@@ -101,7 +101,8 @@ def test_gpu_requests_come_from_the_registry(paper_config):
     assert requested == {name: {paper_config["models"][name]["gpus"]} for name in requested}
     assert requested["qwen2.5-32b-instruct"] == {2}
     assert requested["flux.1-schnell"] == {1}
-    assert len(requested) == 5 + 3 + 2 + 1  # generators and judges, T2I models, VLMs, HumbleBench's VLM
+    # generators and judges, T2I models, VLMs, HumbleBench's VLMs (16 of the paper's)
+    assert len(requested) == 5 + 3 + 2 + len(paper_config["humblebench"]["vlms"]) == 26
 
 
 def test_a_wrong_config_key_stops_the_run_naming_it(tmp_path, paper_config):
@@ -180,7 +181,9 @@ def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
     assert "results/tiny/annotation_projects" in targets
     assert not any("agreement" in target for target in targets)  # no people's labels in the tiny preset
     assert "results/tiny/tables/example_grid.png" in targets
-    assert len(targets) == 3 + 3 * 3 + 4 * 3 + 6 + 1
+    assert "results/tiny/tables/figure2_humblebench_distributions.png" in targets  # and its table's three formats
+    assert not any("table9" in target for target in targets)  # no scene-graph questions in the tiny preset
+    assert len(targets) == 3 + 3 * 3 + 5 * 3 + 1 + 6 + 1
 
 
 @pytest.mark.slow
@@ -267,8 +270,26 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     question_labels = dict(zip(questions["question_id"], questions["label"], strict=True))
     assert (noise["label"] == noise["question_id"].map(question_labels)).all()
     table6 = pd.read_csv(results / "tables" / "table6_humblebench_models.csv")
-    assert list(table6["Model"]) == humble["vlms"]
+    # The VLMs under their groups' headings, as the paper's Table 6 (the tiny preset's two groups).
+    groups = [tiny_config["models"][vlm]["group"] for vlm in humble["vlms"]]
+    headed = [
+        row
+        for group in MODEL_GROUPS
+        if group in groups
+        for row in [
+            MODEL_GROUPS[group],
+            *(vlm for vlm, own in zip(humble["vlms"], groups, strict=True) if own == group),
+        ]
+    ]
+    assert list(table6["Model"]) == headed
     assert len(table6.columns) == 1 + len(humble["settings"])
+    # Figure 2 counts every question in each panel; Table 9 is the automatic check's (no people's decisions)
+    figure2 = pd.read_csv(results / "tables" / "figure2_humblebench_distributions.csv", keep_default_na=False)
+    assert figure2.groupby("panel", sort=False)["questions"].sum().tolist() == [len(questions)] * 2
+    table9 = pd.read_csv(results / "tables" / "table9_humblebench_filtering.csv").set_index("measure")
+    assert table9.loc["Candidates", "Total"] == len(candidates)
+    assert table9.loc["Final", "Total"] == (questions["source"] == "scene_graph").sum()
+    assert table9.loc["Modified", "Total"] == 0
     metrics = pd.read_csv(results / "tables" / "humblebench_metrics.csv")
     assert len(metrics) == len(humble["vlms"]) * len(humble["settings"]) * 2  # both readings
     assert (results / "tables" / "humblebench_nota_tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -506,7 +527,9 @@ REPORTED = {
     "Image quality": ["tables/table2_image_quality.csv"],
     "Metrics": ["tables/table3_metrics.csv", "tables/table3_test_split.csv", "tables/metric_accuracy.png"],
     "HumbleBench": ["tables/table4_humblebench_original.csv", "tables/table5_humblebench_settings.csv",
-                    "tables/table6_humblebench_models.csv", "tables/humblebench_nota_tradeoff.png"],
+                    "tables/table6_humblebench_models.csv", "tables/humblebench_nota_tradeoff.png",
+                    "tables/figure2_humblebench_distributions.csv", "tables/figure2_humblebench_distributions.png",
+                    "tables/table9_humblebench_filtering.csv"],
     "Benchmark": ["tables/example_grid.png", "tables/stage_counters.csv", "benchmark/dataset_card.md"],
     "Human studies": ["tables/filter_validation_agreement.csv", "tables/annotator_agreement.csv"],
 }  # fmt: skip
@@ -570,7 +593,8 @@ def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, 
     humble = run_config["humblebench"]
     jobs = planned_jobs(snakemake("-n", "--configfile", "verified.yaml", cwd=work))
     assert jobs == Counter({"make_humble_questions": 1, "answer_humble": len(humble["vlms"]) * len(humble["settings"]),
-                            "make_humble_tables": 1, "make_report_items": 1, "all": 1})  # fmt: skip
+                            "make_humble_tables": 1, "describe_humble_questions": 1, "make_report_items": 1,
+                            "all": 1})  # fmt: skip
     snakemake("--configfile", "verified.yaml", "--profile", "profiles/local", "-c2", cwd=work)
     questions = read_table(results / "humblebench" / "questions.parquet", tables.HUMBLE_QUESTIONS)
     scene = questions[questions["source"] == "scene_graph"]
@@ -581,6 +605,9 @@ def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, 
     )
     answered = answers[answers["question_id"].isin(scene["question_id"])]
     assert len(answered) == len(scene) * len(humble["vlms"]) * len(humble["settings"])
+    table9 = pd.read_csv(results / "tables" / "table9_humblebench_filtering.csv").set_index("measure")
+    assert table9.loc["Candidates", "Total"] == table9.loc["Final", "Total"] == len(sheet)
+    assert table9.loc["Modified", "Total"] == 100  # every candidate fixed by people
 
 
 # Last in the file: it scores the API judge for real in the shared run, which the tests above plan from.

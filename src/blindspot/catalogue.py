@@ -159,6 +159,7 @@ _ENTRIES = [
     Step("answer_api_humble", "humble", BY_MODEL_BACKEND, ("vlm", "setting", "shard"), ("vlm",), local=True,
           image_batch=("humblebench.batch_size", 1), items=_humble_shard_questions, function="answer_humble"),
     Step("make_humble_tables", "humble", local=True),
+    Step("describe_humble_questions", "humble", local=True),
     Step("train_protoscore", "protoscore", "vlm", loads=("protoscore.model",), throughput=True,
           image_batch=("protoscore.batch_size", 2), items=_training_pairs),
     Step("score_transfer", "protoscore", "vlm", loads=("protoscore.model",), throughput=True,

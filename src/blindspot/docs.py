@@ -94,6 +94,10 @@ OUTPUT_DESCRIPTIONS = {
     "table_a1": "the appendix's Table 1: each model's NOTA measures, Original -> Cautious prompt (only with "
     "`humblebench.tables.cautious`)",
     "nota_plot": "NOTA hit rate against false-NOTA rate per model, in the settings read by overall accuracy",
+    "figure2": "Figure 2's numbers: the questions per correct answer (NOTA apart) and per type",
+    "figure2_plot": "Figure 2: the distributions of the correct answers and of the question types",
+    "table9": "Table 9: what the manual filtering did to the scene-graph candidates of each type "
+    "(only with `scene_graphs`)",
     "annotation_projects": "one Label Studio project per task (`image_score`, `pairwise`, `question_check`) with "
     "annotator links; copy one out of the results folder before serving it, since Snakemake replaces the folder "
     "when the subsets change",

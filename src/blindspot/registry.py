@@ -70,6 +70,14 @@ ROLES = (
 )
 
 
+# The row groups of HumbleBench's Tables 4 and 6, in the paper's order: a registry entry's `group` -> heading.
+MODEL_GROUPS = {
+    "general": "General-purpose models",
+    "reasoning": "Reasoning models",
+    "proprietary": "Proprietary models",
+}
+
+
 def placed_models(config: Mapping[str, Any]) -> Iterator[tuple[Role, str]]:
     """(role, registry name) of every model the config places in a role, in the roles' order."""
     for role in ROLES:
@@ -107,7 +115,7 @@ def built_model_dir(config: Mapping[str, Any], name: str) -> Path:
 # Registry keys that decide where or how fast a model runs, who may call it or what it costs, not what it
 # outputs: results made under other values are reused (the score cache, the journals of a killed job).
 RUN_ONLY_KEYS = frozenset({"gpus", "weights_gb", "gated", "licence", "client", "api_key_env", "endpoint",
-                           "max_model_len", "allow_cpu", "prices"})  # fmt: skip
+                           "max_model_len", "allow_cpu", "prices", "group"})  # fmt: skip
 # vLLM engine arguments of memory and scheduling, the usual changes after an out-of-memory error; any
 # other (quantization, kv_cache_dtype, mm_processor_kwargs) may change what the model outputs.
 RUN_ONLY_ENGINE_ARGS = frozenset({

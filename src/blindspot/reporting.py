@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 import pandas as pd
@@ -32,15 +33,28 @@ def latex_escape(text: str) -> str:
     return _LATEX_PATTERN.sub(lambda match: _LATEX_SPECIAL[match.group(0)], text)
 
 
-def to_markdown(table: pd.DataFrame, decimals: int = 3) -> str:
+# A cell to set in bold: (row position, column name).
+Cell = tuple[int, str]
+
+
+def _rows(table: pd.DataFrame, decimals: int, bold: Collection[Cell], mark: str) -> list[list[str]]:
+    """Each row's cells as text, those in `bold` put into `mark` (a format string with one field)."""
+    return [
+        [mark.format(text) if (i, column) in bold else text for column, text in zip(table.columns, row, strict=True)]
+        for i, row in enumerate([_cell(v, decimals) for v in values] for values in table.itertuples(index=False))
+    ]
+
+
+def to_markdown(table: pd.DataFrame, decimals: int = 3, bold: Collection[Cell] = ()) -> str:
     header = "| " + " | ".join(map(str, table.columns)) + " |"
     rule = "| " + " | ".join("---" for _ in table.columns) + " |"
-    body = ["| " + " | ".join(_cell(v, decimals) for v in row) + " |" for row in table.itertuples(index=False)]
+    body = ["| " + " | ".join(row) + " |" for row in _rows(table, decimals, bold, "**{}**")]
     return "\n".join([header, rule, *body]) + "\n"
 
 
-def to_latex(table: pd.DataFrame, caption: str, decimals: int = 3) -> str:
+def to_latex(table: pd.DataFrame, caption: str, decimals: int = 3, bold: Collection[Cell] = ()) -> str:
     spec = "".join("r" if pd.api.types.is_numeric_dtype(table[c]) else "l" for c in table.columns)
+    escaped = table.map(lambda value: latex_escape(_cell(value, decimals)))
     lines = [
         r"\begin{table}[t]",
         r"\centering",
@@ -49,7 +63,7 @@ def to_latex(table: pd.DataFrame, caption: str, decimals: int = 3) -> str:
         r"\toprule",
         " & ".join(latex_escape(str(c)) for c in table.columns) + r" \\",
         r"\midrule",
-        *(" & ".join(latex_escape(_cell(v, decimals)) for v in row) + r" \\" for row in table.itertuples(index=False)),
+        *(" & ".join(row) + r" \\" for row in _rows(escaped, decimals, bold, r"\textbf{{{}}}")),
         r"\bottomrule",
         r"\end{tabular}",
         r"\end{table}",
@@ -58,8 +72,10 @@ def to_latex(table: pd.DataFrame, caption: str, decimals: int = 3) -> str:
 
 
 def write_report_table(
-    table: pd.DataFrame, csv: str | Path, markdown: str | Path, latex: str | Path, caption: str
-) -> None:
+    table: pd.DataFrame, csv: str | Path, markdown: str | Path, latex: str | Path, caption: str,
+    bold: Collection[Cell] = (),
+) -> None:  # fmt: skip
+    """The table as CSV (plain values), Markdown and LaTeX (the cells in `bold` set in bold)."""
     write_text(csv, table.to_csv(index=False))
-    write_text(markdown, f"{caption}\n\n{to_markdown(table)}")
-    write_text(latex, to_latex(table, caption))
+    write_text(markdown, f"{caption}\n\n{to_markdown(table, bold=bold)}")
+    write_text(latex, to_latex(table, caption, bold=bold))

@@ -229,6 +229,12 @@ HUMBLE_QUESTIONS = pa.schema(
     ]
 )
 
+# Figure 2's numbers: per panel (the correct answer, NOTA apart; the question type), each value's questions.
+HUMBLE_DISTRIBUTIONS = pa.schema([("panel", _s), ("value", _s), ("questions", pa.int64()), ("percent", _f)])
+
+# Table 9 as the paper lays it out: a row per measure (candidates, kept %, ..., final, final %), a column per type.
+HUMBLE_FILTERING = pa.schema([("measure", _s), ("Object", _f), ("Attribute", _f), ("Relation", _f), ("Total", _f)])
+
 # One row per question x VLM x setting: the question as shown, and both readings of the answer.
 HUMBLE_ANSWERS = pa.schema(
     [

@@ -70,6 +70,9 @@ PATHS = {
     "table7": "{results}/tables/table7_humblebench_humans.{ext}",
     "table_a1": "{results}/tables/tableA1_humblebench_cautious.{ext}",
     "nota_plot": "{results}/tables/humblebench_nota_tradeoff.png",
+    "figure2": "{results}/tables/figure2_humblebench_distributions.{ext}",
+    "figure2_plot": "{results}/tables/figure2_humblebench_distributions.png",
+    "table9": "{results}/tables/table9_humblebench_filtering.{ext}",
     "annotation_projects": "{results}/annotation_projects",
     "filter_agreement": "{results}/tables/filter_validation_agreement.{ext}",
     "annotator_agreement": "{results}/tables/annotator_agreement.{ext}",
@@ -161,11 +164,13 @@ def humble_answer_targets(config: dict[str, Any]) -> list[str]:
 
 def humble_table_targets(config: dict[str, Any]) -> list[str]:
     """HumbleBench's tables: 4 to 6 always, 7 only with human answers, the appendix's Original -> Cautious
-    table only with a `cautious` setting named."""
+    table only with a `cautious` setting named; Figure 2's numbers and its plot always, Table 9 only with
+    scene-graph questions (the release has no record of its filtering)."""
     humble = config["humblebench"]
     kinds = ["table4", "table5", "table6"] + (["table7"] if humble.get("human_answers") else [])
     kinds += ["table_a1"] if humble["tables"].get("cautious") else []
-    return [target for kind in kinds for target in table_targets(config, kind)]
+    kinds += ["figure2"] + (["table9"] if humble.get("scene_graphs") else [])
+    return [target for kind in kinds for target in table_targets(config, kind)] + [path(config, "figure2_plot")]
 
 
 def has_human_choices(config: dict[str, Any]) -> bool:

@@ -151,6 +151,8 @@ rule make_humble_tables:
         cautious=HUMBLE["tables"].get("cautious"),
         # The tables read the answers' texts again (`parsed_texts`): a parser change re-runs them.
         parser_version=PARSER_VERSION,
+        # Tables 4 and 6 group the VLMs as the paper does, by their registry entries' `group`.
+        groups={vlm: config["models"][vlm].get("group") for vlm in HUMBLE["vlms"]},
     log:
         LOG("make_humble_tables"),
     threads: get_threads("make_humble_tables")
@@ -158,5 +160,25 @@ rule make_humble_tables:
         **get_resources("make_humble_tables"),
     conda:
         get_env("make_humble_tables")
+    script:
+        "../scripts/run_stage.py"
+
+
+rule describe_humble_questions:
+    input:
+        questions=P("humble_questions"),
+        question_counters=P("humble_question_counters"),
+    output:
+        figure2=humble_tables("figure2"),
+        figure2_plot=report(P("figure2_plot"), caption="../report/humblebench.rst", category="HumbleBench"),
+        # what the manual filtering did, known only for the questions written here
+        table9=humble_tables("table9") if SCENE_GRAPHS else [],
+    log:
+        LOG("describe_humble_questions"),
+    threads: get_threads("describe_humble_questions")
+    resources:
+        **get_resources("describe_humble_questions"),
+    conda:
+        get_env("describe_humble_questions")
     script:
         "../scripts/run_stage.py"

@@ -27,7 +27,8 @@ def collect_questions(
     config's kinds and NOTA share; `taxonomies` by domain give the distractors); the scene-graph
     `candidates`, after the people's `decisions` (read from the verification file), or, without them,
     those without problems, unverified. Question ids must be unique across sources.
-    Returns the table (`tables.HUMBLE_QUESTIONS`) and counters."""
+    Returns the table (`tables.HUMBLE_QUESTIONS`) and counters: per source, per type, and what became of the
+    scene-graph candidates of each type (`filtering_by_type`, Table 9's counts)."""
     rows: list[dict[str, Any]] = []
     counters: dict[str, Any] = {}
     if release:
@@ -42,16 +43,17 @@ def collect_questions(
     if candidates is not None:
         written = candidates.to_dict("records")
         if decisions is not None:
-            written, counts = apply_verification(written, decisions)
+            used, counts = apply_verification(written, decisions)  # it checks the decisions
             counters["scene_graph_decisions"] = counts
         else:
             flawed = [row for row in written if problem(row)]
-            written = [row for row in written if not problem(row)]
+            used = [row for row in written if not problem(row)]
             counters["scene_graph_left_out_with_problems"] = len(flawed)
             log.warning("%d scene-graph questions are used unverified (no verification file); %d with problems are "
-                        "left out", len(written), len(flawed))  # fmt: skip
-        rows += written
-        counters["scene_graph"] = len(written)
+                        "left out", len(used), len(flawed))  # fmt: skip
+        counters["scene_graph_filtering"] = filtering_by_type(written, decisions)
+        rows += used
+        counters["scene_graph"] = len(used)
     frame = pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names)
     duplicated = frame["question_id"][frame["question_id"].duplicated()]
     if len(duplicated):
@@ -59,3 +61,22 @@ def collect_questions(
     counters["questions"] = len(frame)
     counters["per_type"] = {kind: int(n) for kind, n in frame["type"].value_counts().items()}
     return frame, counters
+
+
+FATES = ("keep", "modify", "delete", "undecided")  # what became of a candidate, Table 9's rows
+
+
+def filtering_by_type(candidates: list[dict[str, Any]], decisions: Decisions | None) -> dict[str, dict[str, int]]:
+    """Table 9's counts: per type of the candidates as written, how many there were and what became of them
+    (FATES): the people's decisions, or without them the automatic check (a candidate with a problem is left
+    out, `delete`; the rest are used unverified, `keep`)."""
+    found: dict[str, dict[str, int]] = {}
+    for row in candidates:
+        if decisions is None:
+            fate = "delete" if problem(row) else "keep"
+        else:
+            fate = decisions.table["decision"].get(row["question_id"], "") or "undecided"
+        counts = found.setdefault(row["type"], dict.fromkeys(["candidates", *FATES], 0))
+        counts["candidates"] += 1
+        counts[fate] += 1
+    return found

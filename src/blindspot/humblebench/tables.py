@@ -19,7 +19,8 @@ import pandas as pd
 
 from blindspot.humblebench.metrics import ANSWER_COLUMNS, humility_metrics, require_columns
 from blindspot.io import atomic_path, read_csv, write_text
-from blindspot.reporting import write_report_table
+from blindspot.registry import MODEL_GROUPS
+from blindspot.reporting import Cell, write_report_table
 
 READINGS = ("text", "logits")
 HEADLINES = {"overall": "Overall", "nota_selection": "NOTA sel.", "nota_hit": "NOTA hit"}
@@ -68,13 +69,57 @@ def _one_reading(metrics: pd.DataFrame, reading: str, columns: Sequence[str]) ->
     return part
 
 
-def table4(metrics: pd.DataFrame, reading: str, setting: str) -> pd.DataFrame:
+# Models = registry name -> its `group` (a key of `registry.MODEL_GROUPS`, or None).
+Groups = Mapping[str, str | None]
+OTHER_GROUP = "Other models"  # the heading of the models of no group, after the groups
+LOWER_IS_BETTER = frozenset({"False-NOTA"})  # the columns whose best value is the lowest
+
+
+def _has_groups(groups: Groups | None) -> bool:
+    return any(group in MODEL_GROUPS for group in (groups or {}).values())
+
+
+def grouped(table: pd.DataFrame, groups: Groups | None) -> pd.DataFrame:
+    """`table` (a row per model, its name under `Model`) with its rows under a heading row per model group,
+    as the paper's Tables 4 and 6: the groups in `registry.MODEL_GROUPS`' order, the models of none last under
+    OTHER_GROUP, each group's models in the table's order; a heading row holds "" in every other column.
+    Without groups (`groups` empty or naming none), the table as it is."""
+    if not _has_groups(groups):
+        return table
+    keys = [group if (group := groups.get(model)) in MODEL_GROUPS else None for model in table["Model"]]
+    rows: list[dict[str, Any]] = []
+    for key in [*MODEL_GROUPS, None]:
+        part = table[[found == key for found in keys]]
+        if len(part):
+            rows += [{"Model": MODEL_GROUPS.get(key, OTHER_GROUP), **dict.fromkeys(table.columns[1:], "")}]
+            rows += part.to_dict("records")
+    return pd.DataFrame(rows, columns=table.columns, dtype=object)
+
+
+def best_cells(table: pd.DataFrame, lower_is_better: frozenset[str] = LOWER_IS_BETTER) -> set[Cell]:
+    """The cells (row position, column) that hold the best value of their column within their group of rows
+    (the rows between heading rows, `grouped`; the whole table without headings), every one of a tie: what
+    the paper sets in bold. Higher is better, except in the columns `lower_is_better` names."""
+    values = table.drop(columns="Model").apply(pd.to_numeric, errors="coerce").reset_index(drop=True)
+    heading = table.drop(columns="Model").eq("").all(axis=1).to_numpy()
+    cells: set[Cell] = set()
+    for _, part in values[~heading].groupby(heading.cumsum()[~heading]):
+        for column in part.columns:
+            known = part[column].dropna()
+            if len(known):
+                best = known.min() if column in lower_is_better else known.max()
+                cells |= {(int(i), column) for i in known.index[known == best]}
+    return cells
+
+
+def table4(metrics: pd.DataFrame, reading: str, setting: str, groups: Groups | None = None) -> pd.DataFrame:
     """Table 4: per type and overall accuracy, non-NOTA accuracy, NOTA hit, false-NOTA and the humility
-    score of each model in one setting (the Original one in the paper)."""
+    score of each model in one setting (the Original one in the paper), the models in their `groups`."""
     part = _one_reading(metrics, reading, list(TABLE4_COLUMNS))
     part = part[part["setting"] == setting]
     table = part[["vlm", *TABLE4_COLUMNS]].rename(columns={"vlm": "Model", **TABLE4_COLUMNS})
-    return table.assign(**{c: table[c].map(_percent) for c in TABLE4_COLUMNS.values()}).reset_index(drop=True)
+    table = table.assign(**{c: table[c].map(_percent) for c in TABLE4_COLUMNS.values()}).reset_index(drop=True)
+    return grouped(table, groups)
 
 
 def _best(part: pd.DataFrame, metric: str) -> str:
@@ -111,15 +156,18 @@ def table5(metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[s
     return pd.DataFrame(rows)
 
 
-def table6(metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
-    """Table 6: one row per model, one column per setting holding the setting's headline metric."""
+def table6(
+    metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]], groups: Groups | None = None
+) -> pd.DataFrame:
+    """Table 6: one row per model, in their `groups`, one column per setting holding the setting's headline
+    metric."""
     part = _one_reading(metrics, reading, sorted({setting["headline"] for setting in settings.values()}))
     columns = {name: f"{s['label']} ({HEADLINES[s['headline']]})" for name, s in settings.items()}
     table = pd.DataFrame({"Model": list(dict.fromkeys(part["vlm"]))})
     for name, setting in settings.items():
         cells = part[part["setting"] == name].set_index("vlm")[setting["headline"]]
         table[columns[name]] = table["Model"].map(cells).map(_percent)
-    return table
+    return grouped(table, groups)
 
 
 SHIFT_COLUMNS = {"nota_selection": "NOTA Selection", "nota_hit": "NOTA Hit", "false_nota": "False-NOTA",
@@ -210,25 +258,34 @@ def table7(
     return pd.DataFrame(rows)
 
 
+MARKED = ("table4", "table6")  # the tables that set each group's best value in bold, as the paper's
+
+
 def report_tables(
     answers: pd.DataFrame, humans: pd.DataFrame | None, reading: str, settings: Mapping[str, Mapping[str, Any]],
     original: str, stress: str, cautious: str | None = None, readings: Sequence[str] = READINGS,
+    groups: Groups | None = None,
 ) -> tuple[pd.DataFrame, dict[str, tuple[pd.DataFrame, str]]]:  # fmt: skip
     """Every metric per VLM x setting x reading of `readings` (`metrics_table`), and by name Tables 4 to
     6 of `reading`, 7 given people's answers (`read_human_answers`) and, given a `cautious` setting among
     `settings`, the appendix's Original -> Cautious table, each with its caption; `original` is the setting of Table 4,
     of Table 7's normal columns and of the appendix table's left side, `stress` that of Table 7's NOTA hit
-    under stress."""
+    under stress. Tables 4 and 6 list the models in their `groups` (registry name -> `group`), as the paper."""
     if original not in settings:
         raise ValueError(f"Table 4's setting {original!r} is not one of the settings {list(settings)}")
     found = metrics_table(answers, readings)
+    among = "in each model group" if _has_groups(groups) else "of the models"
+    bold = f"bold: the best {among} (False-NOTA: the lowest)"
     report = {
         "table4": (
-            table4(found, reading, original),
-            f"Table 4: the {settings[original]['label']} setting ({reading} reading), %",
+            table4(found, reading, original, groups),
+            f"Table 4: the {settings[original]['label']} setting ({reading} reading), %; {bold}",
         ),
         "table5": (table5(found, reading, settings), f"Table 5: the settings ({reading} reading), %"),
-        "table6": (table6(found, reading, settings), f"Table 6: models across settings ({reading} reading), %"),
+        "table6": (
+            table6(found, reading, settings, groups),
+            f"Table 6: models across settings ({reading} reading), %; {bold}",
+        ),
     }
     if humans is not None:
         report["table7"] = (
@@ -249,11 +306,12 @@ def write_report(
     settings: Mapping[str, Mapping[str, str]], metrics: str | Path, tables: Mapping[str, Sequence[str]],
     plot: str | Path,
 ) -> None:  # fmt: skip
-    """Write every metric (CSV), each report table to its files (`tables[name]`: CSV, Markdown, LaTeX) and
-    the NOTA plot: what the workflow and `blindspot humble score` both write."""
+    """Write every metric (CSV), each report table to its files (`tables[name]`: CSV, Markdown, LaTeX; in
+    Tables 4 and 6 each group's best in bold, `best_cells`) and the NOTA plot: what the workflow and
+    `blindspot humble score` both write."""
     write_text(metrics, found.to_csv(index=False))
     for name, (table, caption) in report.items():
-        write_report_table(table, *tables[name], caption=caption)
+        write_report_table(table, *tables[name], caption=caption, bold=best_cells(table) if name in MARKED else ())
     plot_nota_tradeoff(found, reading, settings, plot)
 
 

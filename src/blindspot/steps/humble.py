@@ -111,10 +111,12 @@ def make_humble_tables(
     answers: Sequence[str], human_answers: Sequence[str], reading: str, settings: dict[str, dict[str, str]],
     original: str, stress: str, cautious: str | None, metrics: str, table4: Sequence[str], table5: Sequence[str],
     table6: Sequence[str], table7: Sequence[str], table_a1: Sequence[str], plot: str, parser_version: int,
+    groups: dict[str, str | None] | None,
 ) -> None:  # fmt: skip
     """Every metric per VLM x setting x reading, Tables 4-6 (7, given human answers; the appendix's
-    Original -> Cautious table, given a `cautious` setting), and the NOTA plot. The answers' texts are
-    read again by today's parser, which must be the one the workflow planned with (`parser_version`)."""
+    Original -> Cautious table, given a `cautious` setting), and the NOTA plot; Tables 4 and 6 list the VLMs
+    in their `groups` (name -> the registry entry's `group`). The answers' texts are read again by today's
+    parser, which must be the one the workflow planned with (`parser_version`)."""
     from blindspot.humblebench import tables as humble_tables
     from blindspot.humblebench.metrics import parsed_texts
     from blindspot.humblebench.parsing import PARSER_VERSION
@@ -130,7 +132,30 @@ def make_humble_tables(
                  changed, len(frame))  # fmt: skip
     frame["prediction_text"] = reread
     people = humble_tables.read_human_answers(human_answers[0]) if human_answers else None
-    found, report = humble_tables.report_tables(frame, people, reading, settings, original, stress, cautious)
+    found, report = humble_tables.report_tables(
+        frame, people, reading, settings, original, stress, cautious, groups=groups
+    )
     files = {"table4": table4, "table5": table5, "table6": table6, "table7": table7, "table_a1": table_a1}
     humble_tables.write_report(found, report, reading, settings, metrics, files, plot)
     log.info("HumbleBench tables over %d answers", len(frame))
+
+
+def describe_humble_questions(
+    questions: str, question_counters: str, figure2: Sequence[str], figure2_plot: str, table9: Sequence[str]
+) -> None:
+    """Figure 2 (the correct answers and the question types) as a table and a plot, and Table 9 (what the
+    manual filtering did per type) when the questions include scene-graph candidates."""
+    from blindspot.humblebench import distributions
+    from blindspot.io import read_json
+    from blindspot.reporting import write_report_table
+
+    frame = read_table(questions, tables.HUMBLE_QUESTIONS)
+    found = distributions.figure2_table(frame)
+    caption = f"Figure 2: HumbleBench's {len(frame):,} questions by correct answer and by type (count, %)"
+    write_report_table(found, *figure2, caption=caption)
+    distributions.plot_figure2(found, figure2_plot)
+    if table9:
+        filtering = read_json(question_counters).get("scene_graph_filtering", {})
+        caption = "Table 9: the filtering of the scene-graph candidates per type (% of the type's candidates)"
+        write_report_table(distributions.table9(filtering), *table9, caption=caption)
+    log.info("Figure 2 over %d questions%s", len(frame), "; Table 9" if table9 else "")
