@@ -20,6 +20,7 @@ import pandas as pd
 from blindspot.humblebench.metrics import ANSWER_COLUMNS, humility_metrics, require_columns
 from blindspot.io import atomic_path, read_csv, write_text
 from blindspot.reporting import write_report_table
+from blindspot.tables import HUMAN_ANSWERS
 
 READINGS = ("text", "logits")
 HEADLINES = {"overall": "Overall", "nota_selection": "NOTA sel.", "nota_hit": "NOTA hit"}
@@ -155,16 +156,17 @@ def shift_table(metrics: pd.DataFrame, reading: str, before: str, after: str) ->
 
 
 def read_human_answers(path: str | Path) -> pd.DataFrame:
-    """Human answers: `annotator,question_id,setting,answer` (a letter of the options as shown in that
-    setting, or empty when the person gave none)."""
+    """Human answers from a CSV `annotator,question_id,setting,answer` (a letter of the options as shown in
+    that setting, or empty when the person gave none), as `tables.HUMAN_ANSWERS`: what the annotation
+    page's and Label Studio's answers become too (`human_study.answers_from_labels`)."""
     frame = read_csv(path, "human answers", dtype=str, keep_default_na=False)
-    missing = {"annotator", "question_id", "setting", "answer"} - set(frame.columns)
+    missing = set(HUMAN_ANSWERS.names) - set(frame.columns)
     if missing:
         raise ValueError(f"{path}: human answers lack columns {sorted(missing)}")
     bad = frame[~frame["answer"].isin(["", "A", "B", "C", "D", "E"])]
     if len(bad):
         raise ValueError(f"{path}: row {bad.index[0] + 2} answers {bad['answer'].iloc[0]!r} (a letter A-E or empty)")
-    return frame
+    return frame[list(HUMAN_ANSWERS.names)]
 
 
 TABLE7_COLUMNS = {"overall": "Overall", "non_nota_accuracy": "Non-NOTA", "nota_hit": "NOTA hit",
