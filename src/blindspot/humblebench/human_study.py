@@ -75,11 +75,12 @@ def sample_question_sets(
         chosen = [(original, r) for r in normal] + [(stress, r) for r in pools[False][start : start + stressed]]
         for setting, row in chosen:
             shown = present(row_question(row), setting, settings[setting], seed)
+            key = item_id(setting, row["question_id"])
             items.append({
-                "annotator": annotator, "item_id": item_id(setting, row["question_id"]), "setting": setting,
+                "annotator": annotator, "item_id": key, "setting": setting,
                 "question_id": row["question_id"], "type": row["type"], "image_path": row["image_path"],
                 "question": shown.question, "options": json.dumps(list(shown.options)),
-                "letters": "".join(shown.letters), "order": _rank(study["seed"], annotator, item_id(setting, row["question_id"])),
+                "letters": "".join(shown.letters), "order": _rank(study["seed"], annotator, key),
             })  # fmt: skip
     frame = pd.DataFrame(items, columns=[*tables.HUMAN_STUDY.names, "order"])
     return frame.sort_values(["annotator", "order"], kind="stable").drop(columns="order").reset_index(drop=True)
