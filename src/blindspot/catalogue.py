@@ -155,6 +155,7 @@ _ENTRIES = [
     Step("make_humble_questions", "humble", "export", data=True),
     Step("answer_humble", "humble", BY_MODEL_BACKEND, ("vlm", "setting", "shard"), ("vlm",), throughput=True,
           image_batch=("humblebench.batch_size", 1), items=_humble_shard_questions),
+    Step("sample_human_questions", "humble", local=True),
     Step("make_humble_tables", "humble", local=True),
     Step("train_protoscore", "protoscore", "vlm", loads=("protoscore.model",), throughput=True,
           image_batch=("protoscore.batch_size", 2), items=_training_pairs),

@@ -62,6 +62,7 @@ PATHS = {
     "humble_answers": "{results}/humblebench/answers/{vlm}/{setting}/{shard}.parquet",
     "humble_answer_counters": "{results}/humblebench/answers/{vlm}/{setting}/{shard}.counters.json",
     "humble_answer_journal": "{results}/humblebench/answers/{vlm}/{setting}/{shard}.journal.jsonl",
+    "human_study": "{results}/humblebench/human_study.parquet",
     "humble_metrics": "{results}/tables/humblebench_metrics.csv",
     "table4": "{results}/tables/table4_humblebench_original.{ext}",
     "table5": "{results}/tables/table5_humblebench_settings.{ext}",

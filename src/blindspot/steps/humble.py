@@ -103,10 +103,41 @@ def answer_humble(
     Path(journal).unlink(missing_ok=True)  # an empty shard never made one
 
 
+def sample_human_questions(
+    questions: str, study: dict[str, Any], original: str, stress: str, settings: dict[str, dict[str, Any]], seed: int,
+    out: str,
+) -> None:  # fmt: skip
+    """Table 7's human study: each annotator's question set (`human_study.sample_question_sets`), the
+    questions as their setting shows them."""
+    from blindspot.humblebench.human_study import sample_question_sets
+
+    frame = sample_question_sets(
+        read_table(questions, tables.HUMBLE_QUESTIONS), study["annotators"], study, original, stress, settings, seed
+    )
+    write_table(out, frame, tables.HUMAN_STUDY)
+    for annotator, own in frame.groupby("annotator", sort=False):
+        log.info("%s: %s", annotator, own["setting"].value_counts().to_dict())
+
+
+def human_answers_table(path: str, study: str | None) -> pd.DataFrame:
+    """Table 7's human answers from a CSV (`annotator,question_id,setting,answer`) or from the
+    `humble_answer` project's labels (Label Studio's JSON export, the built-in page's too), checked
+    against the annotators' question sets (`study`) when given."""
+    from blindspot.annotation.labels import read_labels
+    from blindspot.humblebench.human_study import answers_from_labels
+    from blindspot.humblebench.tables import read_human_answers
+
+    if Path(path).suffix != ".json":
+        return read_human_answers(path)
+    sets = read_table(study, tables.HUMAN_STUDY) if study else None
+    return answers_from_labels(read_labels("humble_answer", path), sets, path)
+
+
 def make_humble_tables(
-    answers: Sequence[str], human_answers: Sequence[str], reading: str, settings: dict[str, dict[str, str]],
-    original: str, stress: str, cautious: str | None, metrics: str, table4: Sequence[str], table5: Sequence[str],
-    table6: Sequence[str], table7: Sequence[str], table_a1: Sequence[str], plot: str, parser_version: int,
+    answers: Sequence[str], human_answers: Sequence[str], human_study: Sequence[str], reading: str,
+    settings: dict[str, dict[str, str]], original: str, stress: str, cautious: str | None, metrics: str,
+    table4: Sequence[str], table5: Sequence[str], table6: Sequence[str], table7: Sequence[str], table_a1: Sequence[str],
+    plot: str, parser_version: int,
 ) -> None:  # fmt: skip
     """Every metric per VLM x setting x reading, Tables 4-6 (7, given human answers; the appendix's
     Original -> Cautious table, given a `cautious` setting), and the NOTA plot. The answers' texts are
@@ -125,7 +156,9 @@ def make_humble_tables(
         log.info("%d of %d answers read otherwise by today's parser than when answered: the tables read today's",
                  changed, len(frame))  # fmt: skip
     frame["prediction_text"] = reread
-    people = humble_tables.read_human_answers(human_answers[0]) if human_answers else None
+    people = human_answers_table(human_answers[0], human_study[0] if human_study else None) if human_answers else None
+    if people is not None:
+        log.info("human answers: %d by %d annotators", len(people), people["annotator"].nunique())
     found, report = humble_tables.report_tables(frame, people, reading, settings, original, stress, cautious)
     files = {"table4": table4, "table5": table5, "table6": table6, "table7": table7, "table_a1": table_a1}
     humble_tables.write_report(found, report, reading, settings, metrics, files, plot)
