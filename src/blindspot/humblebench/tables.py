@@ -189,7 +189,8 @@ def table7(
 ) -> pd.DataFrame:
     """Table 7: humans and models on the same questions. For each annotator's question set, the
     metrics of the person and of each model in the `original` setting, and the NOTA hit rate in the
-    `stress` setting; each row averages over the annotators' sets."""
+    `stress` setting; each row averages over the annotators' sets, the people's row named as the paper's
+    ("Human (mean of 5)")."""
     _require_answers(answers, [reading])
     shown = answers.drop_duplicates(["setting", "question_id"]).set_index(["setting", "question_id"])
     people = humans.join(shown[["label", "nota", "type", "letter_map"]], on=["setting", "question_id"])
@@ -206,7 +207,7 @@ def table7(
     for _, own in people.groupby("annotator", sort=True):
         asked = set(zip(own["setting"], own["question_id"], strict=True))
         same = models[[key in asked for key in model_keys]]
-        for who, frame in [("Human", own), *same.groupby("vlm", sort=False)]:
+        for who, frame in [(f"Human (mean of {people['annotator'].nunique()})", own), *same.groupby("vlm", sort=False)]:
             cells.setdefault(who, []).append(_table7_cells(frame, original, stress))
     rows = [{"Model": who, **pd.DataFrame(sets).mean().map(_percent).to_dict()} for who, sets in cells.items()]
     return pd.DataFrame(rows)
