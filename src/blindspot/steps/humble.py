@@ -119,20 +119,6 @@ def sample_human_questions(
         log.info("%s: %s", annotator, own["setting"].value_counts().to_dict())
 
 
-def human_answers_table(path: str, study: str | None) -> pd.DataFrame:
-    """Table 7's human answers from a CSV (`annotator,question_id,setting,answer`) or from the
-    `humble_answer` project's labels (Label Studio's JSON export, the built-in page's too), checked
-    against the annotators' question sets (`study`) when given."""
-    from blindspot.annotation.labels import read_labels
-    from blindspot.humblebench.human_study import answers_from_labels
-    from blindspot.humblebench.tables import read_human_answers
-
-    if Path(path).suffix != ".json":
-        return read_human_answers(path)
-    sets = read_table(study, tables.HUMAN_STUDY) if study else None
-    return answers_from_labels(read_labels("humble_answer", path), sets, path)
-
-
 def make_humble_tables(
     answers: Sequence[str], human_answers: Sequence[str], human_study: Sequence[str], reading: str,
     settings: dict[str, dict[str, str]], original: str, stress: str, cautious: str | None, metrics: str,
@@ -156,7 +142,9 @@ def make_humble_tables(
         log.info("%d of %d answers read otherwise by today's parser than when answered: the tables read today's",
                  changed, len(frame))  # fmt: skip
     frame["prediction_text"] = reread
-    people = human_answers_table(human_answers[0], human_study[0] if human_study else None) if human_answers else None
+    from blindspot.annotation.labels import read_human_answers
+
+    people = read_human_answers(human_answers[0], human_study[0] if human_study else None) if human_answers else None
     if people is not None:
         log.info("human answers: %d by %d annotators", len(people), people["annotator"].nunique())
     found, report = humble_tables.report_tables(frame, people, reading, settings, original, stress, cautious)
