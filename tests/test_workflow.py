@@ -605,7 +605,8 @@ def test_two_annotators_answer_on_the_page_and_table7_sets_them_beside_the_model
     results = work / run_config["results_dir"]
     study = read_table(results / "humblebench" / "human_study.parquet", tables.HUMAN_STUDY)
     people = run_config["humblebench"]["human_study"]["annotators"]
-    assert sorted(set(study["annotator"])) == sorted(people) and len(people) == 2
+    assert sorted(set(study["annotator"])) == sorted(people)
+    assert len(people) == 2
     folder = work / "annotation" / "humble_answer"  # served from a copy, outside the workflow's outputs
     shutil.copytree(results / "annotation_projects" / "humble_answer", folder)
     server = serve(folder, port=0)
