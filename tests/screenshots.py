@@ -37,6 +37,10 @@ def task_tables(images: Path) -> dict[str, pd.DataFrame]:
         "question_check": pd.DataFrame({"question_id": ["q1"], "image_path": [paths["green"]],
                                         "question": ["What colour is the square?"], "label": ["A"],
                                         "options": ['["green", "red", "blue", "None of the above"]']}),
+        # HumbleBench's human study: a stress question as NOTA-only shows it (its answer, B, removed)
+        "humble_answer": pd.DataFrame({"item_id": ["nota_only:q1"], "annotator": ["alice"],
+                                       "image_path": [paths["green"]], "question": ["What colour is the square?"],
+                                       "options": ['["red", "blue", "None of the above"]'], "letters": ["ACE"]}),
     }  # fmt: skip
 
 

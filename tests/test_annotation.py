@@ -23,6 +23,7 @@ from blindspot.annotation import label_studio
 from blindspot.annotation.labels import label_studio_export, pairwise_choices, read_labels
 from blindspot.annotation.projects import (
     CONTROLS,
+    HUMBLE_ANSWER_INSTRUCTIONS,
     LABEL_CONFIGS,
     PAIRWISE_INSTRUCTIONS,
     QUESTION_CHECK_INSTRUCTIONS,
@@ -57,7 +58,15 @@ def tables(tmp_path) -> dict[str, pd.DataFrame]:
         "question_check": pd.DataFrame({"question_id": ["q1"], "image_path": [paths["green"]],
                                         "question": [f"What colour? {SCRIPT}"], "label": ["A"],
                                         "options": [json.dumps(["green", "red", "blue", "None of the above"])]}),
+        "humble_answer": pd.DataFrame({"item_id": ["original:q1", "nota_only:q2"], "annotator": ["alice", "bob"],
+                                       "image_path": [paths["green"], paths["red"]], "letters": ["ABCD", "ACD"],
+                                       "question": [f"What colour? {SCRIPT}", "What shape?"],
+                                       "options": [json.dumps(["green", "red", "blue", "None of the above"]),
+                                                   json.dumps(["round", "tall", "None of the above"])]}),
     }  # fmt: skip
+
+
+PEOPLE = {"humble_answer": ["alice", "bob"]}  # a task whose items are each one person's: both are annotators
 
 
 def test_label_studio_projects_for_each_task(tables, tmp_path):
@@ -204,7 +213,7 @@ def test_each_task_clicked_through_in_chromium(tables, tmp_path):
 
     servers = {}
     for task in TASKS:
-        make_project(task, tables[task], ["alice"], tmp_path / task, "", tmp_path, GIVEN.get(task))
+        make_project(task, tables[task], PEOPLE.get(task, ["alice"]), tmp_path / task, "", tmp_path, GIVEN.get(task))
         servers[task] = Server(tmp_path / task)
     try:
         with sync_playwright() as playwright:
@@ -236,6 +245,11 @@ def test_each_task_clicked_through_in_chromium(tables, tmp_path):
             page.fill("#edit", json.dumps(edit))
             page.click("button[value=modify]")
             page.wait_for_selector("#finished")
+
+            page.goto(servers["humble_answer"].links["alice"])  # alice's one question of the human study
+            assert "alice: 0 of 1 labelled" in page.inner_text("#progress")
+            page.keyboard.press("b")  # the letter's key
+            page.wait_for_selector("#finished")
             browser.close()
         assert dialogs == []  # no injected script ran
     finally:
@@ -248,6 +262,8 @@ def test_each_task_clicked_through_in_chromium(tables, tmp_path):
     decisions = exported(tmp_path / "question_check", "question_check", tmp_path)
     assert decisions["decision"].tolist() == ["modify"]
     assert json.loads(decisions["edit"].iloc[0]) == edit
+    answers = exported(tmp_path / "humble_answer", "humble_answer", tmp_path)
+    assert answers[["annotator", "item_id", "answer"]].values.tolist() == [["alice", "original:q1", "B"]]
 
 
 def test_images_outside_the_image_root_and_projects_without_items(tables, tmp_path):
@@ -420,9 +436,11 @@ def test_each_project_carries_its_instructions_written_once(tables, tmp_path):
     short header, not a second, different wording (such as a 1-10 scale of their own)."""
     with pytest.raises(ValueError, match="image_score needs instructions"):
         make_project("image_score", tables["image_score"], ["alice"], tmp_path / "none", "", tmp_path)
-    expected = {"image_score": RUBRIC, "pairwise": PAIRWISE_INSTRUCTIONS, "question_check": QUESTION_CHECK_INSTRUCTIONS}
+    expected = {"image_score": RUBRIC, "pairwise": PAIRWISE_INSTRUCTIONS, "question_check": QUESTION_CHECK_INSTRUCTIONS,
+                "humble_answer": HUMBLE_ANSWER_INSTRUCTIONS}  # fmt: skip
     for task in TASKS:
-        project = make_project(task, tables[task], ["alice"], tmp_path / task, "", tmp_path, GIVEN.get(task))
+        people = PEOPLE.get(task, ["alice"])
+        project = make_project(task, tables[task], people, tmp_path / task, "", tmp_path, GIVEN.get(task))
         assert project["instructions"] == load_project(tmp_path / task)["instructions"] == expected[task]
         headers = [e.get("value") for e in ET.fromstring(LABEL_CONFIGS[task]).iter("Header") if e.get("size") is None]
         assert len(headers) == 1

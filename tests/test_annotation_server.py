@@ -307,6 +307,9 @@ SHOWN = {
     "question_check": {"images": ["#image"], "buttons": ["Keep", "Modify", "Delete"],
                        "texts": {"#question": "What colour is the square?", "#answer": "A",
                                  "#options": "A. green\nB. red\nC. blue\nD. None of the above"}},
+    "humble_answer": {"images": ["#image"], "buttons": ["A", "C", "E"],
+                      "texts": {"#question": "What colour is the square?",
+                                "#options": "A. red\nC. blue\nE. None of the above"}},
 }  # fmt: skip
 
 
@@ -389,3 +392,59 @@ def test_a_port_that_is_taken_is_one_line_naming_it(images, tmp_path, capsys):
     with running(tmp_path / "project") as (port, _), pytest.raises(SystemExit):
         main(["annotate", "serve", str(tmp_path / "project"), "--port", str(port)])
     assert capsys.readouterr().err.splitlines()[-1].startswith(f"blindspot: error: cannot serve on 127.0.0.1:{port}: ")
+
+
+def test_each_annotator_answers_only_their_own_questions_with_the_letters_shown(images, tmp_path):
+    """HumbleBench's human study on the page: each person is shown, counted and allowed only their own
+    items; an answer must be a letter the item shows (NOTA-only's gap is no answer); the answers export
+    as Label Studio's format and read back as Table 7's human answers."""
+    from blindspot.humblebench.human_study import answers_from_labels
+
+    study = pd.DataFrame({
+        "annotator": ["alice", "alice", "bob"], "item_id": ["original:q1", "nota_only:q2", "original:q3"],
+        "setting": ["original", "nota_only", "original"], "question_id": ["q1", "q2", "q3"],
+        "type": ["Object"] * 3, "image_path": [str(images / "red.png"), str(images / "blue.png"),
+                                               str(images / "red.png")],
+        "question": ["What colour?", "What shape?", "What size?"],
+        "options": [json.dumps(["red", "None of the above"]), json.dumps(["round", "None of the above"]),
+                    json.dumps(["big", "small", "None of the above"])],
+        "letters": ["AB", "AC", "ABC"],
+    })  # fmt: skip
+    folder = tmp_path / "project"
+    project = make_project("humble_answer", study, ["alice", "bob"], folder, "")
+    server = serve(folder, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        alice, bob = (f"/a/{project['annotators'][name]}" for name in ("alice", "bob"))
+
+        def get(path: str) -> tuple[int, str]:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            connection.request("GET", path)
+            response = connection.getresponse()
+            return response.status, response.read().decode()
+
+        def answer(path: str, item: str, letter: str) -> int:
+            body = urlencode({"item_id": item, "answer": letter}).encode()
+            return post(port, path, body, form(body))[0]
+
+        assert json.loads(get(f"{alice}/progress")[1]) == {"done": 0, "total": 2}
+        assert json.loads(get(f"{bob}/progress")[1]) == {"done": 0, "total": 1}
+        assert "What size?" in get(bob)[1]
+        assert get(f"{bob}?item=original:q1")[0] == 404  # alice's question, and its image
+        assert get(f"{bob}/image/original:q1/image")[0] == 404
+        assert answer(bob, "original:q1", "A") == 400
+        assert answer(alice, "nota_only:q2", "B") == 400  # removed in NOTA-only: not shown
+        assert answer(alice, "original:q1", "A") == 303
+        assert answer(alice, "nota_only:q2", "C") == 303
+        assert answer(bob, "original:q3", "B") == 303
+        assert "All items are labelled" in get(alice)[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+    exported = tmp_path / "answers.json"
+    export_labels(folder, exported, {"alice": "alice@example.org", "bob": "bob@example.org"})
+    found = answers_from_labels(read_labels("humble_answer", exported), study, str(exported))
+    assert sorted(found.itertuples(index=False, name=None)) == [
+        ("alice", "q1", "original", "A"), ("alice", "q2", "nota_only", "C"), ("bob", "q3", "original", "B")
+    ]  # fmt: skip

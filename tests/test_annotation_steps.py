@@ -158,6 +158,8 @@ def test_the_projects_step_adds_the_question_check_with_scene_candidates(tmp_pat
         "image_url_prefix": "/img/",
         "judge_template": str(REPO / "config" / "prompts" / "judge_image_v1.yaml"),
         "out": str(tmp_path / "p"),
+        "human_study": [],
+        "study_annotators": [],
     }
     make_annotation_projects(scene_candidates=[], **arguments)
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["image_score", "pairwise"]
@@ -184,3 +186,37 @@ def test_the_projects_step_adds_the_question_check_with_scene_candidates(tmp_pat
     bare.write_text("name: judge_image\nversion: 9\nuser: 'Description: {{ description }}'\n")
     with pytest.raises(ValueError, match=r"bare\.yaml has no rubric to show the filter evaluators"):
         make_annotation_projects(scene_candidates=[], **(arguments | {"judge_template": str(bare)}))
+
+
+def test_the_projects_step_adds_the_human_study_with_each_annotator_s_own_questions(tmp_path):
+    """HumbleBench's human study: a humble_answer project for the study's annotators (not the subsets'),
+    each item for the one whose set holds it; a set for someone who is not a study annotator is refused."""
+    from blindspot.steps.annotation import make_annotation_projects
+
+    write_table(tmp_path / "images.parquet", annotation_images(tmp_path), tables.ANNOTATION_IMAGES)
+    write_table(tmp_path / "pairs.parquet", annotation_pairs(tmp_path), tables.ANNOTATION_PAIRS)
+    picture = tmp_path / "humble" / "q.png"
+    picture.parent.mkdir()
+    picture.write_bytes(b"png")
+    study = pd.DataFrame({
+        "annotator": ["dora", "erin"], "item_id": ["original:q1", "nota_only:q2"], "setting": ["original", "nota_only"],
+        "question_id": ["q1", "q2"], "type": ["Object"] * 2, "image_path": [str(picture)] * 2,
+        "question": ["What is it?", "What colour?"], "letters": ["ABC", "AC"],
+        "options": [json.dumps(["a cat", "a dog", "None of the above"]), json.dumps(["red", "None of the above"])],
+    })  # fmt: skip
+    write_table(tmp_path / "study.parquet", study, tables.HUMAN_STUDY)
+    arguments = {
+        "filter_validation": str(tmp_path / "images.parquet"), "preference_pairs": str(tmp_path / "pairs.parquet"),
+        "annotators": ["alice", "bob"], "filter_evaluators": ["bob"], "image_url_prefix": "/img/",
+        "judge_template": str(REPO / "config" / "prompts" / "judge_image_v1.yaml"), "out": str(tmp_path / "p"),
+        "scene_candidates": [], "human_study": [str(tmp_path / "study.parquet")], "study_annotators": ["dora", "erin"],
+    }  # fmt: skip
+    make_annotation_projects(**arguments)
+    project = load_project(tmp_path / "p" / "humble_answer")
+    assert list(project["annotators"]) == ["dora", "erin"]
+    assert [(item["id"], item["annotator"], item["options"]) for item in project["items"]] == [
+        ("original:q1", "dora", "A. a cat\nB. a dog\nC. None of the above"),
+        ("nota_only:q2", "erin", "A. red\nC. None of the above"),
+    ]
+    with pytest.raises(ValueError, match=r"humble_answer: items for erin, who are not among the annotators \['dora'\]"):
+        make_annotation_projects(**(arguments | {"study_annotators": ["dora"]}))

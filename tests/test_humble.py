@@ -379,8 +379,8 @@ def test_table7_puts_people_and_models_on_the_same_questions(answered, tmp_path)
     humans = read_human_answers(tmp_path / "humans.csv")
     table = table7(answered, humans, "text", stress="noise").set_index("Model")
     # ann1: q1 right, q2 (NOTA) missed -> 50; ann2: all 3 right -> 100; mean 75
-    assert table.loc["Human", "Overall"] == 75.0
-    assert table.loc["Human", "NOTA hit (stress)"] == 100.0  # only ann1 has stress answers
+    assert table.loc["Human (mean of 2)", "Overall"] == 75.0
+    assert table.loc["Human (mean of 2)", "NOTA hit (stress)"] == 100.0  # only ann1 has stress answers
     # vlm-a, text, on ann1's {q1, q2}: both right; on ann2's {q3, q4, q2}: q2 only -> (100 + 33.33) / 2
     assert table.loc["vlm-a", "Overall"] == pytest.approx(66.67)
     assert table.loc["vlm-a", "NOTA hit (stress)"] == 0.0  # it said A on q2's noise image

@@ -102,7 +102,7 @@ def make_tables(folder, paths, humans=True, parser_version=PARSER_VERSION, group
         return [str(folder / f"{name}.{ext}") for ext in ("csv", "md", "tex")]
 
     make_humble_tables(
-        answers=paths, human_answers=[str(folder / "humans.csv")] if humans else [], reading="text",
+        answers=paths, human_answers=[str(folder / "humans.csv")] if humans else [], human_study=[], reading="text",
         settings=SETTINGS, original="original", stress="nota_only", cautious="nota_only",
         metrics=str(folder / "metrics.csv"), table4=files("t4"), table5=files("t5"), table6=files("t6"),
         table7=files("t7") if humans else [], table_a1=files("ta1"), plot=str(folder / "nota.png"),
@@ -215,3 +215,36 @@ def test_tables_and_the_plot_from_a_metrics_file_read_back(tmp_path):
     only_original = {"original": SETTINGS["original"]}
     plot_nota_tradeoff(read, "text", only_original, tmp_path / "nota.png")
     assert (tmp_path / "nota.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_step_makes_table7_from_the_human_study_project_s_labels(tmp_path, humans):
+    """The humble_answer project's labels (Label Studio's JSON export) become the same Table 7 as a CSV of
+    the same answers, checked against the annotators' question sets."""
+    from blindspot.steps.humble import make_humble_tables
+
+    study = pd.DataFrame({
+        "annotator": ["ann1"] * 3, "item_id": ["original:q1", "original:q2", "nota_only:q2"],
+        "setting": ["original", "original", "nota_only"], "question_id": ["q1", "q2", "q2"], "type": ["Object"] * 3,
+        "image_path": ["i.png"] * 3, "question": ["?"] * 3, "options": [FIVE_OPTIONS] * 3,
+        "letters": ["ABCDE", "ABCDE", "ABCDE"],
+    })  # fmt: skip
+    write_table(tmp_path / "study.parquet", study, tables.HUMAN_STUDY)
+    export = [{"id": i, "data": {"item_id": item, "annotator": "ann1"},
+               "annotations": [{"completed_by": {"email": "ann1"}, "result": [
+                   {"from_name": "answer", "type": "choices", "value": {"choices": [letter]}}]}]}
+              for i, (item, letter) in enumerate(zip(study["item_id"], "AEE", strict=True))]  # fmt: skip
+    (tmp_path / "labels.json").write_text(json.dumps(export))
+    paths = write_answers(tmp_path, answers())
+    files = {name: [str(tmp_path / f"{name}.{ext}") for ext in ("csv", "md", "tex")] for name in ("t4", "t5", "t6")}
+    make_humble_tables(
+        answers=paths, human_answers=[str(tmp_path / "labels.json")], human_study=[str(tmp_path / "study.parquet")],
+        reading="text", settings=SETTINGS, original="original", stress="nota_only", cautious=None,
+        metrics=str(tmp_path / "metrics.csv"), table4=files["t4"], table5=files["t5"], table6=files["t6"],
+        table7=[str(tmp_path / f"t7.{ext}") for ext in ("csv", "md", "tex")], table_a1=[],
+        plot=str(tmp_path / "nota.png"), parser_version=PARSER_VERSION,
+    )  # fmt: skip
+    table = pd.read_csv(tmp_path / "t7.csv")
+    expected = table7(answers(), humans, "text")
+    pd.testing.assert_frame_equal(table, expected, check_dtype=False)
+    assert list(table.columns) == ["Model", "Overall", "Non-NOTA", "NOTA hit", "False-NOTA", "HS", "NOTA hit (stress)"]
+    assert list(table["Model"]) == ["Human (mean of 1)", "vlm-a", "vlm-b"]

@@ -521,3 +521,31 @@ def test_out_that_is_a_file_is_one_line(official, release, tmp_path, capsys):
     for out in (taken, taken / "below"):
         message = _error(capsys, official, release, out)
         assert message == f"blindspot: error: --out {out}: {taken} is a file, not a folder"
+
+
+def test_people_s_answers_add_table7_on_the_same_questions(official, release, tmp_path, capsys):
+    """`--human-answers` names people's answers (a CSV, or the humble_answer project's labels): Table 7
+    puts them beside the model's answers on the same questions."""
+    humans = tmp_path / "humans.csv"
+    humans.write_text("annotator,question_id,setting,answer\nann1,1,original,A\nann1,2,original,A\n"
+                      "ann1,4,original,E\nann1,3,nota_only,E\n")  # fmt: skip
+    assert score(official, release, tmp_path / "scored", "--human-answers", str(humans)) == 0
+    table = pd.read_csv(tmp_path / "scored" / "tables" / "table7_humblebench_humans.csv").set_index("Model")
+    assert list(table.columns) == ["Overall", "Non-NOTA", "NOTA hit", "False-NOTA", "HS", "NOTA hit (stress)"]
+    # ann1 misses question 2 (B) and says NOTA on question 3 without its answer; Toy-VL gets 1, 2 and 4 right
+    assert table.loc["Human (mean of 1)"].tolist() == [66.67, 50.0, 100.0, 0.0, 100.0, 100.0]
+    assert table.loc["Toy-VL"].tolist() == [100.0, 100.0, 100.0, 0.0, 100.0, 0.0]
+    # the same answers as the project's labels give the same table
+    given = [("1", "original", "A"), ("2", "original", "A"), ("4", "original", "E"), ("3", "nota_only", "E")]
+    labels = [{"id": i, "data": {"item_id": f"{setting}:{question}", "annotator": "ann1"},
+               "annotations": [{"completed_by": {"email": "ann1"}, "result": [
+                   {"from_name": "answer", "type": "choices", "value": {"choices": [answer]}}]}]}
+              for i, (question, setting, answer) in enumerate(given)]  # fmt: skip
+    (tmp_path / "labels.json").write_text(json.dumps(labels))
+    assert score(official, release, tmp_path / "labelled", "--human-answers", str(tmp_path / "labels.json")) == 0
+    labelled = pd.read_csv(tmp_path / "labelled" / "tables" / "table7_humblebench_humans.csv").set_index("Model")
+    pd.testing.assert_frame_equal(labelled, table)
+    capsys.readouterr()
+    humans.write_text("annotator,question_id,setting,answer\nann1,99,original,A\n")
+    message = _error(capsys, official, release, tmp_path / "unknown", "--human-answers", str(humans))
+    assert message.endswith("human answer to question 99 in setting original, which no model was asked")

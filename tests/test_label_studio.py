@@ -103,6 +103,12 @@ def tables(images: Path) -> dict[str, pd.DataFrame]:
         "question_check": pd.DataFrame({"question_id": ["q1", "q2"], "image_path": [paths["green"], paths["red"]],
                                         "question": ["What colour?", "What shape?"], "label": ["A", "B"],
                                         "options": [json.dumps(["green", "red", "None of the above"])] * 2}),
+        # each item one annotator's (HumbleBench's human study); q2 as NOTA-only shows it
+        "humble_answer": pd.DataFrame({"item_id": ["original:q1", "nota_only:q2"], "annotator": ["alice", "bob"],
+                                       "image_path": [paths["green"], paths["red"]],
+                                       "question": ["What colour?", "What shape?"], "letters": ["ABC", "AC"],
+                                       "options": [json.dumps(["green", "red", "None of the above"]),
+                                                   json.dumps(["round", "None of the above"])]}),
     }  # fmt: skip
 
 
@@ -112,10 +118,11 @@ LABELS = {
                  "bob": [("p2", {"choice": "right"})]},
     "question_check": {"alice": [("q1", {"decision": "keep", "edit": ""})],
                        "bob": [("q2", {"decision": "modify", "edit": '{"label": "C"}'})]},
+    "humble_answer": {"alice": [("original:q1", {"answer": "A"})], "bob": [("nota_only:q2", {"answer": "C"})]},
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("task", ["image_score", "pairwise", "question_check"])
+@pytest.mark.parametrize("task", ["image_score", "pairwise", "question_check", "humble_answer"])
 def test_push_annotate_export_import_pull(server, task, tmp_path):
     url, root = server
     folder = tmp_path / "project"
@@ -191,6 +198,7 @@ SHOWN = {
     "pairwise": {"texts": ["a blue square", "Left", "Right"], "choices": ["left", "right", "neither"]},
     "question_check": {"texts": ["What colour is the square?", "Labelled correct", "A"],
                        "choices": ["keep", "modify", "delete"]},
+    "humble_answer": {"texts": ["What colour is the square?", "alice"], "choices": ["A", "C", "E"]},
 }  # fmt: skip
 
 
@@ -247,3 +255,20 @@ def test_each_task_in_the_labeling_interface(server, tmp_path):
                     # Label Studio draws the picture inside the img's box, a little below its top edge
                     assert above["y"] + above["height"] <= box["y"] + box["height"] / 2
             save_screenshot(page, f"label-studio-{task}")
+
+
+def test_pull_refuses_an_answer_to_another_annotator_s_question(server, tmp_path):
+    """Label Studio shows every task to every user: alice's answer to bob's question of the human study is
+    refused when pulled, naming the task, her and him."""
+    url, root = server
+    folder = tmp_path / "project"
+    make_project("humble_answer", tables(root / "theirs")["humble_answer"], ["alice", "bob"], folder,
+                 "/data/local-files/?d=")  # fmt: skip
+    project_id = label_studio.push(folder, url, TOKEN)
+    client = label_studio.Client(url, TOKEN)
+    listed = client.call("GET", "/api/tasks/", params={"project": project_id, "fields": "all"})["tasks"]
+    bobs = next(entry for entry in listed if entry["data"]["annotator"] == "bob")
+    result = [{"from_name": "answer", "to_name": "question", "type": "choices", "value": {"choices": ["A"]}}]
+    client.call("POST", f"/api/tasks/{bobs['id']}/annotations/", json={"result": result})
+    with pytest.raises(ValueError, match=r"task nota_only:q2 \(Label Studio task \d+\) by alice: the item is bob's"):
+        label_studio.pull(folder, tmp_path / "pulled.json", TOKEN, EMAILS)

@@ -317,7 +317,7 @@ def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run
         "make_table3": 1,
         # HumbleBench asks about the benchmark's images: new questions, answered again in every setting.
         "make_humble_questions": 1, "make_humble_tables": 1, "make_annotation_projects": 1, "make_report_items": 1,
-        "train_protoscore": 1,
+        "train_protoscore": 1, "sample_human_questions": 1,
         "answer_humble": len(config["humblebench"]["vlms"]) * len(config["humblebench"]["settings"]),
     })  # fmt: skip
     renders = [o for o in planned_outputs(out) if "/renders/" in o or "/vlm_scores/" in o]
@@ -492,7 +492,7 @@ def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run
     assert len(pairs)
     projects = results / "annotation_projects"
     assert {p.name for p in projects.iterdir() if not p.name.startswith(".")} == {
-        "image_score", "pairwise", "question_check"
+        "image_score", "pairwise", "question_check", "humble_answer"
     }  # fmt: skip
     assert planned_jobs(labelled_run) == Counter(
         {"validate_filter": 1, "human_preferences": 1, "make_table3": 1, "all": 1}
@@ -594,7 +594,9 @@ def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, 
     jobs = planned_jobs(snakemake("-n", "--configfile", "verified.yaml", cwd=work))
     assert jobs == Counter({"make_humble_questions": 1, "answer_humble": len(humble["vlms"]) * len(humble["settings"]),
                             "make_humble_tables": 1, "describe_humble_questions": 1, "make_report_items": 1,
-                            "all": 1})  # fmt: skip
+                            "all": 1,
+                            # the questions change: the human study is drawn again, and its project made
+                            "sample_human_questions": 1, "make_annotation_projects": 1})  # fmt: skip
     snakemake("--configfile", "verified.yaml", "--profile", "profiles/local", "-c2", cwd=work)
     questions = read_table(results / "humblebench" / "questions.parquet", tables.HUMBLE_QUESTIONS)
     scene = questions[questions["source"] == "scene_graph"]
@@ -608,6 +610,71 @@ def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, 
     table9 = pd.read_csv(results / "tables" / "table9_humblebench_filtering.csv").set_index("measure")
     assert table9.loc["Candidates", "Total"] == table9.loc["Final", "Total"] == len(sheet)
     assert table9.loc["Modified", "Total"] == 100  # every candidate fixed by people
+
+
+@pytest.mark.slow
+def test_two_annotators_answer_on_the_page_and_table7_sets_them_beside_the_models(tiny_run, run_config):
+    """Table 7's human study end to end: the run drew each annotator's questions and made the
+    humble_answer project; two people answer theirs on the built-in page (HTTP, as a browser posts the
+    form), its export is named as `humblebench.human_answers`, and only the tables run again: Table 7 has
+    the paper's rows and columns, people's Overall the mean of each one's accuracy on their set."""
+    import shutil
+    import threading
+    import urllib.request
+    from urllib.parse import urlencode
+
+    from blindspot.annotation.label_studio import export_labels
+    from blindspot.annotation.projects import load_project
+    from blindspot.annotation.server import serve
+    from blindspot.humblebench.settings import is_nota
+
+    work, _ = tiny_run
+    results = work / run_config["results_dir"]
+    study = read_table(results / "humblebench" / "human_study.parquet", tables.HUMAN_STUDY)
+    people = run_config["humblebench"]["human_study"]["annotators"]
+    assert sorted(set(study["annotator"])) == sorted(people)
+    assert len(people) == 2
+    folder = work / "annotation" / "humble_answer"  # served from a copy, outside the workflow's outputs
+    shutil.copytree(results / "annotation_projects" / "humble_answer", folder)
+    server = serve(folder, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        for who, link in ((name, f"{base}/a/{token}") for name, token in load_project(folder)["annotators"].items()):
+            for item in study[study["annotator"] == who].itertuples():
+                letter = item.letters[0] if who == people[0] else item.letters[-1]  # the first shown, or NOTA
+                form = urlencode({"item_id": item.item_id, "answer": letter}).encode()
+                with urllib.request.urlopen(urllib.request.Request(f"{link}/label", data=form)) as response:
+                    assert response.status == 200  # the redirect to the next item, followed
+            with urllib.request.urlopen(link) as response:
+                assert "All items are labelled" in response.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert export_labels(folder, work / "answers.json", {name: f"{name}@lab.org" for name in people}) == len(study)
+    config = run_config | {"humblebench": run_config["humblebench"] | {"human_answers": "answers.json"}}
+    (work / "humans.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    jobs = planned_jobs(snakemake("-n", "--configfile", "humans.yaml", cwd=work))
+    assert jobs["make_humble_tables"] == 1
+    assert not {"sample_human_questions", "answer_humble", "make_annotation_projects"} & set(jobs)
+    snakemake("--configfile", "humans.yaml", "--profile", "profiles/local", "-c2", cwd=work)
+    table = pd.read_csv(results / "tables" / "table7_humblebench_humans.csv")
+    assert list(table.columns) == ["Model", "Overall", "Non-NOTA", "NOTA hit", "False-NOTA", "HS", "NOTA hit (stress)"]
+    assert list(table["Model"]) == ["Human (mean of 2)", *run_config["humblebench"]["vlms"]]
+    questions = read_table(results / "humblebench" / "questions.parquet", tables.HUMBLE_QUESTIONS)
+    label = dict(zip(questions["question_id"], questions["label"], strict=True))
+    original = study[study["setting"] == run_config["humblebench"]["tables"]["original"]]
+    right = [
+        (own["letters"].str[0 if who == people[0] else -1] == own["question_id"].map(label)).mean()
+        for who, own in original.groupby("annotator")
+    ]  # fmt: skip
+    assert table.loc[0, "Overall"] == pytest.approx(100 * sum(right) / 2, abs=0.01)
+    # on the stress questions NOTA is right: a hit where the letter chosen is NOTA's as shown
+    stress = study[study["setting"] == run_config["humblebench"]["tables"]["stress"]]
+    nota = stress.apply(lambda r: r["letters"][[is_nota(o) for o in json.loads(r["options"])].index(True)], axis=1)
+    chosen = stress["letters"].str[0].where(stress["annotator"] == people[0], stress["letters"].str[-1])
+    hits = (chosen == nota).groupby(stress["annotator"]).mean()
+    assert table.loc[0, "NOTA hit (stress)"] == pytest.approx(100 * hits.mean(), abs=0.01)
 
 
 # Last in the file: it scores the API judge for real in the shared run, which the tests above plan from.

@@ -158,6 +158,7 @@ _ENTRIES = [
     # An API VLM's answer jobs: the same step on the submit host, where the internet is.
     Step("answer_api_humble", "humble", BY_MODEL_BACKEND, ("vlm", "setting", "shard"), ("vlm",), local=True,
           image_batch=("humblebench.batch_size", 1), items=_humble_shard_questions, function="answer_humble"),
+    Step("sample_human_questions", "humble", local=True),
     Step("make_humble_tables", "humble", local=True),
     Step("describe_humble_questions", "humble", local=True),
     Step("train_protoscore", "protoscore", "vlm", loads=("protoscore.model",), throughput=True,

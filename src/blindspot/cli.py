@@ -249,16 +249,22 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--configfile", help="whose humblebench settings to use (default: the checkout's "
                        f"{CHECKOUT_CONFIG}, from any folder)")  # fmt: skip
     score.add_argument("--setting", help="the setting of a lone .jsonl (official or config name); default: its path")
+    score.add_argument("--human-answers", help="people's answers for Table 7: a CSV annotator,question_id,setting,"
+                       "answer or the humble_answer project's labels (.json)")  # fmt: skip
+    score.add_argument("--human-study", help="the annotators' question sets (human_study.parquet) that "
+                       "--human-answers' labels are checked against")  # fmt: skip
     return parser
 
 
 def humble(args: argparse.Namespace) -> None:
+    from blindspot.annotation.labels import read_human_answers
     from blindspot.humblebench.scoring import score
     from blindspot.reporting import to_markdown
 
     config = checkout_config(args.configfile, CHECKOUT_CONFIG)
+    humans = read_human_answers(args.human_answers, args.human_study) if args.human_answers else None
     table, caption = score(args.predictions, args.questions, config["humblebench"], config["seed"], args.out,
-                           args.setting)  # fmt: skip
+                           args.setting, humans)  # fmt: skip
     sys.stdout.write(f"{caption}\n\n{to_markdown(table)}")
 
 

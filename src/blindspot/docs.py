@@ -86,6 +86,7 @@ OUTPUT_DESCRIPTIONS = {
     "humble_answer_counters": "the answering shard's counts (`computed_items`: not from its journal) and provenance",
     "humble_answer_journal": "the answers given so far, for resuming (not an output: a failed job leaves it)",
     "humble_api_cache": "an API VLM's replies, one file each, so nothing paid for is asked twice (not an output)",
+    "human_study": "Table 7's human study: each annotator's questions as their setting shows them",
     "humble_metrics": "every HumbleBench metric, per model, setting and type, for both readings",
     "table4": "Table 4: HumbleBench, the Original setting",
     "table5": "Table 5: HumbleBench across the settings",

@@ -257,3 +257,21 @@ HUMBLE_ANSWERS = pa.schema(
         ("template_version", _s),
     ]
 )
+
+# Table 7's human study: one row per annotator and item, the question as its setting shows it.
+HUMAN_STUDY = pa.schema(
+    [
+        ("annotator", _s),
+        ("item_id", _s),  # setting:question_id
+        ("setting", _s),  # the original setting, or the stress one (NOTA-only)
+        ("question_id", _s),
+        ("type", _s),
+        ("image_path", _s),
+        ("question", _s),
+        ("options", _s),  # JSON list, as shown
+        ("letters", _s),  # each shown option's letter, e.g. "ABDE" (NOTA-only's gap)
+    ]
+)
+
+# Table 7's human answers: a person's letter for a question in a setting ("" when they gave none).
+HUMAN_ANSWERS = pa.schema([("annotator", _s), ("question_id", _s), ("setting", _s), ("answer", _s)])

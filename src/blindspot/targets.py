@@ -63,6 +63,7 @@ PATHS = {
     "humble_answer_counters": "{results}/humblebench/answers/{vlm}/{setting}/{shard}.counters.json",
     "humble_answer_journal": "{results}/humblebench/answers/{vlm}/{setting}/{shard}.journal.jsonl",
     "humble_api_cache": "{results}/humblebench/api_cache/{vlm}",
+    "human_study": "{results}/humblebench/human_study.parquet",
     "humble_metrics": "{results}/tables/humblebench_metrics.csv",
     "table4": "{results}/tables/table4_humblebench_original.{ext}",
     "table5": "{results}/tables/table5_humblebench_settings.{ext}",

@@ -7,6 +7,7 @@ rule make_annotation_projects:
         filter_validation=P("filter_validation"),
         preference_pairs=P("preference_pairs"),
         scene_candidates=humble_input("scene_questions"),
+        human_study=humble_input("human_study"),
         # The VLM filter's template: its rubric is what the filter evaluators are shown.
         judge_template=config["image_stage"]["judge_template"],
     output:
@@ -16,6 +17,8 @@ rule make_annotation_projects:
         annotators=ANNOTATION["annotators"],
         # The filter validation images go to these only: the paper's "trained human evaluator".
         filter_evaluators=ANNOTATION["filter_evaluators"],
+        # HumbleBench's human study (Table 7): each answers their own question set
+        study_annotators=(config["humblebench"].get("human_study") or {}).get("annotators", []),
         image_url_prefix=ANNOTATION["image_url_prefix"],
     log:
         LOG("make_annotation_projects"),

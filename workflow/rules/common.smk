@@ -167,6 +167,8 @@ def humble_input(kind):
         return [P("benchmark_pairs")] if settings.get("from_benchmark") else []
     if kind == "scene_questions":
         return [P("scene_questions")] if SCENE_GRAPHS else []
+    if kind == "human_study":
+        return [P("human_study")] if settings.get("human_study") else []
     return [settings["human_answers"]] if settings.get("human_answers") else []
 
 

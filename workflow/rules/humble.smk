@@ -130,10 +130,35 @@ use rule answer_humble as answer_api_humble with:
         **get_resources("answer_api_humble"),
 
 
+rule sample_human_questions:
+    input:
+        questions=P("humble_questions"),
+    output:
+        out=P("human_study"),
+    params:
+        study=HUMBLE.get("human_study"),
+        original=HUMBLE["tables"]["original"],
+        stress=HUMBLE["tables"]["stress"],
+        # how each setting shows a question: what the annotators see, as the models do
+        settings={name: setting_transforms(setting) for name, setting in HUMBLE["settings"].items()},
+        seed=config["seed"],
+    log:
+        LOG("sample_human_questions"),
+    threads: get_threads("sample_human_questions")
+    resources:
+        **get_resources("sample_human_questions"),
+    conda:
+        get_env("sample_human_questions")
+    script:
+        "../scripts/run_stage.py"
+
+
 rule make_humble_tables:
     input:
         answers=targets.humble_answer_targets(config),
+        # a CSV, or the humble_answer project's labels (JSON), checked against the annotators' question sets
         human_answers=humble_input("human_answers"),
+        human_study=humble_input("human_study") if HUMBLE.get("human_answers") else [],
     output:
         metrics=P("humble_metrics"),
         table4=humble_tables("table4"),

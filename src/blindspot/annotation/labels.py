@@ -16,6 +16,7 @@ import pandas as pd
 
 from blindspot.annotation.projects import CONTROLS, PAIR_CHOICES, label_studio_tasks
 from blindspot.humblebench.questions import DECISIONS
+from blindspot.humblebench.settings import LETTERS
 
 
 def _annotator(annotation: Mapping[str, Any]) -> str:
@@ -55,6 +56,8 @@ def _value(task: str, results: Sequence[Mapping[str, Any]], where: str) -> dict[
         return {"score": score}
     if task == "pairwise":
         return {"choice": _one_choice(named["choice"], PAIR_CHOICES, where)}
+    if task == "humble_answer":
+        return {"answer": _one_choice(named["answer"], LETTERS, where)}
     decision = _one_choice(named["decision"], DECISIONS, where)
     edit = named.get("edit") or {"text": [""]}
     text = edit.get("text") if isinstance(edit, Mapping) else None
@@ -112,11 +115,15 @@ def labels_from_export(task: str, tasks: Sequence[Mapping[str, Any]], source: st
                 continue
             who = _annotator(annotation)
             where = f"{source}: {which} by {who}"
+            owner = entry.get("data", {}).get("annotator")
+            if owner is not None and owner != who:  # an item of one person's set (humble_answer)
+                raise ValueError(f"{where}: the item is {owner}'s, not theirs")
             order = {field: _time(annotation, field, where) for field in ("updated_at", "created_at")}
             annotation_id = annotation.get("id")
             rows.append({"annotator": who, "item_id": item, **_value(task, annotation.get("result", []), where),
                          **order, "id": annotation_id if isinstance(annotation_id, int) else None})  # fmt: skip
-    values = {"image_score": ["score"], "pairwise": ["choice"], "question_check": ["decision", "edit"]}[task]
+    values = {"image_score": ["score"], "pairwise": ["choice"], "question_check": ["decision", "edit"],
+              "humble_answer": ["answer"]}[task]  # fmt: skip
     columns = ["annotator", "item_id", *values]
     frame = pd.DataFrame(rows, columns=[*columns, "updated_at", "created_at", "id"])
     latest = frame.sort_values(["updated_at", "created_at", "id"], kind="stable", na_position="first")
@@ -172,6 +179,9 @@ def label_studio_export(
             result = [
                 {"from_name": "score", "to_name": "image", "type": "rating", "value": {"rating": int(row["score"])}}
             ]
+        elif task == "humble_answer":
+            result = [{"from_name": "answer", "to_name": "question", "type": "choices",
+                       "value": {"choices": [row["answer"]]}}]  # fmt: skip
         elif task == "pairwise":
             result = [{"from_name": "choice", "to_name": "prompt", "type": "choices",
                        "value": {"choices": [row["choice"]]}}]  # fmt: skip
@@ -192,3 +202,18 @@ def label_studio_export(
     return [
         {**entry, "annotations": by_item.get(entry["data"]["item_id"], [])} for entry in label_studio_tasks(project)
     ]
+
+
+def read_human_answers(path: str | Path, study: str | Path | None = None) -> pd.DataFrame:
+    """Table 7's human answers (`tables.HUMAN_ANSWERS`) from a CSV (`annotator,question_id,setting,answer`)
+    or from the `humble_answer` project's labels (Label Studio's JSON export, the built-in page's too),
+    checked against the annotators' question sets (`study`, the human study table) when given."""
+    from blindspot import tables
+    from blindspot.humblebench.human_study import answers_from_labels
+    from blindspot.humblebench.tables import read_human_answers as read_csv_answers
+    from blindspot.io import read_table
+
+    if Path(path).suffix != ".json":
+        return read_csv_answers(path)
+    sets = read_table(study, tables.HUMAN_STUDY) if study else None
+    return answers_from_labels(read_labels("humble_answer", path), sets, str(path))

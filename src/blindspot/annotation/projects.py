@@ -10,6 +10,10 @@ Tasks:
   Appendix A.2 rubric (`PAIRWISE_INSTRUCTIONS`). Imports map left/right back to corr/adv.
 - `question_check`: a HumbleBench question with its options and label: keep, modify (with the
   edited question, options and label) or delete (a questions table, e.g. the scene-graph candidates).
+- `humble_answer`: HumbleBench's human study (Table 7): a question as its setting shows it, answered
+  with one of the letters shown. Each item is one annotator's (`annotator`, from
+  `humblebench.human_study.sample_question_sets`): the built-in page shows a person only their own
+  items, and a label by anyone else is refused when read.
 
 Each project carries its instructions, written once, in `project.json` (`instructions`): the built-in
 page shows them above every item, and `label_studio.push` makes them the Label Studio project's
@@ -34,11 +38,16 @@ import pandas as pd
 from blindspot.humblebench.settings import lettered
 from blindspot.io import read_json, write_json, write_text
 
-TASKS = ("image_score", "pairwise", "question_check")
+TASKS = ("image_score", "pairwise", "question_check", "humble_answer")
 # What `make_project` writes into project.json that every reader needs (`instructions` came later).
 PROJECT_KEYS = ("task", "items", "annotators", "image_root", "storage_path", "image_url_prefix")
 PAIR_CHOICES = ("left", "right", "neither")
-CONTROLS = {"image_score": "score", "pairwise": "choice", "question_check": "decision"}  # each config's required one
+CONTROLS = {
+    "image_score": "score",
+    "pairwise": "choice",
+    "question_check": "decision",
+    "humble_answer": "answer",
+}  # each config's required one
 
 # ProtoBias, Appendix A.2 ("Annotation rubric"), addressed to the annotator.
 PAIRWISE_INSTRUCTIONS = (
@@ -50,8 +59,14 @@ PAIRWISE_INSTRUCTIONS = (
     'If both images are similarly valid, or similarly invalid, choose "neither" (no clear preference).'
 )
 QUESTION_CHECK_INSTRUCTIONS = "Is the question answerable from the image, with exactly the labelled option correct?"
+# Not in the paper (docs/fidelity.md, the human study): what the models are asked, said to a person.
+HUMBLE_ANSWER_INSTRUCTIONS = (
+    "Look at the image and choose the one option it supports.\n\n"
+    'If no option is supported by the image, choose "None of the above". Answer from the image alone.'
+)
 # Each task's instructions unless given: image_score's are its judge template's rubric, which a caller passes.
-INSTRUCTIONS = {"pairwise": PAIRWISE_INSTRUCTIONS, "question_check": QUESTION_CHECK_INSTRUCTIONS}
+INSTRUCTIONS = {"pairwise": PAIRWISE_INSTRUCTIONS, "question_check": QUESTION_CHECK_INSTRUCTIONS,
+                "humble_answer": HUMBLE_ANSWER_INSTRUCTIONS}  # fmt: skip
 
 LABEL_CONFIGS = {
     "image_score": """<View>
@@ -109,6 +124,30 @@ LABEL_CONFIGS = {
   </View>
 </View>
 """,
+    # Label Studio shows every task to every user: each task names whose it is (a Data Manager filter on
+    # `annotator` gives a person their own), and a pull refuses anyone else's answer.
+    "humble_answer": """<View>
+  <Header value="Answer the question from the image (see Instructions)"/>
+  <View style="display: flex; gap: 1em">
+    <View style="flex: 1">
+      <Image name="image" value="$image"/>
+    </View>
+    <View style="flex: 1">
+      <Header value="For annotator" size="6"/>
+      <Text name="for" value="$annotator"/>
+      <Text name="question" value="$question"/>
+      <Text name="options" value="$options"/>
+      <Choices name="answer" toName="question" choice="single" showInline="true" required="true">
+        <Choice value="A"/>
+        <Choice value="B"/>
+        <Choice value="C"/>
+        <Choice value="D"/>
+        <Choice value="E"/>
+      </Choices>
+    </View>
+  </View>
+</View>
+""",
 }
 
 
@@ -117,6 +156,7 @@ TASK_COLUMNS = {
     "image_score": ("image_id", "path", "description"),
     "pairwise": ("pair_id", "left_path", "right_path", "neutral_prompt", "left_role"),
     "question_check": ("question_id", "image_path", "question", "options", "label"),
+    "humble_answer": ("item_id", "annotator", "image_path", "question", "options", "letters"),
 }
 
 
@@ -141,6 +181,12 @@ def task_items(task: str, table: pd.DataFrame) -> list[dict[str, Any]]:
         return [
             {"id": r.pair_id, "images": {"left_image": r.left_path, "right_image": r.right_path},
              "prompt": r.neutral_prompt, "left_role": r.left_role}
+            for r in table.itertuples(index=False)
+        ]  # fmt: skip
+    if task == "humble_answer":
+        return [
+            {"id": r.item_id, "images": {"image": r.image_path}, "annotator": r.annotator, "question": r.question,
+             "options": lettered(json.loads(r.options), r.letters), "letters": r.letters}
             for r in table.itertuples(index=False)
         ]  # fmt: skip
     return [  # question_check
@@ -174,10 +220,16 @@ def make_project(
         raise ValueError(f"{task} needs instructions for its annotators (image_score: its judge template's rubric)")
     if len(set(annotators)) != len(annotators) or not annotators:
         raise ValueError("annotators must be one or more distinct names")
+    items = task_items(task, table)
+    strangers = sorted({item["annotator"] for item in items if "annotator" in item} - set(annotators))
+    if strangers:
+        raise ValueError(
+            f"{task}: items for {', '.join(strangers)}, who are not among the annotators {list(annotators)}"
+        )
     folder = Path(folder)
     # Images by absolute path: the page and Label Studio find them from any folder the project is served from.
     items = [item | {"images": {field: str(Path(path).resolve()) for field, path in item["images"].items()}}
-             for item in task_items(task, table)]  # fmt: skip
+             for item in items]  # fmt: skip
     images = [Path(path) for item in items for path in item["images"].values()]
     # an empty project (no candidates, say) shows no image: any storage will do
     storage = Path(os.path.commonpath([p.parent for p in images])) if images else folder.resolve()
@@ -195,6 +247,11 @@ def make_project(
     write_json(folder / "tasks.json", label_studio_tasks(project))
     write_text(folder / "label_config.xml", LABEL_CONFIGS[task])
     return project
+
+
+def own_items(project: Mapping[str, Any], annotator: str) -> list[dict[str, Any]]:
+    """The items an annotator labels: every item, but an item naming its `annotator` is theirs alone."""
+    return [item for item in project["items"] if item.get("annotator", annotator) == annotator]
 
 
 def label_studio_tasks(project: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -1,13 +1,14 @@
-"""The built-in annotation page, for teams without Label Studio: one link per annotator, the three tasks
-of `blindspot.annotation.projects`, keyboard shortcuts, progress, SQLite storage. Every item's page
+"""The built-in annotation page, for teams without Label Studio: one link per annotator, the tasks of
+`blindspot.annotation.projects`, keyboard shortcuts, progress, SQLite storage. Every item's page
 shows the project's instructions (`project.json`'s `instructions`: for `image_score` the VLM filter's
 rubric), with their line breaks.
 
 `blindspot annotate serve PROJECT` binds 127.0.0.1 by default and prints each annotator's link. A
 label is committed to SQLite (write-ahead log, synchronous) before the page answers, so a label the
 annotator saw accepted survives a crash or a kill. Every text shown is HTML-escaped (Jinja2
-autoescape): prompts and questions were written by LLMs. A token sees only its own labels; an
-unknown token, item id or image is refused. `blindspot annotate export PROJECT OUT.json` writes the
+autoescape): prompts and questions were written by LLMs. A token sees only its own labels, and where
+items are one person's (`humble_answer`) only its own items; an unknown token, item id or image is
+refused. `blindspot annotate export PROJECT OUT.json` writes the
 labels in Label Studio's export format, which `annotation.read_labels` reads.
 
 Anything a client sends gets an answer, never a dropped connection: a form that is not
@@ -39,9 +40,9 @@ from urllib.parse import parse_qs, parse_qsl, urlsplit
 import pandas as pd
 from jinja2 import Environment
 
-from blindspot.annotation.projects import PAIR_CHOICES, load_project, outside_workflow_outputs, project_instructions
-from blindspot.humblebench.questions import DECISIONS
-from blindspot.humblebench.settings import TYPES, Question
+from blindspot.annotation.forms import parse_value
+from blindspot.annotation.projects import load_project, outside_workflow_outputs, own_items, project_instructions
+from blindspot.humblebench.settings import LETTERS
 
 DATABASE = "labels.sqlite"
 FORM_TYPE = "application/x-www-form-urlencoded"
@@ -50,7 +51,6 @@ MAX_FIELDS = 8  # item_id, the value and an edit: room to spare, not a million
 CONNECTION_TIMEOUT_S = 30.0  # per read or write: a stalled client gives its thread back after this
 LINGER_S = 2.0  # after refusing a form unread: how long its rest is read and dropped
 LISTEN_BACKLOG = 1024  # a room of annotators submitting at once (the kernel caps it at net.core.somaxconn)
-EDIT_FIELDS = {"question", "options", "label"}
 
 _PAGE = Environment(autoescape=True).from_string("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>blindspot annotation: {{ annotator }}</title>
@@ -85,6 +85,13 @@ button { font-size: 1.1em; margin: 0.2em; } kbd { border: 1px solid #888; paddin
 <button type="submit" name="choice" value="right">Right</button>
 <button type="submit" name="choice" value="neither">Neither / no clear preference</button>
 <p>Keys: <kbd>&larr;</kbd> or <kbd>l</kbd> left, <kbd>&rarr;</kbd> or <kbd>r</kbd> right, <kbd>n</kbd> neither.</p>
+{% elif task == "humble_answer" %}
+<img id="image" src="/a/{{ token }}/image/{{ item.id }}/image" alt="the image">
+<p class="text" id="question">{{ item.question }}</p>
+<p class="text" id="options">{{ item.options }}</p>
+{% for letter in item.letters %}<button type="submit" name="answer" value="{{ letter }}">{{ letter }}</button>
+{% endfor %}
+<p>Keys: the option's letter.</p>
 {% else %}
 <img id="image" src="/a/{{ token }}/image/{{ item.id }}/image" alt="the image">
 <p class="text" id="question">{{ item.question }}</p>
@@ -117,6 +124,7 @@ _KEYS = {
     "pairwise": {"ArrowLeft": ["choice", "left"], "l": ["choice", "left"], "ArrowRight": ["choice", "right"],
                  "r": ["choice", "right"], "n": ["choice", "neither"]},
     "question_check": {"k": ["decision", "keep"], "m": ["decision", "modify"], "d": ["decision", "delete"]},
+    "humble_answer": {key: ["answer", letter] for letter in LETTERS for key in (letter, letter.lower())},
 }  # fmt: skip
 
 
@@ -158,47 +166,6 @@ class LabelStore:
         )
 
 
-def parse_value(task: str, form: dict[str, str]) -> dict[str, Any]:
-    """The label a form submits, checked; ValueError names what is wrong."""
-    if task == "image_score":
-        score = form.get("score", "")
-        if not re.fullmatch(r"[0-9]{1,2}", score) or not 1 <= int(score) <= 10:
-            raise ValueError(f"score must be a whole number from 1 to 10 in ASCII digits, not {score[:20]!r}")
-        return {"score": int(score)}
-    if task == "pairwise":
-        if form.get("choice") not in PAIR_CHOICES:
-            raise ValueError(f"choice must be one of {', '.join(PAIR_CHOICES)}")
-        return {"choice": form["choice"]}
-    if form.get("decision") not in DECISIONS:
-        raise ValueError(f"decision must be one of {', '.join(DECISIONS)}")
-    if form["decision"] != "modify":  # a stray edit would make two people's equal decisions disagree
-        return {"decision": form["decision"], "edit": ""}
-    return {"decision": "modify", "edit": json.dumps(parse_edit(form.get("edit", ""), form["item_id"]))}
-
-
-def parse_edit(text: str, item_id: str) -> dict[str, Any]:
-    """A question-check edit, checked as a HumbleBench question (`settings.Question`): a JSON object
-    with the question, its options (NOTA among them) and the correct letter, and optionally its type."""
-    try:
-        edit = json.loads(text)
-    except (ValueError, RecursionError):  # RecursionError: nested too deep to parse
-        raise ValueError('modify needs the edit as JSON: {"question": ..., "options": [...], "label": ...}') from None
-    if not isinstance(edit, dict) or not EDIT_FIELDS <= set(edit) <= EDIT_FIELDS | {"type"}:
-        raise ValueError(
-            f"the edit must be a JSON object with {', '.join(sorted(EDIT_FIELDS))} (and optionally type), nothing else"
-        )
-    if not isinstance(edit["question"], str) or not edit["question"].strip():
-        raise ValueError("the edit's question must be a non-empty string")
-    if not isinstance(edit["options"], list) or not all(isinstance(o, str) and o.strip() for o in edit["options"]):
-        raise ValueError("the edit's options must be a list of non-empty strings")
-    if not isinstance(edit["label"], str):
-        raise ValueError("the edit's label must be a letter")
-    if edit.get("type", TYPES[0]) not in TYPES:
-        raise ValueError(f"the edit's type must be one of {', '.join(TYPES)}")
-    Question(item_id, edit["question"], tuple(edit["options"]), edit["label"], edit.get("type", ""))
-    return edit
-
-
 class RequestError(Exception):
     """A request this page refuses: the status to answer and why."""
 
@@ -219,7 +186,8 @@ def image_file(folder: Path, root: Path, stored: str) -> Path:
 def make_handler(
     folder: Path, project: dict[str, Any], store: LabelStore, connection_timeout: float = CONNECTION_TIMEOUT_S
 ) -> type[BaseHTTPRequestHandler]:
-    items = {item["id"]: item for item in project["items"]}
+    mine = {name: own_items(project, name) for name in project["annotators"]}  # each person's, in order
+    own = {name: {item["id"]: item for item in listed} for name, listed in mine.items()}
     instructions = project_instructions(project, folder)
     annotators = {token: name for name, token in project["annotators"].items()}
     image_root = (folder / project["image_root"]).resolve()
@@ -262,8 +230,8 @@ def make_handler(
                 return None, parts
             return annotators[parts[1]], parts[2:]
 
-        def _image(self, item_id: str, field: str) -> None:
-            item = items.get(item_id)
+        def _image(self, annotator: str, item_id: str, field: str) -> None:
+            item = own[annotator].get(item_id)
             if item is None or field not in item["images"]:
                 raise RequestError(HTTPStatus.NOT_FOUND, "no such image")
             path = image_file(folder, image_root, item["images"][field])
@@ -279,27 +247,29 @@ def make_handler(
                 return self._fail(HTTPStatus.FORBIDDEN, "unknown annotator link")
             if rest and rest[0] == "image" and len(rest) == 3:
                 try:
-                    return self._image(rest[1], rest[2])
+                    return self._image(annotator, rest[1], rest[2])
                 except RequestError as error:
                     return self._fail(error.status, str(error))
             if rest and rest[0] == "progress":
                 done = len(store.labelled(annotator))
                 return self._send(
-                    HTTPStatus.OK, json.dumps({"done": done, "total": len(items)}).encode(), "application/json"
+                    HTTPStatus.OK,
+                    json.dumps({"done": done, "total": len(own[annotator])}).encode(),
+                    "application/json",
                 )
             if rest:
                 return self._fail(HTTPStatus.NOT_FOUND, "no such page")
             query = parse_qs(urlsplit(self.path).query)
             done = store.labelled(annotator)
             if "item" in query:
-                item = items.get(query["item"][0])
+                item = own[annotator].get(query["item"][0])
                 if item is None:
                     return self._fail(HTTPStatus.NOT_FOUND, "unknown item")
             else:
-                item = next((i for i in project["items"] if i["id"] not in done), None)
+                item = next((i for i in mine[annotator] if i["id"] not in done), None)
             page = _PAGE.render(
                 annotator=annotator, token=self._route_token(), task=project["task"], item=item, done=len(done),
-                total=len(items), keys=_KEYS[project["task"]], instructions=instructions,
+                total=len(own[annotator]), keys=_KEYS[project["task"]], instructions=instructions,
             )  # fmt: skip
             self._send(HTTPStatus.OK, page.encode())
             return None
@@ -350,9 +320,9 @@ def make_handler(
                 return self._fail(HTTPStatus.NOT_FOUND, "no such page")
             try:
                 form = self._form()
-                if form.get("item_id") not in items:
+                if form.get("item_id") not in own[annotator]:
                     raise RequestError(HTTPStatus.BAD_REQUEST, "unknown item")
-                value = parse_value(project["task"], form)
+                value = parse_value(project["task"], form, own[annotator][form["item_id"]])
             except RequestError as error:
                 return self._fail(error.status, str(error))
             except ValueError as error:

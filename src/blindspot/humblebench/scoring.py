@@ -230,11 +230,18 @@ def read_predictions(
 
 
 def score(
-    predictions: str, release: str, humblebench: Mapping[str, Any], seed: int, out: str, setting: str | None = None
+    predictions: str,
+    release: str,
+    humblebench: Mapping[str, Any],
+    seed: int,
+    out: str,
+    setting: str | None = None,
+    humans: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, str]:
-    """Score predictions made elsewhere against the release: write the metrics, Tables 4 to 6 and the
-    NOTA plot under `out` where the workflow writes them under its results folder; return Table 4 and
-    its caption. `humblebench` is the config's section: its settings, and Table 4's setting."""
+    """Score predictions made elsewhere against the release: write the metrics, Tables 4 to 6 (and 7,
+    given people's answers, `humans`: `tables.HUMAN_ANSWERS`) and the NOTA plot under `out` where the
+    workflow writes them under its results folder; return Table 4 and its caption. `humblebench` is the
+    config's section: its settings, and Table 4's setting."""
     existing = next(folder for folder in (Path(out), *Path(out).parents) if folder.exists())
     if not existing.is_dir():
         raise ValueError(f"--out {out}: {existing} is a file, not a folder")
@@ -246,10 +253,10 @@ def score(
         for name, entry in settings.items()
         if name == original or name in set(answers["setting"])
     }
+    named = humblebench["tables"]
     found, report = report_tables(
-        answers, None, READING, used, original, humblebench["tables"]["stress"], humblebench["tables"].get("cautious"),
-        readings=(READING,),
-    )  # fmt: skip
+        answers, humans, READING, used, original, named["stress"], named.get("cautious"), readings=(READING,)
+    )
     files = {name: [PATHS[name].format(results=out, ext=ext) for ext in TABLE_FORMATS] for name in report}
     write_report(found, report, READING, used, PATHS["humble_metrics"].format(results=out), files,
                  PATHS["nota_plot"].format(results=out))  # fmt: skip

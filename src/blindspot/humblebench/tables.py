@@ -21,6 +21,7 @@ from blindspot.humblebench.metrics import ANSWER_COLUMNS, humility_metrics, requ
 from blindspot.io import atomic_path, read_csv, write_text
 from blindspot.registry import MODEL_GROUPS
 from blindspot.reporting import Cell, write_report_table
+from blindspot.tables import HUMAN_ANSWERS
 
 READINGS = ("text", "logits")
 HEADLINES = {"overall": "Overall", "nota_selection": "NOTA sel.", "nota_hit": "NOTA hit"}
@@ -203,16 +204,17 @@ def shift_table(metrics: pd.DataFrame, reading: str, before: str, after: str) ->
 
 
 def read_human_answers(path: str | Path) -> pd.DataFrame:
-    """Human answers: `annotator,question_id,setting,answer` (a letter of the options as shown in that
-    setting, or empty when the person gave none)."""
+    """Human answers from a CSV `annotator,question_id,setting,answer` (a letter of the options as shown in
+    that setting, or empty when the person gave none), as `tables.HUMAN_ANSWERS`: what the annotation
+    page's and Label Studio's answers become too (`human_study.answers_from_labels`)."""
     frame = read_csv(path, "human answers", dtype=str, keep_default_na=False)
-    missing = {"annotator", "question_id", "setting", "answer"} - set(frame.columns)
+    missing = set(HUMAN_ANSWERS.names) - set(frame.columns)
     if missing:
         raise ValueError(f"{path}: human answers lack columns {sorted(missing)}")
     bad = frame[~frame["answer"].isin(["", "A", "B", "C", "D", "E"])]
     if len(bad):
         raise ValueError(f"{path}: row {bad.index[0] + 2} answers {bad['answer'].iloc[0]!r} (a letter A-E or empty)")
-    return frame
+    return frame[list(HUMAN_ANSWERS.names)]
 
 
 TABLE7_COLUMNS = {"overall": "Overall", "non_nota_accuracy": "Non-NOTA", "nota_hit": "NOTA hit",
@@ -235,7 +237,8 @@ def table7(
 ) -> pd.DataFrame:
     """Table 7: humans and models on the same questions. For each annotator's question set, the
     metrics of the person and of each model in the `original` setting, and the NOTA hit rate in the
-    `stress` setting; each row averages over the annotators' sets."""
+    `stress` setting; each row averages over the annotators' sets, the people's row named as the paper's
+    ("Human (mean of 5)")."""
     _require_answers(answers, [reading])
     shown = answers.drop_duplicates(["setting", "question_id"]).set_index(["setting", "question_id"])
     people = humans.join(shown[["label", "nota", "type", "letter_map"]], on=["setting", "question_id"])
@@ -252,7 +255,7 @@ def table7(
     for _, own in people.groupby("annotator", sort=True):
         asked = set(zip(own["setting"], own["question_id"], strict=True))
         same = models[[key in asked for key in model_keys]]
-        for who, frame in [("Human", own), *same.groupby("vlm", sort=False)]:
+        for who, frame in [(f"Human (mean of {people['annotator'].nunique()})", own), *same.groupby("vlm", sort=False)]:
             cells.setdefault(who, []).append(_table7_cells(frame, original, stress))
     rows = [{"Model": who, **pd.DataFrame(sets).mean().map(_percent).to_dict()} for who, sets in cells.items()]
     return pd.DataFrame(rows)

@@ -12,14 +12,16 @@ from blindspot.steps import log
 
 
 def make_annotation_projects(
-    filter_validation: str, preference_pairs: str, scene_candidates: Sequence[str], judge_template: str,
-    annotators: Sequence[str], filter_evaluators: Sequence[str], image_url_prefix: str, out: str,
+    filter_validation: str, preference_pairs: str, scene_candidates: Sequence[str], human_study: Sequence[str],
+    judge_template: str, annotators: Sequence[str], filter_evaluators: Sequence[str], study_annotators: Sequence[str],
+    image_url_prefix: str, out: str,
 ) -> None:  # fmt: skip
     """Annotation projects for the papers' human studies: Label Studio tasks and config, and a link per
     annotator for the built-in page (`blindspot annotate serve`). The filter validation images go to the
     designated evaluators only (the paper: "a trained human evaluator"), who are shown the VLM filter's
-    rubric (the `rubric` of its `judge_template`) so that both score on one scale; the other tasks go to
-    every annotator."""
+    rubric (the `rubric` of its `judge_template`) so that both score on one scale; HumbleBench's human
+    study (`humble_answer`, from its `human_study` sets) to its `study_annotators`, each item to the one
+    whose set holds it; the other tasks go to every annotator."""
     from blindspot.annotation.projects import make_projects
     from blindspot.io import atomic_dir
     from blindspot.prompts import PromptTemplate
@@ -40,6 +42,9 @@ def make_annotation_projects(
             {"image_score": read_table(filter_validation, tables.ANNOTATION_IMAGES)}, filter_evaluators, tmp,
             image_url_prefix, {"image_score": rubric},
         ) | make_projects(shared, annotators, tmp, image_url_prefix)  # fmt: skip
+        if human_study:
+            study = read_table(human_study[0], tables.HUMAN_STUDY)
+            projects |= make_projects({"humble_answer": study}, study_annotators, tmp, image_url_prefix)
     for task, project in projects.items():
         log.info("%s: %d items for %d annotators", task, len(project["items"]), len(project["annotators"]))
 

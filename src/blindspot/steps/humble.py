@@ -107,10 +107,27 @@ def answer_humble(
     Path(journal).unlink(missing_ok=True)  # an empty shard never made one
 
 
+def sample_human_questions(
+    questions: str, study: dict[str, Any], original: str, stress: str, settings: dict[str, dict[str, Any]], seed: int,
+    out: str,
+) -> None:  # fmt: skip
+    """Table 7's human study: each annotator's question set (`human_study.sample_question_sets`), the
+    questions as their setting shows them."""
+    from blindspot.humblebench.human_study import sample_question_sets
+
+    frame = sample_question_sets(
+        read_table(questions, tables.HUMBLE_QUESTIONS), study["annotators"], study, original, stress, settings, seed
+    )
+    write_table(out, frame, tables.HUMAN_STUDY)
+    for annotator, own in frame.groupby("annotator", sort=False):
+        log.info("%s: %s", annotator, own["setting"].value_counts().to_dict())
+
+
 def make_humble_tables(
-    answers: Sequence[str], human_answers: Sequence[str], reading: str, settings: dict[str, dict[str, str]],
-    original: str, stress: str, cautious: str | None, metrics: str, table4: Sequence[str], table5: Sequence[str],
-    table6: Sequence[str], table7: Sequence[str], table_a1: Sequence[str], plot: str, parser_version: int,
+    answers: Sequence[str], human_answers: Sequence[str], human_study: Sequence[str], reading: str,
+    settings: dict[str, dict[str, str]], original: str, stress: str, cautious: str | None, metrics: str,
+    table4: Sequence[str], table5: Sequence[str], table6: Sequence[str], table7: Sequence[str], table_a1: Sequence[str],
+    plot: str, parser_version: int,
     groups: dict[str, str | None] | None,
 ) -> None:  # fmt: skip
     """Every metric per VLM x setting x reading, Tables 4-6 (7, given human answers; the appendix's
@@ -131,7 +148,11 @@ def make_humble_tables(
         log.info("%d of %d answers read otherwise by today's parser than when answered: the tables read today's",
                  changed, len(frame))  # fmt: skip
     frame["prediction_text"] = reread
-    people = humble_tables.read_human_answers(human_answers[0]) if human_answers else None
+    from blindspot.annotation.labels import read_human_answers
+
+    people = read_human_answers(human_answers[0], human_study[0] if human_study else None) if human_answers else None
+    if people is not None:
+        log.info("human answers: %d by %d annotators", len(people), people["annotator"].nunique())
     found, report = humble_tables.report_tables(
         frame, people, reading, settings, original, stress, cautious, groups=groups
     )
