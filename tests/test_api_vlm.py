@@ -81,6 +81,31 @@ def test_the_request_carries_the_image_and_the_answer_budget_unless_the_entry_se
     assert KEY not in repr(vlm)
 
 
+def test_without_its_key_the_workflows_job_answers_nothing_and_the_tables_go_on(monkeypatch, tmp_path, caplog):
+    """As an API metric without its key is skipped: the job writes an empty answer table, sends nothing
+    (its endpoint is a closed port) and says why; the key set later changes its param, so it runs again."""
+    import dataclasses
+
+    from blindspot import tables
+    from blindspot.io import read_table, write_table
+    from blindspot.steps.humble import answer_humble
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    write_table(tmp_path / "questions.parquet", questions(tmp_path, 6), tables.HUMBLE_QUESTIONS)
+    model = dataclasses.asdict(_spec("m", port=1, client=FAST_CLIENT))
+    with caplog.at_level("WARNING"):
+        answer_humble(
+            questions=str(tmp_path / "questions.parquet"), template=str(TEMPLATE), model=model, transforms={},
+            answer_shards=1, batch_size=4, max_new_tokens=8, seed=0, journal=str(tmp_path / "journal"),
+            vlm="api-vlm", setting="original", shard="00000", out=str(tmp_path / "answers.parquet"),
+            counters_out=str(tmp_path / "counters.json"), cache=str(tmp_path / "cache"), planned_requests=6,
+            api_key_is_set=False,
+        )  # fmt: skip
+    assert read_table(tmp_path / "answers.parquet", tables.HUMBLE_ANSWERS).empty
+    assert json.loads((tmp_path / "counters.json").read_text())["questions"] == 0
+    assert f"api-vlm: the API key variable {KEY_ENV} is not set or empty; skipping its 6 questions" in caplog.text
+
+
 @pytest.fixture(scope="module")
 def server(built_config, tmp_path_factory):
     with serving(model_spec(built_config, "tiny-qwen2.5-vl").path, tmp_path_factory.mktemp("serve")) as served:

@@ -186,6 +186,13 @@ def test_a_gated_model_needs_a_token_that_opens_it_unless_it_is_cached(tiny_conf
         assert opened == Check("token", "tiny-qwen2", OK, "gated; the token opens it")
 
 
+def test_an_api_vlm_without_its_key_is_a_warning_naming_what_is_skipped(paper_config, monkeypatch):
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    checks = {check.subject: check for check in doctor_models.api_checks(paper_config) if check.check == "api key"}
+    skipped = "$GEMINI_API_KEY is not set: its HumbleBench answers will be skipped (its endpoint is not probed)"
+    assert checks["gemini-2.5-pro"] == Check("api key", "gemini-2.5-pro", WARN, skipped)
+
+
 def test_an_api_metric_needs_its_key_and_an_endpoint_that_takes_it(tiny_config, tmp_path, monkeypatch):
     """Without its key the metric's jobs are skipped and the run goes on: a warning, and no probe of its
     endpoint. With a key, an endpoint that refuses it or does not answer fails the run's jobs: FAIL."""
@@ -366,5 +373,7 @@ def test_the_api_models_estimated_cost_above_the_budget_is_a_warning(paper_confi
     [above] = doctor_models.budget_checks(paper_config | {"budget": cost / 2})
     assert within.verdict == OK
     assert above.verdict == WARN
-    assert above.reason == (f"the plan's estimate is {cost:,.2f} USD for 1,800 requests (prices read 2025-08-07), "
+    # GPT-5's 1,800 requests and the four proprietary VLMs' 136,992 each, with each price's date
+    dates = "2025-06-17, 2025-08-07, 2025-09-23, 2025-10-15, 2025-12-17"
+    assert above.reason == (f"the plan's estimate is {cost:,.2f} USD for 549,768 requests (prices read {dates}), "
                             f"above the budget of {cost / 2:,.2f} USD (`budget`)")  # fmt: skip

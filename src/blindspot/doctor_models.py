@@ -103,7 +103,8 @@ def role_checks(config: dict[str, Any], cache_dir: str | Path) -> list[Check]:
 
 def api_checks(config: dict[str, Any]) -> list[Check]:
     """Each API model's key variable and, when it is set, its endpoint (GET {endpoint}/models). Without
-    its key a metric's jobs are skipped and the run goes on (`protobias.scoring.metric_loader`): a warning."""
+    its key a metric's jobs, or an API VLM's answers, are skipped and the run goes on
+    (`protobias.scoring.metric_loader`, `steps.humble.answer_humble`): a warning."""
     import requests
 
     checks = []
@@ -114,10 +115,13 @@ def api_checks(config: dict[str, Any]) -> list[Check]:
         variable, endpoint = entry["api_key_env"], entry["endpoint"].rstrip("/")
         key = os.environ.get(variable, "")
         metrics = [m for m, metric in config["evaluation"]["metrics"].items() if metric["model"] == name]
+        answers = name in config["humblebench"]["vlms"]
         if not key:
-            if metrics:
-                skipped = f"metric {', '.join(metrics)} will be skipped (its endpoint is not probed)"
-                checks.append(Check("api key", name, WARN, f"${variable} is not set: {skipped}"))
+            if metrics or answers:
+                skipped = f"metric {', '.join(metrics)}" if metrics else "its HumbleBench answers"
+                skipped += f"{' and its HumbleBench answers' if metrics and answers else ''} will be skipped"
+                checks.append(Check("api key", name, WARN, f"${variable} is not set: {skipped} (its endpoint is "
+                                                           "not probed)"))  # fmt: skip
             else:  # loaded by a metric as a helper: nothing skips that metric without the key
                 checks.append(Check("api key", name, FAIL, f"${variable} is not set, and a metric's jobs load {name}"))
             continue

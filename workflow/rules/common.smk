@@ -121,9 +121,11 @@ def get_env(rule):
 
 
 def get_api_key_is_set(wildcards):
-    """Whether an API metric's key is in the environment (never the key): setting it later re-runs
-    the jobs that were skipped without it."""
-    variable = config["models"][METRICS[wildcards.metric]["model"]].get("api_key_env")
+    """Whether the key of the job's API model (a metric's, or an API VLM's) is in the environment (never
+    the key): setting it later re-runs the jobs that were skipped without it."""
+    named = dict(wildcards.items())
+    model = METRICS[named["metric"]]["model"] if "metric" in named else named["vlm"]
+    variable = config["models"][model].get("api_key_env")
     return bool(variable and os.environ.get(variable))
 
 

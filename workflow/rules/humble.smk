@@ -121,6 +121,8 @@ use rule answer_humble as answer_api_humble with:
         cache=lambda wildcards: P("humble_api_cache", vlm=wildcards.vlm),
         # Its client sends no more than these times client.max_attempts (`blindspot.bill`).
         planned_requests=lambda wildcards: bill.job_requests(config, dict(wildcards.items()), "answer_api_humble"),
+        # never the key: setting it later runs the jobs that were skipped without it
+        api_key_is_set=get_api_key_is_set,
     log:
         LOG("answer_api_humble"),
     benchmark:

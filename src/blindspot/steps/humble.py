@@ -85,12 +85,13 @@ def make_humble_questions(
 def answer_humble(
     questions: str, template: str, model: dict[str, Any], transforms: dict[str, Any], answer_shards: int,
     batch_size: int, max_new_tokens: int, seed: int, journal: str, vlm: str, setting: str, shard: str, out: str,
-    counters_out: str, cache: str = "", planned_requests: int | None = None,
+    counters_out: str, cache: str = "", planned_requests: int | None = None, api_key_is_set: bool = True,
 ) -> None:  # fmt: skip
     """One VLM answers one shard of the questions as one setting shows them, its images read a batch at a
     time; the answers are journaled as they come (`journal`), so a killed job answers only what it had not.
     An API VLM's replies are cached in `cache` (`models.api_vlm`), and its client sends no more than its
-    `planned_requests` (`blindspot.bill`) times `client.max_attempts`."""
+    `planned_requests` (`blindspot.bill`) times `client.max_attempts`; without its key (`api_key_is_set`)
+    it answers nothing, as an API metric is skipped, and the tables go on without it."""
     from blindspot.humblebench import answers as humble_answers
     from blindspot.models.api_vlm import load_answerer
 
@@ -98,6 +99,10 @@ def answer_humble(
         model = model | {"client": model["client"] | {"planned_requests": planned_requests}}
     vlm_spec = spec(model)
     mine = humble_answers.shard_questions(read_table(questions, tables.HUMBLE_QUESTIONS), int(shard), answer_shards)
+    if vlm_spec.api_key_env and not api_key_is_set:
+        log.warning("%s: the API key variable %s is not set or empty; skipping its %d questions (setting the "
+                    "key runs this job again)", vlm, vlm_spec.api_key_env, len(mine))  # fmt: skip
+        mine = mine.iloc[:0]
     frame, counters = humble_answers.answer_shard(
         mine, setting, transforms, PromptTemplate.load(template), vlm_spec,
         lambda: load_answerer(vlm_spec, batch_size, cache), max_new_tokens, seed, journal,
