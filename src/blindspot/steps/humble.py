@@ -96,7 +96,8 @@ def answer_humble(
     mine = humble_answers.shard_questions(read_table(questions, tables.HUMBLE_QUESTIONS), int(shard), answer_shards)
     frame, counters = humble_answers.answer_shard(
         mine, setting, transforms, PromptTemplate.load(template), vlm_spec,
-        lambda: load_vlm_scorer(vlm_spec, batch_size), max_new_tokens, seed, journal,
+        lambda: load_vlm_scorer(vlm_spec, batch_size), humble_answers.answer_budget(vlm_spec, max_new_tokens), seed,
+        journal,
     )  # fmt: skip
     write_counters(counters_out, counters, f"{vlm}/{setting}/{shard}")
     write_table(out, frame, tables.HUMBLE_ANSWERS)
