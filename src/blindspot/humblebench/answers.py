@@ -35,8 +35,9 @@ def answer_shard(
     row per question (`tables.HUMBLE_ANSWERS`), and counters: questions, answers whose text names no
     option, answers whose two readings agree, answers read after a reasoning model's reasoning
     (`reasoned`), answers the token budget cut off (`cut_off`), questions this job answered
-    (`computed_items`: the others came from its journal). `load_scorer` is called only for a shard with questions, so an
-    empty shard never loads the model. The answers are journaled a batch at a time (`answer_in_batches`)."""
+    (`computed_items`: the others came from its journal). `load_scorer` is called only for a shard
+    with questions, so an empty shard never loads the model. The answers are journaled a batch at a
+    time (`answer_in_batches`)."""
     shown = [
         (present(row_question(row), setting, transforms, seed), row["image_path"])
         for row in questions.to_dict("records")
