@@ -115,8 +115,8 @@ def test_an_empty_shard_never_loads_the_model(tmp_path):
     assert not journal.exists()
     assert frame.empty
     assert list(frame.columns) == tables.HUMBLE_ANSWERS.names
-    assert counters == {"questions": 0, "unparseable_text": 0, "text_and_logits_agree": 0, "computed_items": 0,
-                        "letters_from_text": 0}  # fmt: skip
+    assert counters == {"questions": 0, "unparseable_text": 0, "text_and_logits_agree": 0, "reasoned": 0, "cut_off": 0,
+                        "computed_items": 0, "letters_from_text": 0}  # fmt: skip
 
 
 @pytest.mark.slow
@@ -175,5 +175,7 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
         "questions": 4,
         "unparseable_text": int((frame["prediction_text"] == "").sum()),
         "text_and_logits_agree": int((frame["prediction_text"] == frame["prediction_logits"]).sum()),
+        "reasoned": int(frame["reasoning"].astype(bool).sum()),
+        "cut_off": int(frame["cut_off"].sum()),
         "computed_items": 4,
     }

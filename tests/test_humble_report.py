@@ -44,7 +44,8 @@ def answers() -> pd.DataFrame:
                     "type": ["Object", "Relation", "Attribute", "Object"][i], "options": FIVE_OPTIONS, "label": label,
                     "nota": "E", "letter_map": FIVE_SHOWN, "noise_image": False, "letter_probabilities": "[]",
                     "letter_mass": 1.0, "prediction_logits": logits[i], "text": text[i:i + 1],
-                    "prediction_text": text[i:i + 1], "template_version": "v1",
+                    "prediction_text": text[i:i + 1], "reasoning": "", "stopped": True, "cut_off": False,
+                    "template_version": "v1",
                 })  # fmt: skip
     return pd.DataFrame(rows, columns=tables.HUMBLE_ANSWERS.names)
 

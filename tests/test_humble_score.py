@@ -549,3 +549,76 @@ def test_people_s_answers_add_table7_on_the_same_questions(official, release, tm
     humans.write_text("annotator,question_id,setting,answer\nann1,99,original,A\n")
     message = _error(capsys, official, release, tmp_path / "unknown", "--human-answers", str(humans))
     assert message.endswith("human answer to question 99 in setting original, which no model was asked")
+
+
+def test_a_question_answered_twice_is_refused_naming_the_question_and_the_file(official, release, tmp_path, capsys):
+    common = official / "common" / "Toy-VL" / "Toy-VL.jsonl"
+    with common.open("a") as lines:  # a run resumed by hand, question 3 asked again
+        lines.write(json.dumps(official_line(3, "common", "B")) + "\n")
+    message = _error(capsys, official, release, tmp_path / "o")
+    assert message == (
+        f"blindspot: error: {common}: line 7: question 3 is answered twice by Toy-VL in setting original "
+        f"(first at {common}: line 3); keep one answer per question"
+    )
+    assert not (tmp_path / "o").exists()
+    plain = tmp_path / "answers.csv"
+    plain.write_text("question_id,setting,model,answer\n1,common,Toy,A\n2,common,Toy,B\n1,original,Toy,E\n")
+    assert _error(capsys, plain, release, tmp_path / "o").endswith(
+        f"{plain}: row 4: question 1 is answered twice by Toy in setting original (first at {plain}: row 2); "
+        "keep one answer per question"
+    )
+    # The same question by another model, or in another setting, is no repeat.
+    plain.write_text("question_id,setting,model,answer\n1,common,Toy,A\n1,common,Other,B\n1,nota_only,Toy,E\n")
+    assert score(plain, release, tmp_path / "o") == 0
+
+
+def test_the_official_shuffle_shows_each_real_question_as_the_official_code(tmp_path):
+    """`shuffle_options` (the paper config's Shuffled NOTA) against the official `DataLoader` above, on the
+    release's real question ids: the same options at the same letters and the same label, whatever the
+    run's seed; the verbatim shuffled lines show them so; and a CSV of answers to them reads as shown."""
+    from blindspot.humblebench.release import release_question
+    from blindspot.humblebench.settings import present, setting_transforms
+
+    settings = load_config(CONFIG)["humblebench"]["settings"]
+    transforms = setting_transforms(settings["shuffled_nota"])
+    assert transforms == {"shuffle_options": True}
+    records = {record["question_id"]: record for record in map(json.loads, RELEASE.read_text().splitlines())}
+    lines = {line["question_id"]: line for line in verbatim_lines("shuffle_nota_position", "Cambrian")}
+    moved_somewhere = 0
+    for question_id, record in records.items():
+        question, label, moved = official_dataloader(record, "shuffle_nota_position")
+        for seed in (0, 3720):
+            shown = present(release_question(record), "shuffled_nota", transforms, seed)
+            assert shown.letter_map == moved, question_id
+            assert shown.label == label, question_id
+            options = zip(shown.letters, shown.options, strict=True)
+            assert question.endswith("\n".join(f"{letter}. {text}" for letter, text in options))
+        assert (lines[question_id]["question"], lines[question_id]["label"]) == (question, label)
+        moved_somewhere += moved != {letter: letter for letter in "ABCDE"}
+    assert moved_somewhere == len(records)
+    # The Cambrian lines as a plain CSV: the config shows each question as the official code did, so the
+    # same answers score the same as the official files.
+    plain = tmp_path / "answers.csv"
+    rows = [(qid, "shuffled_nota", "Cambrian", line["prediction"]) for qid, line in lines.items()]
+    pd.DataFrame(rows, columns=["question_id", "setting", "model", "answer"]).to_csv(plain, index=False)
+    assert score(plain, RELEASE, tmp_path / "csv") == 0
+    folder = tmp_path / "official" / "shuffle_nota_position" / "Cambrian"
+    folder.mkdir(parents=True)
+    verbatim = OFFICIAL_DATA / "shuffle_nota_position" / "Cambrian" / "Cambrian.jsonl"
+    (folder / "Cambrian.jsonl").write_text(verbatim.read_text(encoding="utf-8"), encoding="utf-8")
+    assert score(tmp_path / "official", RELEASE, tmp_path / "jsonl") == 0
+    as_csv, as_jsonl = (metrics(tmp_path / name).loc[["shuffled_nota"]] for name in ("csv", "jsonl"))
+    pd.testing.assert_frame_equal(as_csv, as_jsonl)
+    assert as_csv.loc["shuffled_nota", "overall"] == pytest.approx(2 / 5)  # as the verbatim test above
+
+
+def test_two_shuffles_in_one_setting_are_refused():
+    from blindspot.humblebench.settings import Question, present
+
+    question = Question("7", "What colour?", ("Red", "Blue", "Green", "White", "None of the above"), "B", "Attribute")
+    with pytest.raises(ValueError, match="setting s: shuffle_options and shuffle_nota are two shuffles; set one"):
+        present(question, "s", {"shuffle_options": True, "shuffle_nota": True}, 0)
+    # The project's own ids (no integer) shuffle too, by the id alone.
+    own = Question("bench-1f3a", question.question, question.options, "B", "Attribute")
+    shown = {present(own, "s", {"shuffle_options": True}, seed).letter_map["E"] for seed in range(5)}
+    assert len(shown) == 1

@@ -138,7 +138,7 @@ def test_vllm_scorer_reads_the_same_score_distribution_as_transformers(vllm_run,
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     tokens = ScoreTokens.from_tokenizer(tokenizer)
     letters = option_token_ids(tokenizer)
-    for conversation, row, (letter_probabilities, text) in zip(
+    for conversation, row, (letter_probabilities, text, stopped) in zip(
         conversations, served["scores"], served["choices"], strict=True
     ):
         prompt = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False) + "1"
@@ -153,3 +153,4 @@ def test_vllm_scorer_reads_the_same_score_distribution_as_transformers(vllm_run,
         first = torch.softmax(torch.from_numpy(last_two[0]), dim=-1)[letters].tolist()
         assert letter_probabilities == pytest.approx(first, abs=2e-3)
         assert isinstance(text, str)
+        assert isinstance(stopped, bool)  # vLLM's finish reason: "length" is the budget's

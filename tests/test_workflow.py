@@ -293,6 +293,13 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     metrics = pd.read_csv(results / "tables" / "humblebench_metrics.csv")
     assert len(metrics) == len(humble["vlms"]) * len(humble["settings"]) * 2  # both readings
     assert (results / "tables" / "humblebench_nota_tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The reasoning-template VLM (its own budget) never closes its reasoning: every answer is cut off, and
+    # the metrics say so per model (random weights never end a sequence, so the others' are cut off too).
+    thinking = answers["vlm"] == "tiny-qwen2.5-vl-thinking"
+    assert thinking.any()
+    assert answers.loc[thinking, "cut_off"].all()
+    cut = metrics.groupby("vlm")["cut_off"].mean()
+    assert cut["tiny-qwen2.5-vl-thinking"] == 1.0
     # No temp file of an atomic write is left behind anywhere.
     assert not list(results.rglob(".*.tmp"))
 

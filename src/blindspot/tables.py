@@ -252,8 +252,11 @@ HUMBLE_ANSWERS = pa.schema(
         ("letter_probabilities", _s),  # JSON list: P(letter) at the first answer token, letters as shown
         ("letter_mass", _f),  # their sum: how much the model meant to answer with a letter
         ("prediction_logits", _s),  # the most probable shown letter
-        ("text", _s),  # the generated answer
+        ("text", _s),  # the generated answer (a reasoning model's after its reasoning)
         ("prediction_text", _s),  # the letter the text names; empty when it names none or several
+        ("reasoning", _s),  # a reasoning model's text before the answer ("" when none ended it)
+        ("stopped", pa.bool_()),  # the answer ended on its own (end of sequence), not at the token budget
+        ("cut_off", pa.bool_()),  # the budget cut it off: not stopped, and no marker ended the reasoning
         ("template_version", _s),
     ]
 )

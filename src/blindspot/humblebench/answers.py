@@ -14,6 +14,7 @@ import pandas as pd
 from blindspot import tables
 from blindspot.humblebench.parsing import parse_answer
 from blindspot.humblebench.questions import row_question
+from blindspot.humblebench.reasoning import cut_off, split_reasoning
 from blindspot.humblebench.settings import LETTERS, Presented, present, shard_of, shown_image
 from blindspot.images import Journaled, journaled_batches
 from blindspot.models.spec import ModelSpec
@@ -32,9 +33,11 @@ def answer_shard(
 ) -> tuple[pd.DataFrame, dict[str, int]]:  # fmt: skip
     """The answers of the VLM `spec` to `questions` as the setting shows them (`settings.present`), one
     row per question (`tables.HUMBLE_ANSWERS`), and counters: questions, answers whose text names no
-    option, answers whose two readings agree, questions this job answered (`computed_items`: the
-    others came from its journal). `load_scorer` is called only for a shard with questions, so an
-    empty shard never loads the model. The answers are journaled a batch at a time (`answer_in_batches`)."""
+    option, answers whose two readings agree, answers read after a reasoning model's reasoning
+    (`reasoned`), answers the token budget cut off (`cut_off`), questions this job answered
+    (`computed_items`: the others came from its journal). `load_scorer` is called only for a shard
+    with questions, so an empty shard never loads the model. The answers are journaled a batch at a
+    time (`answer_in_batches`)."""
     shown = [
         (present(row_question(row), setting, transforms, seed), row["image_path"])
         for row in questions.to_dict("records")
@@ -50,10 +53,18 @@ def answer_shard(
         "questions": len(frame),
         "unparseable_text": int((frame["prediction_text"] == "").sum()),
         "text_and_logits_agree": int((frame["prediction_text"] == frame["prediction_logits"]).sum()),
+        "reasoned": int(frame["reasoning"].astype(bool).sum()),
+        "cut_off": int(frame["cut_off"].astype(bool).sum()),
         "computed_items": computed,
         "letters_from_text": int(frame["letter_mass"].isna().sum()),  # answers without letter probabilities
     }
     return frame, counters
+
+
+def answer_budget(spec: ModelSpec, max_new_tokens: int) -> int:
+    """The answer's token budget for the VLM `spec`: its registry entry's `generation.max_tokens` (a
+    reasoning model's, say), else `humblebench.max_new_tokens`."""
+    return int(spec.generation.get("max_tokens", max_new_tokens))
 
 
 def option_token_ids(tokenizer: Any, letters: str = LETTERS) -> list[int]:
@@ -73,13 +84,17 @@ def answer_questions(
     """Ask the VLM each (shown question, image). Two readings of each answer: the most probable
     option letter at the first answer position, among the letters shown (the text's letter for an API
     that returns no letter probabilities, `models.api_vlm`); and the parsed text (empty when it names
-    no option shown, or several)."""
+    no option shown, or several). A reasoning model's text is kept in two parts, its reasoning and the
+    answer after it (`reasoning.split_reasoning`), with whether the token budget cut it off
+    (`reasoning.cut_off`)."""
     letters = option_token_ids(scorer.tokenizer)
     conversations = [image_conversation(templates[shown.setting], **shown.prompt_fields()) for shown, _ in items]
     answers = scorer.choose(conversations, [image for _, image in items], letters, max_new_tokens)
     rows = []
-    for (shown, _), (probabilities, text) in zip(items, answers, strict=True):
+    for (shown, _), (probabilities, generated, stopped) in zip(items, answers, strict=True):
         offered = [probabilities[LETTERS.index(letter)] for letter in shown.letters]
+        split = split_reasoning(generated)
+        text = split.answer
         from_text = parse_answer(text, dict(zip(shown.letters, shown.options, strict=True))) or ""
         # An API without logprobs has no letter distribution (NaN): its letter reading is the text's.
         has_letters = bool(np.isfinite(offered).all())
@@ -91,6 +106,7 @@ def answer_questions(
             "letter_mass": float(sum(offered)),
             "prediction_logits": shown.letters[int(np.argmax(offered))] if has_letters else from_text, "text": text,
             "prediction_text": from_text,
+            "reasoning": split.reasoning, "stopped": bool(stopped), "cut_off": cut_off(stopped, split),
             "template_version": templates[shown.setting].version,
         })  # fmt: skip
     return rows
@@ -111,7 +127,7 @@ def answer_in_batches(
 
     spec = scorer.spec
     versions = {setting: template.version for setting, template in templates.items()}
-    key = ("answers", spec.outputs, versions, max_new_tokens, seed)
+    key = ("answers", spec.outputs, versions, max_new_tokens, seed, "reasoning")  # rows with the reasoning
     return journaled_batches(
         questions, scorer.batch_size, lambda question: shown_image(*question, seed), answer, journal_path, key,
         desc=f"answer {spec.name}",

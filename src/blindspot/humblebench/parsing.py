@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from blindspot.humblebench.reasoning import split_reasoning
 from blindspot.humblebench.settings import LETTERS
 
 # Bumped when a change alters what an answer reads as: the tables' rule re-runs on it and reads the
 # stored answers again (`metrics.parsed_texts`); the VLMs are not asked again.
-PARSER_VERSION = 1
+PARSER_VERSION = 2  # 2: the answer is read after a reasoning model's reasoning
 
 # Every pattern is linear by construction: each quantifier is possessive (`*+`, `++`, `?+`) or takes
 # one character, so no run of characters is ever re-split between two quantifiers. (The old keyword
@@ -43,12 +44,15 @@ def parse_answer(text: str, options: Sequence[str] | Mapping[str, str]) -> str |
     """The option letter an answer names, or None when it names none, several, or one not shown.
     `options` are the option texts in letter order, or by letter where the shown letters have a gap.
 
-    Final-answer markup (`<answer>C</answer>`, `\\boxed{C}`) is the answer wherever it is, whatever
-    the reasoning around it names; its content is read as below. Otherwise an answer that names two
-    different capital letters is ambiguous; else, in order: the whole answer is a letter ("E", "d",
-    "(E)"); "answer/option/choice (is) X" or its Chinese forms; a leading "E.", "(E)", "B," or a letter
-    alone on its first line; a bracketed "(E)" anywhere; the answer is exactly one option's text."""
+    A reasoning model's answer is read after its reasoning (`reasoning.split_reasoning`: after
+    `</think>`, `<CONCLUSION>`, "final answer is:"). Final-answer markup (`<answer>C</answer>`,
+    `\\boxed{C}`) is the answer wherever it is, whatever the reasoning around it names; its content is
+    read as below. Otherwise an answer that names two different capital letters is ambiguous; else, in
+    order: the whole answer is a letter ("E", "d", "(E)"); "answer/option/choice (is) X" or its Chinese
+    forms; a leading "E.", "(E)", "B," or a letter alone on its first line; a bracketed "(E)" anywhere;
+    the answer is exactly one option's text."""
     texts = dict(options) if isinstance(options, Mapping) else dict(zip(LETTERS, options, strict=False))
+    text = split_reasoning(text).answer
     marked = [first or second for first, second in _MARKED.findall(text)]
     if marked:
         readings = {_read(content, texts) for content in marked}

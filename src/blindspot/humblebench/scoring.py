@@ -144,7 +144,8 @@ def official_rows(
                 f"option is shown as {label!r}"
             )
         shown = {moved[old]: text for old, text in zip(LETTERS, question.options, strict=False) if old in moved}
-        rows.append(_answer_row(model, setting, question, shown, label, nota, letter_map, record["prediction"]))
+        row = _answer_row(model, setting, question, shown, label, nota, letter_map, record["prediction"])
+        rows.append(row | {"where": at})
     return rows
 
 
@@ -197,11 +198,24 @@ def plain_rows(
             raise ValueError(f"{at}: {error}") from None
         shown = present(question, setting, setting_transforms(settings[setting]), seed)
         options = dict(zip(shown.letters, shown.options, strict=True))
-        rows.append(
-            _answer_row(record["model"], setting, question, options, shown.label, shown.nota, shown.letter_map,
-                        record["answer"])
-        )  # fmt: skip
+        row = _answer_row(record["model"], setting, question, options, shown.label, shown.nota, shown.letter_map,
+                          record["answer"])  # fmt: skip
+        rows.append(row | {"where": at})
     return rows
+
+
+def refuse_twice(rows: list[dict[str, Any]]) -> None:
+    """A question answered twice by one model in one setting is refused in one line naming the question
+    and where both answers are (file and line or row): which of the two is meant cannot be known."""
+    seen: dict[tuple[str, str, str], str] = {}
+    for row in rows:
+        key = (row["vlm"], row["setting"], row["question_id"])
+        if key in seen:
+            raise ValueError(
+                f"{row['where']}: question {row['question_id']} is answered twice by {row['vlm']} in setting "
+                f"{row['setting']} (first at {seen[key]}); keep one answer per question"
+            )
+        seen[key] = row["where"]
 
 
 def read_predictions(
@@ -209,10 +223,10 @@ def read_predictions(
     setting: str | None = None,
 ) -> pd.DataFrame:  # fmt: skip
     """Answer rows from a plain CSV (`.csv`) or the official code's prediction files. A question
-    answered twice by one model in one setting keeps its last answer, as the official reader
-    (`load_saved_results`) does: a resumed run appends. Unlike it, which skips a line that is not JSON
-    with a warning, a line that is not a JSON object, or lacks an official field, is an error naming its
-    file and line."""
+    answered twice by one model in one setting is an error naming the question and both places
+    (`refuse_twice`), where the official reader (`load_saved_results`) keeps the last line silently.
+    Unlike it, which skips a line that is not JSON with a warning, a line that is not a JSON object, or
+    lacks an official field, is an error naming its file and line."""
     path = Path(predictions)
     if not path.exists():
         raise FileNotFoundError(f"{predictions}: no such file or folder")
@@ -226,7 +240,8 @@ def read_predictions(
                                   str(file))  # fmt: skip
     if not rows:
         raise ValueError(f"{predictions}: no predictions")
-    return pd.DataFrame(rows).drop_duplicates(["vlm", "setting", "question_id"], keep="last").reset_index(drop=True)
+    refuse_twice(rows)
+    return pd.DataFrame(rows).drop(columns="where")
 
 
 def score(

@@ -5,8 +5,11 @@ A question has five options, A-E, one of which is NOTA (E in the release). A set
 into what the model is shown (`present`), recording how letters moved; settings are data in config
 (`humblebench.settings`): a prompt template and transforms. By default each does what the official
 code does (github.com/maifoundations/HumbleBench, `HumbleBench/utils/entity.py` and `io.py`):
-- `shuffle_nota`: NOTA moves to a position drawn from the question id and the seed; the other
-  options keep their order, letters are re-assigned, and the map from old to new letters is kept.
+- `shuffle_options`: the official shuffle (a later commit's `DataLoader._shuffle_sample_options`): all
+  the options are permuted by Python's `random.Random(42 + question_id)`, whatever the run's seed, and
+  re-lettered A, B, ...; the map from old to new letters is kept. The project's earlier form,
+  `shuffle_nota`, moves NOTA only, to a position drawn from the question id and the seed; the other
+  options keep their order (docs/fidelity.md H5).
 - `noise_image`: noise replaces the real image. No option is supported any more, so NOTA is the
   answer to hope for, but the label stays the question's, as in the official code and the paper's
   Table 5 (whose noise rows have an Overall apart from the NOTA selection rate, and an HS): these
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +39,8 @@ from blindspot.images import read_rgb
 LETTERS = "ABCDE"
 NOTA_TEXT = "None of the above"
 TYPES = ("Object", "Attribute", "Relation")
-TRANSFORMS = ("shuffle_nota", "noise_image", "noise_per_question", "remove_correct", "reletter")
+TRANSFORMS = ("shuffle_options", "shuffle_nota", "noise_image", "noise_per_question", "remove_correct", "reletter")
+OFFICIAL_SHUFFLE_SEED = 42  # the official `DataLoader`'s `shuffle_seed`, to which it adds the question id
 OFFICIAL_NOISE_SEED = 3720  # the official `set_global_seed` default, in force when it draws its noise image
 OFFICIAL_NOISE_SIZE = 256
 
@@ -106,6 +111,19 @@ def draw(seed: int, *parts: str) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest[:8], "big"))
 
 
+def official_order(question_id: str, letters: str) -> list[str]:
+    """The original letters in the order the official shuffle shows them: `letters` shuffled in place by
+    `random.Random(42 + question_id)`, the release's integer id. An id that is no integer (the project's
+    own sources) counts as the first 8 bytes of its sha256, so those questions shuffle too."""
+    try:
+        number = int(question_id)
+    except ValueError:
+        number = int.from_bytes(hashlib.sha256(question_id.encode()).digest()[:8], "big")
+    order = list(letters)
+    random.Random(OFFICIAL_SHUFFLE_SEED + number).shuffle(order)
+    return order
+
+
 def present(question: Question, setting: str, transforms: Mapping[str, Any], seed: int) -> Presented:
     """`question` as the setting named `setting` shows it; `transforms` is the setting's config."""
     unknown = set(transforms) - set(TRANSFORMS) - {"template", "label", "headline"}
@@ -114,13 +132,19 @@ def present(question: Question, setting: str, transforms: Mapping[str, Any], see
     for variant, of in (("noise_per_question", "noise_image"), ("reletter", "remove_correct")):
         if transforms.get(variant) and not transforms.get(of):
             raise ValueError(f"setting {setting}: {variant} is a form of {of}, which it does not set")
+    if transforms.get("shuffle_options") and transforms.get("shuffle_nota"):
+        raise ValueError(f"setting {setting}: shuffle_options and shuffle_nota are two shuffles; set one")
     options = list(question.options)
     letters = list(LETTERS[: len(options)])  # the original letter of each shown option
+    places = list(letters)  # the letter each stands at before any re-lettering (the official shuffle's)
     nota = nota_letter(options, question.question_id)
     label = question.label
+    if transforms.get("shuffle_options"):  # first, as officially, then NOTA-only's removal with its gap
+        letters = official_order(question.question_id, "".join(letters))
+        options = [question.options[LETTERS.index(letter)] for letter in letters]
     if transforms.get("remove_correct") and label != nota:
         drop = letters.index(label)
-        del options[drop], letters[drop]
+        del options[drop], letters[drop], places[drop]
         label = nota
     if transforms.get("shuffle_nota"):
         at = letters.index(nota)
@@ -130,7 +154,7 @@ def present(question: Question, setting: str, transforms: Mapping[str, Any], see
         letters.insert(position, nota)
     # Officially a removed option leaves a gap; a moved NOTA, or the `reletter` form, re-letters A, B, ...
     relettered = transforms.get("shuffle_nota") or transforms.get("reletter")
-    shown = LETTERS[: len(options)] if relettered else "".join(letters)
+    shown = LETTERS[: len(options)] if relettered else "".join(places)
     letter_map = dict.fromkeys(LETTERS[: len(question.options)], "")
     letter_map |= dict(zip(letters, shown, strict=True))
     noise = ""

@@ -44,7 +44,8 @@ def _require_answers(answers: pd.DataFrame, readings: Sequence[str]) -> None:
 
 def metrics_table(answers: pd.DataFrame, readings: Sequence[str] = READINGS) -> pd.DataFrame:
     """Every metric per VLM x setting x reading (the letter distribution's and the text's, or those of
-    `readings` where a run has only some), as fractions."""
+    `readings` where a run has only some), as fractions; and `cut_off`, the share of answers the token
+    budget cut off (a reasoning model's budget too small), where the answers say (not those made elsewhere)."""
     if answers.empty:
         raise ValueError("no HumbleBench answers: no source gave questions (release, from_benchmark, scene_graphs)")
     _require_answers(answers, readings)
@@ -52,7 +53,8 @@ def metrics_table(answers: pd.DataFrame, readings: Sequence[str] = READINGS) -> 
     for (vlm, setting), group in answers.groupby(["vlm", "setting"], sort=False):
         for reading in readings:
             frame = group.assign(prediction=group[f"prediction_{reading}"])
-            rows.append({"vlm": vlm, "setting": setting, "reading": reading, **humility_metrics(frame)})
+            cut = float(group["cut_off"].eq(True).mean()) if "cut_off" in group else math.nan
+            rows.append({"vlm": vlm, "setting": setting, "reading": reading, **humility_metrics(frame), "cut_off": cut})
     return pd.DataFrame(rows)
 
 

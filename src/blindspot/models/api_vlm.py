@@ -79,6 +79,13 @@ def letter_probabilities(response: Any, candidates: list[str]) -> list[float]:
     return probabilities if sum(probabilities) > 0 else [math.nan] * len(candidates)
 
 
+def stopped(response: Any) -> bool:
+    """Whether a reply ended on its own, not cut off at its token budget (`finish_reason` "length")."""
+    choices = response.get("choices") if isinstance(response, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    return choice.get("finish_reason") != "length"
+
+
 def reply_failure(response: Any) -> str | None:
     """Why a reply holds no answer (a key of FAILURES), or None when it holds one."""
     if response_problem(response):
@@ -168,9 +175,10 @@ class APIVLM:
 
     def choose(
         self, conversations: list[list[dict]], images: list[Any], candidates: list[str], max_new_tokens: int
-    ) -> list[tuple[list[float], str]]:
+    ) -> list[tuple[list[float], str, bool]]:
         """As the local VLMs' `choose`: for each conversation, the candidate letters' probabilities at the
-        first answer token (NaN without logprobs) and the answer's text. Cached replies are not asked again."""
+        first answer token (NaN without logprobs), the answer's text and whether it ended on its own (not
+        cut at the token budget: `finish_reason` other than "length"). Cached replies are not asked again."""
         replies: list[Any] = [None] * len(conversations)
         todo = []
         for i, (conversation, image) in enumerate(zip(conversations, images, strict=True)):
@@ -198,8 +206,8 @@ class APIVLM:
         log.info("%s: %d asked, %d from the cache so far, %d without an answer so far, %d HTTP requests so far",
                  self.spec.name, len(todo), self.cache_hits, self.unanswered, self.client.requests_sent)  # fmt: skip
         return [
-            (letter_probabilities(reply, candidates), choice_text(reply)[1]) if reply is not None
-            else ([math.nan] * len(candidates), "")
+            (letter_probabilities(reply, candidates), choice_text(reply)[1], stopped(reply)) if reply is not None
+            else ([math.nan] * len(candidates), "", True)
             for reply in replies
         ]  # fmt: skip
 

@@ -123,12 +123,15 @@ class TransformersVLMScorer:
 
     def choose(
         self, conversations: list[list[dict]], images: list[Any], candidates: list[int], max_new_tokens: int
-    ) -> list[tuple[list[float], str]]:
+    ) -> list[tuple[list[float], str, bool]]:
         """For each conversation: the probability of each candidate token at the first answer position
-        (normalised over the whole vocabulary), and the greedy answer's text. One prefill per prompt: the
+        (normalised over the whole vocabulary), the greedy answer's text, and whether the answer ended on
+        its own (an end-of-sequence token) rather than at `max_new_tokens`. One prefill per prompt: the
         first position's distribution is `generate`'s own first raw logits."""
         import torch
 
+        ends = self.model.generation_config.eos_token_id
+        ends = torch.tensor([ends] if isinstance(ends, int) else list(ends or []), device=self.device)
         results = []
         for batch_conv, batch_images in self.batches(conversations, images, "answer"):
             prompt = self.inputs(batch_conv, batch_images)
@@ -137,10 +140,10 @@ class TransformersVLMScorer:
                                           output_logits=True, return_dict_in_generate=True)  # fmt: skip
                 # raw logits (before any logits processor), so the probabilities are the model's own
                 probabilities = torch.softmax(out.logits[0].float(), dim=-1)[:, candidates]
-            texts = self.processor.batch_decode(
-                out.sequences[:, prompt["input_ids"].shape[1] :], skip_special_tokens=True
-            )
-            results.extend(zip(probabilities.cpu().tolist(), (t.strip() for t in texts), strict=True))
+            new = out.sequences[:, prompt["input_ids"].shape[1] :]
+            stopped = torch.isin(new, ends).any(dim=1).cpu().tolist()
+            texts = self.processor.batch_decode(new, skip_special_tokens=True)
+            results.extend(zip(probabilities.cpu().tolist(), (t.strip() for t in texts), stopped, strict=True))
         return results
 
     def describe(self, instructions: list[str], images: list[Any], max_new_tokens: int) -> list[str]:
@@ -234,9 +237,10 @@ class VLLMVLMScorer:
 
     def choose(
         self, conversations: list[list[dict]], images: list[Any], candidates: list[int], max_new_tokens: int
-    ) -> list[tuple[list[float], str]]:
+    ) -> list[tuple[list[float], str, bool]]:
         """As `TransformersVLMScorer.choose`: vLLM returns the candidates' log-probabilities at the first
-        answer position of the greedy generation (`logprob_token_ids`)."""
+        answer position of the greedy generation (`logprob_token_ids`); an answer ended on its own unless
+        its `finish_reason` is "length" (the token budget)."""
         from vllm import SamplingParams
 
         messages = [with_image(c, image) for c, image in zip(conversations, images, strict=True)]
@@ -244,7 +248,8 @@ class VLLMVLMScorer:
         results = []
         for answer in self.llm.chat(messages, params, use_tqdm=True):
             first = answer.outputs[0]
-            results.append(([math.exp(first.logprobs[0][token].logprob) for token in candidates], first.text.strip()))
+            probabilities = [math.exp(first.logprobs[0][token].logprob) for token in candidates]
+            results.append((probabilities, first.text.strip(), first.finish_reason != "length"))
         return results
 
 

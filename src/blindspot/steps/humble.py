@@ -105,7 +105,8 @@ def answer_humble(
         mine = mine.iloc[:0]
     frame, counters = humble_answers.answer_shard(
         mine, setting, transforms, PromptTemplate.load(template), vlm_spec,
-        lambda: load_answerer(vlm_spec, batch_size, cache), max_new_tokens, seed, journal,
+        lambda: load_answerer(vlm_spec, batch_size, cache), humble_answers.answer_budget(vlm_spec, max_new_tokens),
+        seed, journal,
     )  # fmt: skip
     write_counters(counters_out, counters, f"{vlm}/{setting}/{shard}")
     write_table(out, frame, tables.HUMBLE_ANSWERS)

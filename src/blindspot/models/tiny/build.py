@@ -110,6 +110,8 @@ _CHAT_TEMPLATE = (
     "{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+_ANSWER_OPENS = "<|im_start|>assistant\n"
+_REASONING_OPENS = "<think>\n"
 
 
 def _qwen2_5_vl(tokenizer: Any) -> tuple[Any, Any]:
@@ -225,11 +227,15 @@ VISION_LANGUAGE_ARCHITECTURES = {"qwen2_5_vl": _qwen2_5_vl, "qwen3_vl": _qwen3_v
 
 
 def build_random_vision_language_model(out: Path, recipe: Mapping[str, Any], seed: int) -> None:
-    """A VLM of a real architecture (Qwen2.5-VL, Qwen3-VL, InternVL3) with random weights, and its processor."""
+    """A VLM of a real architecture (Qwen2.5-VL, Qwen3-VL, InternVL3) with random weights, and its processor;
+    with `reasoning: true`, a reasoning model's chat template, whose answer opens `<think>` (as Qwen3-VL-Thinking's
+    and R1-Onevision's do), so what it writes is its reasoning until it closes it."""
     import torch
 
     torch.manual_seed(seed)
     model, processor = VISION_LANGUAGE_ARCHITECTURES[recipe["architecture"]](_tokenizer(recipe["tokenizer_from"]))
+    if recipe.get("reasoning"):
+        processor.chat_template = processor.chat_template.replace(_ANSWER_OPENS, _ANSWER_OPENS + _REASONING_OPENS)
     model.eval().save_pretrained(out)
     processor.save_pretrained(out)
 
