@@ -30,14 +30,13 @@ import hashlib
 import logging
 import math
 import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from blindspot.io import stable_id
-from blindspot.models.api_cache import ReplyCache, UnreadableReply
-from blindspot.models.api_client import ChatCompletionsClient, ClientSettings, MalformedReply, backoff_delay
+from blindspot.models.api_cache import AnsweredReplies, ReplyCache
+from blindspot.models.api_client import ChatCompletionsClient, ClientSettings
 from blindspot.models.api_reply import (
     answer_logprobs,
     answer_positions,
@@ -104,6 +103,7 @@ class APIVLM:
         settings = ClientSettings(**spec.client)
         self.client = ChatCompletionsClient(spec.name, spec.endpoint, spec.path, key, spec.api_key_env, settings)
         self.cache = ReplyCache(cache_dir, self.client.clean)
+        self.replies = AnsweredReplies(self.client, self.cache, reply_failure, FAILURES)
         self.cache_hits, self.unanswered = 0, 0
 
     def __repr__(self) -> str:
@@ -124,48 +124,6 @@ class APIVLM:
         keyed = self.body(conversation, {"type": "image_sha256", "sha256": image_sha256}, max_new_tokens)
         return stable_id("api_vlm", ANSWER_VERSION, self.spec.revision or "", keyed)
 
-    def _ask(self, body: dict[str, Any], record: dict[str, Any], key: str) -> Any | None:
-        """Ask until a reply holds an answer, which is cached and returned; None after the last try."""
-        settings = self.client.settings
-        tries = settings.max_reply_attempts
-        for attempt in range(1, tries + 1):
-            try:
-                response = self.client.post(body)
-            except MalformedReply as error:
-                failure, detail = "malformed", str(error)
-            else:
-                failure = reply_failure(response)
-                if failure is None:
-                    self.cache.store(key, record | {"response": response})
-                    return response
-                choice, _ = choice_text(response)
-                detail = f"finish_reason {choice.get('finish_reason')!r}"
-            detail = f"{failure}: {FAILURES[failure]} ({detail})"
-            if attempt < tries:
-                wait = backoff_delay(attempt - 1, settings.backoff_base_s, settings.backoff_cap_s)
-                log.warning("%s: no answer (%s); retry %d of %d in %.1f s", self.spec.name, detail, attempt,
-                            tries - 1, wait)  # fmt: skip
-                time.sleep(wait)
-        log.warning("%s: no answer after %d tries, left empty and not cached: %s", self.spec.name, tries, detail)
-        return None
-
-    def _cached(self, key: str) -> Any | None:
-        """The reply cached under `key`, or None (none, or one that cannot be used: asked again)."""
-        if not self.cache.holds(key):
-            return None
-        try:
-            response = self.cache.response(key)
-        except UnreadableReply as error:
-            problem = str(error)
-        else:
-            failure = reply_failure(response)
-            if failure is None:
-                return response
-            problem = FAILURES[failure]
-        log.warning("%s: the cached reply %s cannot be used (%s); asking again", self.spec.name,
-                    self.cache.path(key), self.client.scrub(problem))  # fmt: skip
-        return None
-
     def choose(
         self, conversations: list[list[dict]], images: list[Any], candidates: list[str], max_new_tokens: int
     ) -> list[tuple[list[float], str]]:
@@ -177,7 +135,7 @@ class APIVLM:
             png = image_png(image)
             sha = hashlib.sha256(png).hexdigest()
             key = self.cache_key(conversation, sha, max_new_tokens)
-            replies[i] = self._cached(key)
+            replies[i] = self.replies.cached(key)
             if replies[i] is not None:
                 self.cache_hits += 1
                 continue
@@ -190,10 +148,10 @@ class APIVLM:
             stale = self.cache.remove_stale_temps(key for *_, key in todo)
             if stale:
                 log.info("%s: removed %d temporary file(s) a killed run left in the cache", self.spec.name, len(stale))
-            answers = self.client.run_all(self._ask, [task[1:] for task in todo], desc=f"ask {self.spec.name}",
+            answers = self.client.run_all(self.replies.ask, [task[1:] for task in todo], desc=f"ask {self.spec.name}",
                                           unit="question", thread_name_prefix="api-vlm")  # fmt: skip
             for (i, *_), answer in zip(todo, answers, strict=True):
-                replies[i] = answer
+                replies[i] = answer.response
         self.unanswered += sum(reply is None for reply in replies)
         log.info("%s: %d asked, %d from the cache so far, %d without an answer so far, %d HTTP requests so far",
                  self.spec.name, len(todo), self.cache_hits, self.unanswered, self.client.requests_sent)  # fmt: skip
