@@ -81,6 +81,12 @@ def test_the_request_carries_the_image_and_the_answer_budget_unless_the_entry_se
     assert KEY not in repr(vlm)
 
 
+def test_a_batch_is_as_many_questions_as_the_client_may_have_in_flight(monkeypatch, tmp_path):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    assert APIVLM(_spec("m", client={"concurrency": 2, "max_concurrency": 8}), 4, tmp_path).batch_size == 8
+    assert load_answerer(_spec("m", client={"concurrency": 2}), None, tmp_path).batch_size == 64
+
+
 @pytest.fixture(scope="module")
 def server(built_config, tmp_path_factory):
     with serving(model_spec(built_config, "tiny-qwen2.5-vl").path, tmp_path_factory.mktemp("serve")) as served:

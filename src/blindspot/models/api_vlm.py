@@ -22,6 +22,11 @@ empty text (it names no option), counted, and not cached: the next run asks it a
 
 Requests, retries, concurrency, the job's request allowance and the key are `models.api_client`'s: the
 key is read from the variable the entry names, lives in memory only, and is never logged or cached.
+
+A batch (the questions whose images are made together and whose answers are journaled together) is as
+many questions as the client may have in flight, `client.max_concurrency` (`ClientSettings.cap`), so the
+adaptive limiter (`models.api_limiter`) is never capped below it by the batch; `humblebench.batch_size`
+is the local models'. The batch is not part of what is asked: every reply is cached as it arrives.
 """
 
 from __future__ import annotations
@@ -91,17 +96,19 @@ def reply_failure(response: Any) -> str | None:
 class APIVLM:
     """HumbleBench's answers from a VLM at an endpoint; see the module doc."""
 
-    def __init__(self, spec: ModelSpec, batch_size: int, cache_dir: str | Path):
+    def __init__(self, spec: ModelSpec, batch_size: int | None, cache_dir: str | Path):
         if not spec.endpoint or not spec.api_key_env:
             raise ValueError(f"{spec.name}: an API VLM's registry entry needs 'endpoint' and 'api_key_env'")
         key = os.environ.get(spec.api_key_env, "").strip()
         if not key:
             raise ValueError(f"{spec.name}: the API key variable {spec.api_key_env} is not set or empty; set it "
                              "where the job runs (the submit host)")  # fmt: skip
-        self.spec, self.batch_size, self.tokenizer = spec, batch_size, LetterTokens()
+        del batch_size  # a local model's; an endpoint's batch is as many as its client may have in flight
+        self.spec, self.tokenizer = spec, LetterTokens()
         self.request = dict(spec.request)
         settings = ClientSettings(**spec.client)
         self.client = ChatCompletionsClient(spec.name, spec.endpoint, spec.path, key, spec.api_key_env, settings)
+        self.batch_size = settings.cap
         self.cache = ReplyCache(cache_dir, self.client.clean)
         self.replies = AnsweredReplies(self.client, self.cache, reply_failure, FAILURES)
         self.cache_hits, self.unanswered = 0, 0
@@ -162,19 +169,21 @@ class APIVLM:
         ]  # fmt: skip
 
 
-def _local(spec: ModelSpec, batch_size: int, cache_dir: str | Path) -> Any:
+def _local(spec: ModelSpec, batch_size: int | None, cache_dir: str | Path) -> Any:
+    if batch_size is None:
+        raise ValueError(f"{spec.name}: a local VLM needs a batch size (humblebench.batch_size)")
     del cache_dir  # local weights: the job's journal is their only record
     return load_vlm_scorer(spec, batch_size)
 
 
 # The VLMs that answer HumbleBench, by backend: local weights (`vlm_scoring.SCORERS`) and endpoints.
-ANSWERERS: dict[str, Callable[[ModelSpec, int, str | Path], Any]] = {
+ANSWERERS: dict[str, Callable[[ModelSpec, int | None, str | Path], Any]] = {
     **dict.fromkeys(SCORERS, _local),
     "openai_api": APIVLM,
 }
 
 
-def load_answerer(spec: ModelSpec, batch_size: int, cache_dir: str | Path) -> Any:
+def load_answerer(spec: ModelSpec, batch_size: int | None, cache_dir: str | Path) -> Any:
     """The VLM that answers HumbleBench, built once per job; its backend picks it (`ANSWERERS`).
-    `cache_dir` holds an endpoint's replies."""
+    `batch_size` is a local model's (an endpoint's is its client's); `cache_dir` holds an endpoint's replies."""
     return ANSWERERS[spec.backend](spec, batch_size, cache_dir)
