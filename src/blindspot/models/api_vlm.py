@@ -16,7 +16,8 @@ in, and `max_tokens` the job's answer budget unless the request sets `max_tokens
 
 Every reply that holds an answer is cached on disk (`models.api_cache`), one file per (model, revision,
 request with the image's sha256 in place of the image), before the next is read, so a rerun or a killed
-job asks only what it has no answer to. A reply without one (empty, withheld by a content filter, or not
+job asks only what it has no answer to; a request a batch holds twice (the Noise settings show every
+question one image) is sent once. A reply without one (empty, withheld by a content filter, or not
 a chat completion) is asked again up to `client.max_reply_attempts` times; then the question's answer is
 empty text (it names no option), counted, and not cached: the next run asks it again.
 
@@ -137,7 +138,8 @@ class APIVLM:
         """As the local VLMs' `choose`: for each conversation, the candidate letters' probabilities at the
         first answer token (NaN without logprobs) and the answer's text. Cached replies are not asked again."""
         replies: list[Any] = [None] * len(conversations)
-        todo = []
+        todo: dict[str, tuple[dict, dict, str]] = {}  # by cache key: a request the batch holds twice is sent once
+        waiting: list[tuple[int, str]] = []
         for i, (conversation, image) in enumerate(zip(conversations, images, strict=True)):
             png = image_png(image)
             sha = hashlib.sha256(png).hexdigest()
@@ -146,19 +148,23 @@ class APIVLM:
             if replies[i] is not None:
                 self.cache_hits += 1
                 continue
+            waiting.append((i, key))
+            if key in todo:
+                continue
             body = self.body(conversation, image_part(png), max_new_tokens)
             # What the reply answers, the image by its sha256 (a cached file holds no image).
             asked = self.body(conversation, {"type": "image_sha256", "sha256": sha}, max_new_tokens)
             record = {"model_id": self.spec.path, "revision": self.spec.revision or "", "request": asked}
-            todo.append((i, body, record, key))
+            todo[key] = (body, record, key)
         if todo:
-            stale = self.cache.remove_stale_temps(key for *_, key in todo)
+            stale = self.cache.remove_stale_temps(todo)
             if stale:
                 log.info("%s: removed %d temporary file(s) a killed run left in the cache", self.spec.name, len(stale))
-            answers = self.client.run_all(self.replies.ask, [task[1:] for task in todo], desc=f"ask {self.spec.name}",
+            answers = self.client.run_all(self.replies.ask, list(todo.values()), desc=f"ask {self.spec.name}",
                                           unit="question", thread_name_prefix="api-vlm")  # fmt: skip
-            for (i, *_), answer in zip(todo, answers, strict=True):
-                replies[i] = answer.response
+            by_key = dict(zip(todo, answers, strict=True))
+            for i, key in waiting:
+                replies[i] = by_key[key].response
         self.unanswered += sum(reply is None for reply in replies)
         log.info("%s: %d asked, %d from the cache so far, %d without an answer so far, %d HTTP requests so far",
                  self.spec.name, len(todo), self.cache_hits, self.unanswered, self.client.requests_sent)  # fmt: skip
