@@ -96,7 +96,7 @@ def test_without_its_key_the_workflows_job_answers_nothing_and_the_tables_go_on(
     with caplog.at_level("WARNING"):
         answer_humble(
             questions=str(tmp_path / "questions.parquet"), template=str(TEMPLATE), model=model, transforms={},
-            answer_shards=1, batch_size=4, max_new_tokens=8, seed=0, journal=str(tmp_path / "journal"),
+            answer_shards=1, batch_size=None, max_new_tokens=8, seed=0, journal=str(tmp_path / "journal"),
             vlm="api-vlm", setting="original", shard="00000", out=str(tmp_path / "answers.parquet"),
             counters_out=str(tmp_path / "counters.json"), cache=str(tmp_path / "cache"), planned_requests=6,
             api_key_is_set=False,
@@ -104,6 +104,12 @@ def test_without_its_key_the_workflows_job_answers_nothing_and_the_tables_go_on(
     assert read_table(tmp_path / "answers.parquet", tables.HUMBLE_ANSWERS).empty
     assert json.loads((tmp_path / "counters.json").read_text())["questions"] == 0
     assert f"api-vlm: the API key variable {KEY_ENV} is not set or empty; skipping its 6 questions" in caplog.text
+
+
+def test_a_batch_is_as_many_questions_as_the_client_may_have_in_flight(monkeypatch, tmp_path):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    assert APIVLM(_spec("m", client={"concurrency": 2, "max_concurrency": 8}), 4, tmp_path).batch_size == 8
+    assert load_answerer(_spec("m", client={"concurrency": 2}), None, tmp_path).batch_size == 64
 
 
 @pytest.fixture(scope="module")

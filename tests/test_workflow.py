@@ -5,6 +5,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -713,3 +714,82 @@ def test_the_api_judge_scores_only_the_annotated_pairs_against_a_local_endpoint(
     monkeypatch.chdir(work)
     planned = bill.planned_requests(config, plan.job_table(config), metric)
     assert server.answered <= planned
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_an_api_vlm_answers_humblebench_beside_the_local_ones_and_is_never_asked_twice(
+    tiny_run, run_config, tmp_path, monkeypatch
+):
+    """An API VLM (backend openai_api) joins humblebench.vlms, its endpoint `transformers serve` on 127.0.0.1
+    serving the run's tiny Qwen2.5-VL: its answer jobs answer every question in every setting, no more
+    requests than `blindspot plan`'s bill, its rows join Tables 4 to 6 beside the local VLMs', and
+    its jobs run again ask the server nothing (every reply cached). In a copy of the run (its models hard
+    links): the tables there change, which the other tests plan from."""
+    from api_server import served_posts, serving
+    from test_api_vlm import KEY, KEY_ENV, _letter_bias
+
+    from blindspot import plan, targets
+    from blindspot.models.spec import model_spec
+
+    models = tiny_run[0] / "resources" / "models"
+    work = tmp_path / "run"
+
+    def link_models(source: str, target: str) -> None:
+        (os.link if Path(source).is_relative_to(models) else shutil.copy2)(source, target)
+
+    shutil.copytree(tiny_run[0], work, symlinks=True, copy_function=link_models)
+    config = copy.deepcopy(run_config)
+    served = model_spec(config | {"resources_dir": str(work / config["resources_dir"])}, "tiny-qwen2.5-vl").path
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with serving(served, tmp_path) as server:
+        config["models"]["api-vlm"] = {
+            "id": served, "backend": "openai_api", "endpoint": f"http://127.0.0.1:{server['port']}/v1",
+            "api_key_env": KEY_ENV, "gpus": 0,
+            "prices": {"input_per_million": 0, "output_per_million": 0, "read": "2026-01-01", "source": "local"},
+            # One token, pushed towards the letters: the random-weight model then names an option (noise, but real).
+            "request": {"max_tokens": 1, "temperature": 0, "logit_bias": _letter_bias(served)},
+            "client": {"concurrency": 2, "max_concurrency": 4, "timeout_s": 120},
+        }  # fmt: skip
+        humble = config["humblebench"]
+        humble["vlms"] = [*humble["vlms"], "api-vlm"]
+        (work / "api_vlm.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        answers = [out for out in targets.humble_answer_targets(config) if "/api-vlm/" in out]
+        outputs = [*answers, *targets.humble_table_targets(config)]
+        run = ("--profile", "profiles/local", "-c2", "--configfile", "api_vlm.yaml", "--", *outputs)
+        snakemake(*run, cwd=work)
+        asked = served_posts(server["log"])
+        first = pd.concat([read_table(work / out, tables.HUMBLE_ANSWERS) for out in answers], ignore_index=True)
+        # Its jobs run again: every reply is read from the cache, the server is asked nothing.
+        snakemake("--forcerun", "answer_api_humble", *run, cwd=work)
+        assert served_posts(server["log"]) == asked
+    again = pd.concat([read_table(work / out, tables.HUMBLE_ANSWERS) for out in answers], ignore_index=True)
+    pd.testing.assert_frame_equal(again, first)
+    questions = read_table(work / targets.path(config, "humble_questions"), tables.HUMBLE_QUESTIONS)
+    assert len(first) == len(questions) * len(humble["settings"])
+    # One request per distinct request, each reply cached once: the Noise settings' questions share one image,
+    # so a question asked twice there is read from the cache.
+    cached = list((work / targets.path(config, "humble_api_cache", vlm="api-vlm")).rglob("*.json"))
+    assert 0 < len(cached) == asked <= len(first)
+    assert (first["model_id"] == served).all()
+    assert first["text"].isin(list("ABCDE")).all()  # each reply names a letter
+    # read by the local models' parser: a letter the question does not show (it has fewer options) is unparseable
+    assert first["prediction_text"].isin(["", *"ABCDE"]).all()
+    assert first["prediction_text"].ne("").any()
+    assert (first["prediction_logits"] == first["prediction_text"]).all()  # no logprobs: the text's letter
+    monkeypatch.chdir(work)
+    bill = plan.plan(config)["bill"].set_index("model")
+    assert asked <= bill.loc["api-vlm", "requests"]
+
+    def table(kind: str) -> pd.DataFrame:
+        return pd.read_csv(work / targets.path(config, kind, ext="csv"))
+
+    metrics = pd.read_csv(work / targets.path(config, "humble_metrics"))
+    assert len(metrics[metrics["vlm"] == "api-vlm"]) == len(humble["settings"]) * 2  # both readings
+    assert list(table("table4")["Model"]) == humble["vlms"]
+    table6 = table("table6").set_index("Model")
+    assert list(table6.index) == humble["vlms"]
+    assert table6.loc["api-vlm"].notna().all()
+    assert (table("table5")["# Models"] == len(humble["vlms"])).all()  # each setting averaged over all three
+    for path in [*work.joinpath(config["results_dir"]).rglob("*"), server["log"]]:
+        assert not path.is_file() or KEY.encode() not in path.read_bytes(), path

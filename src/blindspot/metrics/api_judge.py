@@ -56,7 +56,6 @@ import hashlib
 import logging
 import math
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,8 +65,8 @@ import numpy as np
 
 from blindspot.io import stable_id
 from blindspot.metrics import MetricSkipped, Score
-from blindspot.models.api_cache import ReplyCache, UnreadableReply
-from blindspot.models.api_client import ChatCompletionsClient, ClientSettings, MalformedReply, backoff_delay
+from blindspot.models.api_cache import AnsweredReplies, ReplyCache
+from blindspot.models.api_client import ChatCompletionsClient, ClientSettings
 from blindspot.models.api_reply import (
     answer_logprobs,
     answer_positions,
@@ -76,6 +75,7 @@ from blindspot.models.api_reply import (
     image_png,
     response_problem,
 )
+from blindspot.models.api_reply import failure_detail as reply_failure_detail
 from blindspot.models.vlm_scoring import SCORES, ScoreTokens, score_distribution, summarise, text_score
 from blindspot.paths import PROMPTS_DIR
 from blindspot.prompts import PromptTemplate
@@ -150,21 +150,7 @@ def reply_failure(response: Any) -> str | None:
 
 def failure_detail(response: Any, failure: str) -> str:
     """The failure in words, with what the response tells about it (its token use, text or refusal)."""
-    problem = response_problem(response)
-    if problem:
-        return f"{failure}: {FAILURES[failure]} ({problem})"
-    choice, text = choice_text(response)
-    usage = response.get("usage") or {}
-    details = usage.get("completion_tokens_details")
-    facts = [f"finish_reason {choice.get('finish_reason')!r}"]
-    if isinstance(usage.get("completion_tokens"), int):
-        facts.append(f"{usage['completion_tokens']} completion tokens")
-    reasoning = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
-    if isinstance(reasoning, int) and reasoning:
-        facts.append(f"{reasoning} of them reasoning")
-    refusal = (choice.get("message") or {}).get("refusal")
-    facts += [f"{what} {value[:100]!r}" for what, value in (("text", text), ("refusal", refusal)) if value]
-    return f"{failure}: {FAILURES[failure]} ({', '.join(facts)})"
+    return reply_failure_detail(response, failure, FAILURES)
 
 
 def key_not_set(name: str, key_env: str) -> MetricSkipped:
@@ -204,6 +190,7 @@ class APIJudgeMetric:
             raise key_not_set(self.name, key_env)
         self.client = ChatCompletionsClient(self.name, self.endpoint, self.model_id, key, key_env, settings)
         self.cache = ReplyCache(cache_dir, self.client.clean)
+        self.replies = AnsweredReplies(self.client, self.cache, reply_failure, FAILURES)
         self.cache_hits = 0
 
     def __repr__(self) -> str:
@@ -229,49 +216,19 @@ class APIJudgeMetric:
 
     def _judge(self, prompt: str, png: bytes, key: str) -> Score:
         """Ask until a reply holds an answer, which is cached; after the last try, an Unanswered score."""
-        settings = self.client.settings
-        body, tries = self.body(prompt, png), settings.max_reply_attempts
-        for attempt in range(1, tries + 1):
-            try:
-                response = self.client.post(body)
-            except MalformedReply as error:
-                failure, detail = "malformed", f"malformed: {FAILURES['malformed']} ({error})"
-            else:
-                failure = reply_failure(response)
-                if failure is None:  # checked, so a rerun can read what is cached
-                    record = {
-                        "model_id": self.model_id, "revision": self.revision,
-                        "template_version": self.template.version, "request": self.request_settings,
-                        "image_sha256": hashlib.sha256(png).hexdigest(), "prompt": prompt, "response": response,
-                    }  # fmt: skip
-                    self.cache.store(key, record)
-                    return read_score(response)
-                detail = failure_detail(response, failure)
-            if attempt < tries:
-                wait = backoff_delay(attempt - 1, settings.backoff_base_s, settings.backoff_cap_s)
-                log.warning("%s: no answer (%s); retry %d of %d in %.1f s", self.name, detail, attempt, tries - 1, wait)
-                time.sleep(wait)
-        log.warning("%s: no answer after %d tries, recorded as failed and not cached: %s", self.name, tries, detail)
-        return Unanswered(math.nan, detail, failure)
+        record = {
+            "model_id": self.model_id, "revision": self.revision, "template_version": self.template.version,
+            "request": self.request_settings, "image_sha256": hashlib.sha256(png).hexdigest(), "prompt": prompt,
+        }  # fmt: skip
+        asked = self.replies.ask(self.body(prompt, png), record, key)
+        if asked.response is None:
+            return Unanswered(math.nan, asked.detail, asked.failure or "")
+        return read_score(asked.response)
 
     def _cached(self, key: str) -> Score | None:
-        """The answer cached under `key`, or None when there is none or it cannot be read (a file cut
-        short, or a reply an older version cached unchecked): that item is asked again and the file
-        overwritten."""
-        if not self.cache.holds(key):
-            return None
-        try:
-            response = self.cache.response(key)
-        except UnreadableReply as error:
-            problem = str(error)
-        else:
-            failure = reply_failure(response)
-            if failure is None:
-                return read_score(response)
-            problem = failure_detail(response, failure)
-        log.warning("%s: the cached reply %s cannot be used (%s); asking again", self.name, self.cache.path(key),
-                    self.client.scrub(problem))  # fmt: skip
-        return None
+        """The answer cached under `key`, or None (none, or one that cannot be used: asked again)."""
+        response = self.replies.cached(key)
+        return None if response is None else read_score(response)
 
     def score(self, prompts: list[str], images: list[Any]) -> list[Score]:
         """One score per (prompt, image) pair, in order; cached answers are not asked again."""

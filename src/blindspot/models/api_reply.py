@@ -1,7 +1,7 @@
 """Reading an OpenAI-compatible chat-completions reply, shared by every model asked through
-`models.api_client`: whether the reply is a chat completion at all, its first choice's text, the
-candidates and their log-probabilities at one position of its `logprobs`, and an image as the PNG
-data URL the request carries.
+`models.api_client`: whether the reply is a chat completion at all, its first choice's text, why it
+holds no answer in words, the candidates and their log-probabilities at one position of its
+`logprobs`, and an image as the PNG data URL the request carries.
 
 Nothing here raises on a reply: a malformed one (`response_problem` says why) reads as an empty one.
 """
@@ -62,6 +62,26 @@ def choice_text(response: Any) -> tuple[Mapping[str, Any], str]:
     if isinstance(content, list):
         content = "".join(part["text"] for part in content if isinstance(part.get("text"), str))
     return choice, content.strip()
+
+
+def failure_detail(response: Any, failure: str, failures: Mapping[str, str]) -> str:
+    """Why a reply holds no answer in words: the failure (a key of the caller's `failures`, which says it
+    in words) with what the reply tells about it (its token use, text or refusal; or why it is malformed)."""
+    problem = response_problem(response)
+    if problem:
+        return f"{failure}: {failures[failure]} ({problem})"
+    choice, text = choice_text(response)
+    usage = response.get("usage") or {}
+    details = usage.get("completion_tokens_details")
+    facts = [f"finish_reason {choice.get('finish_reason')!r}"]
+    if isinstance(usage.get("completion_tokens"), int):
+        facts.append(f"{usage['completion_tokens']} completion tokens")
+    reasoning = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+    if isinstance(reasoning, int) and reasoning:
+        facts.append(f"{reasoning} of them reasoning")
+    refusal = (choice.get("message") or {}).get("refusal")
+    facts += [f"{what} {value[:100]!r}" for what, value in (("text", text), ("refusal", refusal)) if value]
+    return f"{failure}: {failures[failure]} ({', '.join(facts)})"
 
 
 def logsumexp(values: list[float]) -> float:

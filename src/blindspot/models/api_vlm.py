@@ -16,12 +16,18 @@ in, and `max_tokens` the job's answer budget unless the request sets `max_tokens
 
 Every reply that holds an answer is cached on disk (`models.api_cache`), one file per (model, revision,
 request with the image's sha256 in place of the image), before the next is read, so a rerun or a killed
-job asks only what it has no answer to. A reply without one (empty, withheld by a content filter, or not
+job asks only what it has no answer to; a request a batch holds twice (the Noise settings show every
+question one image) is sent once. A reply without one (empty, withheld by a content filter, or not
 a chat completion) is asked again up to `client.max_reply_attempts` times; then the question's answer is
 empty text (it names no option), counted, and not cached: the next run asks it again.
 
 Requests, retries, concurrency, the job's request allowance and the key are `models.api_client`'s: the
 key is read from the variable the entry names, lives in memory only, and is never logged or cached.
+
+A batch (the questions whose images are made together and whose answers are journaled together) is as
+many questions as the client may have in flight, `client.max_concurrency` (`ClientSettings.cap`), so the
+adaptive limiter (`models.api_limiter`) is never capped below it by the batch; `humblebench.batch_size`
+is the local models'. The batch is not part of what is asked: every reply is cached as it arrives.
 """
 
 from __future__ import annotations
@@ -30,14 +36,13 @@ import hashlib
 import logging
 import math
 import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from blindspot.io import stable_id
-from blindspot.models.api_cache import ReplyCache, UnreadableReply
-from blindspot.models.api_client import ChatCompletionsClient, ClientSettings, MalformedReply, backoff_delay
+from blindspot.models.api_cache import AnsweredReplies, ReplyCache
+from blindspot.models.api_client import ChatCompletionsClient, ClientSettings
 from blindspot.models.api_reply import (
     answer_logprobs,
     answer_positions,
@@ -99,18 +104,21 @@ def reply_failure(response: Any) -> str | None:
 class APIVLM:
     """HumbleBench's answers from a VLM at an endpoint; see the module doc."""
 
-    def __init__(self, spec: ModelSpec, batch_size: int, cache_dir: str | Path):
+    def __init__(self, spec: ModelSpec, batch_size: int | None, cache_dir: str | Path):
         if not spec.endpoint or not spec.api_key_env:
             raise ValueError(f"{spec.name}: an API VLM's registry entry needs 'endpoint' and 'api_key_env'")
         key = os.environ.get(spec.api_key_env, "").strip()
         if not key:
             raise ValueError(f"{spec.name}: the API key variable {spec.api_key_env} is not set or empty; set it "
                              "where the job runs (the submit host)")  # fmt: skip
-        self.spec, self.batch_size, self.tokenizer = spec, batch_size, LetterTokens()
+        del batch_size  # a local model's; an endpoint's batch is as many as its client may have in flight
+        self.spec, self.tokenizer = spec, LetterTokens()
         self.request = dict(spec.request)
         settings = ClientSettings(**spec.client)
         self.client = ChatCompletionsClient(spec.name, spec.endpoint, spec.path, key, spec.api_key_env, settings)
+        self.batch_size = settings.cap
         self.cache = ReplyCache(cache_dir, self.client.clean)
+        self.replies = AnsweredReplies(self.client, self.cache, reply_failure, FAILURES)
         self.cache_hits, self.unanswered = 0, 0
 
     def __repr__(self) -> str:
@@ -131,48 +139,6 @@ class APIVLM:
         keyed = self.body(conversation, {"type": "image_sha256", "sha256": image_sha256}, max_new_tokens)
         return stable_id("api_vlm", ANSWER_VERSION, self.spec.revision or "", keyed)
 
-    def _ask(self, body: dict[str, Any], record: dict[str, Any], key: str) -> Any | None:
-        """Ask until a reply holds an answer, which is cached and returned; None after the last try."""
-        settings = self.client.settings
-        tries = settings.max_reply_attempts
-        for attempt in range(1, tries + 1):
-            try:
-                response = self.client.post(body)
-            except MalformedReply as error:
-                failure, detail = "malformed", str(error)
-            else:
-                failure = reply_failure(response)
-                if failure is None:
-                    self.cache.store(key, record | {"response": response})
-                    return response
-                choice, _ = choice_text(response)
-                detail = f"finish_reason {choice.get('finish_reason')!r}"
-            detail = f"{failure}: {FAILURES[failure]} ({detail})"
-            if attempt < tries:
-                wait = backoff_delay(attempt - 1, settings.backoff_base_s, settings.backoff_cap_s)
-                log.warning("%s: no answer (%s); retry %d of %d in %.1f s", self.spec.name, detail, attempt,
-                            tries - 1, wait)  # fmt: skip
-                time.sleep(wait)
-        log.warning("%s: no answer after %d tries, left empty and not cached: %s", self.spec.name, tries, detail)
-        return None
-
-    def _cached(self, key: str) -> Any | None:
-        """The reply cached under `key`, or None (none, or one that cannot be used: asked again)."""
-        if not self.cache.holds(key):
-            return None
-        try:
-            response = self.cache.response(key)
-        except UnreadableReply as error:
-            problem = str(error)
-        else:
-            failure = reply_failure(response)
-            if failure is None:
-                return response
-            problem = FAILURES[failure]
-        log.warning("%s: the cached reply %s cannot be used (%s); asking again", self.spec.name,
-                    self.cache.path(key), self.client.scrub(problem))  # fmt: skip
-        return None
-
     def choose(
         self, conversations: list[list[dict]], images: list[Any], candidates: list[str], max_new_tokens: int
     ) -> list[tuple[list[float], str, bool]]:
@@ -180,28 +146,33 @@ class APIVLM:
         first answer token (NaN without logprobs), the answer's text and whether it ended on its own (not
         cut at the token budget: `finish_reason` other than "length"). Cached replies are not asked again."""
         replies: list[Any] = [None] * len(conversations)
-        todo = []
+        todo: dict[str, tuple[dict, dict, str]] = {}  # by cache key: a request the batch holds twice is sent once
+        waiting: list[tuple[int, str]] = []
         for i, (conversation, image) in enumerate(zip(conversations, images, strict=True)):
             png = image_png(image)
             sha = hashlib.sha256(png).hexdigest()
             key = self.cache_key(conversation, sha, max_new_tokens)
-            replies[i] = self._cached(key)
+            replies[i] = self.replies.cached(key)
             if replies[i] is not None:
                 self.cache_hits += 1
+                continue
+            waiting.append((i, key))
+            if key in todo:
                 continue
             body = self.body(conversation, image_part(png), max_new_tokens)
             # What the reply answers, the image by its sha256 (a cached file holds no image).
             asked = self.body(conversation, {"type": "image_sha256", "sha256": sha}, max_new_tokens)
             record = {"model_id": self.spec.path, "revision": self.spec.revision or "", "request": asked}
-            todo.append((i, body, record, key))
+            todo[key] = (body, record, key)
         if todo:
-            stale = self.cache.remove_stale_temps(key for *_, key in todo)
+            stale = self.cache.remove_stale_temps(todo)
             if stale:
                 log.info("%s: removed %d temporary file(s) a killed run left in the cache", self.spec.name, len(stale))
-            answers = self.client.run_all(self._ask, [task[1:] for task in todo], desc=f"ask {self.spec.name}",
+            answers = self.client.run_all(self.replies.ask, list(todo.values()), desc=f"ask {self.spec.name}",
                                           unit="question", thread_name_prefix="api-vlm")  # fmt: skip
-            for (i, *_), answer in zip(todo, answers, strict=True):
-                replies[i] = answer
+            by_key = dict(zip(todo, answers, strict=True))
+            for i, key in waiting:
+                replies[i] = by_key[key].response
         self.unanswered += sum(reply is None for reply in replies)
         log.info("%s: %d asked, %d from the cache so far, %d without an answer so far, %d HTTP requests so far",
                  self.spec.name, len(todo), self.cache_hits, self.unanswered, self.client.requests_sent)  # fmt: skip
@@ -212,19 +183,21 @@ class APIVLM:
         ]  # fmt: skip
 
 
-def _local(spec: ModelSpec, batch_size: int, cache_dir: str | Path) -> Any:
+def _local(spec: ModelSpec, batch_size: int | None, cache_dir: str | Path) -> Any:
+    if batch_size is None:
+        raise ValueError(f"{spec.name}: a local VLM needs a batch size (humblebench.batch_size)")
     del cache_dir  # local weights: the job's journal is their only record
     return load_vlm_scorer(spec, batch_size)
 
 
 # The VLMs that answer HumbleBench, by backend: local weights (`vlm_scoring.SCORERS`) and endpoints.
-ANSWERERS: dict[str, Callable[[ModelSpec, int, str | Path], Any]] = {
+ANSWERERS: dict[str, Callable[[ModelSpec, int | None, str | Path], Any]] = {
     **dict.fromkeys(SCORERS, _local),
     "openai_api": APIVLM,
 }
 
 
-def load_answerer(spec: ModelSpec, batch_size: int, cache_dir: str | Path) -> Any:
+def load_answerer(spec: ModelSpec, batch_size: int | None, cache_dir: str | Path) -> Any:
     """The VLM that answers HumbleBench, built once per job; its backend picks it (`ANSWERERS`).
-    `cache_dir` holds an endpoint's replies."""
+    `batch_size` is a local model's (an endpoint's is its client's); `cache_dir` holds an endpoint's replies."""
     return ANSWERERS[spec.backend](spec, batch_size, cache_dir)

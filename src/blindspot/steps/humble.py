@@ -84,14 +84,15 @@ def make_humble_questions(
 
 def answer_humble(
     questions: str, template: str, model: dict[str, Any], transforms: dict[str, Any], answer_shards: int,
-    batch_size: int, max_new_tokens: int, seed: int, journal: str, vlm: str, setting: str, shard: str, out: str,
-    counters_out: str, cache: str = "", planned_requests: int | None = None, api_key_is_set: bool = True,
+    batch_size: int | None, max_new_tokens: int, seed: int, journal: str, vlm: str, setting: str, shard: str,
+    out: str, counters_out: str, cache: str = "", planned_requests: int | None = None, api_key_is_set: bool = True,
 ) -> None:  # fmt: skip
     """One VLM answers one shard of the questions as one setting shows them, its images read a batch at a
     time; the answers are journaled as they come (`journal`), so a killed job answers only what it had not.
     An API VLM's replies are cached in `cache` (`models.api_vlm`), and its client sends no more than its
-    `planned_requests` (`blindspot.bill`) times `client.max_attempts`; without its key (`api_key_is_set`)
-    it answers nothing, as an API metric is skipped, and the tables go on without it."""
+    `planned_requests` (`blindspot.bill`) times `client.max_attempts`, a batch as many as the client may
+    have in flight (`batch_size` None); without its key (`api_key_is_set`) it answers nothing, as an API
+    metric is skipped, and the tables go on without it."""
     from blindspot.humblebench import answers as humble_answers
     from blindspot.models.api_vlm import load_answerer
 
