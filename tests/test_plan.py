@@ -477,6 +477,7 @@ def test_the_plans_bill_sends_two_requests_per_annotated_pair_at_the_registrys_p
 
     config = yaml.safe_load((REPO / configfile).read_text())
     frame = plan.plan(config)["bill"]
+    frame = frame[frame["step"] == "score_api_metric"]  # the API VLMs' rows: tests/test_api_vlm.py
     assert frame["metric"].tolist() == [m for m in config["evaluation"]["metrics"] if m in ("gpt-5", "api-judge")]
     row = frame.iloc[0]
     entry = config["models"][row["model"]]
@@ -522,12 +523,15 @@ def test_the_paper_configs_gpt5_bill(paper_config):
 def test_the_paper_plan_answers_with_every_listed_vlm_on_its_entrys_gpus_and_memory(paper_config):
     """Every VLM of `humblebench.vlms` gets an answer job per setting and shard, asking for the GPUs of its
     registry entry and the memory of its weights (`job_resources.base_mb` + `weights_gb`), timed by its
-    `throughput:` entry; the proprietary models are registry entries, not yet answering."""
+    `throughput:` entry; the proprietary models answer through their APIs, on no GPU, billed."""
     humble, settings = paper_config["humblebench"], paper_config["job_resources"]
-    jobs = plan.plan(paper_config)["jobs"]
+    found = plan.plan(paper_config)
+    jobs = found["jobs"]
     answers = jobs[jobs["rule"] == "answer_humble"]
-    assert set(answers["model"]) == set(humble["vlms"])
-    for vlm in humble["vlms"]:
+    proprietary = [name for name, entry in paper_config["models"].items() if entry.get("group") == "proprietary"]
+    local = [vlm for vlm in humble["vlms"] if vlm not in proprietary]
+    assert set(answers["model"]) == set(local)
+    for vlm in local:
         entry, mine = paper_config["models"][vlm], answers[answers["model"] == vlm]
         assert len(mine) == len(humble["settings"]) * humble["answer_shards"]
         assert set(mine["gpus"]) == {entry["gpus"]} == {1}
@@ -536,7 +540,13 @@ def test_the_paper_plan_answers_with_every_listed_vlm_on_its_entrys_gpus_and_mem
         assert set(mine["mem_mb"]) == {math.ceil(settings["base_mb"] + 1024 * entry["weights_gb"] + images_mb)}
         assert mine["gpu_hours"].notna().all()
         assert entry["group"] in ("general", "reasoning")
-    proprietary = [name for name, entry in paper_config["models"].items() if entry.get("group") == "proprietary"]
     assert proprietary == ["gemini-3-flash", "gemini-2.5-pro", "claude-haiku-5.5", "qwen3-vl-235b"]
     assert all(paper_config["models"][name]["backend"] == "openai_api" for name in proprietary)
-    assert not set(proprietary) & set(humble["vlms"])
+    api = jobs[jobs["rule"] == "answer_api_humble"]
+    assert set(api["model"]) == set(proprietary) <= set(humble["vlms"])
+    assert set(api["gpus"]) == {0}
+    billed = found["bill"].set_index("model")
+    for name in proprietary:  # a request per question of each of its jobs (each shard's share, rounded up)
+        assert billed.loc[name, "requests"] == api[api["model"] == name]["items"].sum()
+        assert billed.loc[name, "requests"] >= humble["release_questions"] * len(humble["settings"])
+        assert billed.loc[name, "cost_usd"] > 0
