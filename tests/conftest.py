@@ -112,6 +112,19 @@ def tiny_run(tmp_path_factory, run_config):
     return work, log
 
 
+def copy_run(run: Path, work: Path) -> Path:
+    """A copy of a finished run's checkout at `work`, its built models hard links (nothing writes into a
+    model's files, and they are most of the run's size): tests that change what later tests plan from
+    go on in a copy."""
+    models = run / "resources" / "models"
+
+    def link_models(source: str, target: str) -> None:
+        (os.link if Path(source).is_relative_to(models) else shutil.copy2)(source, target)
+
+    shutil.copytree(run, work, symlinks=True, copy_function=link_models)
+    return work
+
+
 def whitespace_outside_strings(text: str) -> list[int]:
     """Where JSON text has whitespace between its tokens (constrained decoding allows none, with the
     separators "," and ":" on both backends)."""

@@ -5,22 +5,16 @@ with the tiny preset's reasoning-template VLM (config/tiny.yaml, `tiny-qwen2.5-v
 import dataclasses
 import json
 
-import pandas as pd
 import pytest
-from conftest import REPO
 from PIL import Image
+from test_humble_answers import OPTIONS, TEMPLATE, questions
 
 from blindspot import tables
 from blindspot.humblebench.metrics import parsed_texts
 from blindspot.humblebench.parsing import parse_answer
-from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.reasoning import cut_off, split_reasoning
-from blindspot.humblebench.settings import Question
 from blindspot.humblebench.tables import metrics_table
 from blindspot.io import read_table, write_table
-
-OPTIONS = ("red", "green", "blue", "yellow", "None of the above")
-TEMPLATE = REPO / "config" / "prompts" / "humble_original_v3.yaml"
 
 # (what the model writes, the reasoning kept, the letter read). Each reasoning names other letters, so
 # the whole text, read as one answer, names several: only the part after the reasoning is the answer.
@@ -82,16 +76,6 @@ def test_an_answer_without_reasoning_is_all_answer_and_one_cut_off_is_counted():
     # The last marker ends the reasoning; any case.
     twice = split_reasoning("<think>a</think> wait <think>b</THINK> E")
     assert (twice.reasoning, twice.answer) == ("<think>a</think> wait <think>b", "E")
-
-
-def questions(folder, n: int) -> pd.DataFrame:
-    rows = []
-    for i in range(n):
-        path = folder / f"{i}.png"
-        Image.new("RGB", (32 + 8 * i, 32), ["red", "green", "blue"][i % 3]).save(path)
-        question = Question(f"q{i}", "What colour is the car?", OPTIONS, "ABCE"[i % 4], "Attribute")
-        rows.append(question_row(question, "benchmark", str(path), {}, verified=True))
-    return pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names)
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 import rule_envs
-from conftest import REPO, SNAKEMAKE
+from conftest import REPO, SNAKEMAKE, copy_run
 from packaging.requirements import Requirement
 
 from blindspot.catalogue import STEPS, job_env, job_models
@@ -120,16 +120,9 @@ def remove(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def recorded_run(tiny_run, tmp_path_factory):
-    """A copy of the finished tiny run (the workflow tests go on from the run itself) and its jobs. The
-    built models are hard links: nothing writes into a model's files, and they are most of the run's
-    size (CI's disk holds this copy beside the run, and each env test's copy of this one)."""
-    work = tmp_path_factory.mktemp("env_run") / "run"
-    models = tiny_run[0] / "resources" / "models"
-
-    def link_models(source: str, target: str) -> None:
-        (os.link if Path(source).is_relative_to(models) else shutil.copy2)(source, target)
-
-    shutil.copytree(tiny_run[0], work, symlinks=True, copy_function=link_models)
+    """A copy of the finished tiny run (the workflow tests go on from the run itself) and its jobs (CI's
+    disk holds this copy beside the run, and each env test's copy of this one)."""
+    work = copy_run(tiny_run[0], tmp_path_factory.mktemp("env_run") / "run")
     return work, summary_jobs(work)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import CHROMIUM, REPO, snakemake
+from conftest import CHROMIUM, REPO, copy_run, snakemake
 
 from blindspot import tables
 from blindspot.humblebench.questions import problem
@@ -626,7 +626,6 @@ def test_two_annotators_answer_on_the_page_and_table7_sets_them_beside_the_model
     humble_answer project; two people answer theirs on the built-in page (HTTP, as a browser posts the
     form), its export is named as `humblebench.human_answers`, and only the tables run again: Table 7 has
     the paper's rows and columns, people's Overall the mean of each one's accuracy on their set."""
-    import shutil
     import threading
     import urllib.request
     from urllib.parse import urlencode
@@ -732,13 +731,7 @@ def test_an_api_vlm_answers_humblebench_beside_the_local_ones_and_is_never_asked
     from blindspot import plan, targets
     from blindspot.models.spec import model_spec
 
-    models = tiny_run[0] / "resources" / "models"
-    work = tmp_path / "run"
-
-    def link_models(source: str, target: str) -> None:
-        (os.link if Path(source).is_relative_to(models) else shutil.copy2)(source, target)
-
-    shutil.copytree(tiny_run[0], work, symlinks=True, copy_function=link_models)
+    work = copy_run(tiny_run[0], tmp_path / "run")
     config = copy.deepcopy(run_config)
     served = model_spec(config | {"resources_dir": str(work / config["resources_dir"])}, "tiny-qwen2.5-vl").path
     monkeypatch.setenv(KEY_ENV, KEY)

@@ -5,16 +5,14 @@ Tested with fake ids on a CPU: the ids a job is given are what it sets in CUDA_V
 import copy
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, snakemake
+from conftest import REPO, copy_run, snakemake
 
 from blindspot.doctor_report import FAIL, OK, WARN
 from blindspot.doctor_system import workstation_checks
@@ -151,13 +149,7 @@ def test_the_tiny_presets_gpu_jobs_on_four_fake_gpus_never_share_one(tiny_run, r
     four (fake) GPUs and room for three jobs at once: each job's log says which ids it held and when."""
     monkeypatch.setenv(gpu_slots.LOCK_DIR_VARIABLE, str(tmp_path / "locks"))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    models = tiny_run[0] / "resources" / "models"
-    work = tmp_path / "run"
-
-    def link_models(source: str, target: str) -> None:
-        (os.link if Path(source).is_relative_to(models) else shutil.copy2)(source, target)
-
-    shutil.copytree(tiny_run[0], work, symlinks=True, copy_function=link_models)
+    work = copy_run(tiny_run[0], tmp_path / "run")
     config = copy.deepcopy(run_config)
     config["models"]["tiny-qwen2.5-vl"]["gpus"] = 2
     config["models"]["tiny-internvl3"]["gpus"] = 1
@@ -187,3 +179,24 @@ def test_the_tiny_presets_gpu_jobs_on_four_fake_gpus_never_share_one(tiny_run, r
     assert overlapping, "no two jobs ran at the same time: the test proves nothing"
     for a, b in overlapping:
         assert not set(a[1]) & set(b[1]), f"{a[0]} and {b[0]} ran at the same time on GPUs {set(a[1]) & set(b[1])}"
+
+
+def test_auto_reads_the_machines_gpus_and_their_memory_from_nvidia_smi(tmp_path, monkeypatch, tiny_config):
+    """`workstation_gpus: auto` on a machine whose nvidia-smi lists two GPUs (a stand-in script on PATH
+    that answers the queries as nvidia-smi does); and none where there is no nvidia-smi."""
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\ncase "$1" in\n  --query-gpu=index) printf "0\\n1\\n" ;;\n'
+                    '  --query-gpu=index,name,memory.total) printf "0, NVIDIA H100 80GB HBM3, 81559\\n1, NVIDIA H100 '
+                    '80GB HBM3, 81559\\n" ;;\n  *) exit 9 ;;\nesac\n')  # fmt: skip
+    fake.chmod(0o755)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    assert gpu_slots.gpu_pool("auto") == ["0", "1"]
+    profile = {"resources": {"gpu": 2}, "config": {"workstation_gpus": "auto"}}
+    checks = {check.subject: check for check in workstation_checks(tiny_config, profile)}
+    assert checks["workstation"].reason == (
+        "2 GPU(s) for jobs (workstation_gpus: auto): 0: NVIDIA H100 80GB HBM3 86 GB, 1: NVIDIA H100 80GB HBM3 86 GB"
+    )
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert gpu_slots.machine_gpus() == []

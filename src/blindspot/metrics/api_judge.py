@@ -73,7 +73,8 @@ from blindspot.models.api_reply import (
     choice_text,
     image_part,
     image_png,
-    response_problem,
+    no_answer,
+    stopped,
 )
 from blindspot.models.api_reply import failure_detail as reply_failure_detail
 from blindspot.models.vlm_scoring import SCORES, ScoreTokens, score_distribution, summarise, text_score
@@ -138,14 +139,12 @@ FAILURES = {
 
 def reply_failure(response: Any) -> str | None:
     """Why a chat-completion response holds no answer (a key of FAILURES), or None when it holds one."""
-    if response_problem(response):
-        return "malformed"
-    choice, text = choice_text(response)
-    if choice.get("finish_reason") == "content_filter":
-        return "content_filter"
-    if choice.get("finish_reason") == "length" and math.isnan(read_score(response).raw):
+    failure = no_answer(response)
+    if failure in ("malformed", "content_filter"):
+        return failure
+    if not stopped(response) and math.isnan(read_score(response).raw):
         return "length"
-    return None if text else "empty"
+    return failure  # "empty", or None: an answer
 
 
 def failure_detail(response: Any, failure: str) -> str:

@@ -64,6 +64,22 @@ def choice_text(response: Any) -> tuple[Mapping[str, Any], str]:
     return choice, content.strip()
 
 
+def no_answer(response: Any) -> str | None:
+    """Why a reply holds no answer at all ("malformed", "content_filter" or "empty"), or None: what every
+    model asked through the API client checks first."""
+    if response_problem(response):
+        return "malformed"
+    choice, text = choice_text(response)
+    if choice.get("finish_reason") == "content_filter":
+        return "content_filter"
+    return None if text else "empty"
+
+
+def stopped(response: Any) -> bool:
+    """Whether a reply ended on its own, not cut off at its token budget (`finish_reason` "length")."""
+    return choice_text(response)[0].get("finish_reason") != "length"
+
+
 def failure_detail(response: Any, failure: str, failures: Mapping[str, str]) -> str:
     """Why a reply holds no answer in words: the failure (a key of the caller's `failures`, which says it
     in words) with what the reply tells about it (its token use, text or refusal; or why it is malformed)."""

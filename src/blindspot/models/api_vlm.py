@@ -49,7 +49,8 @@ from blindspot.models.api_reply import (
     choice_text,
     image_part,
     image_png,
-    response_problem,
+    no_answer,
+    stopped,
 )
 from blindspot.models.spec import ModelSpec
 from blindspot.models.vlm_scoring import SCORERS, load_vlm_scorer
@@ -84,21 +85,9 @@ def letter_probabilities(response: Any, candidates: list[str]) -> list[float]:
     return probabilities if sum(probabilities) > 0 else [math.nan] * len(candidates)
 
 
-def stopped(response: Any) -> bool:
-    """Whether a reply ended on its own, not cut off at its token budget (`finish_reason` "length")."""
-    choices = response.get("choices") if isinstance(response, dict) else None
-    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    return choice.get("finish_reason") != "length"
-
-
 def reply_failure(response: Any) -> str | None:
     """Why a reply holds no answer (a key of FAILURES), or None when it holds one."""
-    if response_problem(response):
-        return "malformed"
-    choice, text = choice_text(response)
-    if choice.get("finish_reason") == "content_filter":
-        return "content_filter"
-    return None if text else "empty"
+    return no_answer(response)
 
 
 class APIVLM:

@@ -39,18 +39,27 @@ def visible_gpus() -> int:
     return torch.cuda.device_count()
 
 
-def nvidia_driver() -> str:
-    """The NVIDIA driver's version as nvidia-smi reports it, or why there is none."""
+def nvidia_smi(query: str) -> tuple[list[str], str | None]:
+    """The lines of `nvidia-smi --query-gpu=QUERY` (one per GPU, comma-separated fields, no units), or
+    none and why there are none (no nvidia-smi: None; its own first line where it fails)."""
     try:
         done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
-        return "no driver"
+        return [], None
     lines = (done.stdout + done.stderr).strip().splitlines()
     if done.returncode != 0:
-        return f"no driver (nvidia-smi: {lines[0] if lines else f'exit {done.returncode}'})"
+        return [], lines[0] if lines else f"exit {done.returncode}"
+    return [line.strip() for line in lines if line.strip()], None
+
+
+def nvidia_driver() -> str:
+    """The NVIDIA driver's version as nvidia-smi reports it, or why there is none."""
+    lines, failure = nvidia_smi("driver_version")
+    if failure:
+        return f"no driver (nvidia-smi: {failure})"
     return f"driver {lines[0]}" if lines else "no driver"
 
 
@@ -70,15 +79,8 @@ def gpu_shortage(model: str, gpus: int, seen: int) -> str:
 
 def gpu_memory() -> dict[str, tuple[str, float]]:
     """Each GPU nvidia-smi lists, by index: its name and memory in GB; none where there is no driver."""
-    try:
-        done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
     found = {}
-    for line in done.stdout.splitlines() if done.returncode == 0 else []:
+    for line in nvidia_smi("index,name,memory.total")[0]:
         index, name, mib = (part.strip() for part in line.split(",", 2))
         found[index] = (name, float(mib) * 2**20 / 1e9)
     return found

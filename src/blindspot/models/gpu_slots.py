@@ -10,7 +10,7 @@ The locks are per machine, not per run: two runs on one workstation share its GP
 Which GPUs there are: the run's own `CUDA_VISIBLE_DEVICES` where it is set (a run narrowed to some
 GPUs keeps to them), else the config's `workstation_gpus` (the profile sets it: a list of ids, or
 `auto` for the machine's GPUs as `nvidia-smi` lists them). Under SLURM nothing changes: SLURM sets
-`CUDA_VISIBLE_DEVICES` for each job. Standard library only: this module runs before torch is imported.
+`CUDA_VISIBLE_DEVICES` for each job. Nothing here imports torch: this module runs before it is imported.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from __future__ import annotations
 import atexit
 import fcntl
 import os
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+from blindspot.models.device import nvidia_smi
 
 LOCK_DIR_VARIABLE = "BLINDSPOT_GPU_LOCKS"  # tests point it at a folder of their own
 WAIT_S = 600.0  # Snakemake starts a job only when its GPUs are free: a longer wait means fewer ids than `gpu:`
@@ -40,12 +41,7 @@ def lock_dir() -> Path:
 
 def machine_gpus() -> list[str]:
     """The machine's GPUs as nvidia-smi numbers them; none where there is no driver."""
-    try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in done.stdout.splitlines() if line.strip()] if done.returncode == 0 else []
+    return nvidia_smi("index")[0]
 
 
 def gpu_pool(declared: str | Sequence[Any] | None, environ: dict[str, str] | None = None) -> list[str]:
