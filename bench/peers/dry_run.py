@@ -44,10 +44,13 @@ def dry_run(configfile: Path, profile: Path | None = None) -> int:
 
 def project_share(profile: Path) -> float:
     """The share of the profiled run spent in the project's code, counting each call stack once: the
-    cumulative time of project functions that no project function called."""
+    cumulative time of project functions that no project function called. An anonymous frame (a
+    generator expression, a comprehension, a lambda) is never outermost: it runs inside the function
+    that made it, even where a builtin (`max`, `any`) calls it."""
     stats = pstats.Stats(str(profile)).stats
     ours = {key for key in stats if key[0].startswith(PROJECT)}
-    outermost = sum(stats[key][3] for key in ours if not set(stats[key][4]) & ours)
+    named = {key for key in ours if not key[2].startswith("<")}
+    outermost = sum(stats[key][3] for key in named if not set(stats[key][4]) & ours)
     total = max(entry[3] for entry in stats.values())
     return outermost / total
 
