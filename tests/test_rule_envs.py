@@ -42,6 +42,7 @@ NOT_IN_THE_TINY_RUN = {
     "validate_filter": "runs only with people's labels (tests/test_workflow.py adds them later)",
     "human_preferences": "runs only with people's labels (tests/test_workflow.py adds them later)",
     "import_dataset": "runs only with `dataset:`, instead of the building rules (tests/test_evaluate.py runs it)",
+    "answer_api_humble": "the tiny preset has no API VLM (tests/test_workflow.py adds one, served on 127.0.0.1)",
 }
 # Jobs this machine cannot run in an env built here, and why.
 NOT_RUNNABLE_HERE = {
