@@ -328,7 +328,7 @@ def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run
         "make_table3": 1,
         # HumbleBench asks about the benchmark's images: new questions, answered again in every setting.
         "make_humble_questions": 1, "make_humble_tables": 1, "make_annotation_projects": 1, "make_report_items": 1,
-        "train_protoscore": 1, "sample_human_questions": 1,
+        "train_protoscore": 1, "sample_human_questions": 1, "describe_humble_questions": 1,
         "answer_humble": len(config["humblebench"]["vlms"]) * len(config["humblebench"]["settings"]),
     })  # fmt: skip
     renders = [o for o in planned_outputs(out) if "/renders/" in o or "/vlm_scores/" in o]
