@@ -624,11 +624,13 @@ def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, 
 
 
 @pytest.mark.slow
-def test_two_annotators_answer_on_the_page_and_table7_sets_them_beside_the_models(tiny_run, run_config):
+def test_two_annotators_answer_on_the_page_and_table7_sets_them_beside_the_models(tiny_run, run_config, tmp_path):
     """Table 7's human study end to end: the run drew each annotator's questions and made the
     humble_answer project; two people answer theirs on the built-in page (HTTP, as a browser posts the
     form), its export is named as `humblebench.human_answers`, and only the tables run again: Table 7 has
-    the paper's rows and columns, people's Overall the mean of each one's accuracy on their set."""
+    the paper's rows and columns, people's Overall the mean of each one's accuracy on their set. In a
+    copy of the run, first brought back to the tiny preset (the tests before it leave their configs'
+    outputs there)."""
     import threading
     import urllib.request
     from urllib.parse import urlencode
@@ -638,7 +640,8 @@ def test_two_annotators_answer_on_the_page_and_table7_sets_them_beside_the_model
     from blindspot.annotation.server import serve
     from blindspot.humblebench.settings import is_nota
 
-    work, _ = tiny_run
+    work = copy_run(tiny_run[0], tmp_path / "run")
+    snakemake("--profile", "profiles/local", "-c2", cwd=work)
     results = work / run_config["results_dir"]
     study = read_table(results / "humblebench" / "human_study.parquet", tables.HUMAN_STUDY)
     people = run_config["humblebench"]["human_study"]["annotators"]
