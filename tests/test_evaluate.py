@@ -1,6 +1,5 @@
 """A benchmark from a released dataset (`dataset:`), `blindspot evaluate`, and its recorded rows."""
 
-import argparse
 import json
 import re
 import subprocess
@@ -101,7 +100,7 @@ def test_a_metric_is_the_configs_or_a_plug_in_with_its_model(tiny_config):
     import copy
 
     from blindspot.config import ConfigError
-    from blindspot.evaluate import metric_entries
+    from blindspot.evaluate_config import metric_entries
 
     config = copy.deepcopy(tiny_config)
     chosen = metric_entries(config, ["clipscore", "my_pkg.scores:MyScore@tiny-clip"])
@@ -196,7 +195,7 @@ def test_from_any_folder_the_command_lines_paths_are_that_folders_and_the_config
 ):
     """The workflow runs in the checkout, where the config's relative paths (taxonomies, templates,
     `results_dir`) start; the files named on the command line are read from where the command runs."""
-    from blindspot import evaluate
+    from blindspot import evaluate_run
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.jsonl").write_text(json.dumps(GOOD_RECORD) + '\n{"question_id": 2, "question": "Wh\n')
@@ -210,16 +209,14 @@ def test_from_any_folder_the_command_lines_paths_are_that_folders_and_the_config
     def run_workflow(configfile, profile, cores):  # where the real one starts snakemake: its PYTHONPATH's folder
         ran.append((configfile, profile, Path.cwd()))
 
-    monkeypatch.setattr(evaluate, "run_workflow", run_workflow)
-    monkeypatch.setattr(evaluate, "result_table", lambda config, benchmark: pd.DataFrame({"vlm": []}))
+    monkeypatch.setattr(evaluate_run, "run_workflow", run_workflow)
+    monkeypatch.setattr(evaluate_run, "result_table", lambda config, benchmark: pd.DataFrame({"vlm": []}))
     (tmp_path / "mine.yaml").write_text((REPO / "config" / "tiny.yaml").read_text())  # a copy: the checkout's paths
     (tmp_path / "myprofile").mkdir()
     for configfile, profile, used in ((None, "myprofile", "myprofile"),
                                       ("mine.yaml", "profiles/local", REPO / "profiles" / "local")):  # fmt: skip
-        evaluate.evaluate(argparse.Namespace(
-            benchmark="humblebench", configfile=configfile, results_dir="out", release="release.jsonl",
-            vlm=["tiny-qwen2.5-vl"], setting=[], compare=[], profile=profile, cores=1,
-        ))  # fmt: skip
+        evaluate_run.evaluate("humblebench", configfile=configfile, results_dir="out", release="release.jsonl",
+                              vlms=["tiny-qwen2.5-vl"], profile=profile)  # fmt: skip
         assert ran.pop() == (tmp_path / "out" / "evaluate_config.yaml", str(used), tmp_path)
         written = yaml.safe_load((tmp_path / "out" / "evaluate_config.yaml").read_text())
         assert written["results_dir"] == str(tmp_path / "out")
@@ -238,15 +235,15 @@ def test_from_any_folder_the_command_lines_paths_are_that_folders_and_the_config
 
 def test_compared_rows_come_first_and_a_compare_file_that_is_no_csv_stops_before_the_run(tmp_path, monkeypatch,
                                                                                           capsys):  # fmt: skip
-    from blindspot import evaluate
+    from blindspot import evaluate_run
 
     monkeypatch.chdir(tmp_path)
     grey_image(tmp_path / "pixel.png", 128)
     (tmp_path / "release.jsonl").write_text(json.dumps(GOOD_RECORD) + "\n")
     ran = []
-    monkeypatch.setattr(evaluate, "run_workflow", lambda configfile, profile, cores: ran.append(configfile))
+    monkeypatch.setattr(evaluate_run, "run_workflow", lambda configfile, profile, cores: ran.append(configfile))
     new_rows = pd.DataFrame({"vlm": ["tiny-qwen2.5-vl"], "accuracy": [0.5]})
-    monkeypatch.setattr(evaluate, "result_table", lambda config, benchmark: new_rows)
+    monkeypatch.setattr(evaluate_run, "result_table", lambda config, benchmark: new_rows)
     pd.DataFrame({"vlm": ["last-week"], "accuracy": [0.25]}).to_csv(tmp_path / "before.csv", index=False)
     (tmp_path / "no-vlm.csv").write_text("model,accuracy\nx,0.1\n")
     args = ["humblebench", "--release", "release.jsonl", "--vlm", "tiny-qwen2.5-vl", "--results-dir", "out",
@@ -259,10 +256,8 @@ def test_compared_rows_come_first_and_a_compare_file_that_is_no_csv_stops_before
         f"blindspot: error: {tmp_path / 'no-label.jsonl'}: a release record lacks ['image', 'label', 'type']"
     )
     assert ran == []
-    namespace = argparse.Namespace(benchmark="humblebench", configfile=str(REPO / "config" / "tiny.yaml"),
-                                   results_dir="out", release="release.jsonl", vlm=["tiny-qwen2.5-vl"], setting=[],
-                                   compare=["before.csv"], profile=None, cores=1)  # fmt: skip
-    rows = evaluate.evaluate(namespace)
+    rows = evaluate_run.evaluate("humblebench", configfile=str(REPO / "config" / "tiny.yaml"), results_dir="out",
+                                 release="release.jsonl", vlms=["tiny-qwen2.5-vl"], compare=["before.csv"])
     assert rows[["vlm", "accuracy", "row"]].to_dict("records") == [
         {"vlm": "last-week", "accuracy": 0.25, "row": "compared: before.csv"},
         {"vlm": "tiny-qwen2.5-vl", "accuracy": 0.5, "row": "new"},

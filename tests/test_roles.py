@@ -176,7 +176,7 @@ class Started(Exception):
 def test_the_command_refuses_a_model_it_places_where_images_go_before_the_workflow_starts(
     built_config, exported, tmp_path, monkeypatch, capsys
 ):
-    from blindspot import evaluate
+    from blindspot import evaluate_run
     from blindspot.cli import main
 
     def refused(*argv: str) -> str:
@@ -194,7 +194,7 @@ def test_the_command_refuses_a_model_it_places_where_images_go_before_the_workfl
     base["image_stage"]["vlms"] = ["smollm2-135m"]  # unfit, but no command below runs the image stage
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(evaluate, "run_workflow", workflow)
+    monkeypatch.setattr(evaluate_run, "run_workflow", workflow)
     assert refused("humblebench", "--release", "release.jsonl", "--vlm", "tiny-qwen2") == (
         "blindspot: error: config key 'humblebench.vlms': model 'tiny-qwen2' cannot read the images its role asks "
         "for through transformers: transformers' AutoModelForImageTextToText does not take model type qwen2 "

@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from blindspot import bill, catalogue, doctor, doctor_report, evaluate, plan, verify
+from blindspot import bill, catalogue, doctor, doctor_report, evaluate_cli, plan, verify
 from blindspot.annotation.projects import TASKS
 from blindspot.checks import load_config
 from blindspot.config import ConfigError
@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--canary-timeout", type=float, default=600, help="seconds to wait for the canary jobs")
     command("verify", "check every rendered image against the sha256 recorded when it was written; exit 1 and print "
             "the command that re-runs their jobs if any is missing or changed")  # fmt: skip
-    evaluate.add_parser(commands)
+    evaluate_cli.add_parser(commands)
     annotate = commands.add_parser("annotate", help="human annotation: make a project, serve it, export labels")
     actions = annotate.add_subparsers(dest="action", required=True)
     make = actions.add_parser("make", help="a project folder: Label Studio tasks and config, and annotator links")
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             humble(args)
             return 0
         if args.command == "evaluate":
-            evaluate.main(args)
+            evaluate_cli.main(args)
             return 0
         config = load_config(args.configfile)
         if args.command == "plan":

@@ -1,0 +1,67 @@
+"""`blindspot evaluate`'s command line: its options, which are `blindspot.evaluate`'s arguments."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from blindspot.config import ConfigError
+from blindspot.evaluate_config import DEFAULT_CONFIG
+from blindspot.evaluate_run import evaluate
+
+
+def _cores(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of cores (a whole number, at least 1)")
+    return int(text)
+
+
+def add_parser(commands: Any) -> None:
+    """`evaluate`'s subcommands, on the `blindspot` parser."""
+    parser = commands.add_parser("evaluate", help="score a metric or a VLM on a released benchmark, building nothing")
+    kinds = parser.add_subparsers(dest="benchmark", required=True)
+    for name, help in (("protobias", "a metric's Table 3 row on ProtoBias pairs"),
+                       ("humblebench", "a VLM's HumbleBench rows on the release")):  # fmt: skip
+        sub = kinds.add_parser(name, help=help, description=help)
+        sub.add_argument("--configfile", help=f"the base config: models, settings, resources, its relative paths "
+                         f"the checkout's (default: the checkout's {DEFAULT_CONFIG})")  # fmt: skip
+        sub.add_argument("--results-dir", help="where the run writes (default {results_dir}/evaluate_<benchmark>)")
+        sub.add_argument("--profile", help="a Snakemake profile, e.g. profiles/slurm (default: local)")
+        sub.add_argument("--cores", type=_cores, default=1, help="local cores without --profile")
+        sub.add_argument("--compare", action="append", default=[], help="a CSV of earlier rows to print beside")
+        if name == "protobias":
+            sub.add_argument("--dataset", required=True, help="the export's folder or hub id, or a table of pairs")
+            sub.add_argument(
+                "--metric", action="append", required=True, help="a config's metric, or module:Class@MODEL"
+            )
+            sub.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
+                             help="a field's column: neutral_prompt, image_corr, image_adv, ...")  # fmt: skip
+        else:
+            sub.add_argument("--release", required=True, help="HumbleBench's release: a file, folder or hub id")
+            sub.add_argument(
+                "--vlm",
+                action="append",
+                required=True,
+                help="a model's name in the config's registry (models:), not a hub id or path",
+            )
+            sub.add_argument("--setting", action="append", default=[], help="a setting of the config (default all)")
+
+
+def column_mapping(pairs: list[str]) -> dict[str, str]:
+    """`--column FIELD=COLUMN` options as {field: column}."""
+    malformed = [pair for pair in pairs if not pair.partition("=")[0] or "=" not in pair]
+    if malformed:
+        raise ConfigError(f"--column {malformed[0]!r} is not FIELD=COLUMN")
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def main(args: Any) -> None:
+    options = {"results_dir": args.results_dir, "configfile": args.configfile, "profile": args.profile,
+               "cores": args.cores, "compare": args.compare}  # fmt: skip
+    if args.benchmark == "protobias":
+        options |= {"dataset": args.dataset, "metrics": args.metric, "columns": column_mapping(args.column)}
+    else:
+        options |= {"release": args.release, "vlms": args.vlm, "settings": args.setting}
+    rows = evaluate(args.benchmark, **options)
+    sys.stdout.write(rows.to_markdown(index=False) + "\n")

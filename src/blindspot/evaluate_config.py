@@ -1,0 +1,130 @@
+"""The config `blindspot evaluate` runs: the base config with `dataset:` (a released ProtoBias) or
+`humblebench.release`, the metrics or VLMs it scores, and nothing else to build. Paths on the command
+line are read from the current folder; the config's own relative paths are the checkout's."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from blindspot.config import ConfigError
+from blindspot.paths import CHECKOUT
+
+# The base config without --configfile, in the checkout.
+DEFAULT_CONFIG = "config/tiny.yaml"
+
+
+def registry_entry(config: dict[str, Any], name: str) -> str:
+    """`name`, which must be in the registry: what a job asks for (GPUs, memory from `weights_gb`, dtype)
+    is the entry's, and cannot be guessed from a hub id."""
+    if name not in config["models"]:
+        raise ConfigError(
+            f"model {name}: not in the config's registry; add an entry for it (id, backend, gpus, dtype, "
+            "weights_gb) to a copy of the config and pass that with --configfile"
+        )
+    return name
+
+
+def metric_entries(config: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
+    """Each `--metric`: a metric of the base config by name, or a plug-in `PLUGIN@MODEL`, where PLUGIN is
+    `module:Class` or an installed entry point's name and MODEL the registry name of the model it loads
+    (every metric entry names one)."""
+    known, chosen = config["evaluation"]["metrics"], {}
+    for metric in metrics:
+        if metric in known:
+            chosen[metric] = known[metric]
+            continue
+        plugin, _, model = metric.partition("@")
+        if not model:
+            hint = (
+                f"name the plug-in's model as {metric}@MODEL (a registry name)"
+                if ":" in metric
+                else (f"not a metric of the config ({', '.join(known)}) nor PLUGIN@MODEL")
+            )
+            raise ConfigError(f"--metric {metric}: {hint}")
+        family = next(iter(config["evaluation"]["families"]))
+        name = re.sub(r"[^a-z0-9._-]+", "-", plugin.rsplit(":", 1)[-1].lower())
+        chosen[name] = {"plugin": plugin, "model": registry_entry(config, model), "label": plugin, "family": family}
+    return chosen
+
+
+def protobias_config(
+    base: dict[str, Any], dataset: str, metrics: Sequence[str], columns: Mapping[str, str], results_dir: str
+) -> dict[str, Any]:  # fmt: skip
+    """The base config scoring `metrics` on the ProtoBias pairs at `dataset`: its domains as the dataset's
+    (each with as many seeds as its test triplets), HumbleBench off."""
+    from blindspot.protobias import released
+
+    config = copy.deepcopy(base)
+    pairs = released.read_test_pairs(dataset, columns, Path(results_dir) / "evaluate_probe")
+    taxonomy = next(iter(base["domains"].values()))["taxonomy"]  # unread with `dataset:`; the schema asks for one
+    config["domains"] = {
+        domain: {"taxonomy": base["domains"].get(domain, {}).get("taxonomy", taxonomy), "n_seeds": n}
+        for domain, n in released.domain_seed_counts(pairs).items()
+    }
+    config["evaluation"]["metrics"] = metric_entries(config, metrics)
+    config["dataset"] = {"path": dataset, "columns": dict(columns)}
+    config["humblebench"] |= {"release": None, "from_benchmark": None, "scene_graphs": None}
+    config["annotation"]["pairwise_labels"] = None
+    config["results_dir"] = results_dir
+    return config
+
+
+def humblebench_config(
+    base: dict[str, Any], release: str, vlms: Sequence[str], settings: Sequence[str], results_dir: str
+) -> dict[str, Any]:  # fmt: skip
+    """The base config answering HumbleBench's `release` with `vlms` under `settings` (default all), and no
+    ProtoBias. A local release is read here first, so that one the workflow cannot read stops before it
+    starts: a JSON(L) file whole (every line checked), a table or folder to its first record only (their
+    records carry images)."""
+    from blindspot.humblebench.release import checked_release_question
+    from blindspot.models.hub import is_hub_dataset
+    from blindspot.models.releases import release_records
+
+    if not is_hub_dataset(release):
+        records = release_records(release)
+        whole = Path(release).is_file() and Path(release).suffix in (".jsonl", ".json")
+        checked = itertools.islice(records, None if whole else 1)
+        if not [checked_release_question(record, release) for record in checked]:
+            raise ConfigError(f"release {release}: no questions")
+    config = copy.deepcopy(base)
+    humble = config["humblebench"]
+    unknown = [name for name in settings if name not in humble["settings"]]
+    if unknown:
+        raise ConfigError(f"--setting {unknown[0]}: not a setting of the config ({', '.join(humble['settings'])})")
+    if settings:
+        humble["settings"] = {name: humble["settings"][name] for name in settings}
+        if any(humble["tables"][table] not in settings for table in ("original", "stress")):
+            raise ConfigError(f"--setting: Tables 4-6 need the settings {humble['tables']['original']} and "
+                              f"{humble['tables']['stress']}")  # fmt: skip
+        if humble["tables"].get("cautious") not in settings:  # the appendix table needs it; without, no table
+            humble["tables"].pop("cautious", None)
+    humble |= {"release": release, "from_benchmark": None, "scene_graphs": None,
+               "vlms": [registry_entry(config, vlm) for vlm in vlms]}  # fmt: skip
+    config["dataset"] = {"path": None}
+    config["results_dir"] = results_dir
+    return config
+
+
+def from_here(path: str | None, what: str) -> str | None:
+    """A file or folder named on the command line, as the current folder names it, absolute; a hub id as
+    it is. Anything else is a ConfigError naming `what` it is and where it was looked for."""
+    from blindspot.models.hub import is_hub_dataset
+
+    if path is None or Path(path).exists():
+        return path and str(Path(path).resolve())
+    if is_hub_dataset(path):
+        return path
+    raise ConfigError(f"{what} {path}: no such file or folder in {Path.cwd()}")
+
+
+def profile_here(profile: str | None) -> str | None:
+    """A profile folder named from the current folder, else the checkout's (profiles/slurm from anywhere),
+    else a name Snakemake looks up in its own places (~/.config/snakemake)."""
+    if profile and not Path(profile).is_dir() and (CHECKOUT / profile).is_dir():
+        return str(CHECKOUT / profile)
+    return profile

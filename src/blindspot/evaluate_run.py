@@ -1,0 +1,164 @@
+"""`blindspot evaluate`, from the command line or Python (`blindspot.evaluate`): score a metric on a
+released ProtoBias, or a VLM on HumbleBench's release. It writes a config (`blindspot.evaluate_config`),
+runs the workflow's own rules with it, returns the table beside rows passed with `compare`, and records
+what makes a row comparable: the dataset's fingerprint, each model's identity and the settings."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from blindspot import targets
+from blindspot.checks import validate_config
+from blindspot.config import ConfigError
+from blindspot.dag import checkout_config
+from blindspot.evaluate_config import (
+    DEFAULT_CONFIG,
+    from_here,
+    humblebench_config,
+    profile_here,
+    protobias_config,
+)
+from blindspot.io import read_csv, write_json, write_text
+from blindspot.models.roles import misplaced, role_fits
+from blindspot.paths import CHECKOUT, SNAKEFILE
+
+# What `evaluate` writes beside the workflow's tables: its rows with their provenance.
+ROWS = {"protobias": "evaluate_protobias", "humblebench": "evaluate_humblebench"}
+
+
+def _weights_hash(config: dict[str, Any], name: str) -> str:
+    """A built model's files' hash, or a hub model's revision (its weights as the hub names them)."""
+    from blindspot.protobias.released import fingerprint
+
+    folder = Path(targets.path(config, "model", model=name))
+    return fingerprint(str(folder)) if folder.is_dir() else config["models"][name].get("revision") or "unpinned"
+
+
+def model_identity(config: dict[str, Any], name: str) -> dict[str, str]:
+    entry = config["models"][name]
+    return {"model": name, "model_id": entry.get("id", f"built:{name}"), "weights": _weights_hash(config, name)}
+
+
+def provenance(config: dict[str, Any], benchmark: str) -> dict[str, Any]:
+    """What makes a row comparable: the dataset's fingerprint, the package and what was scored, the settings."""
+    from blindspot.protobias.released import fingerprint
+
+    source = config["dataset"]["path"] if benchmark == "protobias" else config["humblebench"]["release"]
+    about: dict[str, Any] = {"dataset": source, "dataset_fingerprint": fingerprint(source),
+                             "blindspot": version("blindspot"), "seed": config["seed"]}  # fmt: skip
+    if benchmark == "protobias":
+        evaluation = config["evaluation"]
+        about["metrics"] = {
+            name: {"plugin": entry["plugin"], "args": entry.get("args", {})}
+            | (model_identity(config, entry["model"]) if "model" in entry else {})
+            for name, entry in evaluation["metrics"].items()
+        }
+        about["settings"] = {
+            "bootstrap_samples": evaluation["bootstrap_samples"],
+            "columns": config["dataset"]["columns"],
+        }
+    else:
+        humble = config["humblebench"]
+        about["vlms"] = {name: model_identity(config, name) for name in humble["vlms"]}
+        about["settings"] = {"settings": humble["settings"], "reading": humble["reading"]}
+    return about
+
+
+def result_table(config: dict[str, Any], benchmark: str) -> pd.DataFrame:
+    """The rows the run wrote: Table 3's, or HumbleBench's metrics per VLM and setting."""
+    kind = ("table3", {"ext": "csv"}) if benchmark == "protobias" else ("humble_metrics", {})
+    return pd.read_csv(targets.path(config, kind[0], **kind[1]))
+
+
+def _flow(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+
+
+def record_rows(config: dict[str, Any], benchmark: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with their provenance (the dataset's fingerprint, the models' identity, the settings)
+    as columns, written as CSV with the JSON of the whole provenance beside it."""
+    about = provenance(config, benchmark)
+    stamped = rows.assign(dataset_fingerprint=about["dataset_fingerprint"], blindspot=about["blindspot"],
+                          identity=_flow({k: about[k] for k in ("metrics", "vlms") if k in about}),
+                          settings=_flow(about["settings"]))  # fmt: skip
+    stem = Path(targets.path(config, "table3", ext="csv")).parent / ROWS[benchmark]
+    write_text(f"{stem}.csv", stamped.to_csv(index=False))
+    write_json(f"{stem}.json", about)
+    return stamped
+
+
+def with_compared(rows: pd.DataFrame, compared: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """The new rows after the rows of each `--compare` CSV (path: its rows, with the table's columns), each
+    marked by its source."""
+    frames = []
+    for path, found in compared.items():
+        missing = [column for column in rows.columns[:1] if column not in found]
+        if missing:
+            raise ConfigError(f"--compare {path}: no column {missing[0]!r} (a CSV with the table's columns)")
+        frames.append(found.reindex(columns=rows.columns).assign(row=f"compared: {Path(path).name}"))
+    return pd.concat([*frames, rows.assign(row="new")], ignore_index=True)
+
+
+def run_workflow(configfile: Path, profile: str | None, cores: int) -> None:
+    """The workflow's own rules on `configfile`, in the checkout, its progress on this terminal. It starts
+    from the current folder, where a relative PYTHONPATH (an outside plug-in's) and `profile` are named."""
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE),
+               "--configfile", str(configfile), "--directory", str(CHECKOUT)]  # fmt: skip
+    command += ["--profile", profile] if profile else ["--cores", str(cores)]
+    if subprocess.run(command, check=False).returncode:
+        raise ConfigError(f"the workflow failed on {configfile}; its log says why (above, and in .snakemake/log)")
+
+
+def evaluate(
+    benchmark: str, *, dataset: str | None = None, metrics: Sequence[str] = (),
+    columns: Mapping[str, str] | None = None, release: str | None = None, vlms: Sequence[str] = (),
+    settings: Sequence[str] = (), results_dir: str | None = None, configfile: str | None = None,
+    profile: str | None = None, cores: int = 1, compare: Sequence[str] = (),
+) -> pd.DataFrame:  # fmt: skip
+    """Score `metrics` on the ProtoBias pairs at `dataset` (benchmark "protobias"), or `vlms` on HumbleBench's
+    `release` under `settings` (default all; benchmark "humblebench"), and return the table's rows with their
+    provenance, after the rows of each `compare` CSV. What `blindspot evaluate` runs, its options as keywords.
+
+    Paths given here are the current folder's; the config's relative paths (its taxonomies, templates,
+    `results_dir`) are the checkout's, where the workflow runs, from whatever folder this runs."""
+    from huggingface_hub import constants
+
+    if benchmark not in ROWS:
+        raise ConfigError(f"benchmark {benchmark!r}: not one of {', '.join(ROWS)}")
+    base = checkout_config(configfile, DEFAULT_CONFIG)
+    results_dir = results_dir and str(Path(results_dir).resolve())
+    source = from_here(dataset, "--dataset") if benchmark == "protobias" else from_here(release, "--release")
+    # read before the run, so a file that is no CSV stops the command before the workflow, not after it
+    compared = {path: read_csv(path, "--compare") for path in (from_here(path, "--compare") for path in compare)}
+    profile = profile_here(profile)
+    with contextlib.chdir(CHECKOUT):
+        results_dir = results_dir or str(Path(base["results_dir"]).resolve() / f"evaluate_{benchmark}")
+        if Path(results_dir).exists() and not Path(results_dir).is_dir():
+            raise ConfigError(f"--results-dir {results_dir}: not a folder")
+        if benchmark == "protobias":
+            config = protobias_config(base, source, metrics, columns or {}, results_dir)
+        else:
+            config = humblebench_config(base, source, vlms, settings, results_dir)
+        validate_config(config)
+        # the models the command placed (the base's others run elsewhere), checked before a compute node loads them
+        placed = {"protobias": "evaluation.metrics.", "humblebench": "humblebench.vlms"}[benchmark]
+        unfit = [fit for fit in role_fits(config, constants.HF_HUB_CACHE)
+                 if fit.takes is False and any(key.startswith(placed) for key in fit.keys)]  # fmt: skip
+        if unfit:
+            raise ConfigError(misplaced(unfit[0]))
+        written = Path(results_dir) / "evaluate_config.yaml"
+        written.parent.mkdir(parents=True, exist_ok=True)
+        write_text(written, yaml.safe_dump(config, sort_keys=False))
+    run_workflow(written, profile, cores)
+    with contextlib.chdir(CHECKOUT):
+        rows = record_rows(config, benchmark, result_table(config, benchmark))
+        return with_compared(rows, compared)
