@@ -213,7 +213,7 @@ def test_from_any_folder_the_command_lines_paths_are_that_folders_and_the_config
     monkeypatch.setattr(evaluate_run, "result_table", lambda config, benchmark: pd.DataFrame({"vlm": []}))
     (tmp_path / "mine.yaml").write_text((REPO / "config" / "tiny.yaml").read_text())  # a copy: the checkout's paths
     (tmp_path / "myprofile").mkdir()
-    for configfile, profile, used in ((None, "myprofile", "myprofile"),
+    for configfile, profile, used in ((None, "myprofile", tmp_path / "myprofile"),
                                       ("mine.yaml", "profiles/local", REPO / "profiles" / "local")):  # fmt: skip
         evaluate_run.evaluate("humblebench", configfile=configfile, results_dir="out", release="release.jsonl",
                               vlms=["tiny-qwen2.5-vl"], profile=profile)  # fmt: skip
@@ -221,8 +221,9 @@ def test_from_any_folder_the_command_lines_paths_are_that_folders_and_the_config
         written = yaml.safe_load((tmp_path / "out" / "evaluate_config.yaml").read_text())
         assert written["results_dir"] == str(tmp_path / "out")
         assert written["humblebench"]["release"] == str(tmp_path / "release.jsonl")
-        # The config's taxonomies named relative to the checkout, where the workflow reads them.
-        assert written["domains"] == tiny_config["domains"]
+        # The config's taxonomies are the checkout's, named absolute: the workflow runs in the results folder.
+        assert written["domains"] == {domain: entry | {"taxonomy": str(REPO / entry["taxonomy"])}
+                                      for domain, entry in tiny_config["domains"].items()}  # fmt: skip
     # A name that is neither here nor a hub id is not looked for in the checkout.
     assert _evaluate_error(capsys, "humblebench", "--release", "nowhere.jsonl", "--vlm", "tiny-qwen2.5-vl") == (
         f"blindspot: error: --release nowhere.jsonl: no such file or folder in {tmp_path}"
@@ -256,8 +257,14 @@ def test_compared_rows_come_first_and_a_compare_file_that_is_no_csv_stops_before
         f"blindspot: error: {tmp_path / 'no-label.jsonl'}: a release record lacks ['image', 'label', 'type']"
     )
     assert ran == []
-    rows = evaluate_run.evaluate("humblebench", configfile=str(REPO / "config" / "tiny.yaml"), results_dir="out",
-                                 release="release.jsonl", vlms=["tiny-qwen2.5-vl"], compare=["before.csv"])
+    rows = evaluate_run.evaluate(
+        "humblebench",
+        configfile=str(REPO / "config" / "tiny.yaml"),
+        results_dir="out",
+        release="release.jsonl",
+        vlms=["tiny-qwen2.5-vl"],
+        compare=["before.csv"],
+    )
     assert rows[["vlm", "accuracy", "row"]].to_dict("records") == [
         {"vlm": "last-week", "accuracy": 0.25, "row": "compared: before.csv"},
         {"vlm": "tiny-qwen2.5-vl", "accuracy": 0.5, "row": "new"},

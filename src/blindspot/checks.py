@@ -5,6 +5,8 @@ plan`, `doctor` and `evaluate` all check a config here before anything runs."""
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,10 @@ CONFIG_FILES = (
 # org/name, no table suffix). One that is neither (data/x.jsonl, ./release, a plain name) is a local path
 # that is not there.
 CONFIG_DATASETS = ("humblebench.release", "dataset.path")
+# Every key whose value may be a path, and the folders the run writes and builds in: made absolute for a run
+# that starts elsewhere (`absolute_paths`). A model's id or a dataset is a path only when it names one.
+CONFIG_PATHS = (*CONFIG_FILES, "results_dir", "resources_dir", "models.*.build.archive")
+CONFIG_MAYBE_PATHS = (*CONFIG_DATASETS, "models.*.id")
 # The template whose `rubric` people are shown too (the annotation projects' image_score).
 RUBRIC_TEMPLATE = "image_stage.judge_template"
 
@@ -65,6 +71,19 @@ def check_files(config: dict[str, Any]) -> None:
         for key, value in named_values(config, pattern):
             if isinstance(value, str) and not Path(value).exists() and not is_hub_dataset(value):
                 raise ConfigError(f"config key '{key}': {value} does not exist (relative paths start at {Path.cwd()})")
+
+
+def absolute_paths(config: dict[str, Any], start: Path) -> dict[str, Any]:
+    """A copy of `config` whose relative paths (`CONFIG_PATHS`, and `CONFIG_MAYBE_PATHS` where they name a
+    file or folder) start at `start`: the same run, from any working folder."""
+    config = copy.deepcopy(config)
+    for patterns, always in ((CONFIG_PATHS, True), (CONFIG_MAYBE_PATHS, False)):
+        for pattern in patterns:
+            for key, value in named_values(config, pattern):
+                if isinstance(value, str) and (always or (start / value).exists()):
+                    *parents, name = key.split(".")
+                    functools.reduce(dict.__getitem__, parents, config)[name] = str(start / value)
+    return config
 
 
 def check_taxonomies(config: dict[str, Any]) -> None:

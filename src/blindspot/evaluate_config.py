@@ -125,6 +125,8 @@ def from_here(path: str | None, what: str) -> str | None:
 def profile_here(profile: str | None) -> str | None:
     """A profile folder named from the current folder, else the checkout's (profiles/slurm from anywhere),
     else a name Snakemake looks up in its own places (~/.config/snakemake)."""
-    if profile and not Path(profile).is_dir() and (CHECKOUT / profile).is_dir():
+    if profile and Path(profile).is_dir():
+        return str(Path(profile).resolve())
+    if profile and (CHECKOUT / profile).is_dir():
         return str(CHECKOUT / profile)
     return profile

@@ -6,9 +6,11 @@ what makes a row comparable: the dataset's fingerprint, each model's identity an
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ import pandas as pd
 import yaml
 
 from blindspot import targets
-from blindspot.checks import validate_config
+from blindspot.checks import absolute_paths, validate_config
 from blindspot.config import ConfigError
 from blindspot.dag import checkout_config
 from blindspot.evaluate_config import (
@@ -108,14 +110,57 @@ def with_compared(rows: pd.DataFrame, compared: Mapping[str, pd.DataFrame]) -> p
     return pd.concat([*frames, rows.assign(row="new")], ignore_index=True)
 
 
+# In the results folder, beside Snakemake's own state: held by `evaluate` and the Snakemake it starts.
+FOLDER_LOCK = ".snakemake/blindspot-evaluate.lock"
+
+
+@contextlib.contextmanager
+def held_folder(results_dir: Path) -> Iterator[int]:
+    """The results folder, held for one `evaluate` (an open file locked with flock, which the kernel lets go
+    when its last holder ends, however it ends): a second `evaluate` of the folder stops with one line, and
+    a lock of Snakemake's found while we hold it is stale, left by a run that was killed."""
+    path = results_dir / FOLDER_LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = path.read_text().strip() or "unknown"
+            raise ConfigError(
+                f"--results-dir {results_dir}: another `blindspot evaluate` runs there (pid {holder}); wait for "
+                "it, or give this one another --results-dir"
+            ) from None
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, f"{os.getpid()}\n".encode())
+        yield descriptor
+    finally:
+        os.close(descriptor)
+
+
 def run_workflow(configfile: Path, profile: str | None, cores: int) -> None:
-    """The workflow's own rules on `configfile`, in the checkout, its progress on this terminal. It starts
-    from the current folder, where a relative PYTHONPATH (an outside plug-in's) and `profile` are named."""
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE),
-               "--configfile", str(configfile), "--directory", str(CHECKOUT)]  # fmt: skip
+    """The workflow's own rules on `configfile`, its progress on this terminal, in the folder of
+    `configfile` (the results folder), which holds Snakemake's state: its lock, its record of the jobs done,
+    its log. So evaluations with different results folders run side by side, and a run killed (kill -9, a
+    closed terminal) runs again with the same command: its lock is stale (no `evaluate` holds the folder),
+    the jobs that finished stay done, and the one cut off runs again (`--rerun-incomplete`). The conda envs
+    are the checkout's, shared by every run."""
+    results_dir = configfile.parent
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--configfile", str(configfile),
+               "--directory", str(results_dir), "--conda-prefix", str(CHECKOUT / ".snakemake" / "conda"),
+               "--rerun-incomplete"]  # fmt: skip
     command += ["--profile", profile] if profile else ["--cores", str(cores)]
-    if subprocess.run(command, check=False).returncode:
-        raise ConfigError(f"the workflow failed on {configfile}; its log says why (above, and in .snakemake/log)")
+    # an outside plug-in's folder named relative to where the command runs; the jobs run in the results folder
+    paths = [str(Path(path).resolve()) for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
+    environment = os.environ | {"PYTHONPATH": os.pathsep.join(paths)}
+    with held_folder(results_dir) as held:
+        if any((results_dir / ".snakemake" / "locks").glob("*")):
+            sys.stderr.write(f"blindspot evaluate: a killed run left Snakemake's lock in {results_dir}; unlocking\n")
+            subprocess.run([*command, "--unlock"], check=True, env=environment, capture_output=True)
+        if subprocess.run(command, check=False, env=environment, pass_fds=(held,)).returncode:
+            raise ConfigError(
+                f"the workflow failed on {configfile}; its log says why (above, and in {results_dir}/.snakemake/log)"
+            )
 
 
 def evaluate(
@@ -157,7 +202,7 @@ def evaluate(
             raise ConfigError(misplaced(unfit[0]))
         written = Path(results_dir) / "evaluate_config.yaml"
         written.parent.mkdir(parents=True, exist_ok=True)
-        write_text(written, yaml.safe_dump(config, sort_keys=False))
+        write_text(written, yaml.safe_dump(absolute_paths(config, CHECKOUT), sort_keys=False))
     run_workflow(written, profile, cores)
     with contextlib.chdir(CHECKOUT):
         rows = record_rows(config, benchmark, result_table(config, benchmark))
