@@ -3,6 +3,7 @@ with SIGKILL runs again with the same command and goes on from the jobs that fin
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,6 +42,12 @@ def options(release: Path, results: Path) -> list[str]:
     return ["--release", str(release), "--vlm", "tiny-qwen2.5-vl", *settings, "--results-dir", str(results)]
 
 
+def docs_example() -> str:
+    """The Python example of docs/usage.md (From Python), as a notebook runs it."""
+    text = (REPO / "docs" / "usage.md").read_text()
+    return text.split("<!-- evaluate-example:", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+
+
 def command(release: Path, results: Path) -> list[str]:
     return [
         sys.executable,
@@ -66,12 +73,13 @@ def finished_jobs(results: Path) -> dict[Path, int]:
 @pytest.fixture(scope="module")
 def side_by_side(release, tmp_path_factory) -> tuple[Path, Path]:
     """Two evaluations of one release at once, in two results folders: one by the command, one through
-    `blindspot.evaluate` in a fresh Python process. Both must be running at once, and both finish."""
+    `blindspot.evaluate` in a fresh Python process (the docs' example). Both must be running at once, and
+    both finish."""
     folder = tmp_path_factory.mktemp("side_by_side")
-    by_command, by_python = folder / "command", folder / "python"
-    keywords = {"release": str(release), "vlms": ["tiny-qwen2.5-vl"], "settings": list(SETTINGS),
-                "results_dir": str(by_python)}  # fmt: skip
-    script = f"import blindspot; print(blindspot.evaluate('humblebench', **{keywords!r}).to_json())"
+    by_command, by_python = folder / "command", folder / "my-evaluation"
+    for path in release.parent.iterdir():  # the docs' example reads release.jsonl from where it runs
+        shutil.copy(path, folder)
+    script = docs_example()
     # output to files: a pipe nobody reads while the two run would fill and stop them
     started = [subprocess.Popen(argv, cwd=folder, stdout=(folder / f"{name}.out").open("w"), stderr=subprocess.STDOUT)
                for name, argv in (("command", command(release, by_command)),
@@ -92,6 +100,9 @@ def side_by_side(release, tmp_path_factory) -> tuple[Path, Path]:
 def test_two_evaluations_with_their_own_results_folders_run_at_once_and_both_finish(side_by_side):
     by_command, by_python = side_by_side
     pd.testing.assert_frame_equal(table(by_command), table(by_python))
+    printed = (by_python.parent / "python.out").read_text().splitlines()
+    assert [line.split() for line in printed if "nota_hit" in line] == [["vlm", "setting", "reading", "overall",
+                                                                         "nota_hit"]]  # fmt: skip
     for results in side_by_side:  # each folder holds its own Snakemake state; the checkout's is not used
         assert list((results / ".snakemake" / "metadata").iterdir())
         assert json.loads((results / "tables" / "evaluate_humblebench.json").read_text())["vlms"]
