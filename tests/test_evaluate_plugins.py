@@ -156,6 +156,24 @@ def test_in_memory_scoring_refuses_unpaired_or_unreadable_input_in_one_line(loca
         colour_scorer("nosuchmetric")
 
 
+def test_a_metric_that_needs_what_only_a_job_has_is_refused_in_one_line_before_it_loads(monkeypatch, tmp_path):
+    """An API judge without its key (a job would skip it); ProtoScore before the workflow trained it."""
+    import blindspot
+
+    monkeypatch.delenv("BLINDSPOT_TINY_API_KEY", raising=False)
+    with pytest.raises(ConfigError) as error:
+        blindspot.Scorer("api-judge")
+    assert str(error.value) == (
+        "metric api-judge: its model 'local-api-judge' reads its API key from $BLINDSPOT_TINY_API_KEY, which is not set"
+    )
+    config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text()) | {"results_dir": str(tmp_path / "results")}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError, match=r"^metric protoscore: scores with the workflow's trained ProtoScore, "
+                       f"{tmp_path}/results/protoscore/trained, which is not there: run the workflow's "
+                       "train_protoscore first$"):  # fmt: skip
+        blindspot.Scorer("protoscore", configfile=str(tmp_path / "config.yaml"))
+
+
 def test_in_memory_scores_equal_the_score_metric_jobs(tiny_config, tmp_path):
     """The tiny CLIP (random weights) through `blindspot.Scorer` and through the workflow's `score_metric` job
     on the same prompt and images. Not CLIPScore itself: its cosines are all below 0, floored to 0."""

@@ -6,7 +6,6 @@ and then scores as often as it is called, as t2v_metrics' `score = VQAScore(mode
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from blindspot import targets
-from blindspot.checks import validate_config
+from blindspot.checks import absolute_paths, validate_config
 from blindspot.config import ConfigError
 from blindspot.dag import checkout_config
 from blindspot.evaluate_config import DEFAULT_CONFIG, metric_entries
@@ -39,11 +38,13 @@ def _loaded(config: dict[str, Any], name: str, batch_size: int) -> Metric:
     if entry["plugin"] == "protoscore":
         trained = targets.path(config, "protoscore")
         if not Path(trained).is_dir():
-            raise ConfigError(f"metric {name}: scores with the workflow's trained ProtoScore, {Path(trained).resolve()}"
-                              ", which is not there: run the workflow's train_protoscore first")  # fmt: skip
+            raise ConfigError(f"metric {name}: scores with the workflow's trained ProtoScore, {trained}, which is "
+                              "not there: run the workflow's train_protoscore first")  # fmt: skip
     key = spec.api_key_env if spec else None
-    cache = str(Path(targets.path(config, "metric_cache", metric=name)).resolve())
-    return metric_loader(entry, spec, helpers, batch_size, cache, trained, bool(key and os.environ.get(key)))()
+    if key and not os.environ.get(key):  # a job would skip the metric; here there is nothing to go on with
+        raise ConfigError(f"metric {name}: its model '{spec.name}' reads its API key from ${key}, which is not set")
+    cache = targets.path(config, "metric_cache", metric=name)
+    return metric_loader(entry, spec, helpers, batch_size, cache, trained, api_key_is_set=True)()
 
 
 def _rgb(image: Any, name: str) -> Any:
@@ -66,10 +67,11 @@ class Scorer:
         config = checkout_config(configfile, DEFAULT_CONFIG)
         [(self.name, entry)] = metric_entries(config, [metric]).items()
         config["evaluation"]["metrics"] |= {self.name: entry}
+        # the config's relative paths (built models, templates, the cache) are the checkout's, from any folder
+        config = absolute_paths(config, CHECKOUT)
+        validate_config(config)
         self.batch_size = batch_size or config["evaluation"]["batch_size"]
-        with contextlib.chdir(CHECKOUT):  # the config's relative paths (built models, templates) are the checkout's
-            validate_config(config)
-            self.metric = _loaded(config, self.name, self.batch_size)
+        self.metric = _loaded(config, self.name, self.batch_size)
 
     def __call__(self, prompts: Sequence[str], images: Sequence[Any]) -> pd.DataFrame:
         """One row per (prompt, image) pair, in order: `prompt`, `raw` (the plug-in's own number; NaN where it
