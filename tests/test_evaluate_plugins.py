@@ -20,9 +20,10 @@ from blindspot import tables
 from blindspot.catalogue import job_env
 from blindspot.checks import validate_config
 from blindspot.config import ConfigError
-from blindspot.evaluate_config import metric_entries
+from blindspot.evaluate_config import metric_entries, protobias_config
 from blindspot.io import read_table
 from blindspot.metrics import plugin_code
+from blindspot.plan import job_table
 from blindspot.protobias.scoring import metric_identity, metric_score_settings
 from blindspot.resources import job_resources
 
@@ -62,6 +63,21 @@ def test_a_metric_without_a_model_passes_the_config_check_and_its_jobs_ask_for_n
         "mem_mb": math.ceil(settings["base_mb"] + 3 * 1024 + images_mb), "runtime": settings["runtime_default"],
     }  # fmt: skip
     assert job_env(paper_config, "score_metric", {"metric": "colours"}) == "vlm"
+
+
+@pytest.mark.integration
+def test_the_plan_of_an_evaluation_with_model_free_metrics_asks_for_what_they_declare(
+    local_plugin, gpu_plugin, tiny_config, exported, tmp_path
+):
+    """`blindspot plan`'s jobs (Snakemake's DAG, as the rules size them) of `evaluate`'s config: the plain
+    class's score jobs ask for no GPU and load no model; the class that declares a GPU gets it."""
+    config = protobias_config(tiny_config, str(exported[1]), [PLUGIN, gpu_plugin], {}, str(tmp_path / "out"))
+    validate_config(config)
+    jobs = job_table(config)
+    scores = jobs[jobs["rule"] == "score_metric"].groupby("model")
+    assert scores["gpus"].unique().to_dict() == {"colourshare": [0], "gpucolours": [1]}
+    assert set(jobs.loc[jobs["rule"] == "score_metric", "models"]) == {"colourshare", "gpucolours"}
+    assert "build_model" not in set(jobs["rule"])  # nothing to build: no registry model is loaded
 
 
 @pytest.mark.parametrize(
