@@ -1,12 +1,12 @@
 """blindspot: build and score multimodal evaluation benchmarks (ProtoBias, HumbleBench).
 
 From Python, `blindspot.evaluate(...)` runs what `blindspot evaluate` runs and returns its table
-(docs/usage.md#from-python). Imported when first used: a workflow job imports this package too, and
-needs none of it."""
+(docs/usage.md#from-python), and `blindspot.Scorer(metric)` scores prompts and images in memory. Imported
+when first used: a workflow job imports this package too, and needs none of it."""
 
 from typing import Any
 
-__all__ = ["evaluate"]
+__all__ = ["Scorer", "evaluate"]
 
 
 def __getattr__(name: str) -> Any:
@@ -14,4 +14,8 @@ def __getattr__(name: str) -> Any:
         from blindspot.evaluate_run import evaluate
 
         return evaluate
+    if name == "Scorer":
+        from blindspot.scorer import Scorer
+
+        return Scorer
     raise AttributeError(f"module 'blindspot' has no attribute {name!r}")

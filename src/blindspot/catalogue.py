@@ -18,7 +18,7 @@ import yaml
 
 from blindspot.config import ConfigError, as_list, config_value
 from blindspot.paths import ENV_DIR
-from blindspot.registry import BACKENDS, metric_models
+from blindspot.registry import BACKENDS, MODEL_ENV, metric_models
 from blindspot.shards import shard_slice
 from blindspot.targets import scores_annotated_only
 
@@ -234,11 +234,23 @@ def check_throughput(config: dict[str, Any]) -> None:
                 )
 
 
+def job_needs(config: Config, step: str, wildcards: Wildcards) -> list[dict[str, Any]]:
+    """What each thing one job of `step` loads asks for (`gpus`, `weights_gb`), in the order it loads them:
+    its models' registry entries, and for a metric that loads no registry model, the metric entry's own
+    `resources` (none: a CPU and no weights of its own)."""
+    needs = [config["models"][name] for name in job_models(config, step, wildcards)]
+    if "metric" in STEPS[step].loads:
+        metric = config["evaluation"]["metrics"][wildcards["metric"]]
+        if "model" not in metric:
+            needs.insert(0, metric.get("resources", {}))
+    return needs
+
+
 def job_gpus(config: Config, step: str, wildcards: Wildcards) -> int:
-    """GPUs one job asks for: the most any of its models needs (a job loads its models one after the
-    other). The same number is vLLM's tensor parallelism. (From the registry entries, as `model_spec` has
-    it, without looking up each model's cached commit for every job.)"""
-    return max((config["models"][name]["gpus"] for name in job_models(config, step, wildcards)), default=0)
+    """GPUs one job asks for: the most any of its models (or a model-free metric) needs (a job loads its
+    models one after the other). The same number is vLLM's tensor parallelism. (From the registry entries,
+    as `model_spec` has it, without looking up each model's cached commit for every job.)"""
+    return max((need.get("gpus", 0) for need in job_needs(config, step, wildcards)), default=0)
 
 
 def env_requirements(env: str) -> list[str]:
@@ -252,8 +264,8 @@ def job_env(config: Config, step: str, wildcards: Wildcards) -> str:
     env = STEPS[step].env
     if env != BY_MODEL_BACKEND:
         return env
-    model = job_models(config, step, wildcards)[0]
-    return BACKENDS[config["models"][model]["backend"]].env
+    models = job_models(config, step, wildcards)
+    return BACKENDS[config["models"][models[0]]["backend"]].env if models else MODEL_ENV
 
 
 def job_items(config: Config, step: str, wildcards: Wildcards) -> int | None:

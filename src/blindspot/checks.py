@@ -13,7 +13,7 @@ from typing import Any
 from blindspot.catalogue import check_throughput
 from blindspot.config import SCHEMA_PATH, ConfigError, check_schema, named_values, read_yaml
 from blindspot.humblebench.questions import KIND_FIELDS
-from blindspot.metrics import PluginError, check_plugin, plugin_arguments
+from blindspot.metrics import PLUGINS, PluginError, check_plugin, model_free_resources, plugin_arguments
 from blindspot.models.hub import is_hub_dataset
 from blindspot.prompts import PromptTemplate
 from blindspot.protobias.released import check_released_config
@@ -162,7 +162,9 @@ def validate_config(config: dict[str, Any]) -> None:
                 f"config key 'evaluation.metrics.{name}.{unknown[0]}': {metric['plugin']} takes no argument "
                 f"'{unknown[0].split('.', 1)[1]}' (it takes {', '.join(takes) or 'none'})"
             )
-        named = {"model": metric["model"]} | {f"models.{arg}": m for arg, m in metric.get("models", {}).items()}
+        check_metric_model(name, metric)
+        own = {"model": metric["model"]} if "model" in metric else {}
+        named = own | {f"models.{arg}": m for arg, m in metric.get("models", {}).items()}
         for key, model in named.items():
             if model not in models:
                 raise ConfigError(
@@ -171,17 +173,19 @@ def validate_config(config: dict[str, Any]) -> None:
                 )
         # Its jobs run where its own model does: an API model's on the submit host (the network, no GPU),
         # another's on compute nodes (GPUs, no network); a helper of the other kind could not run there.
+        # (A metric without a model of its own runs on compute nodes.)
         served = {key: is_api_model(models[model]) for key, model in named.items()}
-        mixed = [key for key, is_api in served.items() if is_api != served["model"]]
+        mixed = [key for key, is_api in served.items() if is_api != served.get("model", False)]
         if mixed:
             kind, where = (
                 ("no", "the submit host, without GPUs")
-                if served["model"]
+                if served.get("model")
                 else ("an", "compute nodes, without the network")
             )
+            runs = f"where its own model '{metric['model']}' does" if own else "as it loads no registry model"
             raise ConfigError(
                 f"config key 'evaluation.metrics.{name}.{mixed[0]}': '{named[mixed[0]]}' is {kind} "
-                f"API model, but the metric's jobs run on {where}, where its own model '{metric['model']}' does"
+                f"API model, but the metric's jobs run on {where}, {runs}"
             )
         if metric["family"] not in evaluation["families"]:
             raise ConfigError(
@@ -194,6 +198,19 @@ def validate_config(config: dict[str, Any]) -> None:
                 f"config key 'evaluation.metrics.{name}.model': '{metric['model']}' is not the model ProtoScore is "
                 f"trained on (protoscore.model: '{config['protoscore']['model']}')"
             )
+
+
+def check_metric_model(name: str, metric: dict[str, Any]) -> None:
+    """A metric's `model`, or its `resources` instead: a built-in plug-in (imported here, unlike one from
+    outside) needs its model; `resources` size the jobs of a metric that has none, and only those."""
+    if "model" in metric and "resources" in metric:
+        raise ConfigError(
+            f"config key 'evaluation.metrics.{name}.resources': only for a metric without `model`; its model's "
+            f"registry entry ('{metric['model']}') sizes its jobs"
+        )
+    if "model" not in metric and metric["plugin"] in PLUGINS and model_free_resources(metric["plugin"]) is None:
+        raise ConfigError(f"config key 'evaluation.metrics.{name}.model': missing; {metric['plugin']} loads a "
+                          "registry model (name its entry under `models`)")  # fmt: skip
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

@@ -114,7 +114,7 @@ def api_checks(config: dict[str, Any]) -> list[Check]:
             continue
         variable, endpoint = entry["api_key_env"], entry["endpoint"].rstrip("/")
         key = os.environ.get(variable, "")
-        metrics = [m for m, metric in config["evaluation"]["metrics"].items() if metric["model"] == name]
+        metrics = [m for m, metric in config["evaluation"]["metrics"].items() if metric.get("model") == name]
         answers = name in config["humblebench"]["vlms"]
         if not key:
             if metrics or answers:

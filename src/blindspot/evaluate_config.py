@@ -29,26 +29,49 @@ def registry_entry(config: dict[str, Any], name: str) -> str:
     return name
 
 
+# `--metric PLUGIN@none`: a plug-in that loads no registry model, said on the command line.
+NO_MODEL = "none"
+
+
+def model_free_entry(metric: str, known: Sequence[str]) -> dict[str, Any]:
+    """What a `--metric` without `@` that is no metric of the config puts in its entry instead of a model:
+    the `resources` its plug-in's class declares with `registry_model = False`. The plug-in is imported to
+    read them (`model_free_resources`); one that cannot be imported here (its packages only in its job's
+    env) is named with `@MODEL`, or `@none` for a CPU job."""
+    from blindspot.metrics import PluginError, model_free_resources
+
+    hint = f"name the plug-in's model as {metric}@MODEL (a registry name), or {metric}@{NO_MODEL} if it loads none"
+    try:
+        resources = model_free_resources(metric)
+    except PluginError as error:
+        if ":" not in metric:
+            raise ConfigError(f"--metric {metric}: not a metric of the config ({', '.join(known)}) nor "
+                              f"PLUGIN@MODEL ({error})") from None  # fmt: skip
+        raise ConfigError(f"--metric {metric}: {hint} ({error})") from None
+    if resources is None:
+        raise ConfigError(f"--metric {metric}: {hint}; its class does not say `registry_model = False`")
+    return {"resources": resources} if resources else {}
+
+
 def metric_entries(config: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
-    """Each `--metric`: a metric of the base config by name, or a plug-in `PLUGIN@MODEL`, where PLUGIN is
-    `module:Class` or an installed entry point's name and MODEL the registry name of the model it loads
-    (every metric entry names one)."""
+    """Each `--metric`: a metric of the base config by name, or a plug-in (`module:Class` or an installed
+    entry point's name) as `PLUGIN@MODEL`, MODEL the registry name of the model it loads; `PLUGIN@none`, or
+    PLUGIN alone when its class says `registry_model = False`, for one that loads none (`model_free_entry`)."""
     known, chosen = config["evaluation"]["metrics"], {}
     for metric in metrics:
         if metric in known:
             chosen[metric] = known[metric]
             continue
-        plugin, _, model = metric.partition("@")
-        if not model:
-            hint = (
-                f"name the plug-in's model as {metric}@MODEL (a registry name)"
-                if ":" in metric
-                else (f"not a metric of the config ({', '.join(known)}) nor PLUGIN@MODEL")
-            )
-            raise ConfigError(f"--metric {metric}: {hint}")
+        plugin, at, model = metric.partition("@")
+        if not at:
+            own = model_free_entry(metric, list(known))
+        elif model == NO_MODEL:
+            own = {}
+        else:
+            own = {"model": registry_entry(config, model)}
         family = next(iter(config["evaluation"]["families"]))
         name = re.sub(r"[^a-z0-9._-]+", "-", plugin.rsplit(":", 1)[-1].lower())
-        chosen[name] = {"plugin": plugin, "model": registry_entry(config, model), "label": plugin, "family": family}
+        chosen[name] = {"plugin": plugin, **own, "label": plugin, "family": family}
     return chosen
 
 

@@ -17,13 +17,17 @@ from typing import Any
 
 from blindspot.config import as_list, config_value
 
+# The vision env (workflow/envs/vlm.yaml): where a step whose env follows its model runs, unless the model's
+# backend names another; also a metric's jobs when it loads no registry model.
+MODEL_ENV = "vlm"
+
 
 @dataclass(frozen=True)
 class Backend:
     """What a registry entry's `backend` brings with it."""
 
     serves: tuple[str, ...]  # the kinds of role it can fill (`Role.kind`)
-    env: str = "vlm"  # workflow/envs/<env>.yaml, for the steps whose env follows their model
+    env: str = MODEL_ENV  # workflow/envs/<env>.yaml, for the steps whose env follows their model
     layout: str | None = "transformers"  # how the hub cache finds its folders; None: not from the hub
 
 
@@ -87,9 +91,9 @@ def placed_models(config: Mapping[str, Any]) -> Iterator[tuple[Role, str]]:
 
 
 def metric_models(entry: Mapping[str, Any]) -> list[str]:
-    """The registry models a metric loads: its own, then the ones its plug-in takes as arguments
-    (`models`, e.g. AlignScore's captioner)."""
-    return [entry["model"], *entry.get("models", {}).values()]
+    """The registry models a metric loads: its own (none for a plug-in that loads no registry model),
+    then the ones its plug-in takes as arguments (`models`, e.g. AlignScore's captioner)."""
+    return [*([entry["model"]] if "model" in entry else []), *entry.get("models", {}).values()]
 
 
 def is_api_model(entry: Mapping[str, Any]) -> bool:
@@ -99,7 +103,8 @@ def is_api_model(entry: Mapping[str, Any]) -> bool:
 
 def is_api_metric(config: Mapping[str, Any], metric: str) -> bool:
     """Whether a metric is served over the internet (its jobs run where the network is)."""
-    return is_api_model(config["models"][config["evaluation"]["metrics"][metric]["model"]])
+    model = config["evaluation"]["metrics"][metric].get("model")
+    return model is not None and is_api_model(config["models"][model])
 
 
 def api_vlms(config: Mapping[str, Any]) -> list[str]:

@@ -4,7 +4,8 @@
 plan` and `blindspot.slurm.submit_stage` all call it, so a job asks SLURM for what the plan shows, and
 no rule that loads a model can be left on a profile's default.
 
-- GPUs: the most any of the job's models needs (`catalogue.job_gpus`; also vLLM's tensor parallelism).
+- GPUs: the most any of the job's models needs (`catalogue.job_gpus`; also vLLM's tensor parallelism); a
+  metric that loads no registry model asks for what its entry's `resources` say, else none.
 - CPUs (threads): `threads_per_gpu` for each GPU; `cpu_threads` for a job that runs models or decodes
   images without a GPU; 1 for the table rules. Snakemake sets OMP_NUM_THREADS to the same number.
 - Host memory: `base_mb` (interpreter, torch, CUDA context, the job's tables) + the largest model's
@@ -41,9 +42,10 @@ class JobResources:
         return {"gpus": self.gpus, "threads": self.threads, "mem_mb": self.mem_mb, "runtime": self.runtime}
 
 
-def weights_gb(config: dict[str, Any], names: list[str]) -> float:
-    """The largest `weights_gb` among the models (0 for tiny built models and APIs, which state none)."""
-    return max((config["models"][name].get("weights_gb", 0.0) for name in names), default=0.0)
+def weights_gb(needs: list[dict[str, Any]]) -> float:
+    """The largest `weights_gb` among what a job loads (`catalogue.job_needs`): 0 where none is stated (tiny
+    built models, APIs, a metric that loads no registry model and declares no `resources`)."""
+    return max((need.get("weights_gb", 0.0) for need in needs), default=0.0)
 
 
 def render_pixels(config: dict[str, Any]) -> int:
@@ -65,13 +67,13 @@ def images_in_flight(config: dict[str, Any], step: str) -> int:
 def job_resources(config: dict[str, Any], step: str, wildcards: dict[str, str], attempt: int = 1) -> JobResources:
     """What one job of `step` (with these wildcards) asks for at its `attempt`."""
     settings = config["job_resources"]
-    models = catalogue.job_models(config, step, wildcards)
+    needs = catalogue.job_needs(config, step, wildcards)
     gpus = catalogue.job_gpus(config, step, wildcards)
     items = catalogue.job_items(config, step, wildcards)
-    loads_something = bool(models) or catalogue.STEPS[step].data
+    loads_something = bool(needs) or catalogue.STEPS[step].data
     threads = settings["threads_per_gpu"] * gpus if gpus else settings["cpu_threads"] if loads_something else 1
     image_mb = images_in_flight(config, step) * render_pixels(config) * settings["bytes_per_pixel"] / 2**20
-    mem_mb = settings["base_mb"] + 1024 * weights_gb(config, models) + image_mb
+    mem_mb = settings["base_mb"] + 1024 * weights_gb(needs) + image_mb
     entries = config.get("throughput", {}).get(step, {})
     seconds = entries.get(catalogue.throughput_key(config, step, wildcards), entries.get("default"))
     if seconds is not None and items:

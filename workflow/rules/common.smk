@@ -124,8 +124,8 @@ def get_api_key_is_set(wildcards):
     """Whether the key of the job's API model (a metric's, or an API VLM's) is in the environment (never
     the key): setting it later re-runs the jobs that were skipped without it."""
     named = dict(wildcards.items())
-    model = METRICS[named["metric"]]["model"] if "metric" in named else named["vlm"]
-    variable = config["models"][model].get("api_key_env")
+    model = METRICS[named["metric"]].get("model") if "metric" in named else named["vlm"]
+    variable = model and config["models"][model].get("api_key_env")
     return bool(variable and os.environ.get(variable))
 
 
@@ -135,6 +135,12 @@ def model_spec_params(name):
     editing the entry, or `allow_cpu`, re-runs the model's jobs. Worked out once per model; no step
     changes it."""
     return dataclasses.asdict(model_spec(config, name))
+
+
+def get_metric_model_spec(wildcards):
+    """The spec of a metric's registry model; None for a plug-in that loads none."""
+    name = METRICS[wildcards.metric].get("model")
+    return None if name is None else model_spec_params(name)
 
 
 def get_model_spec(role):

@@ -5,7 +5,7 @@ SCORE_METRIC_PARAMS = dict(
     cache=lambda wildcards: P("metric_cache", metric=wildcards.metric),
     # The metric's entry and its models' are params, so editing any re-runs its jobs.
     metric_entry=lambda wildcards: METRICS[wildcards.metric],
-    model=lambda wildcards: model_spec_params(METRICS[wildcards.metric]["model"]),
+    model=get_metric_model_spec,
     # Helper models by the plug-in argument that takes them (AlignScore's captioner).
     models=lambda wildcards: {
         arg: model_spec_params(name) for arg, name in METRICS[wildcards.metric].get("models", {}).items()

@@ -2,9 +2,11 @@
 
 A plug-in is a class (or factory) that follows `Metric`, named by a metric's `plugin:` in the
 config: a built-in one of this package (`PLUGINS`), any importable `module:Class`, or an installed
-package's entry point in the group `blindspot.metrics` (docs/metrics.md). Scores keep their raw
-value; `normalise` maps it to [0, 1] with the plug-in's `bounds` for reporting. `score_batches` runs a
-plug-in over image files a batch at a time.
+package's entry point in the group `blindspot.metrics` (docs/metrics.md). It is built as
+`Class(spec, batch_size, **args)`, `spec` the resolved registry entry of the metric's model, or None for
+a plug-in that loads no registry model (`model_free_resources`). Scores keep their raw value; `normalise`
+maps it to [0, 1] with the plug-in's `bounds` for reporting. `score_batches` runs a plug-in over image
+files a batch at a time.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ class Score:
 
 
 class Metric(Protocol):
-    name: str  # the registry name
-    model_id: str
+    name: str  # the registry name (a model-free plug-in's own)
+    model_id: str  # "" for a plug-in that loads no registry model
     revision: str
     bounds: tuple[float, float]  # the raw score's range, for normalisation
 
@@ -149,6 +151,19 @@ def plugin_builder(plugin: str) -> Callable[..., Metric]:
     return built
 
 
+def model_free_resources(plugin: str) -> dict[str, Any] | None:
+    """None for a plug-in that builds on a registry model (every built-in one, and any class that says
+    nothing); for one whose class says `registry_model = False` (a heuristic, or one that brings its own
+    weights), what its jobs need instead: its class's `resources` ({"gpus": 1, "weights_gb": 2.0}), {} for
+    a CPU. This imports the plug-in, so the workflow never calls it (a plug-in from outside is imported
+    first by its job, in the job's env); `blindspot evaluate` and `blindspot.Scorer` do, for a
+    `--metric module:Class` without `@MODEL`, and copy what it says into the metric's entry."""
+    built = plugin_builder(plugin)
+    if getattr(built, "registry_model", True) is not False:
+        return None
+    return dict(getattr(built, "resources", {}))
+
+
 def plugin_arguments(plugin: str) -> tuple[str, ...] | None:
     """The arguments a built-in plug-in takes besides its model and batch size (what a metric's `args`
     and `models` may name), without loading a model; None for one from outside this package (not
@@ -193,8 +208,9 @@ def plugin_code(plugin: str) -> dict[str, str]:
 
 
 def load_metric(plugin: str, spec: Any, batch_size: int, cache_dir: str, **args: Any) -> Metric:
-    """Build a plug-in once per job: the model from its registry entry, the rest from `args`. A
-    plug-in that keeps files of its own (an API judge's responses) gets the metric's cache folder."""
+    """Build a plug-in once per job: the model from its registry entry (`spec`, None for a plug-in that
+    loads no registry model), the rest from `args`. A plug-in that keeps files of its own (an API judge's
+    responses) gets the metric's cache folder."""
     import inspect
 
     build = plugin_builder(plugin)

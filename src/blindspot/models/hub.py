@@ -62,12 +62,13 @@ def _reads(config: dict[str, Any]) -> list[tuple[str, str]]:
     reads = [(name, "model") for _, name in placed_models(config)]
     for metric in config["evaluation"]["metrics"].values():
         args, hub_files = metric.get("args", {}), plugin_declaration(metric["plugin"], "HUB_FILES", HubFiles())
-        if hub_files.checkpoint:
-            reads.append((metric["model"], args.get("checkpoint", hub_files.checkpoint)))
-            reads.extend((metric["model"], str(args[arg])) for arg in hub_files.file_args
+        own = metric.get("model")  # none for a plug-in that loads no registry model
+        if own and hub_files.checkpoint:
+            reads.append((own, args.get("checkpoint", hub_files.checkpoint)))
+            reads.extend((own, str(args[arg])) for arg in hub_files.file_args
                          if str(args.get(arg, "")).endswith(".json"))  # fmt: skip
-        else:
-            reads.append((metric["model"], "model"))
+        elif own:
+            reads.append((own, "model"))
         reads.extend((name, "model") for name in metric.get("models", {}).values())
     # build recipes that borrow another registry model's tokenizer
     loaded = {name for name, _ in reads}

@@ -62,7 +62,7 @@ def placed_models(config: dict[str, Any]) -> Iterator[tuple[str, str, str, str]]
                 yield role.key, name, needs, backend
     for metric_name, metric in config["evaluation"]["metrics"].items():
         for argument, loader in plugin_declaration(metric["plugin"], "VLMS", {}).items():
-            name = metric["model"] if argument == "model" else metric.get("models", {}).get(argument)
+            name = metric.get("model") if argument == "model" else metric.get("models", {}).get(argument)
             if name is not None and not is_api_model(models[name]):
                 key = f"evaluation.metrics.{metric_name}.{'model' if argument == 'model' else f'models.{argument}'}"
                 yield key, name, "images", loader or models[name]["backend"]

@@ -94,16 +94,18 @@ def metric_score_settings(registry: Mapping[str, Mapping[str, Any]], entry: Mapp
     """The settings of a metric's registry models that change a score (dtype, an API's request fields;
     a helper model's too, such as AlignScore's captioner), not where or how fast they run: `model`, and
     `models` by argument when the metric has helpers (`config.output_settings`). The workflow passes them
-    to `score_metric`."""
+    to `score_metric`. A metric that loads no registry model has no `model` here."""
     helpers = {arg: output_settings(registry[model]) for arg, model in entry.get("models", {}).items()}
-    return {"model": output_settings(registry[entry["model"]])} | ({"models": helpers} if helpers else {})
+    own = {"model": output_settings(registry[entry["model"]])} if "model" in entry else {}
+    return own | ({"models": helpers} if helpers else {})
 
 
 def metric_identity(
-    entry: Mapping[str, Any], spec: ModelSpec, score_settings: Mapping[str, Any], code: Mapping[str, str],
+    entry: Mapping[str, Any], spec: ModelSpec | None, score_settings: Mapping[str, Any], code: Mapping[str, str],
     template: str | None = None, trained: str | None = None,
 ) -> dict[str, str]:  # fmt: skip
-    """What the cache knows a metric by, with no model loaded: its model's id and revision; as its
+    """What the cache knows a metric by, with no model loaded: its model's id and revision (empty for a
+    plug-in that loads no registry model, `spec` None: its code is what it is known by); as its
     version, its plug-in, `args` and `code` (`plugin_code`), its models' `score_settings`
     (`metric_score_settings`), the version of its prompt `template` and the weights of a `trained`
     scorer (a retrained scorer is another metric)."""
@@ -115,19 +117,21 @@ def metric_identity(
         from blindspot.models.protoscore_model import trained_sha256
 
         version += " trained:" + trained_sha256(trained)
+    if spec is None:
+        return {"model_id": "", "revision": "", "version": version}
     return {"model_id": spec.model_id, "revision": spec.revision or "", "version": version}
 
 
 def metric_loader(
-    entry: Mapping[str, Any], spec: ModelSpec, helpers: Mapping[str, ModelSpec], batch_size: int, cache_dir: str,
-    trained: str | None, api_key_is_set: bool,
+    entry: Mapping[str, Any], spec: ModelSpec | None, helpers: Mapping[str, ModelSpec], batch_size: int,
+    cache_dir: str, trained: str | None, api_key_is_set: bool,
 ) -> Callable[[], Metric]:  # fmt: skip
-    """How `score_pairs` builds a metric when it has something to score: its plug-in with its model, its
-    `args` and helper models, and a `trained` scorer's folder. A metric whose model needs an API key
-    that is not set is skipped (MetricSkipped), as its plug-in would be."""
+    """How `score_pairs` builds a metric when it has something to score: its plug-in with its model (None
+    for one that loads no registry model), its `args` and helper models, and a `trained` scorer's folder.
+    A metric whose model needs an API key that is not set is skipped (MetricSkipped), as its plug-in would be."""
 
     def load() -> Metric:
-        if spec.api_key_env and not api_key_is_set:
+        if spec is not None and spec.api_key_env and not api_key_is_set:
             from blindspot.metrics.api_judge import key_not_set
 
             raise key_not_set(spec.name, spec.api_key_env)

@@ -18,14 +18,15 @@ from blindspot.steps import log, require_planned_code, shard_rows, spec, write_c
 def score_metric(
     domain: str, metric: str, shard: str, pairs: str, triplets: str, seeds: str, template: Sequence[str],
     trained: Sequence[str], annotated: Sequence[str], out: str, counters_out: str, cache: str,
-    metric_entry: dict[str, Any], model: dict[str, Any], models: dict[str, Any], score_settings: dict[str, Any],
+    metric_entry: dict[str, Any], model: dict[str, Any] | None, models: dict[str, Any], score_settings: dict[str, Any],
     plugin_code: dict[str, str], api_key_is_set: bool, split: dict[str, Any], batch_size: int, shard_size: int,
     planned_requests: int | None = None,
 ) -> None:  # fmt: skip
     """Score the kept test pairs of one seed shard with one T2I metric, M(T, I_corr) and M(T, I_adv); with
     `annotated` (the preference pairs: an API metric, `evaluation.api_metrics_score: annotated`), only those
     of them that are annotated pairs. An API metric's job is given its `planned_requests` (`blindspot.bill`),
-    and its client sends no more than those times `client.max_attempts`."""
+    and its client sends no more than those times `client.max_attempts`. `model` is None for a plug-in that
+    loads no registry model."""
     from blindspot.metrics import plugin_code as code_of
     from blindspot.models.api_client import RequestsExhausted
     from blindspot.protobias.scoring import ScoreCache, metric_identity, metric_loader, score_or_skip, shard_test_pairs
@@ -45,7 +46,7 @@ def score_metric(
         log.info("%s: scoring the %d annotated pairs among this shard's %d test pairs", metric, len(test), shard_pairs)
     if planned_requests is not None:
         model = model | {"client": model["client"] | {"planned_requests": planned_requests}}
-    scorer = spec(model)
+    scorer = None if model is None else spec(model)
     trained_folder = trained[0] if trained else None
     identity = metric_identity(
         metric_entry, scorer, score_settings, plugin_code, template[0] if template else None, trained_folder
