@@ -222,3 +222,30 @@ def test_evaluate_protobias_with_a_limit_scores_only_the_sample_and_every_table_
     compared = next(line for line in printed.splitlines() if "compared: full.csv" in line)
     assert "| all " in compared
     assert sum(label in line for line in printed.splitlines()) == len(table3)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_evaluate_humblebench_with_a_limit_answers_only_the_sample_and_every_table_says_so(tmp_path):
+    from blindspot import tables
+    from blindspot.evaluate_run import evaluate
+    from blindspot.io import read_table
+
+    results = tmp_path / "evaluated"
+    rows = evaluate("humblebench", release=_release(tmp_path), vlms=["tiny-qwen2.5-vl"], limit=2,
+                    settings=["original", "nota_only"], results_dir=str(results))  # fmt: skip
+    config = yaml.safe_load((results / "evaluate_config.yaml").read_text())
+    # two of five strata: the largest (Object, NOTA the answer: q0 and q1) first, its lower sha256
+    asked = set(read_table(targets.path(config, "humble_questions"), tables.HUMBLE_QUESTIONS)["question_id"])
+    assert len(asked) == 2
+    assert min("q0", "q1", key=_sha) in asked
+    answered = [read_table(path, tables.HUMBLE_ANSWERS) for path in targets.humble_answer_targets(config)]
+    assert set(pd.concat(answered)["question_id"]) == asked
+    label, marker = "2 of 6 questions", "[A sample: 2 of 6 questions, not the whole benchmark]"
+    assert set(rows["sample"]) == {label}
+    assert set(pd.read_csv(targets.path(config, "humble_metrics"))["sample"]) == {label}
+    for table in ("table4", "table5", "table6"):
+        assert set(pd.read_csv(targets.path(config, table, ext="csv"))["sample"]) == {label}
+        assert Path(targets.path(config, table, ext="md")).read_text().startswith(marker)
+    about = json.loads((results / "tables" / "evaluate_humblebench.json").read_text())
+    assert about["sample"] == {"limit": 2, "sampled": 2, "total": 6}
