@@ -11,9 +11,9 @@ from blindspot.steps import log, write_counters
 
 
 def import_dataset(
-    source_copy: Sequence[str], source: str, columns: dict[str, str], limit: int | None, n_seeds: dict[str, int],
-    pairs: Sequence[str], triplets: Sequence[str], seeds: Sequence[str], benchmark: str, images: str,
-    counters_out: str,
+    source_copy: Sequence[str], source: str, columns: dict[str, str], n_seeds: dict[str, int], pairs: Sequence[str],
+    triplets: Sequence[str], seeds: Sequence[str], benchmark: str, images: str, counters_out: str,
+    limit: int | None,
 ) -> None:  # fmt: skip
     """The dataset's test pairs (the `limit` of them everyone samples, given one) as the benchmark pairs Table 3
     reads, and each domain's pairs, triplets and seeds as `score_metric` reads them (`pairs`, `triplets` and

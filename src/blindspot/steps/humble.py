@@ -48,7 +48,7 @@ def write_scene_questions(
 def make_humble_questions(
     benchmark: Sequence[str], taxonomies: Sequence[str], scene_candidates: Sequence[str], verification: Sequence[str],
     release_copy: Sequence[str], release: str | None, from_benchmark: dict[str, Any] | None, domains: Sequence[str],
-    seed: int, limit: int | None, out: str, images: str, counters_out: str,
+    seed: int, out: str, images: str, counters_out: str, limit: int | None,
 ) -> None:  # fmt: skip
     """Every HumbleBench question the config asks for: the official release (its local copy, or its hub
     id), questions from our benchmark's images, and the scene-graph candidates (after people's
@@ -132,11 +132,11 @@ def sample_human_questions(
 
 
 def make_humble_tables(
-    answers: Sequence[str], human_answers: Sequence[str], human_study: Sequence[str], sample: Sequence[str],
-    reading: str, settings: dict[str, dict[str, str]], original: str, stress: str, cautious: str | None, metrics: str,
+    answers: Sequence[str], human_answers: Sequence[str], human_study: Sequence[str], reading: str,
+    settings: dict[str, dict[str, str]], original: str, stress: str, cautious: str | None, metrics: str,
     table4: Sequence[str], table5: Sequence[str], table6: Sequence[str], table7: Sequence[str], table_a1: Sequence[str],
     plot: str, parser_version: int,
-    groups: dict[str, str | None] | None,
+    groups: dict[str, str | None] | None, sample: Sequence[str],
 ) -> None:  # fmt: skip
     """Every metric per VLM x setting x reading, Tables 4-6 (7, given human answers; the appendix's
     Original -> Cautious table, given a `cautious` setting), and the NOTA plot; Tables 4 and 6 list the VLMs

@@ -63,9 +63,10 @@ def score_metric(
 
 
 def make_table3(
-    scores: Sequence[str], benchmark: str, human_choices: Sequence[str], human_row: Sequence[str],
-    sample: Sequence[str], csv: str, markdown: str, latex: str, test_split: Sequence[str], breakdown: str, plot: str,
-    metrics: dict[str, Any], domains: Sequence[str], annotated_only: Sequence[str], bootstrap_samples: int, seed: int,
+    scores: Sequence[str], benchmark: str, human_choices: Sequence[str], human_row: Sequence[str], csv: str,
+    markdown: str, latex: str, test_split: Sequence[str], breakdown: str, plot: str, metrics: dict[str, Any],
+    domains: Sequence[str], annotated_only: Sequence[str], bootstrap_samples: int, seed: int,
+    sample: Sequence[str],
 ) -> None:  # fmt: skip
     """Table 3, its plot, and pairwise accuracy with CIs per metric, domain, knob, T2I model and subcategory.
 
