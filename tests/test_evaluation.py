@@ -337,6 +337,7 @@ def table3_inputs(folder) -> dict:
         "annotated_only": [],
         "bootstrap_samples": 200,
         "seed": 0,
+        "sample": [],  # the whole dataset, not a sample of it
     }
 
 

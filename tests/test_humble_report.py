@@ -107,7 +107,7 @@ def make_tables(folder, paths, humans=True, parser_version=PARSER_VERSION, group
         settings=SETTINGS, original="original", stress="nota_only", cautious="nota_only",
         metrics=str(folder / "metrics.csv"), table4=files("t4"), table5=files("t5"), table6=files("t6"),
         table7=files("t7") if humans else [], table_a1=files("ta1"), plot=str(folder / "nota.png"),
-        parser_version=parser_version, groups=groups,
+        parser_version=parser_version, groups=groups, sample=[],
     )  # fmt: skip
 
 
@@ -242,7 +242,7 @@ def test_the_step_makes_table7_from_the_human_study_project_s_labels(tmp_path, h
         reading="text", settings=SETTINGS, original="original", stress="nota_only", cautious=None,
         metrics=str(tmp_path / "metrics.csv"), table4=files["t4"], table5=files["t5"], table6=files["t6"],
         table7=[str(tmp_path / f"t7.{ext}") for ext in ("csv", "md", "tex")], table_a1=[],
-        plot=str(tmp_path / "nota.png"), parser_version=PARSER_VERSION, groups=None,
+        plot=str(tmp_path / "nota.png"), parser_version=PARSER_VERSION, groups=None, sample=[],
     )  # fmt: skip
     table = pd.read_csv(tmp_path / "t7.csv")
     expected = table7(answers(), humans, "text")

@@ -68,7 +68,7 @@ def test_every_source_in_order_with_its_count(tmp_path, animals):
     assert counters == {
         "release": 2, "benchmark": 4, "benchmark_kinds_without_a_question": {"colour_tone": 4},
         "scene_graph_left_out_with_problems": 1, "scene_graph": 2, "questions": 8,
-        "per_type": {"Object": 6, "Attribute": 2},
+        "per_type": {"Object": 6, "Attribute": 2}, "sample": {"limit": None, "sampled": 8, "total": 8},
         # Table 9's counts: without people's decisions, the one with a problem is left out (deleted)
         "scene_graph_filtering": {"Attribute": {"candidates": 3, "keep": 2, "modify": 0, "delete": 1, "undecided": 0}},
     }  # fmt: skip
@@ -96,14 +96,15 @@ def test_people_decide_which_candidates_are_used(tmp_path):
     decided = {"keep": 1, "modify": 0, "delete": 1, "undecided": 1}
     filtering = {"Attribute": {"candidates": 3, **decided}}  # Table 9's counts: people's decisions per type
     assert counters == {"scene_graph_decisions": decided, "scene_graph_filtering": filtering,
-                        "scene_graph": 1, "questions": 1, "per_type": {"Attribute": 1}}  # fmt: skip
+                        "scene_graph": 1, "questions": 1, "per_type": {"Attribute": 1},
+                        "sample": {"limit": None, "sampled": 1, "total": 1}}  # fmt: skip
 
 
 def test_no_source_is_an_empty_table_and_a_question_id_twice_is_an_error(tmp_path):
     frame, counters = collect_questions(None, tmp_path, None, {}, None, 7, None, None)
     assert frame.empty
     assert list(frame.columns) == tables.HUMBLE_QUESTIONS.names
-    assert counters == {"questions": 0, "per_type": {}}
+    assert counters == {"questions": 0, "per_type": {}, "sample": {"limit": None, "sampled": 0, "total": 0}}
     twice = pd.concat([candidates().iloc[[0]], candidates().iloc[[0]]], ignore_index=True)
     with pytest.raises(ValueError, match="question id s0 comes twice"):
         collect_questions(None, tmp_path, None, {}, None, 7, twice, None)
@@ -121,7 +122,7 @@ def test_the_step_reads_its_inputs_and_writes_the_table_and_counters(tmp_path):
         benchmark=[str(tmp_path / "pairs.parquet")], taxonomies=["config/taxonomy/animals.yaml"],
         scene_candidates=[str(tmp_path / "candidates.parquet")], verification=[], release_copy=[],
         release=write_release(tmp_path), from_benchmark=FROM_BENCHMARK, domains=["animals"], seed=7, out=str(out),
-        images=str(images), counters_out=str(counters_out),
+        images=str(images), counters_out=str(counters_out), limit=None,
     )  # fmt: skip
     frame = read_table(out, tables.HUMBLE_QUESTIONS)
     assert list(frame["source"]) == ["release"] * 2 + ["benchmark"] * 4 + ["scene_graph"] * 2
@@ -133,7 +134,7 @@ def test_the_step_reads_its_inputs_and_writes_the_table_and_counters(tmp_path):
         make_humble_questions(
             benchmark=[str(tmp_path / "pairs.parquet")], taxonomies=["config/taxonomy/objects.yaml"],
             scene_candidates=[], verification=[], release_copy=[], release=None, from_benchmark=FROM_BENCHMARK,
-            domains=["animals"], seed=7, out=str(out), images=str(images), counters_out=str(counters_out),
+            domains=["animals"], seed=7, out=str(out), images=str(images), counters_out=str(counters_out), limit=None,
         )  # fmt: skip
 
 
@@ -158,7 +159,7 @@ def test_the_step_reads_the_decisions_from_the_sheet_or_a_question_check_export(
         make_humble_questions(
             benchmark=[], taxonomies=[], scene_candidates=[str(tmp_path / "candidates.parquet")],
             verification=[verification], release_copy=[], release=None, from_benchmark=None, domains=[], seed=7,
-            out=str(out), images=str(tmp_path / "images"), counters_out=str(tmp_path / "q.counters.json"),
+            out=str(out), images=str(tmp_path / "images"), counters_out=str(tmp_path / "q.counters.json"), limit=None,
         )  # fmt: skip
         return list(read_table(out, tables.HUMBLE_QUESTIONS)["question_id"])
 

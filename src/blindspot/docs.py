@@ -61,9 +61,11 @@ OUTPUT_DESCRIPTIONS = {
     "imported_pairs": "with `dataset:`: a domain's imported test pairs, as score_metric reads built pairs",
     "imported_triplets": "with `dataset:`: a domain's imported triplets (one per triplet id, or per pair)",
     "imported_seeds": "with `dataset:`: a domain's seeds (its triplet ids), whose slices are score_metric's shards",
-    "imported_benchmark_pairs": "with `dataset:`: the dataset's test pairs as benchmark pairs, which Table 3 reads",
+    "imported_benchmark_pairs": "with `dataset:`: the dataset's test pairs (its sample, given `dataset.limit`) as "
+    "benchmark pairs, which Table 3 reads",
     "imported_images": "with `dataset:`: the dataset's images, one file per distinct image, named by its content",
-    "imported_counters": "with `dataset:`: the test pairs imported, per domain",
+    "imported_counters": "with `dataset:`: the test pairs imported, per domain, and the `sample`: the limit, the pairs "
+    "kept and the pairs there were",
     "metric_scores": "M(T, I_corr) and M(T, I_adv) per test pair: raw, normalised, and what a judge wrote",
     "metric_score_counters": ("the scoring shard's cache hits, images scored, failures by reason and `computed_items`"),
     "metric_cache": "the score cache of one metric (and an API judge's raw responses)",
@@ -81,7 +83,8 @@ OUTPUT_DESCRIPTIONS = {
     "scene_cues_journal": "the object cues described so far, for resuming (not an output: a failed job leaves it)",
     "humble_questions": "every HumbleBench question with its source, origin, options and label",
     "humble_images": "the images of the official HumbleBench release",
-    "humble_question_counters": "questions per source and per type, and the people's scene-graph decisions applied",
+    "humble_question_counters": "questions per source and per type, the `sample` (`humblebench.limit`: the questions "
+    "kept and there were), and the people's scene-graph decisions applied",
     "humble_answers": "each answer as shown: options, letter map, letter probabilities, text, both readings",
     "humble_answer_counters": "the answering shard's counts (`computed_items`: not from its journal) and provenance",
     "humble_answer_journal": "the answers given so far, for resuming (not an output: a failed job leaves it)",

@@ -11,10 +11,15 @@ from blindspot.evaluate_config import DEFAULT_CONFIG
 from blindspot.evaluate_run import evaluate
 
 
-def _cores(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of cores (a whole number, at least 1)")
-    return int(text)
+def _count(of: str) -> Any:
+    """An option's type: a whole number, at least 1, of `of`."""
+
+    def parse(text: str) -> int:
+        if not text.isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {of} (a whole number, at least 1)")
+        return int(text)
+
+    return parse
 
 
 def add_parser(commands: Any) -> None:
@@ -28,7 +33,11 @@ def add_parser(commands: Any) -> None:
                          f"the checkout's (default: the checkout's {DEFAULT_CONFIG})")  # fmt: skip
         sub.add_argument("--results-dir", help="where the run writes (default {results_dir}/evaluate_<benchmark>)")
         sub.add_argument("--profile", help="a Snakemake profile, e.g. profiles/slurm (default: local)")
-        sub.add_argument("--cores", type=_cores, default=1, help="local cores without --profile")
+        sub.add_argument("--cores", type=_count("cores"), default=1, help="local cores without --profile")
+        items = "pairs" if name == "protobias" else "questions"
+        sub.add_argument("--limit", type=_count(items), metavar="N",
+                         help=f"score a fixed sample of N {items}, the same for everyone, marked as a sample in "
+                         "every row and table (default: all)")  # fmt: skip
         sub.add_argument("--compare", action="append", default=[], help="a CSV of earlier rows to print beside")
         if name == "protobias":
             sub.add_argument("--dataset", required=True, help="the export's folder or hub id, or a table of pairs")
@@ -58,7 +67,7 @@ def column_mapping(pairs: list[str]) -> dict[str, str]:
 
 def main(args: Any) -> None:
     options = {"results_dir": args.results_dir, "configfile": args.configfile, "profile": args.profile,
-               "cores": args.cores, "compare": args.compare}  # fmt: skip
+               "cores": args.cores, "compare": args.compare, "limit": args.limit}  # fmt: skip
     if args.benchmark == "protobias":
         options |= {"dataset": args.dataset, "metrics": args.metric, "columns": column_mapping(args.column)}
     else:

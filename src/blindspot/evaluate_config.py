@@ -76,21 +76,23 @@ def metric_entries(config: dict[str, Any], metrics: Sequence[str]) -> dict[str, 
 
 
 def protobias_config(
-    base: dict[str, Any], dataset: str, metrics: Sequence[str], columns: Mapping[str, str], results_dir: str
+    base: dict[str, Any], dataset: str, metrics: Sequence[str], columns: Mapping[str, str], results_dir: str,
+    limit: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The base config scoring `metrics` on the ProtoBias pairs at `dataset`: its domains as the dataset's
-    (each with as many seeds as its test triplets), HumbleBench off."""
+    """The base config scoring `metrics` on the ProtoBias pairs at `dataset` (the sample of `limit` that everyone
+    draws, given one): its domains as the scored pairs' (each with as many seeds as their triplets), HumbleBench off."""
     from blindspot.protobias import released
 
     config = copy.deepcopy(base)
-    pairs = released.read_test_pairs(dataset, columns, Path(results_dir) / "evaluate_probe")
+    every = released.read_test_pairs(dataset, columns, Path(results_dir) / "evaluate_probe")
+    pairs = released.test_pair_sample(every, limit)  # as import_dataset samples them, so the shards match
     taxonomy = next(iter(base["domains"].values()))["taxonomy"]  # unread with `dataset:`; the schema asks for one
     config["domains"] = {
         domain: {"taxonomy": base["domains"].get(domain, {}).get("taxonomy", taxonomy), "n_seeds": n}
         for domain, n in released.domain_seed_counts(pairs).items()
     }
     config["evaluation"]["metrics"] = metric_entries(config, metrics)
-    config["dataset"] = {"path": dataset, "columns": dict(columns)}
+    config["dataset"] = {"path": dataset, "columns": dict(columns), "limit": limit}
     config["humblebench"] |= {"release": None, "from_benchmark": None, "scene_graphs": None}
     config["annotation"]["pairwise_labels"] = None
     config["results_dir"] = results_dir
@@ -98,12 +100,13 @@ def protobias_config(
 
 
 def humblebench_config(
-    base: dict[str, Any], release: str, vlms: Sequence[str], settings: Sequence[str], results_dir: str
+    base: dict[str, Any], release: str, vlms: Sequence[str], settings: Sequence[str], results_dir: str,
+    limit: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The base config answering HumbleBench's `release` with `vlms` under `settings` (default all), and no
-    ProtoBias. A local release is read here first, so that one the workflow cannot read stops before it
-    starts: a JSON(L) file whole (every line checked), a table or folder to its first record only (their
-    records carry images)."""
+    """The base config answering HumbleBench's `release` (the sample of `limit` questions that everyone draws,
+    given one) with `vlms` under `settings` (default all), and no ProtoBias. A local release is read here first,
+    so that one the workflow cannot read stops before it starts: a JSON(L) file whole (every line checked), a
+    table or folder to its first record only (their records carry images)."""
     from blindspot.humblebench.release import checked_release_question
     from blindspot.models.hub import is_hub_dataset
     from blindspot.models.releases import release_records
@@ -126,7 +129,7 @@ def humblebench_config(
                               f"{humble['tables']['stress']}")  # fmt: skip
         if humble["tables"].get("cautious") not in settings:  # the appendix table needs it; without, no table
             humble["tables"].pop("cautious", None)
-    humble |= {"release": release, "from_benchmark": None, "scene_graphs": None,
+    humble |= {"release": release, "from_benchmark": None, "scene_graphs": None, "limit": limit,
                "vlms": [registry_entry(config, vlm) for vlm in vlms]}  # fmt: skip
     config["dataset"] = {"path": None}
     config["results_dir"] = results_dir

@@ -29,12 +29,15 @@ from blindspot.evaluate_config import (
     profile_here,
     protobias_config,
 )
-from blindspot.io import read_csv, write_json, write_text
+from blindspot.io import read_csv, read_json, write_json, write_text
 from blindspot.models.roles import misplaced, role_fits
 from blindspot.paths import CHECKOUT, SNAKEFILE
+from blindspot.sampling import ALL, sample_label
 
 # What `evaluate` writes beside the workflow's tables: its rows with their provenance.
 ROWS = {"protobias": "evaluate_protobias", "humblebench": "evaluate_humblebench"}
+# Each benchmark's items, and the counters of the step that samples them (`blindspot.sampling`).
+SAMPLED = {"protobias": ("pairs", "imported_counters"), "humblebench": ("questions", "humble_question_counters")}
 
 
 def _weights_hash(config: dict[str, Any], name: str) -> str:
@@ -50,12 +53,21 @@ def model_identity(config: dict[str, Any], name: str) -> dict[str, str]:
     return {"model": name, "model_id": entry.get("id", f"built:{name}"), "weights": _weights_hash(config, name)}
 
 
+def run_sample(config: dict[str, Any], benchmark: str) -> dict[str, Any] | None:
+    """The items the run scored (`sampling.sample_record`: the limit, the items sampled, the items there were),
+    from the counters of the step that sampled them; None where the workflow wrote none."""
+    counters = Path(targets.path(config, SAMPLED[benchmark][1]))
+    return read_json(counters)["sample"] if counters.is_file() else None
+
+
 def provenance(config: dict[str, Any], benchmark: str) -> dict[str, Any]:
-    """What makes a row comparable: the dataset's fingerprint, the package and what was scored, the settings."""
+    """What makes a row comparable: the dataset's fingerprint, the items scored of it (all, or a sample), the
+    package and what was scored, the settings."""
     from blindspot.protobias.released import fingerprint
 
     source = config["dataset"]["path"] if benchmark == "protobias" else config["humblebench"]["release"]
     about: dict[str, Any] = {"dataset": source, "dataset_fingerprint": fingerprint(source),
+                             "sample": run_sample(config, benchmark),
                              "blindspot": version("blindspot"), "seed": config["seed"]}  # fmt: skip
     if benchmark == "protobias":
         evaluation = config["evaluation"]
@@ -86,10 +98,11 @@ def _flow(value: Any) -> str:
 
 
 def record_rows(config: dict[str, Any], benchmark: str, rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows with their provenance (the dataset's fingerprint, the models' identity, the settings)
-    as columns, written as CSV with the JSON of the whole provenance beside it."""
+    """The rows with their provenance (the items scored: "all" or "2 of 812 pairs"; the dataset's fingerprint,
+    the models' identity, the settings) as columns, written as CSV with the JSON of the whole provenance beside it."""
     about = provenance(config, benchmark)
-    stamped = rows.assign(dataset_fingerprint=about["dataset_fingerprint"], blindspot=about["blindspot"],
+    scored = sample_label(about["sample"], SAMPLED[benchmark][0]) or (ALL if about["sample"] else "")
+    stamped = rows.assign(sample=scored, dataset_fingerprint=about["dataset_fingerprint"], blindspot=about["blindspot"],
                           identity=_flow({k: about[k] for k in ("metrics", "vlms") if k in about}),
                           settings=_flow(about["settings"]))  # fmt: skip
     stem = Path(targets.path(config, "table3", ext="csv")).parent / ROWS[benchmark]
@@ -167,11 +180,13 @@ def evaluate(
     benchmark: str, *, dataset: str | None = None, metrics: Sequence[str] = (),
     columns: Mapping[str, str] | None = None, release: str | None = None, vlms: Sequence[str] = (),
     settings: Sequence[str] = (), results_dir: str | None = None, configfile: str | None = None,
-    profile: str | None = None, cores: int = 1, compare: Sequence[str] = (),
+    profile: str | None = None, cores: int = 1, compare: Sequence[str] = (), limit: int | None = None,
 ) -> pd.DataFrame:  # fmt: skip
     """Score `metrics` on the ProtoBias pairs at `dataset` (benchmark "protobias"), or `vlms` on HumbleBench's
     `release` under `settings` (default all; benchmark "humblebench"), and return the table's rows with their
     provenance, after the rows of each `compare` CSV. What `blindspot evaluate` runs, its options as keywords.
+    With a `limit`, only a fixed sample of that many pairs or questions is scored, the same for everyone
+    (`blindspot.sampling`), and every row and table says so.
 
     Paths given here are the current folder's; the config's relative paths (its taxonomies, templates,
     `results_dir`) are the checkout's, where the workflow runs, from whatever folder this runs."""
@@ -190,9 +205,9 @@ def evaluate(
         if Path(results_dir).exists() and not Path(results_dir).is_dir():
             raise ConfigError(f"--results-dir {results_dir}: not a folder")
         if benchmark == "protobias":
-            config = protobias_config(base, source, metrics, columns or {}, results_dir)
+            config = protobias_config(base, source, metrics, columns or {}, results_dir, limit)
         else:
-            config = humblebench_config(base, source, vlms, settings, results_dir)
+            config = humblebench_config(base, source, vlms, settings, results_dir, limit)
         validate_config(config)
         # the models the command placed (the base's others run elsewhere), checked before a compute node loads them
         placed = {"protobias": "evaluation.metrics.", "humblebench": "humblebench.vlms"}[benchmark]

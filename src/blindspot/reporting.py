@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from blindspot.io import write_text
+from blindspot.sampling import marked_caption, marked_table
 
 _LATEX_SPECIAL = {
     "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\~{}", "^": r"\^{}",
@@ -73,9 +74,11 @@ def to_latex(table: pd.DataFrame, caption: str, decimals: int = 3, bold: Collect
 
 def write_report_table(
     table: pd.DataFrame, csv: str | Path, markdown: str | Path, latex: str | Path, caption: str,
-    bold: Collection[Cell] = (),
+    bold: Collection[Cell] = (), sample: str | None = None,
 ) -> None:  # fmt: skip
-    """The table as CSV (plain values), Markdown and LaTeX (the cells in `bold` set in bold)."""
-    write_text(csv, table.to_csv(index=False))
+    """The table as CSV (plain values), Markdown and LaTeX (the cells in `bold` set in bold); on a `sample` (its
+    label, `sampling.sample_label`) the CSV's rows and the caption say so."""
+    write_text(csv, marked_table(table, sample).to_csv(index=False))
+    caption = marked_caption(caption, sample)
     write_text(markdown, f"{caption}\n\n{to_markdown(table, bold=bold)}")
     write_text(latex, to_latex(table, caption, bold=bold))

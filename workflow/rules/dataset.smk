@@ -15,6 +15,8 @@ rule import_dataset:
         # a hub id, or the local copy's path
         source=DATASET.get("path"),
         columns=DATASET.get("columns", {}),
+        # the test pairs everyone samples, when set (`blindspot.sampling`): a new limit re-imports and re-scores
+        limit=DATASET.get("limit"),
         # each domain's seeds, which set its shards, in the order of the per-domain outputs
         n_seeds={name: entry["n_seeds"] for name, entry in config["domains"].items()},
     log:

@@ -60,6 +60,8 @@ rule make_humble_questions:
         from_benchmark=FROM_BENCHMARK,
         domains=list(config["domains"]) if FROM_BENCHMARK else [],
         seed=config["seed"],
+        # the questions everyone samples, when set (`blindspot.sampling`): a new limit re-runs the answers
+        limit=HUMBLE.get("limit"),
     log:
         LOG("make_humble_questions"),
     benchmark:
@@ -163,6 +165,8 @@ rule make_humble_tables:
         # a CSV, or the humble_answer project's labels (JSON), checked against the annotators' question sets
         human_answers=humble_input("human_answers"),
         human_study=humble_input("human_study") if HUMBLE.get("human_answers") else [],
+        # On a sample of the questions (`humblebench.limit`) their counters, so the tables say how many of how many.
+        sample=[P("humble_question_counters")] if HUMBLE.get("limit") else [],
     output:
         metrics=P("humble_metrics"),
         table4=humble_tables("table4"),

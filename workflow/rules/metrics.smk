@@ -79,6 +79,8 @@ rule make_table3:
         benchmark=scored("benchmark_pairs"),
         human_choices=get_human_choices,
         human_row=[P("human_row")] if ANNOTATION.get("pairwise_labels") else [],
+        # On a sample of a released dataset (`dataset.limit`) its counters, so the tables say how many of how many.
+        sample=[P("imported_counters")] if DATASET.get("limit") else [],
     output:
         csv=report(P("table3", ext="csv"), caption="../report/table3.rst", category="Metrics"),
         markdown=P("table3", ext="md"),

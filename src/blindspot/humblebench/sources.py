@@ -4,6 +4,7 @@ together, with a count per source."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,6 +15,8 @@ import pandas as pd
 from blindspot import tables
 from blindspot.humblebench.questions import Decisions, apply_verification, problem, questions_from_benchmark
 from blindspot.humblebench.release import load_release
+from blindspot.humblebench.settings import LETTERS, is_nota
+from blindspot.sampling import sample_record, stratified_sample
 
 log = logging.getLogger(__name__)
 
@@ -21,14 +24,17 @@ log = logging.getLogger(__name__)
 def collect_questions(
     release: str | None, image_dir: str | Path, pairs: pd.DataFrame | None, taxonomies: Mapping[str, Mapping[str, Any]],
     from_benchmark: Mapping[str, Any] | None, seed: int, candidates: pd.DataFrame | None, decisions: Decisions | None,
+    limit: int | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:  # fmt: skip
     """The questions of each given source, in this order: the `release` (its images that come as bytes
     written to `image_dir`); questions about the benchmark's kept `pairs` (`from_benchmark` is the
     config's kinds and NOTA share; `taxonomies` by domain give the distractors); the scene-graph
     `candidates`, after the people's `decisions` (read from the verification file), or, without them,
-    those without problems, unverified. Question ids must be unique across sources.
-    Returns the table (`tables.HUMBLE_QUESTIONS`) and counters: per source, per type, and what became of the
-    scene-graph candidates of each type (`filtering_by_type`, Table 9's counts)."""
+    those without problems, unverified. Question ids must be unique across sources. Given a `limit`, the
+    table keeps the sample of that many that everyone draws (`question_sample`).
+    Returns the table (`tables.HUMBLE_QUESTIONS`) and counters: per source (before sampling), per type, the
+    sample (`sampling.sample_record`), and what became of the scene-graph candidates of each type
+    (`filtering_by_type`, Table 9's counts)."""
     rows: list[dict[str, Any]] = []
     counters: dict[str, Any] = {}
     if release:
@@ -58,9 +64,20 @@ def collect_questions(
     duplicated = frame["question_id"][frame["question_id"].duplicated()]
     if len(duplicated):
         raise ValueError(f"question id {duplicated.iloc[0]} comes twice; question ids must be unique across sources")
+    every, frame = len(frame), question_sample(frame, limit)
+    counters["sample"] = sample_record(limit, len(frame), every)
     counters["questions"] = len(frame)
     counters["per_type"] = {kind: int(n) for kind, n in frame["type"].value_counts().items()}
     return frame, counters
+
+
+def question_sample(questions: pd.DataFrame, limit: int | None) -> pd.DataFrame:
+    """The `limit` questions everyone answers (`humblebench.limit`; all of them when None), stratified by type
+    and by whether NOTA is the answer, drawn by the hash of the question id (`sampling.stratified_sample`)."""
+    nota = [is_nota(json.loads(options)[LETTERS.index(label)])
+            for options, label in zip(questions["options"], questions["label"], strict=True)]  # fmt: skip
+    sample = stratified_sample(questions.assign(nota_answer=nota), ("type", "nota_answer"), "question_id", limit)
+    return sample.drop(columns="nota_answer")
 
 
 FATES = ("keep", "modify", "delete", "undecided")  # what became of a candidate, Table 9's rows

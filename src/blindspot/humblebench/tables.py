@@ -21,6 +21,7 @@ from blindspot.humblebench.metrics import ANSWER_COLUMNS, humility_metrics, requ
 from blindspot.io import atomic_path, read_csv, write_text
 from blindspot.registry import MODEL_GROUPS
 from blindspot.reporting import Cell, write_report_table
+from blindspot.sampling import marked_caption, marked_table
 from blindspot.tables import HUMAN_ANSWERS
 
 READINGS = ("text", "logits")
@@ -309,15 +310,17 @@ def report_tables(
 def write_report(
     found: pd.DataFrame, report: Mapping[str, tuple[pd.DataFrame, str]], reading: str,
     settings: Mapping[str, Mapping[str, str]], metrics: str | Path, tables: Mapping[str, Sequence[str]],
-    plot: str | Path,
+    plot: str | Path, sample: str | None = None,
 ) -> None:  # fmt: skip
     """Write every metric (CSV), each report table to its files (`tables[name]`: CSV, Markdown, LaTeX; in
     Tables 4 and 6 each group's best in bold, `best_cells`) and the NOTA plot: what the workflow and
-    `blindspot humble score` both write."""
-    write_text(metrics, found.to_csv(index=False))
+    `blindspot humble score` both write. On a `sample` of the questions (its label, `sampling.sample_label`)
+    the CSVs' rows, the captions and the plot's title say so."""
+    write_text(metrics, marked_table(found, sample).to_csv(index=False))
     for name, (table, caption) in report.items():
-        write_report_table(table, *tables[name], caption=caption, bold=best_cells(table) if name in MARKED else ())
-    plot_nota_tradeoff(found, reading, settings, plot)
+        write_report_table(table, *tables[name], caption=caption, bold=best_cells(table) if name in MARKED else (),
+                           sample=sample)  # fmt: skip
+    plot_nota_tradeoff(found, reading, settings, plot, sample)
 
 
 def tradeoff_points(metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
@@ -330,10 +333,11 @@ def tradeoff_points(metrics: pd.DataFrame, reading: str, settings: Mapping[str, 
 
 
 def plot_nota_tradeoff(
-    metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]], path: str | Path
-) -> None:
+    metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]], path: str | Path,
+    sample: str | None = None,
+) -> None:  # fmt: skip
     """NOTA hit rate (y) against false-NOTA rate (x), one marker per model and setting (`tradeoff_points`);
-    the diagonal is a model that picks NOTA at random."""
+    the diagonal is a model that picks NOTA at random. The title says when the answers are on a `sample`."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -356,7 +360,7 @@ def plot_nota_tradeoff(
     axes.set_ylim(0, 1)
     axes.set_xlabel("False-NOTA rate")
     axes.set_ylabel("NOTA hit rate")
-    axes.set_title(f"NOTA detection per model and setting ({reading} reading)")
+    axes.set_title(marked_caption(f"NOTA detection per model and setting ({reading} reading)", sample))
     figure.legend(loc="outside right upper", fontsize="small")
     with atomic_path(path) as tmp:
         figure.savefig(tmp, format="png")

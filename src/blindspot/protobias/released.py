@@ -22,6 +22,7 @@ from blindspot.models.hub import is_hub_dataset
 from blindspot.models.hub_cache import dataset_snapshot
 from blindspot.models.releases import RELEASE_SUFFIXES, one_of, release_records
 from blindspot.protobias.export import FIELDS, IMAGES
+from blindspot.sampling import stratified_sample
 
 # The fields a pair needs, by this project's export's column names; `dataset.columns` maps them to
 # another table's. Domain, split and ids are read when present; the export's other fields too.
@@ -31,6 +32,9 @@ OPTIONAL = ("domain", "split", *(name for name in FIELDS if name != "neutral_pro
 DATASET_SUFFIXES = (*RELEASE_SUFFIXES, ".csv")
 # The domain of a table without a domain column.
 DEFAULT_DOMAIN = "all"
+# What a sample of the test pairs (`dataset.limit`) is stratified by; only test pairs are read, so the split
+# is one, but a sample of a future split's pairs would be drawn within it.
+SAMPLE_STRATA = ("domain", "split")
 
 
 class DatasetError(ValueError):
@@ -130,6 +134,12 @@ def read_test_pairs(source: str, columns: Mapping[str, str], image_dir: str | Pa
             frame[name] = np.nan if pa.types.is_floating(tables.BENCHMARK_PAIRS.field(name).type) else None
     frame["vlm_scores"] = frame["vlm_scores"].fillna("{}")
     return frame.sort_values(["domain", "pair_id"], ignore_index=True)
+
+
+def test_pair_sample(pairs: pd.DataFrame, limit: int | None) -> pd.DataFrame:
+    """The `limit` test pairs everyone scores (`dataset.limit`; all of them when None), stratified by domain
+    and split, drawn by the hash of the pair id (`sampling.stratified_sample`)."""
+    return stratified_sample(pairs, SAMPLE_STRATA, "pair_id", limit)
 
 
 def domain_seed_counts(pairs: pd.DataFrame) -> dict[str, int]:

@@ -16,6 +16,7 @@ import pandas as pd
 from blindspot.io import atomic_path, write_text
 from blindspot.protobias.evaluation import HUMAN, OVERALL
 from blindspot.reporting import to_latex, to_markdown
+from blindspot.sampling import marked_caption, marked_table
 
 HUMAN_FAMILY = "Human semantic-correctness preferences"
 HUMAN_LABEL = "Human"
@@ -156,10 +157,12 @@ def write_table3(
     latex: str | Path,
     caption: str,
     decimals: int = 3,
+    sample: str | None = None,
 ) -> None:
     """Table 3 as CSV (full precision), Markdown and LaTeX under `caption` (`decimals` places; κ becomes
-    $\\kappa$ in LaTeX)."""
-    write_text(csv, table.to_csv(index=False))
+    $\\kappa$ in LaTeX); on a `sample` (its label, `sampling.sample_label`) the CSV's rows and the caption say so."""
+    write_text(csv, marked_table(table, sample).to_csv(index=False))
+    caption = marked_caption(caption, sample)
     shown = table.map(lambda v: ("n/a" if np.isnan(v) else f"{v:.{decimals}f}") if isinstance(v, float) else v)
     write_text(markdown, f"{caption}\n\n{to_markdown(shown)}")
     write_text(latex, to_latex(shown, caption).replace("κ", r"$\kappa$"))

@@ -48,12 +48,12 @@ def write_scene_questions(
 def make_humble_questions(
     benchmark: Sequence[str], taxonomies: Sequence[str], scene_candidates: Sequence[str], verification: Sequence[str],
     release_copy: Sequence[str], release: str | None, from_benchmark: dict[str, Any] | None, domains: Sequence[str],
-    seed: int, out: str, images: str, counters_out: str,
+    seed: int, out: str, images: str, counters_out: str, limit: int | None,
 ) -> None:  # fmt: skip
     """Every HumbleBench question the config asks for: the official release (its local copy, or its hub
     id), questions from our benchmark's images, and the scene-graph candidates (after people's
     decisions, when given: the verification sheet, or a `question_check` annotation project's labels,
-    Label Studio's JSON export)."""
+    Label Studio's JSON export); given a `limit`, the sample of that many that everyone draws."""
     from blindspot.annotation.labels import read_labels
     from blindspot.humblebench.questions import decisions_from_labels, read_verification_sheet
     from blindspot.humblebench.sources import collect_questions
@@ -77,6 +77,7 @@ def make_humble_questions(
         seed,
         read_table(scene_candidates[0], tables.HUMBLE_QUESTIONS) if scene_candidates else None,
         decisions,
+        limit,
     )
     write_counters(counters_out, counters, "HumbleBench questions")
     write_table(out, frame, tables.HUMBLE_QUESTIONS)
@@ -135,15 +136,17 @@ def make_humble_tables(
     settings: dict[str, dict[str, str]], original: str, stress: str, cautious: str | None, metrics: str,
     table4: Sequence[str], table5: Sequence[str], table6: Sequence[str], table7: Sequence[str], table_a1: Sequence[str],
     plot: str, parser_version: int,
-    groups: dict[str, str | None] | None,
+    groups: dict[str, str | None] | None, sample: Sequence[str],
 ) -> None:  # fmt: skip
     """Every metric per VLM x setting x reading, Tables 4-6 (7, given human answers; the appendix's
     Original -> Cautious table, given a `cautious` setting), and the NOTA plot; Tables 4 and 6 list the VLMs
     in their `groups` (name -> the registry entry's `group`). The answers' texts are read again by today's
-    parser, which must be the one the workflow planned with (`parser_version`)."""
+    parser, which must be the one the workflow planned with (`parser_version`). On a sample of the questions
+    (`sample`: their counters) every table's CSV rows, caption and the plot's title say how many of how many."""
     from blindspot.humblebench import tables as humble_tables
     from blindspot.humblebench.metrics import parsed_texts
     from blindspot.humblebench.parsing import PARSER_VERSION
+    from blindspot.sampling import read_sample, sample_label
 
     require_planned_code(PARSER_VERSION, parser_version, f"the job's HumbleBench parser is version {PARSER_VERSION}",
                          str(parser_version))  # fmt: skip
@@ -164,7 +167,8 @@ def make_humble_tables(
         frame, people, reading, settings, original, stress, cautious, groups=groups
     )
     files = {"table4": table4, "table5": table5, "table6": table6, "table7": table7, "table_a1": table_a1}
-    humble_tables.write_report(found, report, reading, settings, metrics, files, plot)
+    drawn = sample_label(read_sample(sample), "questions")
+    humble_tables.write_report(found, report, reading, settings, metrics, files, plot, drawn)
     log.info("HumbleBench tables over %d answers", len(frame))
 
 
@@ -176,11 +180,13 @@ def describe_humble_questions(
     from blindspot.humblebench import distributions
     from blindspot.io import read_json
     from blindspot.reporting import write_report_table
+    from blindspot.sampling import read_sample, sample_label
 
     frame = read_table(questions, tables.HUMBLE_QUESTIONS)
     found = distributions.figure2_table(frame)
     caption = f"Figure 2: HumbleBench's {len(frame):,} questions by correct answer and by type (count, %)"
-    write_report_table(found, *figure2, caption=caption)
+    drawn = sample_label(read_sample([question_counters]), "questions")
+    write_report_table(found, *figure2, caption=caption, sample=drawn)
     distributions.plot_figure2(found, figure2_plot)
     if table9:
         filtering = read_json(question_counters).get("scene_graph_filtering", {})

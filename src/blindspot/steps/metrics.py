@@ -67,6 +67,7 @@ def make_table3(
     scores: Sequence[str], benchmark: str, human_choices: Sequence[str], human_row: Sequence[str], csv: str,
     markdown: str, latex: str, test_split: Sequence[str], breakdown: str, plot: str, metrics: dict[str, Any],
     domains: Sequence[str], annotated_only: Sequence[str], bootstrap_samples: int, seed: int,
+    sample: Sequence[str],
 ) -> None:  # fmt: skip
     """Table 3, its plot, and pairwise accuracy with CIs per metric, domain, knob, T2I model and subcategory.
 
@@ -75,8 +76,10 @@ def make_table3(
     table of accuracy (`test_split`: its CSV, Markdown and LaTeX). Without, Table 3's files hold the whole test
     split's accuracy under a title that says so and that κ needs human labels. A metric of `annotated_only`
     (scored on the annotated pairs only) is in the whole-split table on the pairs it was scored on, its label
-    saying how many, and the caption why."""
+    saying how many, and the caption why. On a sample of a released dataset (`sample`: its import's counters)
+    every table's CSV rows, caption and the plot's title say how many pairs of how many."""
     from blindspot.protobias import evaluation, table3
+    from blindspot.sampling import marked_caption, read_sample, sample_label
 
     if bool(human_choices) != bool(test_split):
         raise ValueError("make_table3: the whole-split table (test_split) comes with human choices, and only then")
@@ -102,10 +105,13 @@ def make_table3(
     whole_table = table3.table3(whole_metrics, marked, domains, kappa=False)
     n_test = len(evaluation.select_test_pairs(pairs))
     note = table3.scored_only_note(scored_n)
+    drawn = sample_label(read_sample(sample), "pairs")
     if humans is None:
         shown, long, labels = whole_metrics, whole_metrics, marked
         title = f"Pairwise accuracy on the whole test split ({n_test} pairs, 95% CI)"
-        table3.write_table3(whole_table, csv, markdown, latex, table3.whole_split_caption(n_test, 0) + note)
+        table3.write_table3(
+            whole_table, csv, markdown, latex, table3.whole_split_caption(n_test, 0) + note, sample=drawn
+        )
     else:
         shown = evaluation.accuracy_breakdown(all_scores, pairs, metrics, humans, annotated_only=True, **options)
         long, labels = pd.concat([shown, whole, scored_only], ignore_index=True), metrics
@@ -114,10 +120,12 @@ def make_table3(
         table = table3.table3(shown, metrics, domains)
         if human_row:
             table = table3.with_human_kappa(table, json.loads(Path(human_row[0]).read_text()), domains)
-        table3.write_table3(table, csv, markdown, latex, table3.table3_caption(annotated, bool(human_row)))
-        table3.write_table3(whole_table, *test_split, table3.whole_split_caption(n_test, annotated) + note)
+        table3.write_table3(table, csv, markdown, latex, table3.table3_caption(annotated, bool(human_row)),
+                            sample=drawn)  # fmt: skip
+        table3.write_table3(whole_table, *test_split, table3.whole_split_caption(n_test, annotated) + note,
+                            sample=drawn)  # fmt: skip
     evaluation.write_breakdown(long, breakdown)
-    table3.plot_accuracy(shown, labels, plot, domains, title=title)
+    table3.plot_accuracy(shown, labels, plot, domains, title=marked_caption(title, drawn))
     log.info("Table 3 over %d scored rows of %d metrics; %s", len(all_scores), len(metrics), title)
 
 
