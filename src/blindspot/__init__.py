@@ -1,12 +1,13 @@
 """blindspot: build and score multimodal evaluation benchmarks (ProtoBias, HumbleBench).
 
 From Python, `blindspot.evaluate(...)` runs what `blindspot evaluate` runs and returns its table
-(docs/usage.md#from-python). Imported when first used: a workflow job imports this package too, and
+(docs/usage.md#from-python), and `blindspot.read_records(path)` reads a run's per-item records, failures
+first (docs/usage.md#per-item-records). Imported when first used: a workflow job imports this package too, and
 needs none of it."""
 
 from typing import Any
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "read_records"]
 
 
 def __getattr__(name: str) -> Any:
@@ -14,4 +15,8 @@ def __getattr__(name: str) -> Any:
         from blindspot.evaluate_run import evaluate
 
         return evaluate
+    if name == "read_records":
+        from blindspot.evaluate_records import read_records
+
+        return read_records
     raise AttributeError(f"module 'blindspot' has no attribute {name!r}")

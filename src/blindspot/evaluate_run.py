@@ -35,6 +35,8 @@ from blindspot.paths import CHECKOUT, SNAKEFILE
 
 # What `evaluate` writes beside the workflow's tables: its rows with their provenance.
 ROWS = {"protobias": "evaluate_protobias", "humblebench": "evaluate_humblebench"}
+# The per-item records the run writes, by their kind in `targets.PATHS` (`blindspot evaluate --show` reads them).
+RECORDS = {"protobias": "protobias_records", "humblebench": "humble_records"}
 
 
 def _weights_hash(config: dict[str, Any], name: str) -> str:
@@ -206,4 +208,6 @@ def evaluate(
     run_workflow(written, profile, cores)
     with contextlib.chdir(CHECKOUT):
         rows = record_rows(config, benchmark, result_table(config, benchmark))
-        return with_compared(rows, compared)
+        found = with_compared(rows, compared)
+        found.attrs["records"] = str(Path(targets.path(config, RECORDS[benchmark])).resolve())
+        return found
