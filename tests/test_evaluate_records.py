@@ -323,3 +323,40 @@ def test_evaluate_writes_a_record_per_scored_pair_whose_decisions_give_table3(ex
     assert lines[0] == f"clipscore: {failed} of {len(test)} pairs failed"
     rows = [line.split("|")[1].strip() for line in lines if line.startswith("| ")][1:]
     assert rows == ["wrong"] * failed + ["right"] * (len(test) - failed)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_evaluate_humblebench_writes_a_record_per_answer_as_the_metrics_read_it(tmp_path, capsys):
+    """`blindspot evaluate humblebench` with the tiny Qwen2.5-VL on three questions in every setting: one record
+    per question and setting, whose outcomes give the metrics' overall accuracy of the config's reading."""
+    from conftest import grey_image
+
+    from blindspot.cli import main
+
+    resources = tmp_path / "resources"
+    shutil.copytree(REPO / "resources" / "models" / "tiny-qwen2.5-vl", resources / "models" / "tiny-qwen2.5-vl")
+    base = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text()) | {"resources_dir": str(resources)}
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
+    grey_image(tmp_path / "pixel.png", 128)
+    options = "\nA. a cat\nB. a dog\nC. a bird\nD. a fish\nE. None of the above"
+    release = [{"question_id": f"q{i}", "label": label, "type": "Object", "image": "pixel.png",
+                "question": f"What is it?{options}"} for i, label in enumerate("ACE")]  # fmt: skip
+    (tmp_path / "release.jsonl").write_text("".join(json.dumps(record) + "\n" for record in release))
+    results = tmp_path / "out"
+    assert main(["evaluate", "humblebench", "--release", str(tmp_path / "release.jsonl"), "--vlm", "tiny-qwen2.5-vl",
+                 "--results-dir", str(results), "--configfile", str(tmp_path / "base.yaml")]) == 0  # fmt: skip
+    path = results / "tables" / "humblebench_records.jsonl"
+    assert capsys.readouterr().out.splitlines()[-1] == f"per-item records: {path} (blindspot evaluate --show FILE)"
+    records = read_records(path)
+    settings = base["humblebench"]["settings"]
+    assert len(records) == 3 * len(settings)
+    assert set(records["setting"]) == set(settings)
+    assert list(records["outcome"]) == sorted(records["outcome"], key=["wrong", "unreadable", "right"].index)
+    reading = base["humblebench"]["reading"]
+    assert set(records["reading"]) == {reading}
+    metrics = pd.read_csv(results / "tables" / "humblebench_metrics.csv").query("reading == @reading")
+    overall = records.groupby("setting")["correct"].mean()
+    assert metrics.set_index("setting")["overall"].to_dict() == pytest.approx(overall.to_dict())
+    lines = _show(capsys, path, "--failures", "--rows", "0")
+    assert len(lines) == len(settings) + 3 + int((~records["correct"]).sum())  # counts, blank, header, rule, rows
