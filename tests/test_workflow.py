@@ -325,9 +325,10 @@ def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run
         # The benchmark gains pairs, so every metric job runs again; the score cache makes that cheap.
         "score_metric": shards * sum(not is_api_metric(config, m) for m in config["evaluation"]["metrics"]),
         "score_api_metric": shards * sum(is_api_metric(config, m) for m in config["evaluation"]["metrics"]),
-        "make_table3": 1,
+        "make_table3": 1, "write_protobias_records": 1,
         # HumbleBench asks about the benchmark's images: new questions, answered again in every setting.
         "make_humble_questions": 1, "make_humble_tables": 1, "make_annotation_projects": 1, "make_report_items": 1,
+        "write_humble_records": 1,
         "train_protoscore": 1, "sample_human_questions": 1, "describe_humble_questions": 1,
         "answer_humble": len(config["humblebench"]["vlms"]) * len(config["humblebench"]["settings"]),
     })  # fmt: skip
@@ -605,7 +606,7 @@ def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, 
     jobs = planned_jobs(snakemake("-n", "--configfile", "verified.yaml", cwd=work))
     assert jobs == Counter({"make_humble_questions": 1, "answer_humble": len(humble["vlms"]) * len(humble["settings"]),
                             "make_humble_tables": 1, "describe_humble_questions": 1, "make_report_items": 1,
-                            "all": 1,
+                            "write_humble_records": 1, "all": 1,
                             # the questions change: the human study is drawn again, and its project made
                             "sample_human_questions": 1, "make_annotation_projects": 1})  # fmt: skip
     snakemake("--configfile", "verified.yaml", "--profile", "profiles/local", "-c2", cwd=work)

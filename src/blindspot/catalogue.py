@@ -147,6 +147,7 @@ _ENTRIES = [
           function="score_metric"),
     Step("make_table3", "metrics", local=True),
     Step("make_report_items", "metrics", local=True),
+    Step("write_protobias_records", "metrics", local=True),
     # vLLM's env has transformers and xgrammar too: the describer and either kind of writer run there.
     Step("write_scene_questions", "humble", "llm",
           loads=("humblebench.scene_graphs.describer", "humblebench.scene_graphs.writer"), throughput=True,
@@ -160,6 +161,7 @@ _ENTRIES = [
           image_batch=("humblebench.batch_size", 1), items=_humble_shard_questions, function="answer_humble"),
     Step("sample_human_questions", "humble", local=True),
     Step("make_humble_tables", "humble", local=True),
+    Step("write_humble_records", "humble", local=True),
     Step("describe_humble_questions", "humble", local=True),
     Step("train_protoscore", "protoscore", "vlm", loads=("protoscore.model",), throughput=True,
           image_batch=("protoscore.batch_size", 2), items=_training_pairs),

@@ -8,6 +8,7 @@ from typing import Any
 
 from blindspot.config import ConfigError
 from blindspot.evaluate_config import DEFAULT_CONFIG
+from blindspot.evaluate_records import show_records
 from blindspot.evaluate_run import evaluate
 
 
@@ -22,10 +23,21 @@ def _count(of: str) -> Any:
     return parse
 
 
+def _rows(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of rows (a whole number; 0: all)")
+    return int(text)
+
+
 def add_parser(commands: Any) -> None:
-    """`evaluate`'s subcommands, on the `blindspot` parser."""
+    """`evaluate`'s subcommands, on the `blindspot` parser, and `--show` to read a run's per-item records."""
     parser = commands.add_parser("evaluate", help="score a metric or a VLM on a released benchmark, building nothing")
-    kinds = parser.add_subparsers(dest="benchmark", required=True)
+    parser.add_argument("--show", metavar="FILE", help="instead of scoring: list a run's per-item records "
+                        "({results_dir}/tables/*_records.jsonl), failures first")  # fmt: skip
+    parser.add_argument("--failures", action="store_true", help="with --show: the failures only")
+    parser.add_argument("--rows", type=_rows, default=50, help="with --show: at most this many rows (0: all)")
+    # not required: --show names none; `main` says so in one line when neither is given
+    kinds = parser.add_subparsers(dest="benchmark")
     for name, help in (("protobias", "a metric's Table 3 row on ProtoBias pairs"),
                        ("humblebench", "a VLM's HumbleBench rows on the release")):  # fmt: skip
         sub = kinds.add_parser(name, help=help, description=help)
@@ -66,6 +78,12 @@ def column_mapping(pairs: list[str]) -> dict[str, str]:
 
 
 def main(args: Any) -> None:
+    if args.show or not args.benchmark:
+        if bool(args.show) == bool(args.benchmark):
+            raise ConfigError("evaluate: name a benchmark to score (protobias, humblebench) or --show FILE, not "
+                              f"{'both' if args.show else 'neither'}")  # fmt: skip
+        sys.stdout.write(show_records(args.show, args.failures, args.rows))
+        return
     options = {"results_dir": args.results_dir, "configfile": args.configfile, "profile": args.profile,
                "cores": args.cores, "compare": args.compare, "limit": args.limit}  # fmt: skip
     if args.benchmark == "protobias":
@@ -74,3 +92,4 @@ def main(args: Any) -> None:
         options |= {"release": args.release, "vlms": args.vlm, "settings": args.setting}
     rows = evaluate(args.benchmark, **options)
     sys.stdout.write(rows.to_markdown(index=False) + "\n")
+    sys.stdout.write(f"\nper-item records: {rows.attrs['records']} (blindspot evaluate --show FILE)\n")

@@ -38,6 +38,8 @@ from blindspot.sampling import ALL, sample_label
 ROWS = {"protobias": "evaluate_protobias", "humblebench": "evaluate_humblebench"}
 # Each benchmark's items, and the counters of the step that samples them (`blindspot.sampling`).
 SAMPLED = {"protobias": ("pairs", "imported_counters"), "humblebench": ("questions", "humble_question_counters")}
+# The per-item records the run writes, by their kind in `targets.PATHS` (`blindspot evaluate --show` reads them).
+RECORDS = {"protobias": "protobias_records", "humblebench": "humble_records"}
 
 
 def _weights_hash(config: dict[str, Any], name: str) -> str:
@@ -221,4 +223,6 @@ def evaluate(
     run_workflow(written, profile, cores)
     with contextlib.chdir(CHECKOUT):
         rows = record_rows(config, benchmark, result_table(config, benchmark))
-        return with_compared(rows, compared)
+        found = with_compared(rows, compared)
+        found.attrs["records"] = str(Path(targets.path(config, RECORDS[benchmark])).resolve())
+        return found

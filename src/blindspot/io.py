@@ -235,6 +235,17 @@ def write_table(path: str | Path, frame: pd.DataFrame, schema: pa.Schema) -> Non
         pq.write_table(table, tmp)
 
 
+def write_records(path: str | Path, frame: pd.DataFrame, schema: pa.Schema) -> None:
+    """Write `frame` as JSON lines, one object a row, with exactly the fields, types and nulls of `schema`
+    (NaN is null)."""
+    missing = [name for name in schema.names if name not in frame.columns]
+    if missing:
+        raise ValueError(f"records for {path} do not match their schema: missing {missing}")
+    table = pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)
+    rows = table.to_pylist(maps_as_pydicts="strict")
+    write_text(path, "".join(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n" for row in rows))
+
+
 def read_table(path: str | Path, schema: pa.Schema) -> pd.DataFrame:
     table = pq.read_table(path)
     if not table.schema.equals(schema, check_metadata=False):

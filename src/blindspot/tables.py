@@ -278,3 +278,94 @@ HUMAN_STUDY = pa.schema(
 
 # Table 7's human answers: a person's letter for a question in a setting ("" when they gave none).
 HUMAN_ANSWERS = pa.schema([("annotator", _s), ("question_id", _s), ("setting", _s), ("answer", _s)])
+
+
+# Per-item records (JSON lines, one object a line): what a model did on each item, to read or diff. Each
+# field's meaning is in its metadata, from which docs/outputs.md shows it.
+def _field(name: str, kind: pa.DataType, meaning: str, nullable: bool = False) -> pa.Field:
+    return pa.field(name, kind, nullable=nullable, metadata={"description": meaning})
+
+
+_letters = pa.map_(_s, _s)
+
+# ProtoBias: one record per test pair a metric scored.
+PROTOBIAS_RECORDS = pa.schema(
+    [
+        _field("metric", _s, "the metric's name under `evaluation.metrics`"),
+        _field("pair_id", _s, "the pair"),
+        _field("domain", _s, "its domain"),
+        _field("knob", _s, "the attribute I_adv changes (count, colour tone, ...), where the dataset says", True),
+        _field("prompt", _s, "the neutral prompt T"),
+        _field("corr_image", _s, "I_corr's file: semantically correct, less prototypical"),
+        _field("adv_image", _s, "I_adv's file: more prototypical, one attribute wrong"),
+        _field("corr_raw", _f, "M(T, I_corr) as the metric gave it; null when it gave none", True),
+        _field("adv_raw", _f, "M(T, I_adv) as the metric gave it; null when it gave none", True),
+        _field("corr_score", _f, "M(T, I_corr) normalised to [0, 1]", True),
+        _field("adv_score", _f, "M(T, I_adv) normalised to [0, 1]", True),
+        _field("margin", _f, "corr_score - adv_score: how far the metric preferred I_corr (<= 0: it did not)", True),
+        _field("correct", pa.bool_(), "Table 3's decision: M(T, I_corr) > M(T, I_adv) on the raw scores"),
+        _field("outcome", _s, "right, wrong (a tie too), or unscored (no score: a failure, as in Table 3)"),
+        _field("corr_detail", _s, "what the metric wrote about I_corr (a judge's answer, a failure's reason)"),
+        _field("adv_detail", _s, "what the metric wrote about I_adv"),
+    ]
+)
+
+# HumbleBench: one record per question, VLM and setting.
+HUMBLE_RECORDS = pa.schema(
+    [
+        _field("vlm", _s, "the VLM's registry name"),
+        _field("setting", _s, "the setting under `humblebench.settings`"),
+        _field("question_id", _s, "the question"),
+        _field("type", _s, "Object, Attribute or Relation"),
+        _field("question", _s, "the stem, without the options"),
+        _field("image", _s, "the question's image file"),
+        _field("noise_image", pa.bool_(), "the setting showed a noise image instead of it"),
+        _field("options", _letters, "the options as shown: {letter: text}, NOTA among them"),
+        _field("label", _s, "the correct letter as shown"),
+        _field("nota", _s, "NOTA's letter as shown"),
+        _field("answer", _s, "what the VLM wrote (a reasoning model's text after its reasoning)"),
+        _field("reasoning", _s, "a reasoning model's text before the answer (empty when none)"),
+        _field("stopped", pa.bool_(), "the answer ended on its own, not at the token budget"),
+        _field("cut_off", pa.bool_(), "the budget cut the answer off inside its reasoning"),
+        _field("letter_probabilities", pa.map_(_s, _f), "P(letter) at the first answer token per shown letter", True),
+        _field("prediction_text", _s, "the letter the answer's text names, by today's parser (empty: none)"),
+        _field("prediction_logits", _s, "the most probable shown letter"),
+        _field("reading", _s, "which of the two the metrics read (`humblebench.reading`): text or logits"),
+        _field("prediction", _s, "the letter as the metrics read it; empty when unreadable (not a shown letter)"),
+        _field("correct", pa.bool_(), "the prediction is the label"),
+        _field("outcome", _s, "right, wrong (another letter) or unreadable (no letter: wrong too)"),
+    ]
+)
+
+# The records' schemas by their kind in `targets.PATHS`.
+RECORDS = {"protobias_records": PROTOBIAS_RECORDS, "humble_records": HUMBLE_RECORDS}
+
+
+def json_kind(kind: pa.DataType) -> str:
+    """What a record's field holds in JSON: string, number, boolean, or an object of them."""
+    if pa.types.is_map(kind):
+        return f"object of {json_kind(kind.item_type)}s"
+    return "string" if pa.types.is_string(kind) else "boolean" if pa.types.is_boolean(kind) else "number"
+
+
+def _fits(value: object, kind: pa.DataType) -> bool:
+    if pa.types.is_map(kind):
+        return isinstance(value, dict) and all(v is None or _fits(v, kind.item_type) for v in value.values())
+    if pa.types.is_string(kind):
+        return isinstance(value, str)
+    if pa.types.is_boolean(kind):
+        return isinstance(value, bool)
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def record_problem(record: dict, schema: pa.Schema) -> str | None:
+    """What keeps `record` (a JSON object) from being a record of `schema`: the fields it lacks, or the first
+    field that holds another kind of value; None when it is one."""
+    missing = [name for name in schema.names if name not in record]
+    if missing:
+        return f"lacks the field(s) {', '.join(missing)}"
+    for field in schema:
+        value = record[field.name]
+        if not (_fits(value, field.type) or (value is None and field.nullable)):
+            return f"field {field.name} holds {value!r}, not a {json_kind(field.type)}"
+    return None

@@ -52,6 +52,7 @@ PATHS = {
     "table3_test_split": "{results}/tables/table3_test_split.{ext}",
     "metric_breakdown": "{results}/tables/metric_accuracy_breakdown.csv",
     "accuracy_plot": "{results}/tables/metric_accuracy.png",
+    "protobias_records": "{results}/tables/protobias_records.jsonl",
     "scene_questions": "{results}/humblebench/scene_graph_candidates.parquet",
     "scene_verification": "{results}/humblebench/scene_graph_verification.csv",
     "scene_counters": "{results}/humblebench/scene_graph_candidates.counters.json",
@@ -65,6 +66,7 @@ PATHS = {
     "humble_api_cache": "{results}/humblebench/api_cache/{vlm}",
     "human_study": "{results}/humblebench/human_study.parquet",
     "humble_metrics": "{results}/tables/humblebench_metrics.csv",
+    "humble_records": "{results}/tables/humblebench_records.jsonl",
     "table4": "{results}/tables/table4_humblebench_original.{ext}",
     "table5": "{results}/tables/table5_humblebench_settings.{ext}",
     "table6": "{results}/tables/table6_humblebench_models.{ext}",
@@ -201,8 +203,8 @@ def annotated_only_metrics(config: dict[str, Any]) -> list[str]:
 def final_targets(config: dict[str, Any]) -> list[str]:
     """What `rule all` builds: the exported dataset, the annotation subsets, Tables 1 to 3 (and Table 3's
     whole-split companion when there are human choices) and the metrics' accuracy breakdown and plot,
-    HumbleBench's tables, metrics and plot, ProtoScore's transfer accuracy when an external pairwise set
-    is given, and the annotation projects and agreement tables."""
+    HumbleBench's tables, metrics and plot, both benchmarks' per-item records, ProtoScore's transfer accuracy
+    when an external pairwise set is given, and the annotation projects and agreement tables."""
     if "dataset" in config:
         return released_targets(config)
     benchmark = [path(config, kind) for kind in ("dataset", "filter_validation", "preference_pairs")]
@@ -213,7 +215,9 @@ def final_targets(config: dict[str, Any]) -> list[str]:
         for kind in (
             "metric_breakdown",
             "accuracy_plot",
+            "protobias_records",
             "humble_metrics",
+            "humble_records",
             "nota_plot",
             "example_grid",
             "stage_counters",
@@ -225,15 +229,16 @@ def final_targets(config: dict[str, Any]) -> list[str]:
 
 def released_targets(config: dict[str, Any]) -> list[str]:
     """What `rule all` builds with `dataset:`, where nothing is built: Table 3 (and its whole-split companion
-    with human choices), the breakdown and plot of the dataset's pairs when `dataset.path` is given, and
-    HumbleBench's tables, metrics and plot when `humblebench.release` is."""
+    with human choices), the breakdown, plot and per-item records of the dataset's pairs when `dataset.path`
+    is given, and HumbleBench's tables, metrics, plot and per-item records when `humblebench.release` is."""
     found = []
     if config["dataset"].get("path"):
         kinds = ["table3"] + (["table3_test_split"] if has_human_choices(config) else [])
         found += [target for kind in kinds for target in table_targets(config, kind)]
-        found += [path(config, "metric_breakdown"), path(config, "accuracy_plot")]
+        found += [path(config, kind) for kind in ("metric_breakdown", "accuracy_plot", "protobias_records")]
     if config["humblebench"].get("release"):
-        found += [*humble_table_targets(config), path(config, "humble_metrics"), path(config, "nota_plot")]
+        found += humble_table_targets(config)
+        found += [path(config, kind) for kind in ("humble_metrics", "nota_plot", "humble_records")]
     return found
 
 

@@ -197,6 +197,29 @@ rule make_humble_tables:
         "../scripts/run_stage.py"
 
 
+# Each answer as a JSON line: what a VLM did per question, to read (`blindspot evaluate --show`) or diff.
+rule write_humble_records:
+    input:
+        answers=targets.humble_answer_targets(config),
+        questions=P("humble_questions"),
+    output:
+        out=P("humble_records"),
+    params:
+        # which reading is the prediction, as the tables take it
+        reading=HUMBLE["reading"],
+        # The records read the answers' texts again, as the tables do: a parser change re-runs them.
+        parser_version=PARSER_VERSION,
+    log:
+        LOG("write_humble_records"),
+    threads: get_threads("write_humble_records")
+    resources:
+        **get_resources("write_humble_records"),
+    conda:
+        get_env("write_humble_records")
+    script:
+        "../scripts/run_stage.py"
+
+
 rule describe_humble_questions:
     input:
         questions=P("humble_questions"),

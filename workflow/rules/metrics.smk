@@ -138,3 +138,21 @@ rule make_report_items:
         get_env("make_report_items")
     script:
         "../scripts/run_stage.py"
+
+
+# Each scored test pair as a JSON line: what a metric did per item, to read (`blindspot evaluate --show`) or diff.
+rule write_protobias_records:
+    input:
+        scores=targets.metric_score_targets(config),
+        benchmark=scored("benchmark_pairs"),
+    output:
+        out=P("protobias_records"),
+    log:
+        LOG("write_protobias_records"),
+    threads: get_threads("write_protobias_records")
+    resources:
+        **get_resources("write_protobias_records"),
+    conda:
+        get_env("write_protobias_records")
+    script:
+        "../scripts/run_stage.py"

@@ -68,6 +68,20 @@ def parsed_texts(answers: pd.DataFrame) -> pd.Series:
     )
 
 
+def with_todays_reading(answers: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The answer rows with `prediction_text` read again by today's parser (`parsed_texts`), as the tables
+    and the records read them, and how many answers it reads otherwise than when they were answered."""
+    reread = parsed_texts(answers)
+    return answers.assign(prediction_text=reread), int((reread != answers["prediction_text"]).sum())
+
+
+def answer_outcomes(answers: pd.DataFrame) -> pd.DataFrame:
+    """Per answer row (ANSWER_COLUMNS): `prediction`, the letter as the metrics read it ("" unparseable:
+    `read_predictions`), and `correct`, whether it is the label."""
+    prediction = read_predictions(answers)
+    return pd.DataFrame({"prediction": prediction, "correct": prediction == answers["label"]}, index=answers.index)
+
+
 def _rate(hits: int, total: int) -> float:
     return hits / total if total else math.nan
 
@@ -104,8 +118,8 @@ def humility_metrics(answers: pd.DataFrame) -> dict[str, float]:
     """Every metric of the paper's Table 3 and 7.2, over `answers` (ANSWER_COLUMNS), as fractions (not
     percentages). A prediction that is not a shown letter counts as unparseable (`read_predictions`)."""
     require_columns(answers, ANSWER_COLUMNS, "HumbleBench answers")
-    prediction = read_predictions(answers)
-    correct = prediction == answers["label"]
+    outcomes = answer_outcomes(answers)
+    prediction, correct = outcomes["prediction"], outcomes["correct"]
     nota_true = answers["label"] == answers["nota"]
     nota_said = prediction == answers["nota"]
     metrics = {

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from blindspot import tables
-from blindspot.io import read_table, write_table
+from blindspot.io import read_table, write_records, write_table
 from blindspot.prompts import PromptTemplate
 from blindspot.steps import log, require_planned_code, spec, write_counters
 
@@ -131,6 +131,22 @@ def sample_human_questions(
         log.info("%s: %s", annotator, own["setting"].value_counts().to_dict())
 
 
+def todays_answers(answers: Sequence[str], parser_version: int) -> pd.DataFrame:
+    """Every answer shard's rows, their texts read again by today's parser (`metrics.with_todays_reading`),
+    which must be the one the workflow planned with (`parser_version`)."""
+    from blindspot.humblebench.metrics import with_todays_reading
+    from blindspot.humblebench.parsing import PARSER_VERSION
+
+    require_planned_code(PARSER_VERSION, parser_version, f"the job's HumbleBench parser is version {PARSER_VERSION}",
+                         str(parser_version))  # fmt: skip
+    frame = pd.concat([read_table(path, tables.HUMBLE_ANSWERS) for path in answers], ignore_index=True)
+    frame, changed = with_todays_reading(frame)
+    if changed:
+        log.info("%d of %d answers read otherwise by today's parser than when answered: read as today's",
+                 changed, len(frame))  # fmt: skip
+    return frame
+
+
 def make_humble_tables(
     answers: Sequence[str], human_answers: Sequence[str], human_study: Sequence[str], reading: str,
     settings: dict[str, dict[str, str]], original: str, stress: str, cautious: str | None, metrics: str,
@@ -143,23 +159,11 @@ def make_humble_tables(
     in their `groups` (name -> the registry entry's `group`). The answers' texts are read again by today's
     parser, which must be the one the workflow planned with (`parser_version`). On a sample of the questions
     (`sample`: their counters) every table's CSV rows, caption and the plot's title say how many of how many."""
+    from blindspot.annotation.labels import read_human_answers
     from blindspot.humblebench import tables as humble_tables
-    from blindspot.humblebench.metrics import parsed_texts
-    from blindspot.humblebench.parsing import PARSER_VERSION
     from blindspot.sampling import read_sample, sample_label
 
-    require_planned_code(PARSER_VERSION, parser_version, f"the job's HumbleBench parser is version {PARSER_VERSION}",
-                         str(parser_version))  # fmt: skip
-
-    frame = pd.concat([read_table(path, tables.HUMBLE_ANSWERS) for path in answers], ignore_index=True)
-    reread = parsed_texts(frame)
-    changed = int((reread != frame["prediction_text"]).sum())
-    if changed:
-        log.info("%d of %d answers read otherwise by today's parser than when answered: the tables read today's",
-                 changed, len(frame))  # fmt: skip
-    frame["prediction_text"] = reread
-    from blindspot.annotation.labels import read_human_answers
-
+    frame = todays_answers(answers, parser_version)
     people = read_human_answers(human_answers[0], human_study[0] if human_study else None) if human_answers else None
     if people is not None:
         log.info("human answers: %d by %d annotators", len(people), people["annotator"].nunique())
@@ -170,6 +174,17 @@ def make_humble_tables(
     drawn = sample_label(read_sample(sample), "questions")
     humble_tables.write_report(found, report, reading, settings, metrics, files, plot, drawn)
     log.info("HumbleBench tables over %d answers", len(frame))
+
+
+def write_humble_records(answers: Sequence[str], questions: str, reading: str, parser_version: int, out: str) -> None:
+    """Each answer of each VLM in each setting with its question, options as shown, raw answer, how the
+    metrics read it (`reading`) and whether that is right, as JSON lines (`humblebench.records`)."""
+    from blindspot.humblebench.records import answer_records
+
+    frame = todays_answers(answers, parser_version)
+    records = answer_records(frame, read_table(questions, tables.HUMBLE_QUESTIONS), reading)
+    write_records(out, records, tables.HUMBLE_RECORDS)
+    log.info("%d HumbleBench records (%s reading)", len(records), reading)
 
 
 def describe_humble_questions(

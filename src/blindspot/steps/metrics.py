@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from blindspot import tables
-from blindspot.io import read_table, write_table, write_text
+from blindspot.io import read_table, write_records, write_table, write_text
 from blindspot.steps import log, require_planned_code, shard_rows, spec, write_counters
 
 
@@ -140,3 +140,14 @@ def make_report_items(
     examples = example_pairs(read_table(benchmark, tables.BENCHMARK_PAIRS), examples_per_domain)
     example_grid(examples, read_scores(scores), labels, grid)
     write_text(csv, stage_counters(counters).to_csv(index=False))
+
+
+def write_protobias_records(scores: Sequence[str], benchmark: str, out: str) -> None:
+    """Each test pair every metric scored, with its prompt, images, scores and Table 3's decision, as JSON
+    lines (`protobias.records`)."""
+    from blindspot.protobias.evaluation import read_scores
+    from blindspot.protobias.records import pair_records
+
+    records = pair_records(read_scores(scores), read_table(benchmark, tables.BENCHMARK_PAIRS))
+    write_records(out, records, tables.PROTOBIAS_RECORDS)
+    log.info("%d ProtoBias records", len(records))

@@ -1,0 +1,93 @@
+"""Reading the per-item records a run writes (`tables.RECORDS`: ProtoBias' pairs, HumbleBench's answers),
+failures first: `blindspot.read_records(path)` from Python, `blindspot evaluate --show FILE` on a terminal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import pandas as pd
+import pyarrow as pa
+
+from blindspot import tables
+from blindspot.config import ConfigError
+from blindspot.humblebench import records as humble_records
+from blindspot.io import jsonl_records
+from blindspot.protobias import records as protobias_records
+
+# Each kind of records file: its schema and the module that orders and counts its records.
+KINDS: dict[str, tuple[pa.Schema, ModuleType]] = {
+    "protobias": (tables.PROTOBIAS_RECORDS, protobias_records),
+    "humblebench": (tables.HUMBLE_RECORDS, humble_records),
+}
+# The columns `--show` prints, in this order; the file has every field.
+SHOWN = {
+    "protobias": ["outcome", "metric", "margin", "corr_score", "adv_score", "domain", "knob", "prompt", "pair_id",
+                  "corr_image", "adv_image"],
+    "humblebench": ["outcome", "vlm", "setting", "question_id", "type", "question", "label", "prediction", "reading",
+                    "answer"],
+}  # fmt: skip
+
+
+def _kind(record: dict, path: Path, number: int) -> str:
+    """The kind whose fields the first record has the most of; a record of neither is a ConfigError."""
+    name = max(KINDS, key=lambda kind: len(set(KINDS[kind][0].names) & set(record)))
+    problem = tables.record_problem(record, KINDS[name][0])
+    if problem:
+        raise ConfigError(f"{path}: line {number} {problem}: not a records file of {' or '.join(KINDS)}")
+    return name
+
+
+def read_records(path: str | Path) -> pd.DataFrame:
+    """The records of a per-item records file (`{results_dir}/tables/protobias_records.jsonl` or
+    `humblebench_records.jsonl`) as a DataFrame, the failures first (ProtoBias: the pairs the metric got
+    wrong, the widest margin first, then the unscored; HumbleBench: the wrong answers, then the unreadable),
+    then the rest. Its `attrs["benchmark"]` says which. A file that is not JSON lines, or a line without a
+    record's fields, is an error naming the file and the line."""
+    path = Path(path)
+    kind, rows = None, []
+    for number, record in jsonl_records(path):
+        if kind is None:
+            kind = _kind(record, path, number)
+        problem = tables.record_problem(record, KINDS[kind][0])
+        if problem:
+            raise ConfigError(f"{path}: line {number} {problem} (a {kind} record)")
+        rows.append(record)
+    if kind is None:
+        raise ConfigError(f"{path}: no records (an empty file)")
+    schema, module = KINDS[kind]
+    found = module.failures_first(pd.DataFrame(rows, columns=schema.names))
+    found.attrs["benchmark"] = kind
+    return found
+
+
+# How much of a text a cell of `--show` holds (an answer, a prompt): the file has all of it.
+CELL_CHARS = 80
+
+
+def _cell(value: object) -> object:
+    """A text on one line, cut to CELL_CHARS; anything else as it is."""
+    if not isinstance(value, str):
+        return value
+    text = " ".join(value.split())
+    return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
+
+
+def show_records(path: str | Path, failures_only: bool = False, rows: int = 50) -> str:
+    """The records as a readable table for a terminal, failures first (`read_records`), after a line per
+    metric (or VLM and setting) counting its failures; only the failures with `failures_only`, and no more
+    than `rows` of them (0: all)."""
+    found = read_records(path)
+    kind = found.attrs["benchmark"]
+    module = KINDS[kind][1]
+    lines = module.counts(found)
+    picked = found[module.failed(found)] if failures_only else found
+    shown = picked.head(rows) if rows else picked
+    if len(shown) < len(picked):
+        lines.append(f"the first {len(shown)} of {len(picked)} rows (--rows N shows N, --rows 0 all)")
+    table = shown[SHOWN[kind]]
+    if kind == "protobias":
+        table = table.assign(**{c: table[c].round(4) for c in ("margin", "corr_score", "adv_score")})
+    cells = table.astype(object).where(table.notna(), "").map(_cell)
+    text = cells.to_markdown(index=False, disable_numparse=True)
+    return "\n".join([*lines, "", text if len(table) else "(no rows)"]) + "\n"

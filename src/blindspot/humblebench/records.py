@@ -1,0 +1,75 @@
+"""HumbleBench's per-item records (`tables.HUMBLE_RECORDS`): each answer of each VLM in each setting with
+its question, its options as shown, the raw answer, how the metrics read it and whether that is right, read
+by the metrics' own code (`metrics.answer_outcomes`) so that a record and the tables never disagree."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from blindspot import tables
+from blindspot.humblebench.metrics import answer_outcomes, require_columns, shown_letters
+
+RIGHT, WRONG, UNREADABLE = "right", "wrong", "unreadable"
+# The order `failures_first` shows them in: a wrong letter, then no letter, then the right ones.
+OUTCOMES = (WRONG, UNREADABLE, RIGHT)
+
+
+def _shown(values: str, letter_map: str) -> dict[str, Any] | None:
+    """A JSON list in the order of the shown letters as {letter: value}; None when a value is missing."""
+    found = json.loads(values)
+    return None if None in found else dict(zip(sorted(shown_letters(letter_map)), found, strict=True))
+
+
+def answer_records(answers: pd.DataFrame, questions: pd.DataFrame, reading: str) -> pd.DataFrame:
+    """One record per answer row (`tables.HUMBLE_ANSWERS`, its texts read as the tables read them:
+    `metrics.with_todays_reading`) with its question (`tables.HUMBLE_QUESTIONS`: the stem and the image),
+    the metrics' reading of it under `reading` (text or logits) and its outcome; in the answers' order."""
+    require_columns(questions, ["question_id", "question", "image_path"], "HumbleBench questions")
+    asked = questions.drop_duplicates("question_id").set_index("question_id")
+    unknown = answers.loc[~answers["question_id"].isin(asked.index), "question_id"]
+    if len(unknown):
+        raise ValueError(f"HumbleBench answers: question {unknown.iloc[0]} is not among the questions")
+    outcomes = answer_outcomes(answers.assign(prediction=answers[f"prediction_{reading}"]))
+    outcome = outcomes["correct"].map({True: RIGHT, False: WRONG}).where(outcomes["prediction"] != "", UNREADABLE)
+    records = pd.DataFrame({
+        "vlm": answers["vlm"], "setting": answers["setting"], "question_id": answers["question_id"],
+        "type": answers["type"], "question": answers["question_id"].map(asked["question"]),
+        "image": answers["question_id"].map(asked["image_path"]), "noise_image": answers["noise_image"].astype(bool),
+        "options": [_shown(o, m) for o, m in zip(answers["options"], answers["letter_map"], strict=True)],
+        "label": answers["label"], "nota": answers["nota"], "answer": answers["text"],
+        "reasoning": answers["reasoning"], "stopped": answers["stopped"].astype(bool),
+        "cut_off": answers["cut_off"].astype(bool),
+        "letter_probabilities": [
+            _shown(p, m) for p, m in zip(answers["letter_probabilities"], answers["letter_map"], strict=True)
+        ],
+        "prediction_text": answers["prediction_text"], "prediction_logits": answers["prediction_logits"],
+        "reading": reading, "prediction": outcomes["prediction"], "correct": outcomes["correct"].astype(bool),
+        "outcome": outcome,
+    })  # fmt: skip
+    return records[tables.HUMBLE_RECORDS.names].reset_index(drop=True)
+
+
+def failures_first(records: pd.DataFrame) -> pd.DataFrame:
+    """The records with the wrong answers first, then the unreadable ones, then the right ones; in file order
+    within each."""
+    rank = records["outcome"].map({outcome: i for i, outcome in enumerate(OUTCOMES)})
+    return records.iloc[rank.argsort(kind="stable")].reset_index(drop=True)
+
+
+def failed(records: pd.DataFrame) -> pd.Series:
+    return ~records["correct"].astype(bool)
+
+
+def counts(records: pd.DataFrame) -> list[str]:
+    """A line per VLM and setting: how many of its answers failed, and how."""
+    lines = []
+    for (vlm, setting), group in records.groupby(["vlm", "setting"], sort=False):
+        found = group["outcome"].value_counts()
+        lines.append(
+            f"{vlm}, {setting}: {int(failed(group).sum())} of {len(group)} answers failed "
+            f"({int(found.get(WRONG, 0))} wrong, {int(found.get(UNREADABLE, 0))} unreadable)"
+        )
+    return lines
