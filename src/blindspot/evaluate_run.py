@@ -196,6 +196,10 @@ def evaluate(
 
     if benchmark not in ROWS:
         raise ConfigError(f"benchmark {benchmark!r}: not one of {', '.join(ROWS)}")
+    # the command line's types check these; from Python they come as they are
+    for name, value, what in (("limit", limit, "items"), ("cores", cores, "cores")):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{name} {value!r}: not a whole number of {what}, at least 1")
     base = checkout_config(configfile, DEFAULT_CONFIG)
     results_dir = results_dir and str(Path(results_dir).resolve())
     source = from_here(dataset, "--dataset") if benchmark == "protobias" else from_here(release, "--release")
