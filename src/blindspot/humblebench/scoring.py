@@ -51,7 +51,7 @@ def release_questions(source: str) -> dict[str, Question]:
         missing = {"question_id", "question", "type", "label"} - set(record)
         if missing:
             raise ValueError(f"{source}: a release record lacks {sorted(missing)}")
-        question = release_question(record)
+        question = release_question(record, source)
         questions[question.question_id] = question
     if not questions:
         raise ValueError(f"{source}: the release has no questions")
