@@ -29,6 +29,7 @@ from blindspot.evaluate_config import (
     profile_here,
     protobias_config,
 )
+from blindspot.evaluate_failure import workflow_failure
 from blindspot.io import read_csv, read_json, write_json, write_text
 from blindspot.models.roles import misplaced, role_fits
 from blindspot.paths import CHECKOUT, SNAKEFILE
@@ -173,9 +174,7 @@ def run_workflow(configfile: Path, profile: str | None, cores: int) -> None:
             sys.stderr.write(f"blindspot evaluate: a killed run left Snakemake's lock in {results_dir}; unlocking\n")
             subprocess.run([*command, "--unlock"], check=True, env=environment, capture_output=True)
         if subprocess.run(command, check=False, env=environment, pass_fds=(held,)).returncode:
-            raise ConfigError(
-                f"the workflow failed on {configfile}; its log says why (above, and in {results_dir}/.snakemake/log)"
-            )
+            raise ConfigError(workflow_failure(configfile, results_dir))
 
 
 def evaluate(
