@@ -51,16 +51,26 @@ def _release_image(image: Any, base: Path, image_dir: Path, where: str) -> tuple
     return IMAGE_BYTES, str(store_image_bytes(data, image_dir, where))
 
 
-def release_question(record: Mapping[str, Any], source: str) -> Question:
+def release_question(record: Mapping[str, Any], source: str, number: int | None = None) -> Question:
     """One release record (question_id, question with its lettered options, label, type) of the release
-    `source` as a `Question`; a question that is not text with lettered options is a ValueError naming
-    `source` and the question."""
-    question_id = str(record["question_id"])
+    `source` as a `Question`; one whose fields are not text (an id may be a number), or whose question is
+    not a stem with lettered options and a label among them, is a ValueError naming `source` and the
+    question (or the record's `number`, the first 1, where its id is wrong)."""
+    question_id = record["question_id"]
+    if not isinstance(question_id, str | int) or isinstance(question_id, bool):
+        record_named = f"record {number}'s" if number else "a"
+        raise ValueError(f"release {source}: {record_named} question_id is {reprlib.repr(question_id)}, "
+                         "not text or a number")  # fmt: skip
     where = f"release {source}, question {question_id}"
-    if not isinstance(record["question"], str):
-        raise ValueError(f"{where}: its question is {type(record['question']).__name__}, not text")
+    for field in ("question", "label", "type"):
+        if not isinstance(record[field], str):
+            raise ValueError(f"{where}: its {field} is {type(record[field]).__name__} "
+                             f"{reprlib.repr(record[field])}, not text")  # fmt: skip
     stem, options = split_release_question(record["question"], where)
-    return Question(question_id, stem, options, str(record["label"]).strip(), str(record["type"]))
+    try:
+        return Question(str(question_id), stem, options, record["label"].strip(), record["type"])
+    except ValueError as error:  # the question's own checks name it ("question q1: ..."): and its release
+        raise ValueError(f"release {source}, {error}") from None
 
 
 def checked_release_question(record: Mapping[str, Any], source: str, number: int) -> Question:
@@ -70,7 +80,7 @@ def checked_release_question(record: Mapping[str, Any], source: str, number: int
     if missing:
         named = f"question {record['question_id']}" if "question_id" in record else f"record {number}"
         raise ValueError(f"release {source}, {named}: lacks {sorted(missing)}")
-    return release_question(record, source)
+    return release_question(record, source, number)
 
 
 def load_release(source: str, image_dir: str | Path) -> list[dict[str, Any]]:
@@ -82,10 +92,13 @@ def load_release(source: str, image_dir: str | Path) -> list[dict[str, Any]]:
     image_dir = Path(image_dir)
     image_dir.mkdir(parents=True, exist_ok=True)
     base = Path(source).parent if Path(source).is_file() else Path(source)
-    rows, images = [], []
+    rows, images, numbers = [], [], {}
     for number, record in enumerate(release_records(source), start=1):
         question = checked_release_question(record, source, number)
         where = f"release {source}, question {question.question_id}"
+        first = numbers.setdefault(question.question_id, number)
+        if first != number:
+            raise ValueError(f"{where}: given twice, by records {first} and {number} (the first 1)")
         name, image_path = _release_image(record["image"], base, image_dir, where)
         images.append((f"{where}: {name}", image_path))
         rows.append(question_row(question, "release", image_path, {"release": source}, verified=True))
