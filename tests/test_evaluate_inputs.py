@@ -201,7 +201,7 @@ def test_a_malformed_record_of_a_release_is_named_with_its_question(tmp_path, ca
                             ({"label": "Z"}, "question q1: label 'Z' is not one of its option letters"),
                             ({"question": "What?"}, "question q1: no stem and lettered options in 'What?'"),
                             ({"question_id": None}, "record 2's question_id is None, not text or a number"),
-                            ({"question_id": "q0"}, "question q0: given twice, by records 1 and 2 (the first 1)"),
+                            ({"question_id": "q0"}, "question q0: given twice, by records 1 and 2 (counted from 1)"),
                             ):  # fmt: skip
         release = release_jsonl(tmp_path, [record | {"question_id": "q0"}, record | change])
         separator = ":" if problem.startswith("record") else ","

@@ -44,7 +44,7 @@ def _release_image(image: Any, base: Path, image_dir: Path, where: str) -> tuple
     if isinstance(image, str) and image:
         return str(base / image), str(base / image)
     data = image.get("bytes") if isinstance(image, Mapping) else image
-    if data is None or data == "":
+    if data is None or isinstance(data, str):  # a path is a text that is not empty
         raise ValueError(f"{where}: no image (a path or an image's bytes)")
     if not isinstance(data, bytes):
         raise ValueError(f"{where}: its image is {type(data).__name__} {reprlib.repr(data)}, not a path or bytes")
@@ -55,7 +55,7 @@ def release_question(record: Mapping[str, Any], source: str, number: int | None 
     """One release record (question_id, question with its lettered options, label, type) of the release
     `source` as a `Question`; one whose fields are not text (an id may be a number), or whose question is
     not a stem with lettered options and a label among them, is a ValueError naming `source` and the
-    question (or the record's `number`, the first 1, where its id is wrong)."""
+    question (or the record's `number`, counted from 1, where its id is wrong)."""
     question_id = record["question_id"]
     if not isinstance(question_id, str | int) or isinstance(question_id, bool):
         record_named = f"record {number}'s" if number else "a"
@@ -74,7 +74,7 @@ def release_question(record: Mapping[str, Any], source: str, number: int | None 
 
 
 def checked_release_question(record: Mapping[str, Any], source: str, number: int) -> Question:
-    """`release_question` of the `number`th record (the first 1) of the release `source`, which must have
+    """`release_question` of the `number`th record (counted from 1) of the release `source`, which must have
     every field of a release's; one without is a ValueError naming `source` and the record."""
     missing = {"question_id", "question", "type", "label", "image"} - set(record)
     if missing:
@@ -98,7 +98,7 @@ def load_release(source: str, image_dir: str | Path) -> list[dict[str, Any]]:
         where = f"release {source}, question {question.question_id}"
         first = numbers.setdefault(question.question_id, number)
         if first != number:
-            raise ValueError(f"{where}: given twice, by records {first} and {number} (the first 1)")
+            raise ValueError(f"{where}: given twice, by records {first} and {number} (counted from 1)")
         name, image_path = _release_image(record["image"], base, image_dir, where)
         images.append((f"{where}: {name}", image_path))
         rows.append(question_row(question, "release", image_path, {"release": source}, verified=True))

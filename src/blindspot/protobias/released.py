@@ -78,7 +78,7 @@ def _image_file(value: Any, base: Path, image_dir: Path, where: str) -> tuple[st
             return IMAGE_BYTES, store_image_bytes(value, image_dir, where)
         except ValueError as error:
             raise DatasetError(str(error)) from None
-    if value is None or value == "":
+    if value is None or isinstance(value, str):  # a path is a text that is not empty
         raise DatasetError(f"{where}: no image (a path or an image's bytes)")
     raise DatasetError(f"{where}: {type(value).__name__} {reprlib.repr(value)}, not an image's path or bytes")
 
@@ -86,7 +86,7 @@ def _image_file(value: Any, base: Path, image_dir: Path, where: str) -> tuple[st
 def _field_value(field: str, value: Any, where: str) -> Any:
     """A field's value as `tables.BENCHMARK_PAIRS` holds it: text, or a whole number (which a CSV gives
     as text); None where the row has none, which only a required field may not."""
-    if value is None or value == "":
+    if value is None or (isinstance(value, str) and not value.strip()):
         if field in REQUIRED:
             raise DatasetError(f"{where}: empty, where the pair's {field} belongs")
         return None
@@ -125,7 +125,7 @@ def read_test_pairs(source: str, columns: Mapping[str, str], image_dir: str | Pa
     the workflow orders its own. A pair without ids gets them from its images' contents.
 
     Every value is checked first, and every image read whole (`images.check_images`): a row that is
-    not a pair stops with one line naming the dataset, the pair (its id, else its row, the first 1)
+    not a pair stops with one line naming the dataset, the pair (its id, else its row, counted from 1)
     and the column, and for an image its file and what is wrong with it."""
     image_dir = Path(image_dir)
     image_dir.mkdir(parents=True, exist_ok=True)
