@@ -254,7 +254,7 @@ def test_compared_rows_come_first_and_a_compare_file_that_is_no_csv_stops_before
         assert _evaluate_error(capsys, *args, "--compare", compare).startswith(f"blindspot: error: {problem}")
     (tmp_path / "no-label.jsonl").write_text(json.dumps({"question_id": "q1", "question": "?"}) + "\n")
     assert _evaluate_error(capsys, "humblebench", "--release", "no-label.jsonl", *args[3:]) == (
-        f"blindspot: error: {tmp_path / 'no-label.jsonl'}: a release record lacks ['image', 'label', 'type']"
+        f"blindspot: error: release {tmp_path / 'no-label.jsonl'}, question q1: lacks ['image', 'label', 'type']"
     )
     assert ran == []
     rows = evaluate_run.evaluate(

@@ -172,7 +172,7 @@ def test_a_release_that_cannot_be_read_is_named(tmp_path):
     no_image = {"question_id": 9, "question": RELEASE_TEXT, "type": "Object", "label": "A",
                 "image": {"bytes": None, "path": None}}  # fmt: skip
     (tmp_path / "notimage.jsonl").write_text(json.dumps(no_image) + "\n")
-    with pytest.raises(ValueError, match="release question 9: its image is NoneType, not a path or bytes"):
+    with pytest.raises(ValueError, match=r"notimage.jsonl, question 9: no image \(a path or an image's bytes\)$"):
         load_release(str(tmp_path / "notimage.jsonl"), tmp_path / "images")
 
 

@@ -588,7 +588,7 @@ def test_the_official_shuffle_shows_each_real_question_as_the_official_code(tmp_
     for question_id, record in records.items():
         question, label, moved = official_dataloader(record, "shuffle_nota_position")
         for seed in (0, 3720):
-            shown = present(release_question(record), "shuffled_nota", transforms, seed)
+            shown = present(release_question(record, str(RELEASE)), "shuffled_nota", transforms, seed)
             assert shown.letter_map == moved, question_id
             assert shown.label == label, question_id
             options = zip(shown.letters, shown.options, strict=True)

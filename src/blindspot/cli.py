@@ -31,7 +31,7 @@ import yaml
 from blindspot import bill, catalogue, doctor, doctor_report, evaluate_cli, plan, verify
 from blindspot.annotation.projects import TASKS
 from blindspot.checks import load_config
-from blindspot.config import ConfigError
+from blindspot.config import ConfigError, one_line
 from blindspot.counts import render_counts
 from blindspot.dag import checkout_config
 from blindspot.models import hub_fetch
@@ -340,17 +340,8 @@ def main(argv: list[str] | None = None) -> int:
             selected = plan.select_targets(config, args.domain, args.model, args.rule)
             sys.stdout.write("".join(f"{target}\n" for target in selected))
     except (ConfigError, ValueError, OSError, hub_fetch.HubError) as error:
-        parser.exit(2, f"{parser.prog}: error: {_one_line(error)}\n")  # the line alone: the usage is not the fault
+        parser.exit(2, f"{parser.prog}: error: {one_line(error)}\n")  # the line alone: the usage is not the fault
     return 0
-
-
-def _one_line(error: Exception) -> str:
-    """An error as one line: an OS error names its file and says what is wrong with it."""
-    if isinstance(error, OSError) and error.filename is not None:
-        return f"{error.filename2 or error.filename}: {error.strerror or error}"  # a rename: its target
-    if isinstance(error, FileNotFoundError) and len(error.args) == 1:  # pyarrow's: the path alone
-        return f"{error}: no such file"
-    return str(error)
 
 
 if __name__ == "__main__":

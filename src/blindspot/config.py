@@ -21,6 +21,16 @@ class ConfigError(ValueError):
     """A configuration that cannot run; the message names the offending key."""
 
 
+def one_line(error: Exception) -> str:
+    """An error as the one line a command stops with: an OS error names its file and says what is wrong
+    with it."""
+    if isinstance(error, OSError) and error.filename is not None:
+        return f"{error.filename2 or error.filename}: {error.strerror or error}"  # a rename: its target
+    if isinstance(error, FileNotFoundError) and len(error.args) == 1:  # pyarrow's: the path alone
+        return f"{error}: no such file"
+    return str(error)
+
+
 def _key_path(error: jsonschema.ValidationError) -> str:
     parts = [str(p) for p in error.absolute_path]
     if error.validator == "additionalProperties":

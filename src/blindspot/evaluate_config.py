@@ -5,7 +5,6 @@ line are read from the current folder; the config's own relative paths are the c
 from __future__ import annotations
 
 import copy
-import itertools
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -105,18 +104,14 @@ def humblebench_config(
 ) -> dict[str, Any]:  # fmt: skip
     """The base config answering HumbleBench's `release` (the sample of `limit` questions that everyone draws,
     given one) with `vlms` under `settings` (default all), and no ProtoBias. A local release is read here first,
-    so that one the workflow cannot read stops before it starts: a JSON(L) file whole (every line checked), a
-    table or folder to its first record only (their records carry images)."""
-    from blindspot.humblebench.release import checked_release_question
+    whole, as the workflow's job reads it before it samples (`load_release`: every record checked, every image
+    read whole; images that come as bytes written to `evaluate_probe`), so that one the workflow cannot read
+    stops before it starts."""
+    from blindspot.humblebench.release import load_release
     from blindspot.models.hub import is_hub_dataset
-    from blindspot.models.releases import release_records
 
-    if not is_hub_dataset(release):
-        records = release_records(release)
-        whole = Path(release).is_file() and Path(release).suffix in (".jsonl", ".json")
-        checked = itertools.islice(records, None if whole else 1)
-        if not [checked_release_question(record, release) for record in checked]:
-            raise ConfigError(f"release {release}: no questions")
+    if not is_hub_dataset(release) and not load_release(release, Path(results_dir) / "evaluate_probe"):
+        raise ConfigError(f"release {release}: no questions")
     config = copy.deepcopy(base)
     humble = config["humblebench"]
     unknown = [name for name in settings if name not in humble["settings"]]

@@ -20,7 +20,7 @@ import yaml
 
 from blindspot import targets
 from blindspot.checks import absolute_paths, validate_config
-from blindspot.config import ConfigError
+from blindspot.config import ConfigError, one_line
 from blindspot.dag import checkout_config
 from blindspot.evaluate_config import (
     DEFAULT_CONFIG,
@@ -29,6 +29,7 @@ from blindspot.evaluate_config import (
     profile_here,
     protobias_config,
 )
+from blindspot.evaluate_failure import workflow_failure
 from blindspot.io import read_csv, read_json, write_json, write_text
 from blindspot.models.roles import misplaced, role_fits
 from blindspot.paths import CHECKOUT, SNAKEFILE
@@ -40,6 +41,8 @@ ROWS = {"protobias": "evaluate_protobias", "humblebench": "evaluate_humblebench"
 SAMPLED = {"protobias": ("pairs", "imported_counters"), "humblebench": ("questions", "humble_question_counters")}
 # The per-item records the run writes, by their kind in `targets.PATHS` (`blindspot evaluate --show` reads them).
 RECORDS = {"protobias": "protobias_records", "humblebench": "humble_records"}
+# The table the run writes (for messages) and the column that names its rows, which a --compare CSV has too.
+TABLES = {"protobias": ("Table 3", "Method"), "humblebench": ("HumbleBench's metrics", "vlm")}
 
 
 def _weights_hash(config: dict[str, Any], name: str) -> str:
@@ -90,9 +93,17 @@ def provenance(config: dict[str, Any], benchmark: str) -> dict[str, Any]:
 
 
 def result_table(config: dict[str, Any], benchmark: str) -> pd.DataFrame:
-    """The rows the run wrote: Table 3's, or HumbleBench's metrics per VLM and setting."""
+    """The rows the run wrote: Table 3's, or HumbleBench's metrics per VLM and setting. A file there that is
+    not that table (cut short, or not its CSV) is a ValueError naming it."""
     kind = ("table3", {"ext": "csv"}) if benchmark == "protobias" else ("humble_metrics", {})
-    return pd.read_csv(targets.path(config, kind[0], **kind[1]))
+    path = targets.path(config, kind[0], **kind[1])
+    name, row_column = TABLES[benchmark]
+    table = read_csv(path, f"the run's {name}")
+    if row_column not in table:
+        raise ValueError(f"the run's {name} {path}: no column {row_column!r}, so not the table the run writes")
+    if not Path(path).read_bytes().endswith(b"\n"):  # every table the run writes ends its last row
+        raise ValueError(f"the run's {name} {path}: cut short (its last row has no line end)")
+    return table
 
 
 def _flow(value: Any) -> str:
@@ -118,11 +129,19 @@ def with_compared(rows: pd.DataFrame, compared: Mapping[str, pd.DataFrame]) -> p
     marked by its source."""
     frames = []
     for path, found in compared.items():
-        missing = [column for column in rows.columns[:1] if column not in found]
-        if missing:
-            raise ConfigError(f"--compare {path}: no column {missing[0]!r} (a CSV with the table's columns)")
         frames.append(found.reindex(columns=rows.columns).assign(row=f"compared: {Path(path).name}"))
     return pd.concat([*frames, rows.assign(row="new")], ignore_index=True)
+
+
+def read_compared(paths: Sequence[str], benchmark: str) -> dict[str, pd.DataFrame]:
+    """Each `--compare` CSV's rows by its path, read before the run, so that a file that is not a CSV of
+    the benchmark's table (by the column that names its rows) stops the command before the workflow."""
+    compared = {}
+    for path in paths:
+        compared[path] = read_csv(path, "--compare")
+        if TABLES[benchmark][1] not in compared[path]:
+            raise ConfigError(f"--compare {path}: no column {TABLES[benchmark][1]!r} (a CSV with the table's columns)")
+    return compared
 
 
 # In the results folder, beside Snakemake's own state: held by `evaluate` and the Snakemake it starts.
@@ -173,11 +192,23 @@ def run_workflow(configfile: Path, profile: str | None, cores: int) -> None:
             sys.stderr.write(f"blindspot evaluate: a killed run left Snakemake's lock in {results_dir}; unlocking\n")
             subprocess.run([*command, "--unlock"], check=True, env=environment, capture_output=True)
         if subprocess.run(command, check=False, env=environment, pass_fds=(held,)).returncode:
-            raise ConfigError(
-                f"the workflow failed on {configfile}; its log says why (above, and in {results_dir}/.snakemake/log)"
-            )
+            raise ConfigError(workflow_failure(configfile, results_dir))
 
 
+@contextlib.contextmanager
+def _refused_as_config_error() -> Iterator[None]:
+    """What a reader of `evaluate`'s inputs refuses (a ValueError: a table, release, record or value; an
+    OSError: a file, an image) as the ConfigError `blindspot.evaluate` raises, its message the line that
+    the command prints."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (ValueError, OSError) as error:
+        raise ConfigError(one_line(error)) from error
+
+
+@_refused_as_config_error()
 def evaluate(
     benchmark: str, *, dataset: str | None = None, metrics: Sequence[str] = (),
     columns: Mapping[str, str] | None = None, release: str | None = None, vlms: Sequence[str] = (),
@@ -204,7 +235,7 @@ def evaluate(
     results_dir = results_dir and str(Path(results_dir).resolve())
     source = from_here(dataset, "--dataset") if benchmark == "protobias" else from_here(release, "--release")
     # read before the run, so a file that is no CSV stops the command before the workflow, not after it
-    compared = {path: read_csv(path, "--compare") for path in (from_here(path, "--compare") for path in compare)}
+    compared = read_compared([from_here(path, "--compare") for path in compare], benchmark)
     profile = profile_here(profile)
     with contextlib.chdir(CHECKOUT):
         results_dir = results_dir or str(Path(base["results_dir"]).resolve() / f"evaluate_{benchmark}")

@@ -47,11 +47,11 @@ def release_questions(source: str) -> dict[str, Question]:
     """The release's questions by id, from any format `models.releases.release_records` reads; images are
     neither decoded nor written."""
     questions = {}
-    for record in release_records(source):
+    for number, record in enumerate(release_records(source), start=1):
         missing = {"question_id", "question", "type", "label"} - set(record)
         if missing:
             raise ValueError(f"{source}: a release record lacks {sorted(missing)}")
-        question = release_question(record)
+        question = release_question(record, source, number)
         questions[question.question_id] = question
     if not questions:
         raise ValueError(f"{source}: the release has no questions")

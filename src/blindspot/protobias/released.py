@@ -6,6 +6,7 @@ nothing is built."""
 from __future__ import annotations
 
 import hashlib
+import reprlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pyarrow as pa
 
 from blindspot import tables
 from blindspot.config import ConfigError
-from blindspot.images import store_image_bytes
+from blindspot.images import IMAGE_BYTES, ImageReadError, check_images, store_image_bytes
 from blindspot.io import read_csv, stable_id
 from blindspot.models.hub import is_hub_dataset
 from blindspot.models.hub_cache import dataset_snapshot
@@ -59,27 +60,44 @@ def dataset_records(source: str) -> Iterator[dict[str, Any]]:
             where = {"domain": shard.parent.name, "split": shard.name.split("-", 1)[0]}
             yield from (where | record for record in release_records(str(shard), "dataset"))
     elif path.suffix == ".csv":
-        yield from read_csv(path, "dataset", keep_default_na=False).to_dict("records")
+        yield from read_csv(path, "dataset", keep_default_na=False, dtype=str).to_dict("records")  # text: ids stay ids
     else:
         yield from release_records(source, "dataset")
 
 
-def _image_file(value: Any, base: Path, image_dir: Path, where: str) -> Path:
-    """The image's file in `image_dir`, named by its content: from a path (relative to the table's
-    folder), bytes, or a `{bytes, path}` dict as `datasets` stores images."""
+def _image_file(value: Any, base: Path, image_dir: Path, where: str) -> tuple[str, Path]:
+    """(what names the image in a message, its file): a path, relative to the table's folder, is that file;
+    bytes, or a `{bytes, path}` dict as `datasets` stores images, are written to `image_dir`, named by
+    their content."""
     if isinstance(value, Mapping):
         value = value.get("bytes") or value.get("path")
     if isinstance(value, str) and value:
-        source = base / value
-        if not source.is_file():
-            raise DatasetError(f"{where}: no image file {source}")
-        value = source.read_bytes()
-    if not isinstance(value, bytes):
-        raise DatasetError(f"{where}: its image is {type(value).__name__}, not a path or bytes")
-    try:
-        return store_image_bytes(value, image_dir, where)
-    except ValueError as error:
-        raise DatasetError(str(error)) from None
+        return str(base / value), base / value
+    if isinstance(value, bytes):
+        try:
+            return IMAGE_BYTES, store_image_bytes(value, image_dir, where)
+        except ValueError as error:
+            raise DatasetError(str(error)) from None
+    if value is None or isinstance(value, str):  # a path is a text that is not empty
+        raise DatasetError(f"{where}: no image (a path or an image's bytes)")
+    raise DatasetError(f"{where}: {type(value).__name__} {reprlib.repr(value)}, not an image's path or bytes")
+
+
+def _field_value(field: str, value: Any, where: str) -> Any:
+    """A field's value as `tables.BENCHMARK_PAIRS` holds it: text, or a whole number (which a CSV gives
+    as text); None where the row has none, which only a required field may not."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if field in REQUIRED:
+            raise DatasetError(f"{where}: empty, where the pair's {field} belongs")
+        return None
+    if pa.types.is_integer(tables.BENCHMARK_PAIRS.field(field).type):
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            return int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise DatasetError(f"{where}: {type(value).__name__} {reprlib.repr(value)}, not a whole number")
+    elif not isinstance(value, str):
+        raise DatasetError(f"{where}: {type(value).__name__} {reprlib.repr(value)}, not text")
+    return value
 
 
 def _columns_of(record: Mapping[str, Any], source: str, columns: Mapping[str, str]) -> dict[str, str]:
@@ -104,24 +122,43 @@ def _columns_of(record: Mapping[str, Any], source: str, columns: Mapping[str, st
 def read_test_pairs(source: str, columns: Mapping[str, str], image_dir: str | Path) -> pd.DataFrame:
     """The dataset's test pairs (every pair when it has no split) as benchmark pairs
     (`tables.BENCHMARK_PAIRS`), their images written to `image_dir`, ordered by domain and pair id as
-    the workflow orders its own. A pair without ids gets them from its images' contents."""
+    the workflow orders its own. A pair without ids gets them from its images' contents.
+
+    Every value is checked first, and every image read whole (`images.check_images`): a row that is
+    not a pair stops with one line naming the dataset, the pair (its id, else its row, counted from 1)
+    and the column, and for an image its file and what is wrong with it."""
     image_dir = Path(image_dir)
     image_dir.mkdir(parents=True, exist_ok=True)
     base = Path(source) if Path(source).is_dir() else Path(source).parent
-    rows, found = [], None
-    for number, record in enumerate(dataset_records(source)):
+    rows, found, images, copies = [], None, [], []
+    for number, record in enumerate(dataset_records(source), start=1):
         found = found or _columns_of(record, source, columns)
-        row = {field: record.get(column) for field, column in found.items()}
-        if row.get("split", "test") != "test":
+        pair_id = record.get(found.get("pair_id", ""))
+        where = f"dataset {source}, " + (f"pair {pair_id}" if isinstance(pair_id, str) and pair_id else f"row {number}")
+        row = {field: record.get(column) for field, column in found.items() if field not in IMAGES}
+        row = {field: _field_value(field, value, f"{where} ({found[field]})") for field, value in row.items()}
+        if (row.get("split") or "test") != "test":
             continue
-        where = f"dataset {source}, row {number}"
         for role, field in (("corr", "image_corr"), ("adv", "image_adv")):
-            image = _image_file(row.pop(field), base, image_dir, where)
-            row[f"{role}_path"], row[f"{role}_image_id"] = str(image), image.stem
+            named = f"{where} ({found[field]})"
+            name, image = _image_file(record.get(found[field]), base, image_dir, named)
+            images.append((f"{named}: {name}", image))
+            row[f"{role}_path"] = image
+            if name != IMAGE_BYTES:  # a file of the table's: copied once read whole
+                copies.append((row, role))
+        rows.append(row)
+    try:
+        check_images(images)
+    except ImageReadError as error:
+        raise DatasetError(str(error)) from None
+    for row, role in copies:  # read whole above: now copied beside the images that came as bytes
+        row[f"{role}_path"] = store_image_bytes(row[f"{role}_path"].read_bytes(), image_dir, str(row[f"{role}_path"]))
+    for row in rows:
+        for role in ("corr", "adv"):
+            row[f"{role}_path"], row[f"{role}_image_id"] = str(row[f"{role}_path"]), row[f"{role}_path"].stem
         row["pair_id"] = row.get("pair_id") or stable_id(row["corr_image_id"], row["adv_image_id"])
         row["triplet_id"] = row.get("triplet_id") or row["pair_id"]
         row["domain"] = row.get("domain") or DEFAULT_DOMAIN
-        rows.append(row)
     if not rows:
         raise DatasetError(f"dataset {source}: no test pairs")
     frame = pd.DataFrame(rows).assign(split="test", seed_id=lambda f: f["triplet_id"])
