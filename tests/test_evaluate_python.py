@@ -1,5 +1,6 @@
 """`blindspot evaluate` from Python, as a notebook uses it: a fresh process that imports `blindspot`, scores a
-sample with a plug-in that loads no model, reads the per-item records back, and gets one-line errors."""
+sample with a plug-in that loads no model, reads the per-item records back, and gets one-line errors (a bad
+limit, a truncated image)."""
 
 import json
 import os
@@ -7,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from test_evaluate_inputs import _cut as cut
+from test_evaluate_inputs import pairs_csv
 from test_evaluate_plugins import PLUGIN
 from test_plugins import colour_exported, local_plugin  # noqa: F401  (fixtures)
 
@@ -15,13 +18,15 @@ import json, sys
 import blindspot
 from blindspot.config import ConfigError
 
-dataset, = sys.argv[1:]
+dataset, broken = sys.argv[1:]
 rows = blindspot.evaluate("protobias", dataset=dataset, metrics=["{plugin}"], limit=3, results_dir="sampled")
 records = blindspot.read_records(rows.attrs["records"])
-try:
-    blindspot.evaluate("protobias", dataset=dataset, metrics=["{plugin}"], limit=0)
-except ConfigError as error:
-    refused = str(error)
+refused = []
+for arguments in ({{"dataset": dataset, "limit": 0}}, {{"dataset": broken}}):
+    try:
+        blindspot.evaluate("protobias", metrics=["{plugin}"], **arguments)
+    except ConfigError as error:
+        refused.append(str(error))
 print(json.dumps({{"sample": dict(zip(rows["Method"], rows["sample"])),
                   "pairs": records["pair_id"].tolist(), "correct": records["correct"].tolist(), "refused": refused}}))
 """
@@ -36,9 +41,13 @@ def test_a_notebook_scores_a_sample_with_a_model_free_plug_in_and_reads_its_reco
 ):
     benchmark, dataset = colour_exported
     test = benchmark[benchmark["split"] == "test"].set_index("pair_id")
+    (tmp_path / "broken").mkdir()
+    broken = pairs_csv(tmp_path / "broken")
+    cut(tmp_path / "broken" / "b1.png")
     path = os.pathsep.join([str(local_plugin), os.environ.get("PYTHONPATH", "")])
     ran = subprocess.run(
-        [sys.executable, "-c", NOTEBOOK.format(plugin=PLUGIN), str(dataset)], cwd=tmp_path, capture_output=True,
+        [sys.executable, "-c", NOTEBOOK.format(plugin=PLUGIN), str(dataset), str(broken)], cwd=tmp_path,
+        capture_output=True,
         text=True, env=os.environ | {"PYTHONPATH": path}, timeout=1200,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr[-3000:]
@@ -49,4 +58,7 @@ def test_a_notebook_scores_a_sample_with_a_model_free_plug_in_and_reads_its_reco
     # each pair's decision is the one its images were made to give; the failures come first
     assert found["correct"] == [bool(test.loc[pair, "right"]) for pair in found["pairs"]]
     assert found["correct"] == sorted(found["correct"])
-    assert found["refused"] == "limit 0: not a whole number of items, at least 1"
+    assert found["refused"] == [
+        "limit 0: not a whole number of items, at least 1",
+        f"dataset {broken}, row 2 (image_adv): {broken.parent / 'b1.png'}: truncated (Pillow: Truncated File Read)",
+    ]
