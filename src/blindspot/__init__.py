@@ -1,7 +1,7 @@
 """blindspot: build and score multimodal evaluation benchmarks (ProtoBias, HumbleBench).
 
 From Python, `blindspot.evaluate(...)` runs what `blindspot evaluate` runs and returns its table
-(docs/usage.md#from-python), `blindspot.Scorer(metric)` scores prompts and images in memory, and
+(docs/usage.md#from-python-notebooks), `blindspot.Scorer(metric)` scores prompts and images in memory, and
 `blindspot.read_records(path)` reads a run's per-item records, failures first
 (docs/usage.md#per-item-records). Imported when first used: a workflow job imports this package too,
 and needs none of it."""
