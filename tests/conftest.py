@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -184,3 +185,64 @@ def exported(tmp_path):
     return export_small_benchmark(
         tmp_path, lambda path, role, i: grey_image(path, 10 * i + (role == "adv")), lambda i: f"a bird {i}"
     )
+
+
+# `blindspot evaluate humblebench` as people run it: shared by the tests of its state and its records.
+EVALUATED_TYPES = ("Object", "Attribute", "Relation", "Object")
+# Tables 4-6 need the config's original and stress settings; noise adds a third answer job to be cut off in.
+EVALUATED_SETTINGS = ("original", "nota_only", "noise")
+
+
+@pytest.fixture(scope="session")
+def humble_release(tmp_path_factory) -> Path:
+    """Four questions of a HumbleBench release, each with its image."""
+    folder = tmp_path_factory.mktemp("release")
+    records = []
+    for i, kind in enumerate(EVALUATED_TYPES):
+        Image.fromarray(np.full((16, 16, 3), 40 * i, dtype=np.uint8)).save(folder / f"image{i}.png")
+        records.append({"question_id": f"q{i}", "label": "ABCE"[i], "type": kind, "image": f"image{i}.png",
+                        "question": f"What is {i}?\nA. a\nB. b\nC. c\nD. d\nE. None of the above"})  # fmt: skip
+    (folder / "release.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    return folder / "release.jsonl"
+
+
+def _evaluate_options(release: Path, results: Path) -> list[str]:
+    settings = [part for name in EVALUATED_SETTINGS for part in ("--setting", name)]
+    return ["--release", str(release), "--vlm", "tiny-qwen2.5-vl", *settings, "--results-dir", str(results)]
+
+
+def docs_example() -> str:
+    """The Python example of docs/usage.md (From Python), as a notebook runs it."""
+    text = (REPO / "docs" / "usage.md").read_text()
+    return text.split("<!-- evaluate-example:", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def evaluate_humblebench(release: Path, results: Path) -> list[str]:
+    """`blindspot evaluate humblebench` of `release` into `results` by the tiny Qwen2.5-VL, as a command line."""
+    evaluate = [sys.executable, "-m", "blindspot.cli", "evaluate", "humblebench"]
+    return [*evaluate, *_evaluate_options(release, results), "--cores", "1"]
+
+
+@pytest.fixture(scope="session")
+def side_by_side(humble_release, tmp_path_factory) -> tuple[Path, Path]:
+    """Two evaluations of one release at once, in two results folders: one by the command, one through
+    `blindspot.evaluate` in a fresh Python process (the docs' example). Both must be running at once, and
+    both finish. tests/test_evaluate_state.py and tests/test_evaluate_records.py read them."""
+    folder = tmp_path_factory.mktemp("side_by_side")
+    by_command, by_python = folder / "command", folder / "my-evaluation"
+    for path in humble_release.parent.iterdir():  # the docs' example reads release.jsonl from where it runs
+        shutil.copy(path, folder)
+    script = docs_example()
+    # output to files: a pipe nobody reads while the two run would fill and stop them
+    started = [subprocess.Popen(argv, cwd=folder, stdout=(folder / f"{name}.out").open("w"), stderr=subprocess.STDOUT)
+               for name, argv in (("command", evaluate_humblebench(humble_release, by_command)),
+                                  ("python", [sys.executable, "-c", script]))]  # fmt: skip
+    # Both workflows started (each has its own Snakemake log in its own folder) before either ended.
+    deadline = time.monotonic() + 600
+    while not all(list((results / ".snakemake" / "log").glob("*.log")) for results in (by_command, by_python)):
+        assert all(process.poll() is None for process in started), "one evaluation ended before the other started"
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    for name, process in zip(("command", "python"), started, strict=True):
+        assert process.wait(timeout=1200) == 0, (folder / f"{name}.out").read_text()[-3000:]
+    return by_command, by_python

@@ -2,7 +2,6 @@
 the metrics' own, and `blindspot evaluate --show` / `blindspot.read_records`, which list them failures first."""
 
 import json
-import shutil
 
 import numpy as np
 import pandas as pd
@@ -296,16 +295,15 @@ def test_the_records_fields_are_documented_from_their_schemas():
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_evaluate_writes_a_record_per_scored_pair_whose_decisions_give_table3(exported, tmp_path, capsys):
+def test_evaluate_writes_a_record_per_scored_pair_whose_decisions_give_table3(exported, built_config, tmp_path, capsys):
     """`blindspot evaluate protobias` with the tiny CLIP on a small export: one record per test pair, whose
-    decisions average to Table 3's overall accuracy, and `--show` lists the failures first. The tiny CLIP is
-    copied into the run's own resources folder, so that nothing is built in the checkout's."""
+    decisions average to Table 3's overall accuracy, and `--show` lists the failures first. The tiny models
+    are the session's (`built_config`), so that nothing is built in the checkout's resources folder."""
     from blindspot.cli import main
 
     pairs, dataset = exported
-    resources = tmp_path / "resources"
-    shutil.copytree(REPO / "resources" / "models" / "tiny-clip", resources / "models" / "tiny-clip")
-    base = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text()) | {"resources_dir": str(resources)}
+    tiny = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
+    base = tiny | {"resources_dir": built_config["resources_dir"]}
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     results = tmp_path / "out"
     assert main(["evaluate", "protobias", "--dataset", str(dataset), "--metric", "clipscore", "--results-dir",
@@ -327,30 +325,20 @@ def test_evaluate_writes_a_record_per_scored_pair_whose_decisions_give_table3(ex
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_evaluate_humblebench_writes_a_record_per_answer_as_the_metrics_read_it(tmp_path, capsys):
-    """`blindspot evaluate humblebench` with the tiny Qwen2.5-VL on three questions in every setting: one record
-    per question and setting, whose outcomes give the metrics' overall accuracy of the config's reading."""
-    from conftest import grey_image
+def test_evaluate_humblebench_writes_a_record_per_answer_as_the_metrics_read_it(side_by_side, capsys):
+    """`blindspot evaluate humblebench` with the tiny Qwen2.5-VL on four questions in three settings (the run
+    tests/conftest.py's `side_by_side` makes): one record per question and setting, whose outcomes give the
+    metrics' overall accuracy of the config's reading."""
+    from conftest import EVALUATED_SETTINGS, EVALUATED_TYPES
 
-    from blindspot.cli import main
-
-    resources = tmp_path / "resources"
-    shutil.copytree(REPO / "resources" / "models" / "tiny-qwen2.5-vl", resources / "models" / "tiny-qwen2.5-vl")
-    base = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text()) | {"resources_dir": str(resources)}
-    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
-    grey_image(tmp_path / "pixel.png", 128)
-    options = "\nA. a cat\nB. a dog\nC. a bird\nD. a fish\nE. None of the above"
-    release = [{"question_id": f"q{i}", "label": label, "type": "Object", "image": "pixel.png",
-                "question": f"What is it?{options}"} for i, label in enumerate("ACE")]  # fmt: skip
-    (tmp_path / "release.jsonl").write_text("".join(json.dumps(record) + "\n" for record in release))
-    results = tmp_path / "out"
-    assert main(["evaluate", "humblebench", "--release", str(tmp_path / "release.jsonl"), "--vlm", "tiny-qwen2.5-vl",
-                 "--results-dir", str(results), "--configfile", str(tmp_path / "base.yaml")]) == 0  # fmt: skip
+    results = side_by_side[0]
+    base = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
+    printed = (results.parent / "command.out").read_text().splitlines()
     path = results / "tables" / "humblebench_records.jsonl"
-    assert capsys.readouterr().out.splitlines()[-1] == f"per-item records: {path} (blindspot evaluate --show FILE)"
+    assert f"per-item records: {path} (blindspot evaluate --show FILE)" in printed
     records = read_records(path)
-    settings = base["humblebench"]["settings"]
-    assert len(records) == 3 * len(settings)
+    settings = EVALUATED_SETTINGS
+    assert len(records) == len(EVALUATED_TYPES) * len(settings)
     assert set(records["setting"]) == set(settings)
     assert list(records["outcome"]) == sorted(records["outcome"], key=["wrong", "unreadable", "right"].index)
     reading = base["humblebench"]["reading"]

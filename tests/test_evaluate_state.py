@@ -3,62 +3,17 @@ with SIGKILL runs again with the same command and goes on from the jobs that fin
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, grey_image
-from PIL import Image
+from conftest import REPO, evaluate_humblebench, grey_image
 
 from blindspot.config import ConfigError
-
-TYPES = ("Object", "Attribute", "Relation", "Object")
-# Tables 4-6 need the config's original and stress settings; noise adds a third answer job to be cut off in.
-SETTINGS = ("original", "nota_only", "noise")
-
-
-@pytest.fixture(scope="module")
-def release(tmp_path_factory) -> Path:
-    """Four questions of a HumbleBench release, each with its image."""
-    folder = tmp_path_factory.mktemp("release")
-    records = []
-    for i, kind in enumerate(TYPES):
-        Image.fromarray(np.full((16, 16, 3), 40 * i, dtype=np.uint8)).save(folder / f"image{i}.png")
-        records.append({"question_id": f"q{i}", "label": "ABCE"[i], "type": kind, "image": f"image{i}.png",
-                        "question": f"What is {i}?\nA. a\nB. b\nC. c\nD. d\nE. None of the above"})  # fmt: skip
-    (folder / "release.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
-    return folder / "release.jsonl"
-
-
-def options(release: Path, results: Path) -> list[str]:
-    settings = [part for name in SETTINGS for part in ("--setting", name)]
-    return ["--release", str(release), "--vlm", "tiny-qwen2.5-vl", *settings, "--results-dir", str(results)]
-
-
-def docs_example() -> str:
-    """The Python example of docs/usage.md (From Python), as a notebook runs it."""
-    text = (REPO / "docs" / "usage.md").read_text()
-    return text.split("<!-- evaluate-example:", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-
-
-def command(release: Path, results: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "blindspot.cli",
-        "evaluate",
-        "humblebench",
-        *options(release, results),
-        "--cores",
-        "1",
-    ]
 
 
 def table(results: Path) -> pd.DataFrame:
@@ -68,31 +23,6 @@ def table(results: Path) -> pd.DataFrame:
 def finished_jobs(results: Path) -> dict[Path, int]:
     """Each finished job's benchmark file (Snakemake writes it when the job ends), with its modification time."""
     return {path: path.stat().st_mtime_ns for path in (results / "benchmarks").rglob("*.tsv")}
-
-
-@pytest.fixture(scope="module")
-def side_by_side(release, tmp_path_factory) -> tuple[Path, Path]:
-    """Two evaluations of one release at once, in two results folders: one by the command, one through
-    `blindspot.evaluate` in a fresh Python process (the docs' example). Both must be running at once, and
-    both finish."""
-    folder = tmp_path_factory.mktemp("side_by_side")
-    by_command, by_python = folder / "command", folder / "my-evaluation"
-    for path in release.parent.iterdir():  # the docs' example reads release.jsonl from where it runs
-        shutil.copy(path, folder)
-    script = docs_example()
-    # output to files: a pipe nobody reads while the two run would fill and stop them
-    started = [subprocess.Popen(argv, cwd=folder, stdout=(folder / f"{name}.out").open("w"), stderr=subprocess.STDOUT)
-               for name, argv in (("command", command(release, by_command)),
-                                  ("python", [sys.executable, "-c", script]))]  # fmt: skip
-    # Both workflows started (each has its own Snakemake log in its own folder) before either ended.
-    deadline = time.monotonic() + 600
-    while not all(list((results / ".snakemake" / "log").glob("*.log")) for results in (by_command, by_python)):
-        assert all(process.poll() is None for process in started), "one evaluation ended before the other started"
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
-    for name, process in zip(("command", "python"), started, strict=True):
-        assert process.wait(timeout=1200) == 0, (folder / f"{name}.out").read_text()[-3000:]
-    return by_command, by_python
 
 
 @pytest.mark.slow
@@ -111,13 +41,13 @@ def test_two_evaluations_with_their_own_results_folders_run_at_once_and_both_fin
 @pytest.mark.slow
 @pytest.mark.integration
 def test_a_killed_evaluate_runs_again_with_the_same_command_and_does_no_finished_job_twice(
-    release, side_by_side, tmp_path
+    humble_release, side_by_side, tmp_path
 ):
     """A closed terminal or a killed login session: SIGKILL to the command and everything it started, while
     a job runs. The same command then finds the stale lock, goes on, and gives the uninterrupted run's table."""
     results = tmp_path / "killed"
     # its own session: the kill reaches the command, Snakemake and the running job, as a closed terminal's would
-    run = subprocess.Popen(command(release, results), cwd=tmp_path, start_new_session=True,
+    run = subprocess.Popen(evaluate_humblebench(humble_release, results), cwd=tmp_path, start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     answers, deadline = results / "benchmarks" / "answer_humble", time.monotonic() + 900
     while True:  # an answer job done, and the next one started (its log is there) and not done
@@ -134,7 +64,9 @@ def test_a_killed_evaluate_runs_again_with_the_same_command_and_does_no_finished
     assert list((results / ".snakemake" / "locks").glob("*")), "the killed run left no lock to find"
     before = finished_jobs(results)
 
-    again = subprocess.run(command(release, results), cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    again = subprocess.run(
+        evaluate_humblebench(humble_release, results), cwd=tmp_path, capture_output=True, text=True, timeout=1200
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"a killed run left Snakemake's lock in {results}; unlocking" in again.stderr
     pd.testing.assert_frame_equal(table(results), table(side_by_side[0]))
