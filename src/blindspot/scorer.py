@@ -34,12 +34,10 @@ def _loaded(config: dict[str, Any], name: str, batch_size: int) -> Metric:
     entry = config["evaluation"]["metrics"][name]
     spec = model_spec(config, entry["model"]) if "model" in entry else None
     helpers = {arg: model_spec(config, model) for arg, model in entry.get("models", {}).items()}
-    trained = None
-    if entry["plugin"] == "protoscore":
-        trained = targets.path(config, "protoscore")
-        if not Path(trained).is_dir():
-            raise ConfigError(f"metric {name}: scores with the workflow's trained ProtoScore, {trained}, which is "
-                              "not there: run the workflow's train_protoscore first")  # fmt: skip
+    trained = next(iter(targets.trained_metric_input(config, name)), None)
+    if trained is not None and not Path(trained).is_dir():
+        raise ConfigError(f"metric {name}: scores with the workflow's trained ProtoScore, {trained}, which is "
+                          "not there: run the workflow's train_protoscore first")  # fmt: skip
     key = spec.api_key_env if spec else None
     if key and not os.environ.get(key):  # a job would skip the metric; here there is nothing to go on with
         raise ConfigError(f"metric {name}: its model '{spec.name}' reads its API key from ${key}, which is not set")
