@@ -66,11 +66,13 @@ def test_table9_has_the_papers_rows_and_columns_as_shares_of_each_types_candidat
 
 @pytest.mark.parametrize("with_table9", [True, False])
 def test_the_step_writes_figure2_its_plot_and_table9_from_the_question_counters(tmp_path, with_table9):
+    from blindspot.sampling import sample_record
     from blindspot.steps.humble import describe_humble_questions
 
     write_table(tmp_path / "questions.parquet", questions(), tables.HUMBLE_QUESTIONS)
     filtering = {"Object": {"candidates": 2, "keep": 1, "modify": 0, "delete": 1, "undecided": 0}}
-    write_json(tmp_path / "counters.json", {"questions": 6, "scene_graph_filtering": filtering})
+    sample = sample_record(None, 6, 6)  # every question: make_humble_questions writes it, sampled or not
+    write_json(tmp_path / "counters.json", {"questions": 6, "scene_graph_filtering": filtering, "sample": sample})
 
     def files(name):
         return [str(tmp_path / f"{name}.{ext}") for ext in ("csv", "md", "tex")]
