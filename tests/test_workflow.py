@@ -187,7 +187,9 @@ def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
     assert "results/tiny/tables/example_grid.png" in targets
     assert "results/tiny/tables/figure2_humblebench_distributions.png" in targets  # and its table's three formats
     assert not any("table9" in target for target in targets)  # no scene-graph questions in the tiny preset
-    assert len(targets) == 3 + 3 * 3 + 5 * 3 + 1 + 6 + 1
+    assert "results/tiny/tables/protobias_records.jsonl" in targets  # each benchmark's per-item records
+    assert "results/tiny/tables/humblebench_records.jsonl" in targets
+    assert len(targets) == 3 + 3 * 3 + 5 * 3 + 1 + 6 + 1 + 2
 
 
 @pytest.mark.slow
