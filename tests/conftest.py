@@ -226,7 +226,7 @@ def evaluate_humblebench(release: Path, results: Path) -> list[str]:
 @pytest.fixture(scope="session")
 def side_by_side(humble_release, tmp_path_factory) -> tuple[Path, Path]:
     """Two evaluations of one release at once, in two results folders: one by the command, one through
-    `blindspot.evaluate` in a fresh Python process (the docs' example). Both must be running at once, and
+    `blindspot.api.evaluate` in a fresh Python process (the docs' example). Both must be running at once, and
     both finish. tests/test_evaluate_state.py and tests/test_evaluate_records.py read them."""
     folder = tmp_path_factory.mktemp("side_by_side")
     by_command, by_python = folder / "command", folder / "my-evaluation"

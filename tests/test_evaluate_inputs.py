@@ -15,7 +15,7 @@ import yaml
 from conftest import REPO
 from PIL import Image
 
-import blindspot
+import blindspot.api
 from blindspot import evaluate_run
 from blindspot.config import ConfigError
 from blindspot.evaluate_failure import failed_jobs, last_line, workflow_failure
@@ -64,7 +64,7 @@ def no_workflow(monkeypatch, tmp_path):
 
 
 def refused(capsys, benchmark: str, source: Path, *more: str) -> str:
-    """The line `blindspot evaluate` stops with on `source`; `blindspot.evaluate` raises the same as a
+    """The line `blindspot evaluate` stops with on `source`; `blindspot.api.evaluate` raises the same as a
     ConfigError."""
     from blindspot.cli import main
 
@@ -82,7 +82,7 @@ def refused(capsys, benchmark: str, source: Path, *more: str) -> str:
         "release": str(source), "vlms": [VLM]}  # fmt: skip
     compare = [more[i + 1] for i, option in enumerate(more) if option == "--compare"]
     with pytest.raises(ConfigError) as error:
-        blindspot.evaluate(benchmark, configfile=TINY, results_dir="out", compare=compare, **keywords)
+        blindspot.api.evaluate(benchmark, configfile=TINY, results_dir="out", compare=compare, **keywords)
     assert f"blindspot: error: {error.value}" == line
     return line.removeprefix("blindspot: error: ")
 
@@ -237,7 +237,9 @@ def test_a_table_the_run_left_that_is_not_its_table_is_named(tmp_path, monkeypat
 
     monkeypatch.setattr(evaluate_run, "run_workflow", leaves_the_table)
     with pytest.raises(ConfigError) as error:
-        blindspot.evaluate("protobias", dataset="pairs.csv", metrics=["clipscore"], configfile=TINY, results_dir="out")
+        blindspot.api.evaluate(
+            "protobias", dataset="pairs.csv", metrics=["clipscore"], configfile=TINY, results_dir="out"
+        )
     assert str(error.value) == f"the run's Table 3 {table}: {problem}"
 
 

@@ -1,5 +1,5 @@
 """A metric plug-in that loads no registry model (its config entry without `model`, `--metric PLUGIN@none`,
-or a class that says `registry_model = False`), and scoring prompts and images in memory (`blindspot.Scorer`).
+or a class that says `registry_model = False`), and scoring prompts and images in memory (`blindspot.api.Scorer`).
 The plug-in is docs/metrics.md's ColourShare, as tests/test_plugins.py loads it."""
 
 import json
@@ -142,9 +142,9 @@ def test_metric_entries_take_none_or_a_class_that_says_it_loads_no_model(local_p
 
 
 def colour_scorer(metric: str):
-    import blindspot
+    import blindspot.api
 
-    return blindspot.Scorer(metric)
+    return blindspot.api.Scorer(metric)
 
 
 @pytest.mark.parametrize("metric", [PLUGIN, f"{PLUGIN}@none"])
@@ -174,11 +174,11 @@ def test_in_memory_scoring_refuses_unpaired_or_unreadable_input_in_one_line(loca
 
 def test_a_metric_that_needs_what_only_a_job_has_is_refused_in_one_line_before_it_loads(monkeypatch, tmp_path):
     """An API judge without its key (a job would skip it); ProtoScore before the workflow trained it."""
-    import blindspot
+    import blindspot.api
 
     monkeypatch.delenv("BLINDSPOT_TINY_API_KEY", raising=False)
     with pytest.raises(ConfigError) as error:
-        blindspot.Scorer("api-judge")
+        blindspot.api.Scorer("api-judge")
     assert str(error.value) == (
         "metric api-judge: its model 'local-api-judge' reads its API key from $BLINDSPOT_TINY_API_KEY, which is not set"
     )
@@ -187,13 +187,13 @@ def test_a_metric_that_needs_what_only_a_job_has_is_refused_in_one_line_before_i
     with pytest.raises(ConfigError, match=r"^metric protoscore: scores with the workflow's trained ProtoScore, "
                        f"{tmp_path}/results/protoscore/trained, which is not there: run the workflow's "
                        "train_protoscore first$"):  # fmt: skip
-        blindspot.Scorer("protoscore", configfile=str(tmp_path / "config.yaml"))
+        blindspot.api.Scorer("protoscore", configfile=str(tmp_path / "config.yaml"))
 
 
 def test_in_memory_scores_equal_the_score_metric_jobs(tiny_config, tmp_path):
-    """The tiny CLIP (random weights) through `blindspot.Scorer` and through the workflow's `score_metric` job
+    """The tiny CLIP (random weights) through `blindspot.api.Scorer` and through the workflow's `score_metric` job
     on the same prompt and images. Not CLIPScore itself: its cosines are all below 0, floored to 0."""
-    import blindspot
+    import blindspot.api
 
     results = tmp_path / "results"
     tiny_config["results_dir"] = str(results)
@@ -211,7 +211,7 @@ def test_in_memory_scores_equal_the_score_metric_jobs(tiny_config, tmp_path):
         cwd=REPO, check=True, capture_output=True, timeout=600,
     )  # fmt: skip
     job = read_table(results / domain / "metric_scores" / "clip-cosine" / "00000.parquet", tables.METRIC_SCORES)
-    score = blindspot.Scorer("clip-cosine", configfile=str(configfile))
+    score = blindspot.api.Scorer("clip-cosine", configfile=str(configfile))
     images = [results / domain / "corr.png", solid(BLUE)]  # a path, and the adversarial image in memory
     table = score(["a red apple"] * 2, images)
     assert table["raw"].tolist() == pytest.approx([job["corr_raw"][0], job["adv_raw"][0]], rel=1e-6, abs=1e-7)

@@ -15,16 +15,16 @@ from test_plugins import colour_exported, local_plugin  # noqa: F401  (fixtures)
 
 NOTEBOOK = """
 import json, sys
-import blindspot
+import blindspot.api
 from blindspot.config import ConfigError
 
 dataset, broken = sys.argv[1:]
-rows = blindspot.evaluate("protobias", dataset=dataset, metrics=["{plugin}"], limit=3, results_dir="sampled")
-records = blindspot.read_records(rows.attrs["records"])
+rows = blindspot.api.evaluate("protobias", dataset=dataset, metrics=["{plugin}"], limit=3, results_dir="sampled")
+records = blindspot.api.read_records(rows.attrs["records"])
 refused = []
 for arguments in ({{"dataset": dataset, "limit": 0}}, {{"dataset": broken}}):
     try:
-        blindspot.evaluate("protobias", metrics=["{plugin}"], **arguments)
+        blindspot.api.evaluate("protobias", metrics=["{plugin}"], **arguments)
     except ConfigError as error:
         refused.append(str(error))
 print(json.dumps({{"sample": dict(zip(rows["Method"], rows["sample"])),

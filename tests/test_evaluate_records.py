@@ -1,5 +1,5 @@
 """Per-item records: each scored ProtoBias pair and each HumbleBench answer as a JSON line, their decisions
-the metrics' own, and `blindspot evaluate --show` / `blindspot.read_records`, which list them failures first."""
+the metrics' own, and `blindspot evaluate --show` / `blindspot.api.read_records`, which list them failures first."""
 
 import json
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 from conftest import REPO
 
-import blindspot
+import blindspot.api
 from blindspot import tables, targets
 from blindspot.config import ConfigError
 from blindspot.docs import OUTPUT_DESCRIPTIONS
@@ -102,7 +102,7 @@ def test_the_written_records_are_json_lines_that_read_back_failures_first(protob
     assert not records["correct"].head(4).any()
     assert records["correct"].tail(6).all()
     assert records["margin"].tail(6).is_monotonic_increasing
-    assert blindspot.read_records(protobias_file).equals(records)
+    assert blindspot.api.read_records(protobias_file).equals(records)
 
 
 def _show(capsys, *args) -> list[str]:
@@ -260,7 +260,7 @@ def test_a_file_that_is_no_records_file_is_one_line_naming_it_and_the_line(proto
         assert len(lines) == 1, lines
         assert lines[0].startswith(f"blindspot: error: {tmp_path / name}: {problem}"), lines[0]
     with pytest.raises(ConfigError, match="line 2 lacks the field"):
-        blindspot.read_records(tmp_path / "mixed.jsonl")
+        blindspot.api.read_records(tmp_path / "mixed.jsonl")
     assert _error(capsys, "--show", tmp_path / "nowhere.jsonl") == [
         f"blindspot: error: {tmp_path / 'nowhere.jsonl'}: No such file or directory"
     ]

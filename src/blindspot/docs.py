@@ -179,7 +179,7 @@ def outputs_markdown() -> str:
 
 RECORDS_INTRO = (
     "`{path}` holds one JSON object a line with these fields (`blindspot.tables.RECORDS`); "
-    "`blindspot evaluate --show FILE` lists them failures first, `blindspot.read_records(FILE)` reads them "
+    "`blindspot evaluate --show FILE` lists them failures first, `blindspot.api.read_records(FILE)` reads them "
     "([usage](usage.md#per-item-records))."
 )
 

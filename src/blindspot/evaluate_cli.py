@@ -1,4 +1,4 @@
-"""`blindspot evaluate`'s command line: its options, which are `blindspot.evaluate`'s arguments."""
+"""`blindspot evaluate`'s command line: its options, which are `blindspot.api.evaluate`'s arguments."""
 
 from __future__ import annotations
 

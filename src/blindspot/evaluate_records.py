@@ -1,5 +1,5 @@
 """Reading the per-item records a run writes (`tables.RECORDS`: ProtoBias' pairs, HumbleBench's answers),
-failures first: `blindspot.read_records(path)` from Python, `blindspot evaluate --show FILE` on a terminal."""
+failures first: `blindspot.api.read_records(path)` from Python, `blindspot evaluate --show FILE` on a terminal."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`blindspot evaluate`, from the command line or Python (`blindspot.evaluate`): score a metric on a
+"""`blindspot evaluate`, from the command line or Python (`blindspot.api.evaluate`): score a metric on a
 released ProtoBias, or a VLM on HumbleBench's release. It writes a config (`blindspot.evaluate_config`),
 runs the workflow's own rules with it, returns the table beside rows passed with `compare`, and records
 what makes a row comparable: the dataset's fingerprint, each model's identity and the settings."""
@@ -198,7 +198,7 @@ def run_workflow(configfile: Path, profile: str | None, cores: int) -> None:
 @contextlib.contextmanager
 def _refused_as_config_error() -> Iterator[None]:
     """What a reader of `evaluate`'s inputs refuses (a ValueError: a table, release, record or value; an
-    OSError: a file, an image) as the ConfigError `blindspot.evaluate` raises, its message the line that
+    OSError: a file, an image) as the ConfigError `blindspot.api.evaluate` raises, its message the line that
     the command prints."""
     try:
         yield

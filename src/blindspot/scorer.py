@@ -1,4 +1,4 @@
-"""Scoring prompts and images in memory from Python (`blindspot.Scorer`), with any metric plug-in: a metric
+"""Scoring prompts and images in memory from Python (`blindspot.api.Scorer`), with any metric plug-in: a metric
 of the config by name, or a plug-in as `blindspot evaluate`'s `--metric` takes it (`module:Class@MODEL`,
 `@none`, or `module:Class` alone when its class says `registry_model = False`). It is built once, through
 the `metric_loader` and `load_metric` a `score_metric` job uses, on its registry entry's device and dtype,

@@ -156,7 +156,7 @@ def model_free_resources(plugin: str) -> dict[str, Any] | None:
     nothing); for one whose class says `registry_model = False` (a heuristic, or one that brings its own
     weights), what its jobs need instead: its class's `resources` ({"gpus": 1, "weights_gb": 2.0}), {} for
     a CPU. This imports the plug-in, so the workflow never calls it (a plug-in from outside is imported
-    first by its job, in the job's env); `blindspot evaluate` and `blindspot.Scorer` do, for a
+    first by its job, in the job's env); `blindspot evaluate` and `blindspot.api.Scorer` do, for a
     `--metric module:Class` without `@MODEL`, and copy what it says into the metric's entry."""
     built = plugin_builder(plugin)
     if getattr(built, "registry_model", True) is not False:
