@@ -50,7 +50,7 @@ def build_component(spec: dict[str, Any]) -> Any:
 def build_pipeline(architecture: dict[str, Any]) -> Any:
     import diffusers
 
-    from blindspot.models.tiny.diffusion import _clip_tokenizer, _gemma_tokenizer, _t5_tokenizer
+    from blindspot.tiny.diffusion import _clip_tokenizer, _gemma_tokenizer, _t5_tokenizer
 
     tokenizers = {"clip": _clip_tokenizer, "t5": _t5_tokenizer, "gemma": _gemma_tokenizer}
     parts = {

@@ -35,7 +35,7 @@ import pyarrow as pa
 from PIL import Image
 from tiny_preset import REPO, build_models, tiny_config
 
-from blindspot import catalogue, tables, targets
+from blindspot import catalogue, schemas, targets
 from blindspot.io import write_table
 from blindspot.protobias.split import split_of
 from blindspot.protobias.taxonomy import sample_seeds
@@ -118,9 +118,9 @@ def write_prompt_tables(config: dict) -> pd.DataFrame:
         correct_description=seeds["draft_correct"], adversarial_description=seeds["draft_adversarial"],
         generator_model_id="built:smollm2-135m", generate_template_version="v1", judges="smollm2-135m",
     )  # fmt: skip
-    write_table_at(config, "seeds", seeds, tables.SEEDS, domain=DOMAIN)
-    write_table_at(config, "triplets", triplets, tables.TRIPLETS, domain=DOMAIN)
-    return triplets[tables.TRIPLETS.names]
+    write_table_at(config, "seeds", seeds, schemas.SEEDS, domain=DOMAIN)
+    write_table_at(config, "triplets", triplets, schemas.TRIPLETS, domain=DOMAIN)
+    return triplets[schemas.TRIPLETS.names]
 
 
 def write_inputs(config: dict, images: list[str]) -> None:
@@ -149,10 +149,10 @@ def write_inputs(config: dict, images: list[str]) -> None:
         "question": "Which of these is in the image?", "options": json.dumps(OPTIONS), "label": "A",
         "type": "Object", "image_path": corr, "origin": "{}", "verified": True,
     })  # fmt: skip
-    write_table_at(config, "pairs", pairs, tables.PAIRS, domain=DOMAIN)
-    write_table_at(config, "renders", renders, tables.RENDERS, domain=DOMAIN, t2i=T2I, shard=SHARD)
-    write_table_at(config, "benchmark_pairs", benchmark, tables.BENCHMARK_PAIRS)
-    write_table_at(config, "humble_questions", questions, tables.HUMBLE_QUESTIONS)
+    write_table_at(config, "pairs", pairs, schemas.PAIRS, domain=DOMAIN)
+    write_table_at(config, "renders", renders, schemas.RENDERS, domain=DOMAIN, t2i=T2I, shard=SHARD)
+    write_table_at(config, "benchmark_pairs", benchmark, schemas.BENCHMARK_PAIRS)
+    write_table_at(config, "humble_questions", questions, schemas.HUMBLE_QUESTIONS)
     side = Image.open(images[0]).width  # objects of a scene: nested boxes from the whole image down
     boxes = [[k * side // 32, k * side // 32, side - k * side // 32, side - k * side // 32] for k in range(OBJECTS)]
     graphs = [

@@ -5,7 +5,7 @@ from pathlib import Path
 import yaml
 
 from blindspot.models.spec import resolved_recipe
-from blindspot.models.tiny.build import build_model
+from blindspot.tiny.build import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 

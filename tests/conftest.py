@@ -67,7 +67,7 @@ def paper_config() -> dict:
 def built_config(tmp_path_factory) -> dict:
     """The tiny config with every model built (once per session) into a temporary resources dir."""
     from blindspot.models.spec import resolved_recipe
-    from blindspot.models.tiny.build import build_model
+    from blindspot.tiny.build import build_model
 
     config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
     config = copy.deepcopy(config)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from blindspot.metrics import load_metric
 from blindspot.metrics.align_score import context_chunks, model_weights, sentences
 from blindspot.models.spec import model_spec
-from blindspot.models.tiny.align_score import CHECKPOINT_FILE
+from blindspot.plugins import load_metric
+from blindspot.tiny.align_score import CHECKPOINT_FILE
 
 
 def test_sentences_end_at_a_stop_before_a_capital_or_digit():

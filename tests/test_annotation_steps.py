@@ -8,7 +8,7 @@ import pytest
 from conftest import REPO
 from PIL import Image
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.annotation.agreement import annotator_kappas, annotator_table, mean_pairwise_kappa
 from blindspot.annotation.labels import scored_images
 from blindspot.annotation.projects import (
@@ -101,7 +101,7 @@ def label_studio(items, name, value):
 def test_the_steps_read_label_studio_exports(tmp_path):
     from blindspot.steps.annotation import human_preferences, validate_filter
 
-    write_table(tmp_path / "pairs.parquet", annotation_pairs(tmp_path), tables.ANNOTATION_PAIRS)
+    write_table(tmp_path / "pairs.parquet", annotation_pairs(tmp_path), schemas.ANNOTATION_PAIRS)
     choices = [(pair, who, side) for pair in ("p1", "p2") for who, side in (("a1", "left"), ("a2", "left"),
                                                                            ("a3", "right"))]  # fmt: skip
     (tmp_path / "choices.json").write_text(label_studio(choices, "choice", lambda side: {"choices": [side]}))
@@ -117,7 +117,7 @@ def test_the_steps_read_label_studio_exports(tmp_path):
     assert (row["animals"]["accuracy"], row["objects"]["accuracy"], row["overall"]["accuracy"]) == (1.0, 0.0, 0.5)
     assert list(pd.read_csv(out["k.csv"])["Annotator"]) == ["a1", "a2", "a3", "mean (pairs)"]
 
-    write_table(tmp_path / "images.parquet", annotation_images(tmp_path), tables.ANNOTATION_IMAGES)
+    write_table(tmp_path / "images.parquet", annotation_images(tmp_path), schemas.ANNOTATION_IMAGES)
     scores = [("i1", "a1", 10), ("i2", "a1", 4), ("i3", "a1", 1), ("i4", "a1", 2)]
     (tmp_path / "scores.json").write_text(label_studio(scores, "score", lambda score: {"rating": score}))
     files = {"filter_validation": str(tmp_path / "images.parquet"), "labels": str(tmp_path / "scores.json"),
@@ -148,8 +148,8 @@ def test_the_projects_step_adds_the_question_check_with_scene_candidates(tmp_pat
     from blindspot.humblebench.settings import Question
     from blindspot.steps.annotation import make_annotation_projects
 
-    write_table(tmp_path / "images.parquet", annotation_images(tmp_path), tables.ANNOTATION_IMAGES)
-    write_table(tmp_path / "pairs.parquet", annotation_pairs(tmp_path), tables.ANNOTATION_PAIRS)
+    write_table(tmp_path / "images.parquet", annotation_images(tmp_path), schemas.ANNOTATION_IMAGES)
+    write_table(tmp_path / "pairs.parquet", annotation_pairs(tmp_path), schemas.ANNOTATION_PAIRS)
     arguments = {
         "filter_validation": str(tmp_path / "images.parquet"),
         "preference_pairs": str(tmp_path / "pairs.parquet"),
@@ -174,7 +174,7 @@ def test_the_projects_step_adds_the_question_check_with_scene_candidates(tmp_pat
         make_annotation_projects(scene_candidates=[], **(arguments | {"filter_evaluators": ["carol"]}))
     question = Question("s1", "What colour?", ("red", "blue", "None of the above"), "A", "Attribute")
     candidates = pd.DataFrame([question_row(question, "scene_graph", str(tmp_path / "i1.png"), {}, verified=False)])
-    write_table(tmp_path / "candidates.parquet", candidates, tables.HUMBLE_QUESTIONS)
+    write_table(tmp_path / "candidates.parquet", candidates, schemas.HUMBLE_QUESTIONS)
     make_annotation_projects(scene_candidates=[str(tmp_path / "candidates.parquet")], **arguments)
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["image_score", "pairwise", "question_check"]
     tasks = json.loads((tmp_path / "p" / "pairwise" / "tasks.json").read_text())
@@ -193,8 +193,8 @@ def test_the_projects_step_adds_the_human_study_with_each_annotator_s_own_questi
     each item for the one whose set holds it; a set for someone who is not a study annotator is refused."""
     from blindspot.steps.annotation import make_annotation_projects
 
-    write_table(tmp_path / "images.parquet", annotation_images(tmp_path), tables.ANNOTATION_IMAGES)
-    write_table(tmp_path / "pairs.parquet", annotation_pairs(tmp_path), tables.ANNOTATION_PAIRS)
+    write_table(tmp_path / "images.parquet", annotation_images(tmp_path), schemas.ANNOTATION_IMAGES)
+    write_table(tmp_path / "pairs.parquet", annotation_pairs(tmp_path), schemas.ANNOTATION_PAIRS)
     picture = tmp_path / "humble" / "q.png"
     picture.parent.mkdir()
     picture.write_bytes(b"png")
@@ -204,7 +204,7 @@ def test_the_projects_step_adds_the_human_study_with_each_annotator_s_own_questi
         "question": ["What is it?", "What colour?"], "letters": ["ABC", "AC"],
         "options": [json.dumps(["a cat", "a dog", "None of the above"]), json.dumps(["red", "None of the above"])],
     })  # fmt: skip
-    write_table(tmp_path / "study.parquet", study, tables.HUMAN_STUDY)
+    write_table(tmp_path / "study.parquet", study, schemas.HUMAN_STUDY)
     arguments = {
         "filter_validation": str(tmp_path / "images.parquet"), "preference_pairs": str(tmp_path / "pairs.parquet"),
         "annotators": ["alice", "bob"], "filter_evaluators": ["bob"], "image_url_prefix": "/img/",

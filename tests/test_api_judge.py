@@ -25,7 +25,6 @@ from PIL import Image
 from blindspot.checks import validate_config
 from blindspot.config import ConfigError
 from blindspot.io import is_temp_of
-from blindspot.metrics import MetricSkipped, Score
 from blindspot.metrics.api_judge import (
     APIJudgeMetric,
     Unanswered,
@@ -35,12 +34,13 @@ from blindspot.metrics.api_judge import (
     read_score,
     reply_failure,
 )
-from blindspot.models import api_client
-from blindspot.models.api_client import APIError, backoff_delay, retry_after_seconds
+from blindspot.models.api import client as api_client
+from blindspot.models.api.client import APIError, backoff_delay, retry_after_seconds
 from blindspot.models.spec import model_spec
 from blindspot.models.vlm_scoring import text_score
+from blindspot.plugins import MetricSkipped, Score
 from blindspot.prompts import PromptTemplate
-from blindspot.protobias.scoring import NoAnswers, ScoreCache, score_pairs
+from blindspot.protobias.metric_scores import NoAnswers, ScoreCache, score_pairs
 
 KEY_ENV = "BLINDSPOT_TEST_JUDGE_KEY"
 KEY = "sk-blindspot-c0ffee-9d41-NEVER-LEAK"

@@ -1,4 +1,4 @@
-"""The adaptive limit of requests in flight (`blindspot.models.api_limiter`), and the client through it
+"""The adaptive limit of requests in flight (`blindspot.models.api.limiter`), and the client through it
 against a local endpoint that enforces a rate limit (bench/peers/api_rate.py's server)."""
 
 import sys
@@ -8,8 +8,8 @@ import time
 import pytest
 from conftest import REPO
 
-from blindspot.models.api_client import ClientSettings
-from blindspot.models.api_limiter import BACKOFF, OK, THROTTLED, AdaptiveLimit, duration_seconds, reset_wait
+from blindspot.models.api.client import ClientSettings
+from blindspot.models.api.limiter import BACKOFF, OK, THROTTLED, AdaptiveLimit, duration_seconds, reset_wait
 
 sys.path.insert(0, str(REPO / "bench"))
 from peers.api_rate import RateLimitedServer, run_arm
@@ -156,7 +156,7 @@ def test_the_client_answers_every_item_through_a_rate_limited_endpoint():
 
 
 def test_a_job_sends_no_more_than_its_planned_requests_times_its_attempts_then_stops_in_one_line():
-    from blindspot.models.api_client import ChatCompletionsClient, RequestsExhausted
+    from blindspot.models.api.client import ChatCompletionsClient, RequestsExhausted
 
     settings = ClientSettings(concurrency=4, max_attempts=2, planned_requests=3)
     with RateLimitedServer(rate=1000, in_flight=100, delay_s=0.0) as server:
@@ -175,7 +175,7 @@ def test_a_job_sends_no_more_than_its_planned_requests_times_its_attempts_then_s
 
 
 def test_retries_count_against_the_allowance():
-    from blindspot.models.api_client import ChatCompletionsClient, RequestsExhausted
+    from blindspot.models.api.client import ChatCompletionsClient, RequestsExhausted
 
     # One request in flight at a time on the server and two sent at once: refusals are retried, and counted.
     settings = ClientSettings(concurrency=2, max_concurrency=2, max_attempts=3, planned_requests=1,

@@ -1,4 +1,4 @@
-"""A VLM behind an OpenAI-compatible endpoint answering HumbleBench (`models.api_vlm`): the letters read
+"""A VLM behind an OpenAI-compatible endpoint answering HumbleBench (`models.api.vlm`): the letters read
 from logprobs where a reply has them, else from the text; and against a real server on 127.0.0.1
 (`transformers serve` with the tiny random Qwen2.5-VL), every answer cached, nothing asked twice,
 the key stored nowhere, and the plan's bill counting its requests."""
@@ -15,7 +15,7 @@ from test_humble_answers import TEMPLATE, questions
 
 from blindspot import plan
 from blindspot.humblebench.answers import answer_shard
-from blindspot.models.api_vlm import APIVLM, letter_probabilities, load_answerer, reply_failure
+from blindspot.models.api.vlm import APIVLM, letter_probabilities, load_answerer, reply_failure
 from blindspot.models.spec import ModelSpec, model_spec
 from blindspot.prompts import PromptTemplate
 
@@ -86,12 +86,12 @@ def test_without_its_key_the_workflows_job_answers_nothing_and_the_tables_go_on(
     (its endpoint is a closed port) and says why; the key set later changes its param, so it runs again."""
     import dataclasses
 
-    from blindspot import tables
+    from blindspot import schemas
     from blindspot.io import read_table, write_table
     from blindspot.steps.humble import answer_humble
 
     monkeypatch.delenv(KEY_ENV, raising=False)
-    write_table(tmp_path / "questions.parquet", questions(tmp_path, 6), tables.HUMBLE_QUESTIONS)
+    write_table(tmp_path / "questions.parquet", questions(tmp_path, 6), schemas.HUMBLE_QUESTIONS)
     model = dataclasses.asdict(_spec("m", port=1, client=FAST_CLIENT))
     with caplog.at_level("WARNING"):
         answer_humble(
@@ -101,7 +101,7 @@ def test_without_its_key_the_workflows_job_answers_nothing_and_the_tables_go_on(
             counters_out=str(tmp_path / "counters.json"), cache=str(tmp_path / "cache"), planned_requests=6,
             api_key_is_set=False,
         )  # fmt: skip
-    assert read_table(tmp_path / "answers.parquet", tables.HUMBLE_ANSWERS).empty
+    assert read_table(tmp_path / "answers.parquet", schemas.HUMBLE_ANSWERS).empty
     assert json.loads((tmp_path / "counters.json").read_text())["questions"] == 0
     assert f"api-vlm: the API key variable {KEY_ENV} is not set or empty; skipping its 6 questions" in caplog.text
 

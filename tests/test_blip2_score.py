@@ -8,9 +8,9 @@ from metric_checks import assert_half_precision_close, assert_refuses_unpaired, 
 from PIL import Image
 
 from blindspot.metrics.blip2_score import Blip2Score
-from blindspot.metrics.tokenizers import bert_uncased_tokenizer
 from blindspot.models.spec import ModelSpec
-from blindspot.models.tiny.blip2 import build_random_blip2_itm
+from blindspot.models.tokenizers import bert_uncased_tokenizer
+from blindspot.tiny.blip2 import build_random_blip2_itm
 
 PROMPTS = ["a red fox in the snow", "two cats asleep on a blue sofa", "a lighthouse at dusk", "a bowl of green apples"]
 

@@ -32,7 +32,7 @@ from blindspot.metrics.clip_flant5 import (
     unique_keys,
 )
 from blindspot.models.spec import ModelSpec
-from blindspot.models.tiny.clip_flant5 import EXTRA_ROWS, build_random_clip_flant5
+from blindspot.tiny.clip_flant5 import EXTRA_ROWS, build_random_clip_flant5
 
 OFFICIAL_SCRIPT = "clip_flant5_official.py"
 PROMPTS = [
@@ -228,7 +228,7 @@ def test_without_the_tower_in_the_checkpoint_it_loads_from_the_configs_tower(tin
 def test_half_precision_scores_close_to_float32(tiny_clip_flant5, monkeypatch):
     import torch
 
-    from blindspot.metrics import clip_flant5
+    from blindspot.plugins import clip_flant5
 
     built, real_build = [], clip_flant5.build_model
 

@@ -489,7 +489,7 @@ def test_a_job_run_by_hand_stops_a_bad_config_file_with_one_line(tmp_path):
         # before this was checked, the build job's input function raised with a Snakemake traceback
         ("{recipe: random_align_score, tokenizer_from: smollm2-135m}",
          "{recipe: random_align_score, tokenizer_from: nope}",
-         "config key 'models.tiny-alignscore.build.tokenizer_from': model 'nope' is not in the registry (models: "),
+         "config key 'tiny-alignscore.build.tokenizer_from': model 'nope' is not in the registry (models: "),
     ],
 )  # fmt: skip
 def test_the_workflow_stops_a_bad_config_with_the_line_naming_it(tmp_path, old, new, expected):
@@ -658,7 +658,7 @@ def test_a_build_that_borrows_a_tokenizer_of_no_registry_model_names_the_key(tin
         validate_config(tiny_config)
     models = ", ".join(sorted(tiny_config["models"]))
     assert str(error.value) == (
-        f"config key 'models.tiny-qwen2.5-vl.build.tokenizer_from': model 'smollm3' is not in the registry "
+        f"config key 'tiny-qwen2.5-vl.build.tokenizer_from': model 'smollm3' is not in the registry "
         f"(models: {models})"
     )
 

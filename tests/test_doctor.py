@@ -28,10 +28,13 @@ from hub_cache import (
     with_hub_models,
 )
 
-from blindspot import doctor, doctor_models, doctor_report, doctor_system
 from blindspot.cli import main
-from blindspot.doctor_report import FAIL, OK, WARN, Check
-from blindspot.models import hub
+from blindspot.doctor import models as doctor_models
+from blindspot.doctor import report as doctor_report
+from blindspot.doctor import run as doctor
+from blindspot.doctor import system as doctor_system
+from blindspot.doctor.report import FAIL, OK, WARN, Check
+from blindspot.hub import repos as hub
 
 API_KEY = "sk-doctor-secret-value"
 
@@ -365,7 +368,7 @@ def test_canary_jobs_report_the_gpus_slurm_gives_each_count(slurm_cluster, tiny_
 
 def test_the_api_models_estimated_cost_above_the_budget_is_a_warning(paper_config):
     from blindspot import bill, plan
-    from blindspot.doctor_report import OK, WARN
+    from blindspot.doctor.report import OK, WARN
 
     assert doctor_models.budget_checks(paper_config) == []  # no budget, no check
     cost = bill.total_cost(plan.plan(paper_config)["bill"])

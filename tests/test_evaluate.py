@@ -100,7 +100,7 @@ def test_a_metric_is_the_configs_or_a_plug_in_with_its_model(tiny_config):
     import copy
 
     from blindspot.config import ConfigError
-    from blindspot.evaluate_config import metric_entries
+    from blindspot.evaluate.config import metric_entries
 
     config = copy.deepcopy(tiny_config)
     chosen = metric_entries(config, ["clipscore", "my_pkg.scores:MyScore@tiny-clip"])
@@ -140,14 +140,14 @@ def test_evaluate_protobias_on_the_tiny_export_gives_the_tiny_runs_row(tiny_run,
 @pytest.mark.slow
 @pytest.mark.integration
 def test_evaluate_humblebench_on_a_release_of_the_tiny_questions_gives_the_tiny_runs_rows(tiny_run, tmp_path):
-    from blindspot import tables
+    from blindspot import schemas
     from blindspot.cli import main
     from blindspot.humblebench.settings import LETTERS
     from blindspot.io import read_table
 
     work, _ = tiny_run
     tiny = yaml.safe_load((work / "config" / "tiny.yaml").read_text())
-    questions = read_table(work / targets.path(tiny, "humble_questions"), tables.HUMBLE_QUESTIONS)
+    questions = read_table(work / targets.path(tiny, "humble_questions"), schemas.HUMBLE_QUESTIONS)
     release = tmp_path / "release.jsonl"
     release.write_text("".join(json.dumps({
         "question_id": row.question_id, "label": row.label, "type": row.type, "image": str(work / row.image_path),
@@ -195,7 +195,7 @@ def test_from_any_folder_the_command_lines_paths_are_that_folders_and_the_config
 ):
     """The workflow runs in the checkout, where the config's relative paths (taxonomies, templates,
     `results_dir`) start; the files named on the command line are read from where the command runs."""
-    from blindspot import evaluate_run
+    from blindspot.evaluate import run as evaluate_run
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.jsonl").write_text(json.dumps(GOOD_RECORD) + '\n{"question_id": 2, "question": "Wh\n')
@@ -236,7 +236,7 @@ def test_from_any_folder_the_command_lines_paths_are_that_folders_and_the_config
 
 def test_compared_rows_come_first_and_a_compare_file_that_is_no_csv_stops_before_the_run(tmp_path, monkeypatch,
                                                                                           capsys):  # fmt: skip
-    from blindspot import evaluate_run
+    from blindspot.evaluate import run as evaluate_run
 
     monkeypatch.chdir(tmp_path)
     grey_image(tmp_path / "pixel.png", 128)

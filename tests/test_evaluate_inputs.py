@@ -16,9 +16,9 @@ from conftest import REPO
 from PIL import Image
 
 import blindspot.api
-from blindspot import evaluate_run
 from blindspot.config import ConfigError
-from blindspot.evaluate_failure import failed_jobs, last_line, workflow_failure
+from blindspot.evaluate import run as evaluate_run
+from blindspot.evaluate.failure import failed_jobs, last_line, workflow_failure
 from blindspot.images import ImageReadError, check_images
 
 TINY = str(REPO / "config" / "tiny.yaml")

@@ -134,7 +134,7 @@ def _evaluated_config(dataset: str, results: Path, limit: int | None) -> dict:
     """What `blindspot evaluate protobias` writes, with HumbleBench's release beside it, as a user may."""
     from blindspot.checks import validate_config
     from blindspot.dag import checkout_config
-    from blindspot.evaluate_config import DEFAULT_CONFIG, protobias_config
+    from blindspot.evaluate.config import DEFAULT_CONFIG, protobias_config
 
     config = protobias_config(checkout_config(None, DEFAULT_CONFIG), dataset, ["clipscore"], {}, str(results), limit)
     config["humblebench"] |= {"release": _release(results.parent), "limit": limit and limit + 1}
@@ -164,8 +164,8 @@ def test_the_limit_reaches_the_rules_that_sample_and_the_tables_read_the_sample(
 
 
 def test_limit_is_a_whole_number_and_reaches_the_config_evaluate_writes(tmp_path, monkeypatch, capsys):
-    from blindspot import evaluate_run
     from blindspot.cli import main
+    from blindspot.evaluate import run as evaluate_run
 
     for bad in ("0", "two", "-1"):
         with pytest.raises(SystemExit):
@@ -191,7 +191,7 @@ def test_limit_is_a_whole_number_and_reaches_the_config_evaluate_writes(tmp_path
 @pytest.mark.slow
 @pytest.mark.integration
 def test_evaluate_protobias_with_a_limit_scores_only_the_sample_and_every_table_says_so(exported, tmp_path, capsys):
-    from blindspot import tables
+    from blindspot import schemas
     from blindspot.cli import main
     from blindspot.io import read_table
 
@@ -206,7 +206,7 @@ def test_evaluate_protobias_with_a_limit_scores_only_the_sample_and_every_table_
           "--results-dir", str(results), "--compare", str(full_row)])  # fmt: skip
     printed = capsys.readouterr().out
     config = yaml.safe_load((results / "evaluate_config.yaml").read_text())
-    scored = [read_table(path, tables.METRIC_SCORES) for path in targets.metric_score_targets(config)]
+    scored = [read_table(path, schemas.METRIC_SCORES) for path in targets.metric_score_targets(config)]
     assert sorted(pd.concat(scored)["pair_id"]) == expected
     label = f"3 of {len(test)} pairs"
     table3 = pd.read_csv(targets.path(config, "table3", ext="csv"))
@@ -227,8 +227,8 @@ def test_evaluate_protobias_with_a_limit_scores_only_the_sample_and_every_table_
 @pytest.mark.slow
 @pytest.mark.integration
 def test_evaluate_humblebench_with_a_limit_answers_only_the_sample_and_every_table_says_so(tmp_path):
-    from blindspot import tables
-    from blindspot.evaluate_run import evaluate
+    from blindspot import schemas
+    from blindspot.evaluate.run import evaluate
     from blindspot.io import read_table
 
     results = tmp_path / "evaluated"
@@ -236,10 +236,10 @@ def test_evaluate_humblebench_with_a_limit_answers_only_the_sample_and_every_tab
                     settings=["original", "nota_only"], results_dir=str(results))  # fmt: skip
     config = yaml.safe_load((results / "evaluate_config.yaml").read_text())
     # two of five strata: the largest (Object, NOTA the answer: q0 and q1) first, its lower sha256
-    asked = set(read_table(targets.path(config, "humble_questions"), tables.HUMBLE_QUESTIONS)["question_id"])
+    asked = set(read_table(targets.path(config, "humble_questions"), schemas.HUMBLE_QUESTIONS)["question_id"])
     assert len(asked) == 2
     assert min("q0", "q1", key=_sha) in asked
-    answered = [read_table(path, tables.HUMBLE_ANSWERS) for path in targets.humble_answer_targets(config)]
+    answered = [read_table(path, schemas.HUMBLE_ANSWERS) for path in targets.humble_answer_targets(config)]
     assert set(pd.concat(answered)["question_id"]) == asked
     label, marker = "2 of 6 questions", "[A sample: 2 of 6 questions, not the whole benchmark]"
     assert set(rows["sample"]) == {label}

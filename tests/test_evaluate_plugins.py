@@ -16,15 +16,15 @@ import yaml
 from conftest import REPO
 from test_plugins import BLUE, LOCAL_MODULE, RED, solid, write_benchmark_inputs
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.catalogue import job_env
 from blindspot.checks import validate_config
 from blindspot.config import ConfigError
-from blindspot.evaluate_config import metric_entries, protobias_config
+from blindspot.evaluate.config import metric_entries, protobias_config
 from blindspot.io import read_table
-from blindspot.metrics import plugin_code
 from blindspot.plan import job_table
-from blindspot.protobias.scoring import metric_identity, metric_score_settings
+from blindspot.plugins import plugin_code
+from blindspot.protobias.metric_scores import metric_identity, metric_score_settings
 from blindspot.resources import job_resources
 
 # tests/test_plugins.py's fixtures: the example on the Python path, and an export of pairs made for it
@@ -210,7 +210,7 @@ def test_in_memory_scores_equal_the_score_metric_jobs(tiny_config, tmp_path):
          f"domain={domain}", "metric=clip-cosine", "shard=00000"],
         cwd=REPO, check=True, capture_output=True, timeout=600,
     )  # fmt: skip
-    job = read_table(results / domain / "metric_scores" / "clip-cosine" / "00000.parquet", tables.METRIC_SCORES)
+    job = read_table(results / domain / "metric_scores" / "clip-cosine" / "00000.parquet", schemas.METRIC_SCORES)
     score = blindspot.api.Scorer("clip-cosine", configfile=str(configfile))
     images = [results / domain / "corr.png", solid(BLUE)]  # a path, and the adversarial image in memory
     table = score(["a red apple"] * 2, images)
@@ -261,7 +261,7 @@ def test_evaluate_scores_a_class_that_loads_no_model_without_at_model(local_plug
     assert entry == {"plugin": PLUGIN, "label": PLUGIN, "family": "embedding"}
     about = json.loads((results / "tables" / "evaluate_protobias.json").read_text())
     assert about["metrics"]["colourshare"] == {"plugin": PLUGIN, "args": {}}
-    scores = pd.concat(read_table(file, tables.METRIC_SCORES) for file in results.glob("*/metric_scores/*/*.parquet"))
+    scores = pd.concat(read_table(file, schemas.METRIC_SCORES) for file in results.glob("*/metric_scores/*/*.parquet"))
     assert set(scores["model_id"]) == {""}
     job = json.loads(next(results.glob("logs/score_metric/**/*.job.json")).read_text())
     assert job["arguments"]["model"] is None

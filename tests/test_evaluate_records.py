@@ -10,15 +10,15 @@ import yaml
 from conftest import REPO
 
 import blindspot.api
-from blindspot import tables, targets
+from blindspot import schemas, targets
 from blindspot.config import ConfigError
 from blindspot.docs import OUTPUT_DESCRIPTIONS
-from blindspot.evaluate_records import read_records
-from blindspot.humblebench.metrics import humility_metrics, with_todays_reading
+from blindspot.evaluate.records import read_records
+from blindspot.humblebench.humility import humility_metrics, with_todays_reading
 from blindspot.humblebench.parsing import PARSER_VERSION
 from blindspot.humblebench.records import answer_records
 from blindspot.io import write_table
-from blindspot.protobias.evaluation import accuracy_breakdown, pairwise_outcomes
+from blindspot.protobias.accuracy import accuracy_breakdown, pairwise_outcomes
 from blindspot.protobias.records import pair_records
 
 # --- ProtoBias ---------------------------------------------------------------------------------------------------
@@ -29,11 +29,11 @@ def benchmark_pairs() -> pd.DataFrame:
     rows = []
     for pair_id, split, knob in (("p1", "test", "count"), ("p2", "test", "colour"), ("p3", "test", "count"),
                                  ("p4", "test", None), ("p5", "test", "scale"), ("p0", "train", "count")):  # fmt: skip
-        row = dict.fromkeys(tables.BENCHMARK_PAIRS.names, "")
+        row = dict.fromkeys(schemas.BENCHMARK_PAIRS.names, "")
         rows.append(row | {"pair_id": pair_id, "split": split, "knob": knob, "domain": "animals", "seed": 1,
                            "min_corr_score": 9.0, "min_adv_score": 9.0, "corr_path": f"/img/{pair_id}_corr.png",
                            "adv_path": f"/img/{pair_id}_adv.png"})  # fmt: skip
-    return pd.DataFrame(rows, columns=tables.BENCHMARK_PAIRS.names)
+    return pd.DataFrame(rows, columns=schemas.BENCHMARK_PAIRS.names)
 
 
 def metric_scores() -> pd.DataFrame:
@@ -47,14 +47,14 @@ def metric_scores() -> pd.DataFrame:
          "prompt": f"a bird {pair}", "corr_raw": c * 10, "adv_raw": a * 10, "corr_score": c, "adv_score": a,
          "corr_detail": "", "adv_detail": "no answer" if np.isnan(c) else ""}
         for metric, values in (("clip", clip), ("pick", pick)) for pair, (c, a) in values.items()
-    ], columns=tables.METRIC_SCORES.names)  # fmt: skip
+    ], columns=schemas.METRIC_SCORES.names)  # fmt: skip
 
 
 def test_a_pair_record_s_decision_is_table3_s():
     scores, pairs = metric_scores(), benchmark_pairs()
     records = pair_records(scores, pairs)
     assert len(records) == 10  # the train pair's score is no item of the evaluation
-    assert list(records.columns) == tables.PROTOBIAS_RECORDS.names
+    assert list(records.columns) == schemas.PROTOBIAS_RECORDS.names
     correct, _ = pairwise_outcomes(scores, pairs, ["clip", "pick"])
     for metric in ("clip", "pick"):
         mine = records[records["metric"] == metric].set_index("pair_id")
@@ -75,13 +75,13 @@ def test_a_pair_record_s_decision_is_table3_s():
 @pytest.fixture
 def protobias_file(tmp_path):
     """The records file the workflow's step writes from the score shards and the benchmark pairs."""
-    from blindspot.steps.metrics import write_protobias_records
+    from blindspot.steps.table3 import write_protobias_records
 
     shards = []
     for metric, part in metric_scores().groupby("metric"):
         shards.append(str(tmp_path / f"{metric}.parquet"))
-        write_table(shards[-1], part, tables.METRIC_SCORES)
-    write_table(tmp_path / "pairs.parquet", benchmark_pairs(), tables.BENCHMARK_PAIRS)
+        write_table(shards[-1], part, schemas.METRIC_SCORES)
+    write_table(tmp_path / "pairs.parquet", benchmark_pairs(), schemas.BENCHMARK_PAIRS)
     out = tmp_path / "protobias_records.jsonl"
     write_protobias_records(scores=shards, benchmark=str(tmp_path / "pairs.parquet"), out=str(out))
     return out
@@ -91,7 +91,7 @@ def test_the_written_records_are_json_lines_that_read_back_failures_first(protob
     lines = protobias_file.read_text().splitlines()
     assert len(lines) == 10
     first = json.loads(lines[0])
-    assert list(first) == tables.PROTOBIAS_RECORDS.names
+    assert list(first) == schemas.PROTOBIAS_RECORDS.names
     assert json.loads(lines[3])["corr_raw"] is None  # clip's p4: NaN is null, the file strict JSON
     records = read_records(protobias_file)
     assert records.attrs["benchmark"] == "protobias"
@@ -151,7 +151,7 @@ def questions() -> pd.DataFrame:
         }
         for q in ("q1", "q2")
     ]
-    return pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names)  # fmt: skip
+    return pd.DataFrame(rows, columns=schemas.HUMBLE_QUESTIONS.names)  # fmt: skip
 
 
 def humble_answers() -> pd.DataFrame:
@@ -172,7 +172,7 @@ def humble_answers() -> pd.DataFrame:
             "null, null]", "letter_mass": 1.0, "prediction_logits": logits, "text": text,
             "prediction_text": "Z", "reasoning": "", "stopped": True, "cut_off": False, "template_version": "v1",
         })  # fmt: skip
-    return pd.DataFrame(rows, columns=tables.HUMBLE_ANSWERS.names)
+    return pd.DataFrame(rows, columns=schemas.HUMBLE_ANSWERS.names)
 
 
 @pytest.mark.parametrize("reading", ["text", "logits"])
@@ -180,7 +180,7 @@ def test_an_answer_record_is_read_and_judged_as_the_metrics_read_it(reading):
     """The stored `prediction_text` ("Z") is stale: the records, like the tables, read the texts again."""
     answers, _ = with_todays_reading(humble_answers())
     records = answer_records(answers, questions(), reading)
-    assert list(records.columns) == tables.HUMBLE_RECORDS.names
+    assert list(records.columns) == schemas.HUMBLE_RECORDS.names
     for setting, part in records.groupby("setting"):
         shown = answers[answers["setting"] == setting]
         overall = humility_metrics(shown.assign(prediction=shown[f"prediction_{reading}"]))["overall"]
@@ -202,8 +202,8 @@ def test_an_answer_record_is_read_and_judged_as_the_metrics_read_it(reading):
 def humble_file(tmp_path):
     from blindspot.steps.humble import write_humble_records
 
-    write_table(tmp_path / "answers.parquet", humble_answers(), tables.HUMBLE_ANSWERS)
-    write_table(tmp_path / "questions.parquet", questions(), tables.HUMBLE_QUESTIONS)
+    write_table(tmp_path / "answers.parquet", humble_answers(), schemas.HUMBLE_ANSWERS)
+    write_table(tmp_path / "questions.parquet", questions(), schemas.HUMBLE_QUESTIONS)
     out = tmp_path / "humblebench_records.jsonl"
     write_humble_records(answers=[str(tmp_path / "answers.parquet")], questions=str(tmp_path / "questions.parquet"),
                          reading="text", parser_version=PARSER_VERSION, out=str(out))  # fmt: skip
@@ -279,14 +279,14 @@ def test_a_benchmark_or_show_is_needed_but_not_both(protobias_file, capsys):
 
 def test_the_records_fields_are_documented_from_their_schemas():
     page = (REPO / "docs" / "outputs.md").read_text()
-    for kind, schema in tables.RECORDS.items():
+    for kind, schema in schemas.RECORDS.items():
         assert kind in targets.PATHS
         assert kind in OUTPUT_DESCRIPTIONS
         section = page.split(f"## Records: {kind}\n", 1)[1].split("\n## ", 1)[0]
         for field in schema:
             meaning = field.metadata[b"description"].decode()
             assert meaning
-            assert f"| `{field.name}` | {tables.json_kind(field.type)}" in section
+            assert f"| `{field.name}` | {schemas.json_kind(field.type)}" in section
             assert meaning.split("(")[0].strip() in section
 
 

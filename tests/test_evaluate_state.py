@@ -76,7 +76,7 @@ def test_a_killed_evaluate_runs_again_with_the_same_command_and_does_no_finished
 
 
 def test_a_second_evaluate_of_a_results_folder_stops_with_one_line_while_the_first_holds_it(tmp_path):
-    from blindspot.evaluate_run import held_folder
+    from blindspot.evaluate.run import held_folder
 
     with held_folder(tmp_path), pytest.raises(ConfigError) as refused, held_folder(tmp_path):
         pass
@@ -89,7 +89,7 @@ def test_a_second_evaluate_of_a_results_folder_stops_with_one_line_while_the_fir
 
 
 def test_the_written_config_names_the_checkouts_files_so_the_run_starts_in_its_results_folder(tmp_path, monkeypatch):
-    from blindspot import evaluate_run
+    from blindspot.evaluate import run as evaluate_run
 
     monkeypatch.chdir(tmp_path)
     grey_image(tmp_path / "pixel.png", 128)

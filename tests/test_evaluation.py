@@ -8,10 +8,9 @@ from PIL import Image
 from sklearn.metrics import cohen_kappa_score
 from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import write_table
-from blindspot.protobias.bootstrap import bootstrap_accuracy, bootstrap_kappa, cohen_kappa
-from blindspot.protobias.evaluation import (
+from blindspot.protobias.accuracy import (
     BREAKDOWN_COLUMNS,
     HUMAN,
     accuracy_breakdown,
@@ -20,6 +19,7 @@ from blindspot.protobias.evaluation import (
     read_human_choices,
     write_breakdown,
 )
+from blindspot.protobias.bootstrap import bootstrap_accuracy, bootstrap_kappa, cohen_kappa
 from blindspot.protobias.table3 import (
     HUMAN_FAMILY,
     plot_accuracy,
@@ -321,9 +321,9 @@ def with_schema(frame: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
 def table3_inputs(folder) -> dict:
     """make_table3's inputs and outputs in `folder`: the six test pairs and one train pair of `bench()`, and the
     scores of clip and pick; the human choices and the Human row's kappa beside them."""
-    write_table(folder / "pairs.parquet", with_schema(bench(), tables.BENCHMARK_PAIRS), tables.BENCHMARK_PAIRS)
+    write_table(folder / "pairs.parquet", with_schema(bench(), schemas.BENCHMARK_PAIRS), schemas.BENCHMARK_PAIRS)
     for metric, frame in scores().groupby("metric"):
-        write_table(folder / f"{metric}.parquet", frame, tables.METRIC_SCORES)
+        write_table(folder / f"{metric}.parquet", frame, schemas.METRIC_SCORES)
     humans().to_csv(folder / "humans.csv", index=False)
     (folder / "row.json").write_text(json.dumps({"animals": {"kappa": 0.7}, "overall": {"kappa": 0.6}}))
     return {
@@ -343,7 +343,7 @@ def table3_inputs(folder) -> dict:
 
 def test_table3_is_on_the_annotated_pairs_with_labels_and_says_whole_split_without(tmp_path):
     """The paper: "All reported values in Table 3 are computed on the same annotated human-reference subset"."""
-    from blindspot.steps.metrics import make_table3
+    from blindspot.steps.table3 import make_table3
 
     arguments = table3_inputs(tmp_path)
     split = [str(tmp_path / f"split.{ext}") for ext in ("csv", "md", "tex")]
@@ -390,12 +390,12 @@ def test_a_metric_scored_on_the_annotated_pairs_only_is_marked_in_the_whole_spli
     """An API metric scores only the annotated pairs by default (evaluation.api_metrics_score): Table 3 reads
     it as any metric; the whole-split table shows it on the pairs it scored, its label saying how many, and
     never counts the pairs it was not asked about as failures."""
-    from blindspot.steps.metrics import make_table3
+    from blindspot.steps.table3 import make_table3
 
     arguments = table3_inputs(tmp_path)
     # scored on the five annotated pairs p1-p5 only, right on four of them
     judge = {"p1": (0.9, 0.1), "p2": (0.8, 0.1), "p3": (0.1, 0.9), "p4": (0.7, 0.2), "p5": (0.6, 0.5)}
-    write_table(tmp_path / "gpt.parquet", pd.DataFrame(score_rows("gpt", judge)), tables.METRIC_SCORES)
+    write_table(tmp_path / "gpt.parquet", pd.DataFrame(score_rows("gpt", judge)), schemas.METRIC_SCORES)
     arguments |= {
         "scores": [*arguments["scores"], str(tmp_path / "gpt.parquet")],
         "metrics": METRICS | {"gpt": {"family": "VLM-as-judge baselines", "label": "GPT-5"}},

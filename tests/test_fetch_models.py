@@ -23,8 +23,10 @@ from hub_cache import (
 from blindspot.checks import validate_config
 from blindspot.cli import main
 from blindspot.config import ConfigError
-from blindspot.metrics import hpsv2, image_reward
-from blindspot.models import hub, hub_cache, hub_fetch
+from blindspot.hub import cache as hub_cache
+from blindspot.hub import fetch as hub_fetch
+from blindspot.hub import repos as hub
+from blindspot.plugins import hpsv2, image_reward
 
 
 def select(model: hub.HubModel, files: dict[str, bytes]) -> hub_cache.Selection:

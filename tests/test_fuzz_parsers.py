@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 
 from blindspot.humblebench import questions as humble_questions
-from blindspot.metrics import Score
 from blindspot.metrics.api_judge import FAILURES, APIJudgeMetric, read_score, reply_failure
-from blindspot.models.api_client import MalformedReply
+from blindspot.models.api.client import MalformedReply
+from blindspot.plugins import Score
 from blindspot.protobias.judging import parse_verdict
 from blindspot.protobias.triplets import FAILURE_REASONS, validate_triplet
 

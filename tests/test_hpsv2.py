@@ -9,10 +9,10 @@ import pytest
 from metric_checks import official_scores
 from PIL import Image
 
-from blindspot.metrics import find_checkpoint
 from blindspot.metrics.hpsv2 import HUB_CHECKPOINT, HPSv2
+from blindspot.models.checkpoints import find_checkpoint
 from blindspot.models.spec import ModelSpec
-from blindspot.models.tiny.hpsv2 import CHECKPOINT_FILE, CONFIG_FILE, build_random_hpsv2
+from blindspot.tiny.hpsv2 import CHECKPOINT_FILE, CONFIG_FILE, build_random_hpsv2
 
 PROMPTS = ["a red fox in the snow", "two cats asleep on a blue sofa", "a lighthouse at dusk", "a bowl of green apples"]
 

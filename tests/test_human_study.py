@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.humblebench.human_study import answers_from_labels, sample_question_sets
 
 SETTINGS = {"original": {}, "nota_only": {"remove_correct": True}}
@@ -23,7 +23,7 @@ def questions(n_nota: int, n_other: int) -> pd.DataFrame:
          "verified": True}
         for i in range(n_nota + n_other)
     ]  # fmt: skip
-    return pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names)
+    return pd.DataFrame(rows, columns=schemas.HUMBLE_QUESTIONS.names)
 
 
 def sample(frame: pd.DataFrame, annotators=("ann1", "ann2", "ann3", "ann4", "ann5"), **study) -> pd.DataFrame:
@@ -33,7 +33,7 @@ def sample(frame: pd.DataFrame, annotators=("ann1", "ann2", "ann3", "ann4", "ann
 def test_each_annotator_gets_the_paper_s_set_disjoint_from_the_others():
     frame = questions(100, 400)
     drawn = sample(frame)
-    assert list(drawn.columns) == tables.HUMAN_STUDY.names
+    assert list(drawn.columns) == schemas.HUMAN_STUDY.names
     labels = frame.set_index("question_id")["label"]
     assert list(drawn["annotator"].unique()) == ["ann1", "ann2", "ann3", "ann4", "ann5"]
     for _, own in drawn.groupby("annotator"):
@@ -84,7 +84,7 @@ def test_answers_become_the_human_answers_table_and_are_checked_against_the_sets
                            "item_id": [first["item_id"].iloc[0], stress["item_id"], second["item_id"].iloc[0]],
                            "answer": ["A", "E", "C"]})  # fmt: skip
     found = answers_from_labels(labels, drawn, "labels.json")
-    assert list(found.columns) == tables.HUMAN_ANSWERS.names
+    assert list(found.columns) == schemas.HUMAN_ANSWERS.names
     assert found.to_dict("records")[1] == {"annotator": "ann1", "question_id": stress["question_id"],
                                            "setting": "nota_only", "answer": "E"}  # fmt: skip
     # without the sets, the item ids say the setting and the question

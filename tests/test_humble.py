@@ -13,7 +13,7 @@ from conftest import REPO
 from PIL import Image
 
 from blindspot.humblebench.answers import answer_in_batches, answer_questions
-from blindspot.humblebench.metrics import d_prime, humility_metrics, macro_f1
+from blindspot.humblebench.humility import d_prime, humility_metrics, macro_f1
 from blindspot.humblebench.parsing import parse_answer
 from blindspot.humblebench.settings import Question, is_nota, noise_image, present
 

@@ -10,9 +10,9 @@ import pytest
 from conftest import REPO
 from PIL import Image
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.humblebench.answers import answer_in_batches, answer_shard, shard_questions
-from blindspot.humblebench.metrics import parsed_texts
+from blindspot.humblebench.humility import parsed_texts
 from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.settings import Question, present, setting_transforms, shard_of, shown_image
 from blindspot.models.spec import ModelSpec
@@ -29,7 +29,7 @@ def questions(folder, n: int) -> pd.DataFrame:
         Image.new("RGB", (32 + 8 * i, 32), ["red", "green", "blue"][i % 3]).save(path)
         question = Question(f"q{i}", "What colour is the car?", OPTIONS, "ABCE"[i % 4], "Attribute")
         rows.append(question_row(question, "benchmark", str(path), {}, verified=True))
-    return pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names)
+    return pd.DataFrame(rows, columns=schemas.HUMBLE_QUESTIONS.names)
 
 
 def test_the_shards_split_the_questions_by_id_in_their_order(tmp_path):
@@ -114,7 +114,7 @@ def test_an_empty_shard_never_loads_the_model(tmp_path):
     )
     assert not journal.exists()
     assert frame.empty
-    assert list(frame.columns) == tables.HUMBLE_ANSWERS.names
+    assert list(frame.columns) == schemas.HUMBLE_ANSWERS.names
     assert counters == {"questions": 0, "unparseable_text": 0, "text_and_logits_agree": 0, "reasoned": 0, "cut_off": 0,
                         "computed_items": 0, "letters_from_text": 0}  # fmt: skip
 

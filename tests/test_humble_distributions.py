@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from test_humble_sources import OPTIONS
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.humblebench.distributions import PANELS, figure2_table, table9
 from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.settings import Question
@@ -23,12 +23,12 @@ def questions() -> pd.DataFrame:
         question_row(Question(f"q{i}", "What?", options, label, kind), "release", "x.png", {}, verified=True)
         for i, (label, kind, options) in enumerate(specs)
     ]
-    return pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names)
+    return pd.DataFrame(rows, columns=schemas.HUMBLE_QUESTIONS.names)
 
 
 def test_figure2_counts_the_correct_answers_with_nota_apart_and_the_types_in_the_papers_order():
     found = figure2_table(questions())
-    assert list(found.columns) == tables.HUMBLE_DISTRIBUTIONS.names
+    assert list(found.columns) == schemas.HUMBLE_DISTRIBUTIONS.names
     answers = found[found["panel"] == PANELS["answer"]]
     assert list(zip(answers["value"], answers["questions"], strict=True)) == [("A", 2), ("B", 1), ("C", 1), ("NOTA", 2)]
     kinds = found[found["panel"] == PANELS["type"]]
@@ -69,7 +69,7 @@ def test_the_step_writes_figure2_its_plot_and_table9_from_the_question_counters(
     from blindspot.sampling import sample_record
     from blindspot.steps.humble import describe_humble_questions
 
-    write_table(tmp_path / "questions.parquet", questions(), tables.HUMBLE_QUESTIONS)
+    write_table(tmp_path / "questions.parquet", questions(), schemas.HUMBLE_QUESTIONS)
     filtering = {"Object": {"candidates": 2, "keep": 1, "modify": 0, "delete": 1, "undecided": 0}}
     sample = sample_record(None, 6, 6)  # every question: make_humble_questions writes it, sampled or not
     write_json(tmp_path / "counters.json", {"questions": 6, "scene_graph_filtering": filtering, "sample": sample})

@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 from test_humble_answers import OPTIONS, TEMPLATE, questions
 
-from blindspot import tables
-from blindspot.humblebench.metrics import parsed_texts
+from blindspot import schemas
+from blindspot.humblebench.humility import parsed_texts
 from blindspot.humblebench.parsing import parse_answer
 from blindspot.humblebench.reasoning import cut_off, split_reasoning
 from blindspot.humblebench.tables import metrics_table
@@ -107,7 +107,7 @@ def test_the_tiny_reasoning_vlm_answers_with_its_own_budget_and_its_cut_off_answ
 
     monkeypatch.setattr(TransformersVLMScorer, "choose", noting_budget)
     table = questions(tmp_path, 4)
-    write_table(tmp_path / "questions.parquet", table, tables.HUMBLE_QUESTIONS)
+    write_table(tmp_path / "questions.parquet", table, schemas.HUMBLE_QUESTIONS)
     out, counters_out = tmp_path / "answers.parquet", tmp_path / "counters.json"
     answer_humble(
         questions=str(tmp_path / "questions.parquet"), template=str(TEMPLATE), model=dataclasses.asdict(spec),
@@ -115,7 +115,7 @@ def test_the_tiny_reasoning_vlm_answers_with_its_own_budget_and_its_cut_off_answ
         journal=str(tmp_path / "journal.jsonl"), vlm=name, setting="original", shard="00000", out=str(out),
         counters_out=str(counters_out),
     )  # fmt: skip
-    frame = read_table(out, tables.HUMBLE_ANSWERS)
+    frame = read_table(out, schemas.HUMBLE_ANSWERS)
     assert len(frame) == 4
     assert (~frame["stopped"]).all()
     assert frame["cut_off"].all()

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
-from blindspot import tables
-from blindspot.humblebench.metrics import parsed_texts
+from blindspot import schemas
+from blindspot.humblebench.humility import parsed_texts
 from blindspot.humblebench.parsing import PARSER_VERSION
 from blindspot.humblebench.tables import (
     metrics_table,
@@ -47,7 +47,7 @@ def answers() -> pd.DataFrame:
                     "prediction_text": text[i:i + 1], "reasoning": "", "stopped": True, "cut_off": False,
                     "template_version": "v1",
                 })  # fmt: skip
-    return pd.DataFrame(rows, columns=tables.HUMBLE_ANSWERS.names)
+    return pd.DataFrame(rows, columns=schemas.HUMBLE_ANSWERS.names)
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def write_answers(folder, frame):
     paths = []
     for vlm, part in frame.groupby("vlm"):
         paths.append(str(folder / f"{vlm}.parquet"))
-        write_table(paths[-1], part, tables.HUMBLE_ANSWERS)
+        write_table(paths[-1], part, schemas.HUMBLE_ANSWERS)
     return paths
 
 
@@ -229,7 +229,7 @@ def test_the_step_makes_table7_from_the_human_study_project_s_labels(tmp_path, h
         "image_path": ["i.png"] * 3, "question": ["?"] * 3, "options": [FIVE_OPTIONS] * 3,
         "letters": ["ABCDE", "ABCDE", "ABCDE"],
     })  # fmt: skip
-    write_table(tmp_path / "study.parquet", study, tables.HUMAN_STUDY)
+    write_table(tmp_path / "study.parquet", study, schemas.HUMAN_STUDY)
     export = [{"id": i, "data": {"item_id": item, "annotator": "ann1"},
                "annotations": [{"completed_by": {"email": "ann1"}, "result": [
                    {"from_name": "answer", "type": "choices", "value": {"choices": [letter]}}]}]}

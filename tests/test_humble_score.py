@@ -14,7 +14,7 @@ import yaml
 
 from blindspot.checks import load_config
 from blindspot.cli import main
-from blindspot.humblebench.scoring import read_predictions, release_questions
+from blindspot.humblebench.external_answers import read_predictions, release_questions
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "config" / "config.yaml")

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.humblebench.questions import export_for_verification, question_row, read_verification_sheet
 from blindspot.humblebench.settings import Question
 from blindspot.humblebench.sources import collect_questions
@@ -49,7 +49,7 @@ def candidates() -> pd.DataFrame:
                      {"image_id": f"img{i}"} | ({"problem": "bad_options"} if i == 1 else {}), verified=False)
         for i in range(3)
     ]  # fmt: skip
-    return pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names)
+    return pd.DataFrame(rows, columns=schemas.HUMBLE_QUESTIONS.names)
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_every_source_in_order_with_its_count(tmp_path, animals):
     frame, counters = collect_questions(
         release, tmp_path / "images", benchmark_pairs(), animals, FROM_BENCHMARK, 7, candidates(), None
     )
-    assert list(frame.columns) == tables.HUMBLE_QUESTIONS.names
+    assert list(frame.columns) == schemas.HUMBLE_QUESTIONS.names
     # the release first, then two images of each pair with a subject question, then the candidates
     assert list(frame["source"]) == ["release"] * 2 + ["benchmark"] * 4 + ["scene_graph"] * 2
     assert counters == {
@@ -103,7 +103,7 @@ def test_people_decide_which_candidates_are_used(tmp_path):
 def test_no_source_is_an_empty_table_and_a_question_id_twice_is_an_error(tmp_path):
     frame, counters = collect_questions(None, tmp_path, None, {}, None, 7, None, None)
     assert frame.empty
-    assert list(frame.columns) == tables.HUMBLE_QUESTIONS.names
+    assert list(frame.columns) == schemas.HUMBLE_QUESTIONS.names
     assert counters == {"questions": 0, "per_type": {}, "sample": {"limit": None, "sampled": 0, "total": 0}}
     twice = pd.concat([candidates().iloc[[0]], candidates().iloc[[0]]], ignore_index=True)
     with pytest.raises(ValueError, match="question id s0 comes twice"):
@@ -114,9 +114,9 @@ def test_the_step_reads_its_inputs_and_writes_the_table_and_counters(tmp_path):
     from blindspot.steps.humble import make_humble_questions
 
     pairs = benchmark_pairs()
-    unused = {f.name: "x" if f.type == "string" else 0 for f in tables.BENCHMARK_PAIRS if f.name not in pairs}
-    write_table(tmp_path / "pairs.parquet", pairs.assign(**unused), tables.BENCHMARK_PAIRS)
-    write_table(tmp_path / "candidates.parquet", candidates(), tables.HUMBLE_QUESTIONS)
+    unused = {f.name: "x" if f.type == "string" else 0 for f in schemas.BENCHMARK_PAIRS if f.name not in pairs}
+    write_table(tmp_path / "pairs.parquet", pairs.assign(**unused), schemas.BENCHMARK_PAIRS)
+    write_table(tmp_path / "candidates.parquet", candidates(), schemas.HUMBLE_QUESTIONS)
     out, images, counters_out = tmp_path / "questions.parquet", tmp_path / "images", tmp_path / "q.counters.json"
     make_humble_questions(
         benchmark=[str(tmp_path / "pairs.parquet")], taxonomies=["config/taxonomy/animals.yaml"],
@@ -124,7 +124,7 @@ def test_the_step_reads_its_inputs_and_writes_the_table_and_counters(tmp_path):
         release=write_release(tmp_path), from_benchmark=FROM_BENCHMARK, domains=["animals"], seed=7, out=str(out),
         images=str(images), counters_out=str(counters_out), limit=None,
     )  # fmt: skip
-    frame = read_table(out, tables.HUMBLE_QUESTIONS)
+    frame = read_table(out, schemas.HUMBLE_QUESTIONS)
     assert list(frame["source"]) == ["release"] * 2 + ["benchmark"] * 4 + ["scene_graph"] * 2
     assert images.is_dir()
     counters = json.loads(counters_out.read_text())
@@ -144,7 +144,7 @@ def test_the_step_reads_the_decisions_from_the_sheet_or_a_question_check_export(
     from blindspot.annotation.labels import label_studio_export
     from blindspot.steps.humble import make_humble_questions
 
-    write_table(tmp_path / "candidates.parquet", candidates(), tables.HUMBLE_QUESTIONS)
+    write_table(tmp_path / "candidates.parquet", candidates(), schemas.HUMBLE_QUESTIONS)
     export_for_verification(candidates().to_dict("records"), tmp_path / "verify.csv")
     sheet = pd.read_csv(tmp_path / "verify.csv", dtype=str, keep_default_na=False)
     sheet["decision"] = ["keep", "delete", ""]
@@ -161,7 +161,7 @@ def test_the_step_reads_the_decisions_from_the_sheet_or_a_question_check_export(
             verification=[verification], release_copy=[], release=None, from_benchmark=None, domains=[], seed=7,
             out=str(out), images=str(tmp_path / "images"), counters_out=str(tmp_path / "q.counters.json"), limit=None,
         )  # fmt: skip
-        return list(read_table(out, tables.HUMBLE_QUESTIONS)["question_id"])
+        return list(read_table(out, schemas.HUMBLE_QUESTIONS)["question_id"])
 
     assert questions(str(tmp_path / "verify.csv")) == questions(str(tmp_path / "labels.json")) == ["s0"]
     (tmp_path / "labels.json").write_text("not json")

@@ -19,7 +19,6 @@ from metric_checks import (
     images_of_every_mode as images,
 )
 
-from blindspot.metrics import find_checkpoint
 from blindspot.metrics.image_reward import (
     BOUNDS,
     HUB_CHECKPOINT,
@@ -31,8 +30,9 @@ from blindspot.metrics.image_reward import (
     official_key,
     read_sizes,
 )
+from blindspot.models.checkpoints import find_checkpoint
 from blindspot.models.spec import ModelSpec
-from blindspot.models.tiny.image_reward import TINY_SIZES, build_random_image_reward
+from blindspot.tiny.image_reward import TINY_SIZES, build_random_image_reward
 
 OFFICIAL_SCRIPT = "image_reward_official.py"
 PROMPTS = [

@@ -15,7 +15,7 @@ import yaml
 from conftest import REPO
 from PIL import Image
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import read_table, write_table
 from blindspot.models.spec import model_spec, resolved_recipe
 from blindspot.steps import benchmark, images
@@ -29,9 +29,9 @@ def write_domain(tmp_path: Path, n_triplets: int = 6) -> dict[str, Path]:
     Triplet i comes from seed i; both VLMs score every image 9, but the adv image of triplet 0 gets 2
     from qwen."""
     rng = np.random.default_rng(0)
-    seeds = pd.DataFrame({name: [f"{name}{i}" for i in range(n_triplets)] for name in tables.SEEDS.names})
+    seeds = pd.DataFrame({name: [f"{name}{i}" for i in range(n_triplets)] for name in schemas.SEEDS.names})
     seeds = seeds.assign(sample_seed=0)
-    triplets = pd.DataFrame({name: [f"{name}{i}" for i in range(n_triplets)] for name in tables.TRIPLETS.names})
+    triplets = pd.DataFrame({name: [f"{name}{i}" for i in range(n_triplets)] for name in schemas.TRIPLETS.names})
     triplets = triplets.assign(domain=DOMAIN, seed_id=seeds["seed_id"])
     renders, scores = [], []
     for i, triplet in enumerate(triplets.itertuples()):
@@ -54,10 +54,10 @@ def write_domain(tmp_path: Path, n_triplets: int = 6) -> dict[str, Path]:
                      "probabilities": [0.1] * 10, "text": str(score), "text_score": score}
                 )  # fmt: skip
     files = {name: tmp_path / f"{name}.parquet" for name in ("seeds", "triplets", "renders", "scores")}
-    write_table(files["seeds"], seeds, tables.SEEDS)
-    write_table(files["triplets"], triplets, tables.TRIPLETS)
-    write_table(files["renders"], pd.DataFrame(renders), tables.RENDERS)
-    write_table(files["scores"], pd.DataFrame(scores), tables.VLM_SCORES)
+    write_table(files["seeds"], seeds, schemas.SEEDS)
+    write_table(files["triplets"], triplets, schemas.TRIPLETS)
+    write_table(files["renders"], pd.DataFrame(renders), schemas.RENDERS)
+    write_table(files["scores"], pd.DataFrame(scores), schemas.VLM_SCORES)
     return files
 
 
@@ -74,7 +74,7 @@ def test_consensus_split_and_export_steps_run_from_what_their_rules_pass(tmp_pat
     import datasets
 
     files = write_domain(tmp_path)
-    pairs = read_table(keep_pairs(tmp_path, files, threshold=8), tables.PAIRS)
+    pairs = read_table(keep_pairs(tmp_path, files, threshold=8), schemas.PAIRS)
     assert pairs.set_index("triplet_id")["kept"].to_dict() == {f"triplet_id{i}": i != 0 for i in range(6)}
     counters = json.loads((tmp_path / "pairs.json").read_text())
     assert counters["rejections_per_vlm"] == {"qwen": 1, "intern": 0}
@@ -86,11 +86,11 @@ def test_consensus_split_and_export_steps_run_from_what_their_rules_pass(tmp_pat
         counters_out=str(tmp_path / "split.json"), domains=[DOMAIN], test_fraction=0.5, threshold=8,
         filter_validation_images=2, preference_pairs_per_domain=1, seed=7,
     )  # fmt: skip
-    kept = read_table(outputs["out"], tables.BENCHMARK_PAIRS)
+    kept = read_table(outputs["out"], schemas.BENCHMARK_PAIRS)
     assert sorted(kept["triplet_id"]) == [f"triplet_id{i}" for i in range(1, 6)]
-    validation = read_table(outputs["filter_validation"], tables.ANNOTATION_IMAGES)
+    validation = read_table(outputs["filter_validation"], schemas.ANNOTATION_IMAGES)
     assert sorted(validation["accepted"]) == [False, True]  # one of each: qwen rejected adv0
-    preference = read_table(outputs["preference_pairs"], tables.ANNOTATION_PAIRS)
+    preference = read_table(outputs["preference_pairs"], schemas.ANNOTATION_PAIRS)
     assert len(preference) == json.loads((tmp_path / "split.json").read_text())["preference"]["selected"]
 
     models = {"text-to-image": [dataclasses.asdict(model_spec(tiny_config, "tiny-sana"))]}
@@ -109,7 +109,7 @@ def test_consensus_split_and_export_steps_run_from_what_their_rules_pass(tmp_pat
 @pytest.fixture(scope="module")
 def niqe(tmp_path_factory) -> dict:
     """NIQE as its rule passes it: the spec of the model built from BasicSR's real parameters."""
-    from blindspot.models.tiny.build import build_model
+    from blindspot.tiny.build import build_model
 
     config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
     config["resources_dir"] = str(tmp_path_factory.mktemp("resources"))
@@ -130,13 +130,13 @@ def test_a_shard_measures_its_kept_pairs_with_each_metric_and_table2_sums_them(t
             journals=str(tmp_path / f"quality{shard}.journals"),
         )  # fmt: skip
         assert not (tmp_path / f"quality{shard}.journals").exists()  # the job removes its journals
-    first = read_table(tmp_path / "quality00000.parquet", tables.IMAGE_QUALITY)
+    first = read_table(tmp_path / "quality00000.parquet", schemas.IMAGE_QUALITY)
     # Shard 0 holds seeds 0-3; triplet 0's pair was not kept: three pairs, each by both metrics, in order.
     assert first["metric"].tolist() == ["niqe"] * 3 + ["niqe-again"] * 3
     assert np.isfinite(first[["corr_score", "adv_score"]].to_numpy()).all()
     assert np.array_equal(first["corr_score"].iloc[:3], first["corr_score"].iloc[3:])  # the same metric twice
     assert not first["higher_is_better"].any()  # lower NIQE is better
-    second = read_table(tmp_path / "quality00001.parquet", tables.IMAGE_QUALITY)
+    second = read_table(tmp_path / "quality00001.parquet", schemas.IMAGE_QUALITY)
     assert len(second) == 2 * 2  # seeds 4 and 5
     assert set(first["pair_id"]).isdisjoint(second["pair_id"])
 

@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.images import hash_sidecar
-from blindspot.metrics import Score, load_metric, normalise
 from blindspot.metrics.vqa_score import QUESTION
 from blindspot.models.spec import model_spec
-from blindspot.protobias.scoring import ScoreCache, image_sha256, score_pairs
+from blindspot.plugins import Score, load_metric, normalise
+from blindspot.protobias.metric_scores import ScoreCache, image_sha256, score_pairs
 
 PROMPTS = ["a red fox in the snow", "two cats asleep on a blue sofa", "a lighthouse at dusk", "a bowl of green apples"]
 
@@ -35,7 +35,7 @@ def test_the_tiny_clip_tokenizer_is_clips_own():
     """The tokenizer built from open_clip's vocabulary file encodes like open_clip's tokenizer."""
     from open_clip.tokenizer import SimpleTokenizer
 
-    from blindspot.models.tiny.build import clip_tokenizer
+    from blindspot.tiny.build import clip_tokenizer
 
     ours, theirs = clip_tokenizer(), SimpleTokenizer()
     texts = [*PROMPTS, "A Red-Tailed HAWK  perched on   a fence post, 3 crows!", "café naïve co-operate x2"]
@@ -145,7 +145,7 @@ def test_the_score_cache_scores_only_what_is_new(built_config, pairs_on_disk, tm
     again, counters = score_pairs(pairs_on_disk, "clipscore", identity, must_not_load, cache)
     assert counters == counters | {"images_scored": 0, "cache_hits": 6, "computed_items": 0}
     pd.testing.assert_frame_equal(first, again)
-    assert list(first.columns) == [f.name for f in tables.METRIC_SCORES]
+    assert list(first.columns) == [f.name for f in schemas.METRIC_SCORES]
     assert first["corr_score"].between(0, 1).all()
     assert first["corr_raw"].tolist() == pytest.approx(
         [

@@ -269,7 +269,7 @@ def test_an_empty_or_header_only_benchmark_file_is_left_out(tiny_config, tmp_pat
 
 
 def write_scores(path: str, rows: int) -> None:
-    from blindspot.tables import VLM_SCORES
+    from blindspot.schemas import VLM_SCORES
 
     frame = pd.DataFrame({field.name: [None] * rows for field in VLM_SCORES})
     write_table(path, frame, VLM_SCORES)

@@ -13,13 +13,13 @@ import yaml
 from conftest import REPO, export_small_benchmark
 from PIL import Image
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.checks import validate_config
 from blindspot.config import ConfigError
 from blindspot.io import read_table, write_table
-from blindspot.metrics import PLUGINS, PluginError, check_plugin, load_metric, plugin_code
 from blindspot.models.spec import model_spec
-from blindspot.protobias.scoring import metric_identity, metric_score_settings
+from blindspot.plugins import PLUGINS, PluginError, check_plugin, load_metric, plugin_code
+from blindspot.protobias.metric_scores import metric_identity, metric_score_settings
 from blindspot.protobias.split import split_of
 
 DOCS = (REPO / "docs" / "metrics.md").read_text()
@@ -159,15 +159,15 @@ def write_benchmark_inputs(results: Path, domain: str, seed: int, test_fraction:
     folder.mkdir(parents=True)
     for name, colour in (("corr", RED), ("adv", BLUE)):
         solid(colour).save(folder / f"{name}.png")
-    seeds = dict.fromkeys(tables.SEEDS.names, "") | {"seed_id": seed_id, "domain": domain, "sample_seed": 0}
-    write_table(folder / "seeds.parquet", pd.DataFrame([seeds]), tables.SEEDS)
-    triplet = {field.name: "" for field in tables.TRIPLETS} | {
+    seeds = dict.fromkeys(schemas.SEEDS.names, "") | {"seed_id": seed_id, "domain": domain, "sample_seed": 0}
+    write_table(folder / "seeds.parquet", pd.DataFrame([seeds]), schemas.SEEDS)
+    triplet = {field.name: "" for field in schemas.TRIPLETS} | {
         "triplet_id": "t0", "seed_id": seed_id, "domain": domain, "neutral_prompt": "a red apple"}  # fmt: skip
-    write_table(folder / "triplets.parquet", pd.DataFrame([triplet]), tables.TRIPLETS)
+    write_table(folder / "triplets.parquet", pd.DataFrame([triplet]), schemas.TRIPLETS)
     pair = {"pair_id": "p0", "triplet_id": "t0", "t2i": "tiny-sd", "seed": 0, "corr_image_id": "c",
             "corr_path": str(folder / "corr.png"), "adv_image_id": "a", "adv_path": str(folder / "adv.png"),
             "vlm_scores": "{}", "min_corr_score": 1.0, "min_adv_score": 1.0, "kept": True}  # fmt: skip
-    write_table(folder / "pairs.parquet", pd.DataFrame([pair]), tables.PAIRS)
+    write_table(folder / "pairs.parquet", pd.DataFrame([pair]), schemas.PAIRS)
 
 
 def test_outside_plugins_are_scored_by_the_workflows_step(local_plugin, installed_plugin, tiny_config, tmp_path):
@@ -191,7 +191,7 @@ def test_outside_plugins_are_scored_by_the_workflows_step(local_plugin, installe
              f"domain={domain}", f"metric={metric}", "shard=00000"],
             cwd=REPO, check=True, capture_output=True, env=os.environ | {"PYTHONPATH": path},
         )  # fmt: skip
-        scores = read_table(results / domain / "metric_scores" / metric / "00000.parquet", tables.METRIC_SCORES)
+        scores = read_table(results / domain / "metric_scores" / metric / "00000.parquet", schemas.METRIC_SCORES)
         assert scores[["pair_id", "metric", "corr_raw", "adv_raw"]].to_dict("records") == [
             {"pair_id": "p0", "metric": metric, "corr_raw": 1.0, "adv_raw": 0.0}
         ]

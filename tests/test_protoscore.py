@@ -11,10 +11,10 @@ from PIL import Image
 from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
 from blindspot.io import remove_temps_in, temp_target
-from blindspot.metrics import normalise
 from blindspot.metrics.protoscore import ProtoScore
 from blindspot.models.protoscore_model import TrainSettings, load_scorer
 from blindspot.models.spec import model_spec
+from blindspot.plugins import normalise
 from blindspot.protobias.protoscore import (
     latest_checkpoint,
     pairwise_accuracy,

@@ -2,7 +2,7 @@
 
 import yaml
 
-from blindspot.models.api_vlm import ANSWERERS
+from blindspot.models.api.vlm import ANSWERERS
 from blindspot.models.textgen import GENERATORS
 from blindspot.models.vlm_scoring import SCORERS
 from blindspot.paths import SCHEMA_DIR

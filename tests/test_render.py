@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, spec_of, step_command
 from PIL import Image
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import read_table, write_table
 from blindspot.models.spec import model_spec
 from blindspot.protobias.render import (
@@ -134,11 +134,11 @@ def test_a_killed_render_resumes_without_redoing_finished_images(built_config, t
         adversarial_value="2", neutral_prompt="a bird", generator_model_id="m", generate_template_version="v",
         judges="j", added_entries="",
     )  # fmt: skip
-    write_table(tmp_path / "triplets.parquet", triplets[tables.TRIPLETS.names], tables.TRIPLETS)
-    seeds = pd.DataFrame({name: ["x"] * 4 for name in tables.SEEDS.names}).assign(
+    write_table(tmp_path / "triplets.parquet", triplets[schemas.TRIPLETS.names], schemas.TRIPLETS)
+    seeds = pd.DataFrame({name: ["x"] * 4 for name in schemas.SEEDS.names}).assign(
         seed_id=triplets["seed_id"], sample_seed=0
     )
-    write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
+    write_table(tmp_path / "seeds.parquet", seeds, schemas.SEEDS)
 
     def command(run):
         (tmp_path / run).mkdir(exist_ok=True)
@@ -169,6 +169,6 @@ def test_a_killed_render_resumes_without_redoing_finished_images(built_config, t
     assert counters["rendered"] == 8 - counters["reused"]
     for stem, mtime in finished.items():
         assert (images / f"{stem}.png").stat().st_mtime_ns == mtime  # not rendered again
-    whole = read_table(tmp_path / "whole" / "renders.parquet", tables.RENDERS).drop(columns="path")
-    resumed = read_table(tmp_path / "killed" / "renders.parquet", tables.RENDERS).drop(columns="path")
+    whole = read_table(tmp_path / "whole" / "renders.parquet", schemas.RENDERS).drop(columns="path")
+    resumed = read_table(tmp_path / "killed" / "renders.parquet", schemas.RENDERS).drop(columns="path")
     assert resumed.equals(whole)

@@ -50,7 +50,7 @@ def test_sizing_a_job_reads_no_hub_cache(paper_config, monkeypatch):
     def on_disk(*args, **kwargs):
         raise AssertionError("a job's resources looked up a cached commit")
 
-    monkeypatch.setattr("blindspot.models.hub_cache.cached_commit", on_disk)
+    monkeypatch.setattr("blindspot.hub.cache.cached_commit", on_disk)
     judge = {"domain": "animals", "vlm": "qwen2.5-vl-32b-instruct", "shard": "00000"}
     assert job_resources(paper_config, "judge_images", judge).gpus >= 1
 

@@ -11,8 +11,8 @@ from hub_cache import lay_out, with_hub_models
 from test_evaluate import GOOD_RECORD
 from test_vllm import VLLM_PYTHON
 
-from blindspot import doctor_models
-from blindspot.doctor_report import FAIL, OK, WARN
+from blindspot.doctor import models as doctor_models
+from blindspot.doctor.report import FAIL, OK, WARN
 from blindspot.models import roles
 from blindspot.registry import built_model_dir
 
@@ -176,8 +176,8 @@ class Started(Exception):
 def test_the_command_refuses_a_model_it_places_where_images_go_before_the_workflow_starts(
     built_config, exported, tmp_path, monkeypatch, capsys
 ):
-    from blindspot import evaluate_run
     from blindspot.cli import main
+    from blindspot.evaluate import run as evaluate_run
 
     def refused(*argv: str) -> str:
         with pytest.raises(SystemExit):

@@ -10,12 +10,12 @@ import pytest
 from conftest import REPO, half_written_temps
 from PIL import Image
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import is_temp_of, read_table, write_table
-from blindspot.metrics import MetricSkipped, Score, plugin_code
 from blindspot.models.spec import model_spec
-from blindspot.protobias.evaluation import read_scores
-from blindspot.protobias.scoring import (
+from blindspot.plugins import MetricSkipped, Score, plugin_code
+from blindspot.protobias.accuracy import read_scores
+from blindspot.protobias.metric_scores import (
     ScoreCache,
     image_sha256,
     metric_identity,
@@ -25,7 +25,7 @@ from blindspot.protobias.scoring import (
     shard_test_pairs,
 )
 from blindspot.protobias.split import split_of
-from blindspot.steps.metrics import score_metric
+from blindspot.steps.table3 import score_metric
 
 KEY_ENV = "BLINDSPOT_TINY_API_KEY"
 
@@ -147,7 +147,7 @@ def test_a_judge_whose_key_the_rule_says_is_unset_is_skipped_before_its_plugin_l
     identity = identity_of(tiny_config, "api-judge")
     frame, counters = score_or_skip(judge_pairs, "api-judge", identity, load, ScoreCache(tmp_path / "cache"), 1)
     assert frame.empty
-    assert list(frame.columns) == tables.METRIC_SCORES.names
+    assert list(frame.columns) == schemas.METRIC_SCORES.names
     assert f"{KEY_ENV} is not set" in counters["skipped"]
 
 
@@ -161,10 +161,10 @@ def test_a_judge_without_its_key_in_the_environment_is_skipped_by_its_plugin(tin
 
 def test_a_metric_without_a_key_loads_its_plugin_with_its_args_and_helpers(tiny_config, tmp_path, monkeypatch):
     """A metric that needs no key is never skipped; its plug-in gets its args, helper models and folder."""
-    from blindspot import metrics
+    from blindspot import plugins
 
     built = []
-    monkeypatch.setitem(metrics.PLUGINS, "recording", f"{__name__}:RecordingMetric")
+    monkeypatch.setitem(plugins.PLUGINS, "recording", f"{__name__}:RecordingMetric")
     monkeypatch.setattr(RecordingMetric, "built", built)
     entry = {"plugin": "recording", "model": "tiny-clip", "args": {"weight": 2.5}}
     spec, helper = model_spec(tiny_config, "tiny-clip"), model_spec(tiny_config, "tiny-qwen2.5-vl")
@@ -184,7 +184,7 @@ class RecordingMetric:
 
 @pytest.mark.parametrize("left", [b"", b'{"raw": 0.5, "det', b'{"raw": 0.5}', b"[]"])
 def test_an_entry_a_crash_left_unreadable_is_scored_again(tmp_path, left):
-    from blindspot.metrics import Score
+    from blindspot.plugins import Score
 
     cache = ScoreCache(tmp_path)
     key = ScoreCache.key("clipscore", "built:tiny-clip", "", "v", "sha", "a cat")
@@ -236,7 +236,7 @@ def write_scores(path, metric, pair_ids):
     rows = [{"pair_id": p, "domain": "objects", "metric": metric, "model_id": "m", "model_revision": "", "prompt": "x",
              "corr_raw": 1.0, "adv_raw": 0.0, "corr_score": 1.0, "adv_score": 0.0, "corr_detail": "",
              "adv_detail": ""} for p in pair_ids]  # fmt: skip
-    write_table(path, pd.DataFrame(rows, columns=tables.METRIC_SCORES.names), tables.METRIC_SCORES)
+    write_table(path, pd.DataFrame(rows, columns=schemas.METRIC_SCORES.names), schemas.METRIC_SCORES)
     return str(path)
 
 
@@ -255,7 +255,7 @@ def test_every_metrics_scores_read_as_one_table_skipped_ones_adding_nothing(tmp_
     assert list(scores.index) == [0, 1, 2]
     empty = read_scores([paths[1]])
     assert empty.empty
-    assert list(empty.columns) == tables.METRIC_SCORES.names
+    assert list(empty.columns) == schemas.METRIC_SCORES.names
 
 
 def test_a_job_importing_other_plugin_code_than_planned_stops_before_scoring(tiny_config, tmp_path):
@@ -284,20 +284,20 @@ def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(tiny_c
     monkeypatch.delenv(KEY_ENV, raising=False)
     split = {"seed": tiny_config["seed"], "test_fraction": 0.5}
     seed_id = next(s for s in (f"s{i}" for i in range(100)) if split_of(s, split["seed"], 0.5) == "test")
-    seeds = pd.DataFrame({c: [seed_id] if c == "seed_id" else ["x"] for c in tables.SEEDS.names}).assign(sample_seed=1)
-    write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
+    seeds = pd.DataFrame({c: [seed_id] if c == "seed_id" else ["x"] for c in schemas.SEEDS.names}).assign(sample_seed=1)
+    write_table(tmp_path / "seeds.parquet", seeds, schemas.SEEDS)
     triplet_id = "t0"
-    triplet = {f.name: "x" for f in tables.TRIPLETS} | {
+    triplet = {f.name: "x" for f in schemas.TRIPLETS} | {
         "triplet_id": triplet_id,
         "seed_id": seed_id,
         "domain": "objects",
     }
-    write_table(tmp_path / "triplets.parquet", pd.DataFrame([triplet]), tables.TRIPLETS)
-    pair = {f.name: "x" for f in tables.PAIRS} | {
+    write_table(tmp_path / "triplets.parquet", pd.DataFrame([triplet]), schemas.TRIPLETS)
+    pair = {f.name: "x" for f in schemas.PAIRS} | {
         "triplet_id": triplet_id, "seed": 1, "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True,
         "corr_path": judge_pairs["corr_path"][0], "adv_path": judge_pairs["adv_path"][0],
     }  # fmt: skip
-    write_table(tmp_path / "pairs.parquet", pd.DataFrame([pair]), tables.PAIRS)
+    write_table(tmp_path / "pairs.parquet", pd.DataFrame([pair]), schemas.PAIRS)
     entry = tiny_config["evaluation"]["metrics"]["api-judge"]
     score_metric(
         domain="objects", metric="api-judge", shard="00000", pairs=str(tmp_path / "pairs.parquet"),
@@ -309,7 +309,7 @@ def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(tiny_c
         api_key_is_set=False, split=split,
         batch_size=1, shard_size=10,
     )  # fmt: skip
-    assert read_table(tmp_path / "out.parquet", tables.METRIC_SCORES).empty
+    assert read_table(tmp_path / "out.parquet", schemas.METRIC_SCORES).empty
     counters = json.loads((tmp_path / "out.json").read_text())
     assert f"{KEY_ENV} is not set" in counters["skipped"]
     assert "provenance" in counters
@@ -318,20 +318,20 @@ def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(tiny_c
 def test_an_api_metrics_job_stops_in_one_line_before_it_sends_more_than_planned(tiny_config, judge_pairs, tmp_path,
                                                                                  monkeypatch):  # fmt: skip
     """A job planned for no request sends none: the step stops naming the metric and the planned number."""
-    from blindspot.models.api_client import RequestsExhausted
+    from blindspot.models.api.client import RequestsExhausted
 
     monkeypatch.setenv(KEY_ENV, "sk-test")
     split = {"seed": tiny_config["seed"], "test_fraction": 0.5}
     seed_id = next(s for s in (f"s{i}" for i in range(100)) if split_of(s, split["seed"], 0.5) == "test")
-    seeds = pd.DataFrame({c: [seed_id] if c == "seed_id" else ["x"] for c in tables.SEEDS.names}).assign(sample_seed=1)
-    write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
-    triplet = {f.name: "x" for f in tables.TRIPLETS} | {"triplet_id": "t0", "seed_id": seed_id, "domain": "objects"}
-    write_table(tmp_path / "triplets.parquet", pd.DataFrame([triplet]), tables.TRIPLETS)
-    pair = {f.name: "x" for f in tables.PAIRS} | {
+    seeds = pd.DataFrame({c: [seed_id] if c == "seed_id" else ["x"] for c in schemas.SEEDS.names}).assign(sample_seed=1)
+    write_table(tmp_path / "seeds.parquet", seeds, schemas.SEEDS)
+    triplet = {f.name: "x" for f in schemas.TRIPLETS} | {"triplet_id": "t0", "seed_id": seed_id, "domain": "objects"}
+    write_table(tmp_path / "triplets.parquet", pd.DataFrame([triplet]), schemas.TRIPLETS)
+    pair = {f.name: "x" for f in schemas.PAIRS} | {
         "triplet_id": "t0", "seed": 1, "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True,
         "corr_path": judge_pairs["corr_path"][0], "adv_path": judge_pairs["adv_path"][0],
     }  # fmt: skip
-    write_table(tmp_path / "pairs.parquet", pd.DataFrame([pair]), tables.PAIRS)
+    write_table(tmp_path / "pairs.parquet", pd.DataFrame([pair]), schemas.PAIRS)
     entry = tiny_config["evaluation"]["metrics"]["api-judge"]
     with pytest.raises(RequestsExhausted, match=r"^metric api-judge: .*0 requests x client\.max_attempts") as stopped:
         score_metric(
@@ -356,30 +356,30 @@ def test_an_api_metric_scores_only_the_annotated_pairs_of_its_shard_unless_asked
     with `evaluation.api_metrics_score: test_split` all of them; other metrics and a released dataset (no
     annotated pairs) score the whole split. The rule gives the step the preference pairs only when it filters."""
     from blindspot import targets
-    from blindspot.protobias import scoring
+    from blindspot.protobias import metric_scores
 
     if asked:
         tiny_config["evaluation"]["api_metrics_score"] = asked
     split = {"seed": tiny_config["seed"], "test_fraction": 0.5}
     seed_ids = [s for s in (f"s{i}" for i in range(100)) if split_of(s, split["seed"], 0.5) == "test"][:3]
-    seeds = pd.DataFrame({c: seed_ids if c == "seed_id" else "x" for c in tables.SEEDS.names}).assign(sample_seed=1)
-    write_table(tmp_path / "seeds.parquet", seeds, tables.SEEDS)
-    triplets = pd.DataFrame([{f.name: "x" for f in tables.TRIPLETS} | {"triplet_id": f"t{i}", "seed_id": seed_id,
+    seeds = pd.DataFrame({c: seed_ids if c == "seed_id" else "x" for c in schemas.SEEDS.names}).assign(sample_seed=1)
+    write_table(tmp_path / "seeds.parquet", seeds, schemas.SEEDS)
+    triplets = pd.DataFrame([{f.name: "x" for f in schemas.TRIPLETS} | {"triplet_id": f"t{i}", "seed_id": seed_id,
                               "domain": "objects"} for i, seed_id in enumerate(seed_ids)])  # fmt: skip
-    write_table(tmp_path / "triplets.parquet", triplets, tables.TRIPLETS)
-    pairs = pd.DataFrame([{f.name: "x" for f in tables.PAIRS} | {"pair_id": f"p{i}", "triplet_id": f"t{i}", "seed": 1,
+    write_table(tmp_path / "triplets.parquet", triplets, schemas.TRIPLETS)
+    pairs = pd.DataFrame([{f.name: "x" for f in schemas.PAIRS} | {"pair_id": f"p{i}", "triplet_id": f"t{i}", "seed": 1,
                           "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True} for i in range(3)])  # fmt: skip
-    write_table(tmp_path / "pairs.parquet", pairs, tables.PAIRS)
+    write_table(tmp_path / "pairs.parquet", pairs, schemas.PAIRS)
     # p1 is annotated; q9, another shard's (or domain's) annotated pair, is not among this shard's
-    preference = pd.DataFrame([{f.name: "x" for f in tables.ANNOTATION_PAIRS} | {"pair_id": p} for p in ("p1", "q9")])
-    write_table(tmp_path / "preference.parquet", preference, tables.ANNOTATION_PAIRS)
+    preference = pd.DataFrame([{f.name: "x" for f in schemas.ANNOTATION_PAIRS} | {"pair_id": p} for p in ("p1", "q9")])
+    write_table(tmp_path / "preference.parquet", preference, schemas.ANNOTATION_PAIRS)
     scored = []
 
     def score(test, *_):
         scored.append(list(test["pair_id"]))
-        return pd.DataFrame(columns=tables.METRIC_SCORES.names), {}
+        return pd.DataFrame(columns=schemas.METRIC_SCORES.names), {}
 
-    monkeypatch.setattr(scoring, "score_or_skip", score)
+    monkeypatch.setattr(metric_scores, "score_or_skip", score)
     entry = tiny_config["evaluation"]["metrics"]["api-judge"]
     filters = targets.scores_annotated_only(tiny_config, "api-judge")
     assert filters == (asked != "test_split")

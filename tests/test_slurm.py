@@ -19,7 +19,7 @@ import pytest
 import yaml
 from conftest import REPO, local_rules
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import read_table
 from blindspot.plan import job_table
 from blindspot.slurm import submit_stage
@@ -204,8 +204,8 @@ def test_submitit_runs_one_stage_with_the_profiles_resources(slurm_run, tmp_path
     assert record["NumCPUs"] == "2"
     assert record["Comment"] == "rule_render_images"
     # The same stage, inputs and seeds render the same images as the workflow's job did.
-    mine = read_table(tmp_path / "renders.parquet", tables.RENDERS)
-    workflow = read_table(path(config, "renders", **fields), tables.RENDERS)
+    mine = read_table(tmp_path / "renders.parquet", schemas.RENDERS)
+    workflow = read_table(path(config, "renders", **fields), schemas.RENDERS)
     assert len(mine) == len(workflow) > 0
     pd.testing.assert_series_equal(mine["image_id"], workflow["image_id"])
     pd.testing.assert_series_equal(mine["sha256"], workflow["sha256"])

@@ -98,7 +98,7 @@ def test_a_submitted_stage_runs_in_its_envs_python_after_removing_what_a_killed_
     after removing its outputs' temporaries as `run_from_snakemake` does, and only theirs."""
     import submitit
 
-    from blindspot import steps, tables
+    from blindspot import schemas, steps
     from blindspot.io import is_temp_of, read_table
     from blindspot.slurm import submit_stage
 
@@ -128,7 +128,7 @@ def test_a_submitted_stage_runs_in_its_envs_python_after_removing_what_a_killed_
     submit_stage("make_seeds", "config/tiny.yaml", folder=tmp_path / "submitit", python=sys.executable,
                  domain="animals", out=str(out))  # fmt: skip
     assert sorted(tmp_path.iterdir()) == [others, out, tmp_path / "submitit"]
-    assert len(read_table(out, tables.SEEDS)) > 0
+    assert len(read_table(out, schemas.SEEDS)) > 0
     # a stage whose env this Python does not meet is refused before it waits for a GPU
     config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
     config["models"]["smollm2-135m"] |= {"backend": "vllm", "max_model_len": 2048}

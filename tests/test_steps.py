@@ -118,9 +118,9 @@ TOY_STEP = '''
 
 def count_seeds(seeds: str, out: str) -> None:
     """How many seeds a domain has: a toy step."""
-    from blindspot import io, tables
+    from blindspot import io, schemas
 
-    io.write_text(out, f"{len(io.read_table(seeds, tables.SEEDS))}\\n")
+    io.write_text(out, f"{len(io.read_table(seeds, schemas.SEEDS))}\\n")
 '''
 
 

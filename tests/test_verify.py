@@ -9,7 +9,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from blindspot import tables, targets
+from blindspot import schemas, targets
 from blindspot.cli import main
 from blindspot.io import write_table
 from blindspot.protobias.render import save_image
@@ -34,7 +34,7 @@ def run(tiny_config, tmp_path):
             "guidance": 0.0, "height": 8, "width": 8, "settings": "{}", "path": str(path), "sha256": digest,
         })  # fmt: skip
     frame = pd.DataFrame(rows)
-    write_table(table, frame, tables.RENDERS)
+    write_table(table, frame, schemas.RENDERS)
     return str(configfile), table, [Path(row["path"]) for row in rows]
 
 

@@ -12,7 +12,7 @@ import yaml
 from conftest import REPO, spec_of, step_command, whitespace_outside_strings
 from test_envs import lock
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import read_table, write_table
 from blindspot.models.spec import model_spec
 from blindspot.models.vlm_scoring import text_score
@@ -44,7 +44,7 @@ def vllm_run(built_config, vllm_python, tmp_path_factory):
               "engine_args": {"gpu_memory_utilization": 0.25, "enforce_eager": True}}  # fmt: skip
     (work / "config.yaml").write_text(yaml.safe_dump(config))  # the scorer test loads it
     seeds = sample_seeds(REPO / "config" / "taxonomy" / "objects.yaml", "objects", 4, 3)
-    write_table(work / "seeds.parquet", seeds, tables.SEEDS)
+    write_table(work / "seeds.parquet", seeds, schemas.SEEDS)
     stage = config["prompt_stage"]
     job = {
         "domain": "objects", "shard": "00000", "generator": "smollm2-135m", "seeds": str(work / "seeds.parquet"),
@@ -64,7 +64,7 @@ def vllm_run(built_config, vllm_python, tmp_path_factory):
 
 
 def test_vllm_writes_schema_constrained_triplets(vllm_run):
-    raw = read_table(vllm_run / "raw.parquet", tables.RAW_TRIPLETS)
+    raw = read_table(vllm_run / "raw.parquet", schemas.RAW_TRIPLETS)
     assert len(raw) == 4
     for text in raw["raw_output"]:
         assert list(json.loads(text)) == list(TRIPLET_FIELDS)  # fields in schema order
@@ -76,7 +76,7 @@ def test_vllm_writes_schema_constrained_triplets(vllm_run):
 
 
 def test_vllm_judges_with_decision_tied_to_reason(vllm_run):
-    judged = read_table(vllm_run / "judged.parquet", tables.JUDGMENTS)
+    judged = read_table(vllm_run / "judged.parquet", schemas.JUDGMENTS)
     assert len(judged) == json.loads((vllm_run / "raw.json").read_text())["ok"]
     for text in judged["raw_output"]:
         verdict = json.loads(text)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import CHROMIUM, REPO, copy_run, snakemake
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.humblebench.questions import problem
 from blindspot.io import read_table
 from blindspot.registry import MODEL_GROUPS, is_api_metric, metric_models
@@ -202,8 +202,8 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     assert (results / "tables" / "table1_prompt_quality.md").read_text().count("|") > 20
     assert r"\begin{tabular}" in (results / "tables" / "table1_prompt_quality.tex").read_text()
     for domain in tiny_config["domains"]:
-        triplets = read_table(results / domain / "triplets.parquet", tables.TRIPLETS)
-        seeds = read_table(results / domain / "seeds.parquet", tables.SEEDS)
+        triplets = read_table(results / domain / "triplets.parquet", schemas.TRIPLETS)
+        seeds = read_table(results / domain / "seeds.parquet", schemas.SEEDS)
         assert len(seeds) == tiny_config["domains"][domain]["n_seeds"]
         assert triplets["seed_id"].isin(seeds["seed_id"]).all()
         counters = yaml.safe_load((results / domain / "triplets.counters.json").read_text())
@@ -211,15 +211,15 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
         assert counters["generated"] == len(seeds) * len(tiny_config["prompt_stage"]["generators"])
         assert table.loc["triplets", domain.capitalize()] == len(triplets)
         renders = pd.concat(
-            [read_table(p, tables.RENDERS) for p in results.glob(f"{domain}/renders/*/*.parquet")], ignore_index=True
+            [read_table(p, schemas.RENDERS) for p in results.glob(f"{domain}/renders/*/*.parquet")], ignore_index=True
         )
         n_t2i = len(tiny_config["image_stage"]["t2i_models"])
         assert len(renders) == 2 * len(triplets) * n_t2i * tiny_config["image_stage"]["images_per_description"]
         assert all((work / path).exists() for path in renders["path"])
-        pairs = read_table(results / domain / "pairs.parquet", tables.PAIRS)
+        pairs = read_table(results / domain / "pairs.parquet", schemas.PAIRS)
         assert len(pairs) == len(renders) // 2
         scores = pd.concat(
-            [read_table(p, tables.VLM_SCORES) for p in results.glob(f"{domain}/vlm_scores/*/*/*.parquet")]
+            [read_table(p, schemas.VLM_SCORES) for p in results.glob(f"{domain}/vlm_scores/*/*/*.parquet")]
         )
         assert len(scores) == len(renders) * len(tiny_config["image_stage"]["vlms"])
         pair_counters = yaml.safe_load((results / domain / "pairs.counters.json").read_text())
@@ -230,7 +230,7 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     assert table2["Pairs"].eq(sum(table.loc["triplets", d.capitalize()] for d in tiny_config["domains"]) * 3).all()
     import datasets
 
-    kept = read_table(results / "benchmark" / "pairs.parquet", tables.BENCHMARK_PAIRS)
+    kept = read_table(results / "benchmark" / "pairs.parquet", schemas.BENCHMARK_PAIRS)
     assert (kept.groupby("triplet_id")["split"].nunique() == 1).all()
     for domain in tiny_config["domains"]:
         loaded = datasets.load_dataset(str(results / "benchmark" / "dataset"), domain, cache_dir=str(work / "hf-cache"))
@@ -238,9 +238,9 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
         first = loaded[next(iter(loaded))][0]
         assert first["image_corr"].size == (96, 96)
         assert first["neutral_prompt"]
-    preference = read_table(results / "benchmark" / "annotation" / "preference_pairs.parquet", tables.ANNOTATION_PAIRS)
+    preference = read_table(results / "benchmark" / "annotation" / "preference_pairs.parquet", schemas.ANNOTATION_PAIRS)
     validation = read_table(
-        results / "benchmark" / "annotation" / "filter_validation.parquet", tables.ANNOTATION_IMAGES
+        results / "benchmark" / "annotation" / "filter_validation.parquet", schemas.ANNOTATION_IMAGES
     )
     assert set(preference["left_image_id"]).isdisjoint(validation["image_id"])
     title = (results / "tables" / "table3_metrics.md").read_text()
@@ -258,8 +258,8 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     breakdown = pd.read_csv(results / "tables" / "metric_accuracy_breakdown.csv")
     assert {"overall", "domain", "knob", "t2i", "subcategory"} <= set(breakdown["breakdown"])
     humble = tiny_config["humblebench"]
-    questions = read_table(results / "humblebench" / "questions.parquet", tables.HUMBLE_QUESTIONS)
-    candidates = read_table(results / "humblebench" / "scene_graph_candidates.parquet", tables.HUMBLE_QUESTIONS)
+    questions = read_table(results / "humblebench" / "questions.parquet", schemas.HUMBLE_QUESTIONS)
+    candidates = read_table(results / "humblebench" / "scene_graph_candidates.parquet", schemas.HUMBLE_QUESTIONS)
     assert len(candidates)  # the writer (real SmolLM2, under the JSON grammar) wrote questions about the scene graphs
     assert not (results / "humblebench" / "scene_graph_cues.journal.jsonl").exists()  # done: removed
     # SmolLM2-135M writes options that repeat: without people's verification those are left out.
@@ -267,7 +267,7 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     assert set(questions["source"]) <= {"benchmark", "scene_graph"}
     assert (questions["source"] == "benchmark").sum() == 2 * 2 * len(kept)  # subject and knob, both images
     answers = pd.concat(
-        [read_table(p, tables.HUMBLE_ANSWERS) for p in results.glob("humblebench/answers/*/*/*.parquet")]
+        [read_table(p, schemas.HUMBLE_ANSWERS) for p in results.glob("humblebench/answers/*/*/*.parquet")]
     )
     assert len(answers) == len(questions) * len(humble["vlms"]) * len(humble["settings"])
     noise = answers[answers["setting"] == "noise"]
@@ -427,7 +427,7 @@ def test_a_job_runs_by_hand_with_the_arguments_the_workflow_gives_it(tiny_config
     killed.write_bytes(b"half a table")
     subprocess.run([*command, "domain=objects"], cwd=REPO, check=True, capture_output=True)
     assert not killed.exists()
-    seeds = read_table(tmp_path / "results" / "objects" / "seeds.parquet", tables.SEEDS)
+    seeds = read_table(tmp_path / "results" / "objects" / "seeds.parquet", schemas.SEEDS)
     assert len(seeds) == tiny_config["domains"]["objects"]["n_seeds"]
     assert set(seeds["domain"]) == {"objects"}
     unknown = subprocess.run([*command, "domain=plants"], cwd=REPO, capture_output=True, text=True)
@@ -453,8 +453,8 @@ def labelled_run(tiny_run, run_config) -> str:
     before the labels were used)."""
     work, _ = tiny_run
     annotation = work / run_config["results_dir"] / "benchmark" / "annotation"
-    images = read_table(annotation / "filter_validation.parquet", tables.ANNOTATION_IMAGES)
-    pairs = read_table(annotation / "preference_pairs.parquet", tables.ANNOTATION_PAIRS)
+    images = read_table(annotation / "filter_validation.parquet", schemas.ANNOTATION_IMAGES)
+    pairs = read_table(annotation / "preference_pairs.parquet", schemas.ANNOTATION_PAIRS)
     # The filter validation is scored by its one designated evaluator (annotation.filter_evaluators).
     evaluators = tuple(run_config["annotation"]["filter_evaluators"])
     scores = label_studio_export(
@@ -500,8 +500,8 @@ def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run
     work, _ = tiny_run
     results = work / run_config["results_dir"]
     annotation = results / "benchmark" / "annotation"
-    images = read_table(annotation / "filter_validation.parquet", tables.ANNOTATION_IMAGES)
-    pairs = read_table(annotation / "preference_pairs.parquet", tables.ANNOTATION_PAIRS)
+    images = read_table(annotation / "filter_validation.parquet", schemas.ANNOTATION_IMAGES)
+    pairs = read_table(annotation / "preference_pairs.parquet", schemas.ANNOTATION_PAIRS)
     assert len(images)
     assert len(pairs)
     projects = results / "annotation_projects"
@@ -612,12 +612,12 @@ def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, 
                             # the questions change: the human study is drawn again, and its project made
                             "sample_human_questions": 1, "make_annotation_projects": 1})  # fmt: skip
     snakemake("--configfile", "verified.yaml", "--profile", "profiles/local", "-c2", cwd=work)
-    questions = read_table(results / "humblebench" / "questions.parquet", tables.HUMBLE_QUESTIONS)
+    questions = read_table(results / "humblebench" / "questions.parquet", schemas.HUMBLE_QUESTIONS)
     scene = questions[questions["source"] == "scene_graph"]
     assert len(scene) == len(sheet)
     assert scene["verified"].all()
     answers = pd.concat(
-        [read_table(p, tables.HUMBLE_ANSWERS) for p in results.glob("humblebench/answers/*/*/*.parquet")]
+        [read_table(p, schemas.HUMBLE_ANSWERS) for p in results.glob("humblebench/answers/*/*/*.parquet")]
     )
     answered = answers[answers["question_id"].isin(scene["question_id"])]
     assert len(answered) == len(scene) * len(humble["vlms"]) * len(humble["settings"])
@@ -646,7 +646,7 @@ def test_two_annotators_answer_on_the_page_and_table7_sets_them_beside_the_model
     work = copy_run(tiny_run[0], tmp_path / "run")
     snakemake("--profile", "profiles/local", "-c2", cwd=work)
     results = work / run_config["results_dir"]
-    study = read_table(results / "humblebench" / "human_study.parquet", tables.HUMAN_STUDY)
+    study = read_table(results / "humblebench" / "human_study.parquet", schemas.HUMAN_STUDY)
     people = run_config["humblebench"]["human_study"]["annotators"]
     assert sorted(set(study["annotator"])) == sorted(people)
     assert len(people) == 2
@@ -677,7 +677,7 @@ def test_two_annotators_answer_on_the_page_and_table7_sets_them_beside_the_model
     table = pd.read_csv(results / "tables" / "table7_humblebench_humans.csv")
     assert list(table.columns) == ["Model", "Overall", "Non-NOTA", "NOTA hit", "False-NOTA", "HS", "NOTA hit (stress)"]
     assert list(table["Model"]) == ["Human (mean of 2)", *run_config["humblebench"]["vlms"]]
-    questions = read_table(results / "humblebench" / "questions.parquet", tables.HUMBLE_QUESTIONS)
+    questions = read_table(results / "humblebench" / "questions.parquet", schemas.HUMBLE_QUESTIONS)
     label = dict(zip(questions["question_id"], questions["label"], strict=True))
     original = study[study["setting"] == run_config["humblebench"]["tables"]["original"]]
     right = [
@@ -714,8 +714,8 @@ def test_the_api_judge_scores_only_the_annotated_pairs_against_a_local_endpoint(
         outputs = [out for domain in config["domains"]
                    for out in targets.shard_targets(config, "metric_scores", domain, metric=[metric])]  # fmt: skip
         snakemake("--profile", "profiles/local", "-c2", "--configfile", "api_judge.yaml", "--", *outputs, cwd=work)
-    annotated = read_table(work / targets.path(config, "preference_pairs"), tables.ANNOTATION_PAIRS)
-    scores = pd.concat([read_table(work / out, tables.METRIC_SCORES) for out in outputs])
+    annotated = read_table(work / targets.path(config, "preference_pairs"), schemas.ANNOTATION_PAIRS)
+    scores = pd.concat([read_table(work / out, schemas.METRIC_SCORES) for out in outputs])
     assert sorted(scores["pair_id"]) == sorted(annotated["pair_id"])
     assert scores[["corr_raw", "adv_raw"]].notna().all().all()
     assert server.answered == 2 * len(annotated)
@@ -761,13 +761,13 @@ def test_an_api_vlm_answers_humblebench_beside_the_local_ones_and_is_never_asked
         run = ("--profile", "profiles/local", "-c2", "--configfile", "api_vlm.yaml", "--", *outputs)
         snakemake(*run, cwd=work)
         asked = served_posts(server["log"])
-        first = pd.concat([read_table(work / out, tables.HUMBLE_ANSWERS) for out in answers], ignore_index=True)
+        first = pd.concat([read_table(work / out, schemas.HUMBLE_ANSWERS) for out in answers], ignore_index=True)
         # Its jobs run again: every reply is read from the cache, the server is asked nothing.
         snakemake("--forcerun", "answer_api_humble", *run, cwd=work)
         assert served_posts(server["log"]) == asked
-    again = pd.concat([read_table(work / out, tables.HUMBLE_ANSWERS) for out in answers], ignore_index=True)
+    again = pd.concat([read_table(work / out, schemas.HUMBLE_ANSWERS) for out in answers], ignore_index=True)
     pd.testing.assert_frame_equal(again, first)
-    questions = read_table(work / targets.path(config, "humble_questions"), tables.HUMBLE_QUESTIONS)
+    questions = read_table(work / targets.path(config, "humble_questions"), schemas.HUMBLE_QUESTIONS)
     assert len(first) == len(questions) * len(humble["settings"])
     # One request per distinct request, each reply cached once: the Noise settings' questions share one image,
     # so a question asked twice there is read from the cache.

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from conftest import REPO, copy_run, snakemake
 
-from blindspot.doctor_report import FAIL, OK, WARN
-from blindspot.doctor_system import workstation_checks
+from blindspot.doctor.report import FAIL, OK, WARN
+from blindspot.doctor.system import workstation_checks
 from blindspot.models import gpu_slots
 
 HOLD = """
@@ -117,7 +117,7 @@ def test_doctor_reports_the_gpus_and_whether_the_largest_job_fits(tiny_config, m
     assert checks["largest job"].reason.endswith("): 2 GPU(s), 15.0 GB of weights on each (weights only)")
     assert "gpu count" not in checks
     # 80 GB cards hold it; 10 GB ones do not.
-    monkeypatch.setattr("blindspot.doctor_system.gpu_memory", lambda: {str(i): ("Card", 10.0) for i in range(4)})
+    monkeypatch.setattr("blindspot.doctor.system.gpu_memory", lambda: {str(i): ("Card", 10.0) for i in range(4)})
     assert {c.subject: c for c in workstation_checks(config, profile)}["largest job"].verdict == FAIL
     config["models"]["tiny-qwen2.5-vl"]["gpus"] = 5
     profile["resources"]["gpu"] = 8

@@ -1,5 +1,5 @@
 """The API client against an endpoint that enforces a rate limit the way providers do: the adaptive
-limit (`blindspot.models.api_limiter`) beside fixed concurrency 4 and 32, the same requests each.
+limit (`blindspot.models.api.limiter`) beside fixed concurrency 4 and 32, the same requests each.
 
 The endpoint is a local OpenAI-compatible server on 127.0.0.1 (`RateLimitedServer`): it allows
 `RATE` requests per second and `IN_FLIGHT` at once, answers a request beyond either with a 429 and a
@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from timing import Row
 
-from blindspot.models.api_client import APIError, ChatCompletionsClient, ClientSettings
+from blindspot.models.api.client import APIError, ChatCompletionsClient, ClientSettings
 
 RATE = 40.0  # requests per second
 IN_FLIGHT = 16

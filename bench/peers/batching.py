@@ -13,8 +13,8 @@ from PIL import Image
 from timing import Row, timed_arms
 from tiny_preset import build_models
 
-from blindspot.metrics import load_metric
 from blindspot.models.spec import model_spec
+from blindspot.plugins import load_metric
 
 PAIRS = 32
 RELATIVE_TOLERANCE = 1e-4

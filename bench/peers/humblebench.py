@@ -49,7 +49,7 @@ from PIL import Image
 from timing import Row, timed
 from tiny_preset import REPO, build_models
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.humblebench.answers import answer_shard, option_token_ids
 from blindspot.humblebench.questions import question_row, row_question
 from blindspot.humblebench.settings import LETTERS, NOTA_TEXT, Question, present, setting_transforms
@@ -81,7 +81,7 @@ QWEN_VL_UTILS = importlib.util.find_spec("qwen_vl_utils") is not None
 
 
 def synthetic_questions(folder: Path, n: int, seed: int) -> pd.DataFrame:
-    """`n` questions (`tables.HUMBLE_QUESTIONS` rows), labels cycling through A-E (E is NOTA), each with
+    """`n` questions (`schemas.HUMBLE_QUESTIONS` rows), labels cycling through A-E (E is NOTA), each with
     its own noise PNG in `folder`."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -93,7 +93,7 @@ def synthetic_questions(folder: Path, n: int, seed: int) -> pd.DataFrame:
         Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(path)
         question = Question(f"q{i:02d}", stem, options, LETTERS[i % len(LETTERS)], kind)
         rows.append(question_row(question, "benchmark", str(path), {}, verified=True))
-    return pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names)
+    return pd.DataFrame(rows, columns=schemas.HUMBLE_QUESTIONS.names)
 
 
 def official_samples(questions: pd.DataFrame, transforms: dict[str, Any], seed: int) -> list[dict[str, Any]]:

@@ -15,8 +15,8 @@ from PIL import Image
 from timing import REPO, Row, run_in_env, timed
 from tiny_preset import build_models
 
-from blindspot.metrics import load_metric
 from blindspot.models.spec import model_spec
+from blindspot.plugins import load_metric
 
 PORTS_PYTHON = ".venv-ports/bin/python"
 PAIRS = 16

@@ -4,8 +4,8 @@ evaluate` runs and returns its table, `Scorer(metric)` scores prompts and images
 Here rather than in the package's `__init__`, which every module of the package imports, so that this
 re-export closes no import cycle."""
 
-from blindspot.evaluate_records import read_records
-from blindspot.evaluate_run import evaluate
-from blindspot.scorer import Scorer
+from blindspot.evaluate.records import read_records
+from blindspot.evaluate.run import evaluate
+from blindspot.evaluate.scorer import Scorer
 
 __all__ = ["Scorer", "evaluate", "read_records"]

@@ -17,7 +17,7 @@ benchmark image with `from_benchmark`: an upper bound). Per request:
   API VLM, `humblebench.max_new_tokens`, the budget its requests are then sent with).
 The cost in USD is these at the entry's `prices` (per million tokens, and `per_image`), as read on their
 `read` date. Retries are not in it: a job may send its planned requests times `client.max_attempts`,
-and no more (`models.api_client`), so the bill can be exceeded by retries only up to that allowance.
+and no more (`models.api.client`), so the bill can be exceeded by retries only up to that allowance.
 """
 
 from __future__ import annotations

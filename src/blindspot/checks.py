@@ -12,9 +12,9 @@ from typing import Any
 
 from blindspot.catalogue import check_throughput
 from blindspot.config import SCHEMA_PATH, ConfigError, check_schema, named_values, read_yaml
+from blindspot.hub.repos import is_hub_dataset
 from blindspot.humblebench.questions import KIND_FIELDS
-from blindspot.metrics import PLUGINS, PluginError, check_plugin, model_free_resources, plugin_arguments
-from blindspot.models.hub import is_hub_dataset
+from blindspot.plugins import PLUGINS, PluginError, check_plugin, model_free_resources, plugin_arguments
 from blindspot.prompts import PromptTemplate
 from blindspot.protobias.released import check_released_config
 from blindspot.protobias.taxonomy import check_n_seeds, load_taxonomy
@@ -38,7 +38,7 @@ CONFIG_FILES = (
     "annotation.pairwise_labels",
     "protoscore.transfer",
 )
-# Keys whose value is a dataset: a local file or folder, or a hub dataset id (`models.hub.is_hub_dataset`:
+# Keys whose value is a dataset: a local file or folder, or a hub dataset id (`hub.repos.is_hub_dataset`:
 # org/name, no table suffix). One that is neither (data/x.jsonl, ./release, a plain name) is a local path
 # that is not there.
 CONFIG_DATASETS = ("humblebench.release", "dataset.path")

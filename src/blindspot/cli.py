@@ -28,13 +28,16 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from blindspot import bill, catalogue, doctor, doctor_report, evaluate_cli, plan, verify
+from blindspot import bill, catalogue, plan, verify
 from blindspot.annotation.projects import TASKS
 from blindspot.checks import load_config
 from blindspot.config import ConfigError, one_line
 from blindspot.counts import render_counts
 from blindspot.dag import checkout_config
-from blindspot.models import hub_fetch
+from blindspot.doctor import report as doctor_report
+from blindspot.doctor import run as doctor
+from blindspot.evaluate import cli as evaluate_cli
+from blindspot.hub import fetch as hub_fetch
 from blindspot.paths import CHECKOUT
 
 # The config of `humble score` and `annotate make` without --configfile or --judge-template: the checkout's.
@@ -258,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def humble(args: argparse.Namespace) -> None:
     from blindspot.annotation.labels import read_human_answers
-    from blindspot.humblebench.scoring import score
+    from blindspot.humblebench.external_answers import score
     from blindspot.reporting import to_markdown
 
     config = checkout_config(args.configfile, CHECKOUT_CONFIG)

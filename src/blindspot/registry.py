@@ -3,7 +3,7 @@ backends may serve each role and what each backend brings (its jobs' env, its hu
 registry keys decide only where or how fast a model runs, and what kind of model an entry is.
 
 The roles' checks (`blindspot.checks`), the models a job loads (`blindspot.catalogue`), the hub
-cache (`blindspot.models.hub`) and the check of each model against its role (`blindspot.models.roles`)
+cache (`blindspot.hub.repos`) and the check of each model against its role (`blindspot.models.roles`)
 all read these tables; the adapters keyed by backend (`models.textgen`, `models.vlm_scoring`)
 implement the backends these tables let serve text and images.
 """
@@ -38,7 +38,7 @@ BACKENDS = {
     "diffusers": Backend(("t2i",), layout="diffusers"),
     "pyiqa": Backend(("iqa",), layout=None),  # pyiqa never downloads (`protobias.iqa.weights_file`)
     "open_clip": Backend(("metric",)),
-    # An endpoint: an API judge's metric, HumbleBench's answers (`models.api_vlm`), in the vision env.
+    # An endpoint: an API judge's metric, HumbleBench's answers (`models.api.vlm`), in the vision env.
     "openai_api": Backend(("metric", "answers"), layout=None),
 }
 
@@ -65,7 +65,7 @@ ROLES = (
     Role("image_stage.t2i_models", "t2i"),
     Role("image_stage.vlms", "images", needs="images"),
     Role("image_stage.iqa_metrics", "iqa"),
-    # answering multiple-choice questions about an image: local weights or an endpoint (`models.api_vlm.ANSWERERS`)
+    # answering multiple-choice questions about an image: local weights or an endpoint (`models.api.vlm.ANSWERERS`)
     Role("humblebench.vlms", "answers", needs="images"),
     Role("protoscore.model", "lora", needs="images"),  # trained with peft's LoRA on the transformers model
     # HumbleBench's scene-graph questions, when the config writes them

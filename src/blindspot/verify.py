@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blindspot import tables, targets
+from blindspot import schemas, targets
 from blindspot.io import read_table
 from blindspot.protobias.render import sha256_of
 
@@ -30,7 +30,7 @@ class BadFile:
 def check_renders(table_path: str) -> tuple[int, list[BadFile]]:
     """How many images one render job's table lists, and those of them (or the table) that are bad."""
     try:
-        renders = read_table(table_path, tables.RENDERS)
+        renders = read_table(table_path, schemas.RENDERS)
     except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
         return 0, [BadFile(table_path, f"the table cannot be read ({' '.join(str(error).split())})", table_path)]
     bad = []

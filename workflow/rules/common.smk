@@ -16,10 +16,10 @@ from blindspot.models.spec import build_inputs, model_spec, resolved_recipe
 from blindspot.registry import api_vlms, is_api_metric, metric_models
 from blindspot import bill, catalogue, targets
 from blindspot.humblebench.parsing import PARSER_VERSION
-from blindspot.metrics import plugin_code
-from blindspot.protobias.scoring import metric_score_settings
+from blindspot.plugins import plugin_code
+from blindspot.protobias.metric_scores import metric_score_settings
 from blindspot.resources import job_resources
-from blindspot.models.tiny.build import recipe_seed
+from blindspot.tiny.build import recipe_seed
 
 # Snakemake reads the config files itself and keeps the last of a key given twice: read them again.
 # A bad config stops the run with the line that names its key or file, and no traceback of the check

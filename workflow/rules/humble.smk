@@ -118,10 +118,10 @@ use rule answer_humble as answer_api_humble with:
     wildcard_constraints:
         vlm=_one_of(API_VLMS),
     params:
-        # A batch is as many questions as its client may have in flight (`blindspot.models.api_vlm`), not
+        # A batch is as many questions as its client may have in flight (`blindspot.models.api.vlm`), not
         # humblebench.batch_size, whose change re-runs only the local VLMs' jobs.
         **(ANSWER_HUMBLE_PARAMS | {"batch_size": None}),
-        # Its replies, kept so that nothing paid for is asked twice (`blindspot.models.api_vlm`).
+        # Its replies, kept so that nothing paid for is asked twice (`blindspot.models.api.vlm`).
         cache=lambda wildcards: P("humble_api_cache", vlm=wildcards.vlm),
         # Its client sends no more than these times client.max_attempts (`blindspot.bill`).
         planned_requests=lambda wildcards: bill.job_requests(config, dict(wildcards.items()), "answer_api_humble"),

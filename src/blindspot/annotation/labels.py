@@ -205,15 +205,15 @@ def label_studio_export(
 
 
 def read_human_answers(path: str | Path, study: str | Path | None = None) -> pd.DataFrame:
-    """Table 7's human answers (`tables.HUMAN_ANSWERS`) from a CSV (`annotator,question_id,setting,answer`)
+    """Table 7's human answers (`schemas.HUMAN_ANSWERS`) from a CSV (`annotator,question_id,setting,answer`)
     or from the `humble_answer` project's labels (Label Studio's JSON export, the built-in page's too),
     checked against the annotators' question sets (`study`, the human study table) when given."""
-    from blindspot import tables
+    from blindspot import schemas
     from blindspot.humblebench.human_study import answers_from_labels
     from blindspot.humblebench.tables import read_human_answers as read_csv_answers
     from blindspot.io import read_table
 
     if Path(path).suffix != ".json":
         return read_csv_answers(path)
-    sets = read_table(study, tables.HUMAN_STUDY) if study else None
+    sets = read_table(study, schemas.HUMAN_STUDY) if study else None
     return answers_from_labels(read_labels("humble_answer", path), sets, str(path))

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.humblebench.parsing import parse_answer
 from blindspot.humblebench.questions import row_question
 from blindspot.humblebench.reasoning import cut_off, split_reasoning
@@ -32,7 +32,7 @@ def answer_shard(
     load_scorer: Callable[[], Any], max_new_tokens: int, seed: int, journal_path: str | Path,
 ) -> tuple[pd.DataFrame, dict[str, int]]:  # fmt: skip
     """The answers of the VLM `spec` to `questions` as the setting shows them (`settings.present`), one
-    row per question (`tables.HUMBLE_ANSWERS`), and counters: questions, answers whose text names no
+    row per question (`schemas.HUMBLE_ANSWERS`), and counters: questions, answers whose text names no
     option, answers whose two readings agree, answers read after a reasoning model's reasoning
     (`reasoned`), answers the token budget cut off (`cut_off`), questions this job answered
     (`computed_items`: the others came from its journal). `load_scorer` is called only for a shard
@@ -48,7 +48,7 @@ def answer_shard(
             shown, load_scorer(), {setting: template}, max_new_tokens, seed, journal_path
         )
     about = {"vlm": spec.name, "model_id": spec.model_id, "model_revision": spec.revision or ""}
-    frame = pd.DataFrame([row | about for row in answered], columns=tables.HUMBLE_ANSWERS.names)
+    frame = pd.DataFrame([row | about for row in answered], columns=schemas.HUMBLE_ANSWERS.names)
     counters = {
         "questions": len(frame),
         "unparseable_text": int((frame["prediction_text"] == "").sum()),
@@ -83,7 +83,7 @@ def answer_questions(
 ) -> list[dict[str, Any]]:
     """Ask the VLM each (shown question, image). Two readings of each answer: the most probable
     option letter at the first answer position, among the letters shown (the text's letter for an API
-    that returns no letter probabilities, `models.api_vlm`); and the parsed text (empty when it names
+    that returns no letter probabilities, `models.api.vlm`); and the parsed text (empty when it names
     no option shown, or several). A reasoning model's text is kept in two parts, its reasoning and the
     answer after it (`reasoning.split_reasoning`), with whether the token budget cut it off
     (`reasoning.cut_off`)."""

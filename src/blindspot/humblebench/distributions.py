@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.humblebench.settings import LETTERS, TYPES, is_nota
 from blindspot.humblebench.sources import FATES
 from blindspot.io import atomic_path
@@ -34,7 +34,7 @@ def _conform(frame: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
 
 
 def figure2_table(questions: pd.DataFrame) -> pd.DataFrame:
-    """Figure 2's numbers (`tables.HUMBLE_DISTRIBUTIONS`): per panel, each value with its questions and share
+    """Figure 2's numbers (`schemas.HUMBLE_DISTRIBUTIONS`): per panel, each value with its questions and share
     (%), the letters and NOTA in order, then the types in the paper's order, then any other type."""
     if questions.empty:
         raise ValueError("no HumbleBench questions: no source gave any (release, from_benchmark, scene_graphs)")
@@ -50,7 +50,7 @@ def figure2_table(questions: pd.DataFrame) -> pd.DataFrame:
              "percent": round(100 * counts[value] / len(values), 2)}
             for value in order if value in counts
         ]  # fmt: skip
-    return _conform(pd.DataFrame(rows), tables.HUMBLE_DISTRIBUTIONS)
+    return _conform(pd.DataFrame(rows), schemas.HUMBLE_DISTRIBUTIONS)
 
 
 def plot_figure2(table: pd.DataFrame, path: str | Path) -> None:
@@ -78,7 +78,7 @@ TABLE9_ROWS = {"candidates": "Candidates", "keep": "Kept", "modify": "Modified",
 
 
 def table9(filtering: Mapping[str, Mapping[str, int]]) -> pd.DataFrame:
-    """Table 9 (`tables.HUMBLE_FILTERING`), as the paper lays it out: per question type and in total, the
+    """Table 9 (`schemas.HUMBLE_FILTERING`), as the paper lays it out: per question type and in total, the
     candidates, the shares of them kept, modified and deleted (and left undecided, which are not used: a row
     only when there are some), the final questions (kept and modified) and their share, percentages of the
     candidates of that type. `filtering` is make_humble_questions' `scene_graph_filtering` counter."""
@@ -101,4 +101,4 @@ def table9(filtering: Mapping[str, Mapping[str, int]]) -> pd.DataFrame:
                 part = found["final"] if key == "final_share" else found.get(key, 0)
                 row[kind] = round(100 * part / found["candidates"], 2) if found.get("candidates") else float("nan")
         rows.append(row)
-    return _conform(pd.DataFrame(rows), tables.HUMBLE_FILTERING)
+    return _conform(pd.DataFrame(rows), schemas.HUMBLE_FILTERING)

@@ -1,5 +1,5 @@
 """Table 7's human study: each annotator's question set, drawn as the paper describes, and the answers
-people give read back as Table 7's human answers (`tables.HUMAN_ANSWERS`).
+people give read back as Table 7's human answers (`schemas.HUMAN_ANSWERS`).
 
 The paper (Table 7's caption): each annotator answers "50 per annotator, 8 of which have NOTA as the
 correct answer" of the original questions, and "stress questions" whose NOTA hit rate is compared with
@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.humblebench.questions import row_question
 from blindspot.humblebench.settings import nota_letter, present
 
@@ -40,7 +40,7 @@ def sample_question_sets(
     questions: pd.DataFrame, annotators: Sequence[str], study: Mapping[str, Any], original: str, stress: str,
     settings: Mapping[str, Mapping[str, Any]], seed: int,
 ) -> pd.DataFrame:  # fmt: skip
-    """Each annotator's items (`tables.HUMAN_STUDY`): `study["questions"]` original questions, of which
+    """Each annotator's items (`schemas.HUMAN_STUDY`): `study["questions"]` original questions, of which
     `study["nota_questions"]` have NOTA correct, and `study["stress_questions"]` questions as the
     `stress` setting shows them, drawn as the module says with `study["seed"]`; `settings` holds the
     settings' transforms, `seed` the run's seed (what `present` shows). Too few questions for the study
@@ -82,13 +82,13 @@ def sample_question_sets(
                 "question": shown.question, "options": json.dumps(list(shown.options)),
                 "letters": "".join(shown.letters), "order": _rank(study["seed"], annotator, key),
             })  # fmt: skip
-    frame = pd.DataFrame(items, columns=[*tables.HUMAN_STUDY.names, "order"])
+    frame = pd.DataFrame(items, columns=[*schemas.HUMAN_STUDY.names, "order"])
     return frame.sort_values(["annotator", "order"], kind="stable").drop(columns="order").reset_index(drop=True)
 
 
 def answers_from_labels(labels: pd.DataFrame, study: pd.DataFrame | None, source: str) -> pd.DataFrame:
     """People's answers (`annotator`, `item_id`, `answer`: what `read_labels("humble_answer", ...)` gives) as
-    Table 7's human answers (`tables.HUMAN_ANSWERS`). With the `study` (`sample_question_sets`), an answer to
+    Table 7's human answers (`schemas.HUMAN_ANSWERS`). With the `study` (`sample_question_sets`), an answer to
     an item not in the annotator's set, or a letter the item did not show, is a ValueError naming `source`,
     the annotator and the item; without it, the item ids are read as `item_id` writes them."""
     if study is None:
@@ -114,4 +114,4 @@ def answers_from_labels(labels: pd.DataFrame, study: pd.DataFrame | None, source
                              columns=["setting", "question_id"])  # fmt: skip
     frame = pd.DataFrame({"annotator": labels["annotator"].to_numpy(), "question_id": found["question_id"].to_numpy(),
                           "setting": found["setting"].to_numpy(), "answer": labels["answer"].to_numpy()})  # fmt: skip
-    return frame[list(tables.HUMAN_ANSWERS.names)].astype(str)
+    return frame[list(schemas.HUMAN_ANSWERS.names)].astype(str)

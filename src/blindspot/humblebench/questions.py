@@ -1,7 +1,7 @@
 """Where HumbleBench questions come from: the official release (read by `humblebench.release`), our own
 benchmark's verified images, and scene graphs (the paper's own construction), with an export for manual verification.
 
-Every source writes the same rows (`tables.HUMBLE_QUESTIONS`): the question stem, its options as a
+Every source writes the same rows (`schemas.HUMBLE_QUESTIONS`): the question stem, its options as a
 JSON list with NOTA last, the correct letter, the type, the image file, and where it came from.
 """
 

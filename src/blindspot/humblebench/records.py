@@ -1,6 +1,6 @@
-"""HumbleBench's per-item records (`tables.HUMBLE_RECORDS`): each answer of each VLM in each setting with
+"""HumbleBench's per-item records (`schemas.HUMBLE_RECORDS`): each answer of each VLM in each setting with
 its question, its options as shown, the raw answer, how the metrics read it and whether that is right, read
-by the metrics' own code (`metrics.answer_outcomes`) so that a record and the tables never disagree."""
+by the metrics' own code (`humility.answer_outcomes`) so that a record and the tables never disagree."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot import tables
-from blindspot.humblebench.metrics import answer_outcomes, require_columns, shown_letters
+from blindspot import schemas
+from blindspot.humblebench.humility import answer_outcomes, require_columns, shown_letters
 
 RIGHT, WRONG, UNREADABLE = "right", "wrong", "unreadable"
 # The order `failures_first` shows them in: a wrong letter, then no letter, then the right ones.
@@ -24,8 +24,8 @@ def _shown(values: str, letter_map: str) -> dict[str, Any] | None:
 
 
 def answer_records(answers: pd.DataFrame, questions: pd.DataFrame, reading: str) -> pd.DataFrame:
-    """One record per answer row (`tables.HUMBLE_ANSWERS`, its texts read as the tables read them:
-    `metrics.with_todays_reading`) with its question (`tables.HUMBLE_QUESTIONS`: the stem and the image),
+    """One record per answer row (`schemas.HUMBLE_ANSWERS`, its texts read as the tables read them:
+    `metrics.with_todays_reading`) with its question (`schemas.HUMBLE_QUESTIONS`: the stem and the image),
     the metrics' reading of it under `reading` (text or logits) and its outcome; in the answers' order."""
     require_columns(questions, ["question_id", "question", "image_path"], "HumbleBench questions")
     asked = questions.drop_duplicates("question_id").set_index("question_id")
@@ -49,7 +49,7 @@ def answer_records(answers: pd.DataFrame, questions: pd.DataFrame, reading: str)
         "reading": reading, "prediction": outcomes["prediction"], "correct": outcomes["correct"].astype(bool),
         "outcome": outcome,
     })  # fmt: skip
-    return records[tables.HUMBLE_RECORDS.names].reset_index(drop=True)
+    return records[schemas.HUMBLE_RECORDS.names].reset_index(drop=True)
 
 
 def failures_first(records: pd.DataFrame) -> pd.DataFrame:

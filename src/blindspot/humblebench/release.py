@@ -1,4 +1,4 @@
-"""HumbleBench's official release (in any of its formats, `models.releases`) read into question rows,
+"""HumbleBench's official release (in any of its formats, `hub.datasets`) read into question rows,
 its images stored beside them."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from blindspot.hub.datasets import release_records
 from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.settings import LETTERS, Question
 from blindspot.images import IMAGE_BYTES, check_images, store_image_bytes
-from blindspot.models.releases import release_records
 
 OPTION_LINE = re.compile(r"^\s*\(?([A-E])[.)]\s*(.+?)\s*$")
 

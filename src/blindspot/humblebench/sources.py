@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.humblebench.questions import Decisions, apply_verification, problem, questions_from_benchmark
 from blindspot.humblebench.release import load_release
 from blindspot.humblebench.settings import LETTERS, is_nota
@@ -32,7 +32,7 @@ def collect_questions(
     `candidates`, after the people's `decisions` (read from the verification file), or, without them,
     those without problems, unverified. Question ids must be unique across sources. Given a `limit`, the
     table keeps the sample of that many that everyone draws (`question_sample`).
-    Returns the table (`tables.HUMBLE_QUESTIONS`) and counters: per source (before sampling), per type, the
+    Returns the table (`schemas.HUMBLE_QUESTIONS`) and counters: per source (before sampling), per type, the
     sample (`sampling.sample_record`), and what became of the scene-graph candidates of each type
     (`filtering_by_type`, Table 9's counts)."""
     rows: list[dict[str, Any]] = []
@@ -60,7 +60,7 @@ def collect_questions(
         counters["scene_graph_filtering"] = filtering_by_type(written, decisions)
         rows += used
         counters["scene_graph"] = len(used)
-    frame = pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names)
+    frame = pd.DataFrame(rows, columns=schemas.HUMBLE_QUESTIONS.names)
     duplicated = frame["question_id"][frame["question_id"].duplicated()]
     if len(duplicated):
         raise ValueError(f"question id {duplicated.iloc[0]} comes twice; question ids must be unique across sources")

@@ -17,12 +17,12 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot.humblebench.metrics import ANSWER_COLUMNS, humility_metrics, require_columns
+from blindspot.humblebench.humility import ANSWER_COLUMNS, humility_metrics, require_columns
 from blindspot.io import atomic_path, read_csv, write_text
 from blindspot.registry import MODEL_GROUPS
 from blindspot.reporting import Cell, write_report_table
 from blindspot.sampling import marked_caption, marked_table
-from blindspot.tables import HUMAN_ANSWERS
+from blindspot.schemas import HUMAN_ANSWERS
 
 READINGS = ("text", "logits")
 HEADLINES = {"overall": "Overall", "nota_selection": "NOTA sel.", "nota_hit": "NOTA hit"}
@@ -208,7 +208,7 @@ def shift_table(metrics: pd.DataFrame, reading: str, before: str, after: str) ->
 
 def read_human_answers(path: str | Path) -> pd.DataFrame:
     """Human answers from a CSV `annotator,question_id,setting,answer` (a letter of the options as shown in
-    that setting, or empty when the person gave none), as `tables.HUMAN_ANSWERS`: what the annotation
+    that setting, or empty when the person gave none), as `schemas.HUMAN_ANSWERS`: what the annotation
     page's and Label Studio's answers become too (`human_study.answers_from_labels`)."""
     frame = read_csv(path, "human answers", dtype=str, keep_default_na=False)
     missing = set(HUMAN_ANSWERS.names) - set(frame.columns)

@@ -30,16 +30,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from blindspot.metrics import HubFiles, Score, batches, find_checkpoint, load_strictly, read_state_dict
+from blindspot.models.checkpoints import find_checkpoint, load_strictly, read_state_dict
 from blindspot.models.spec import ModelSpec
 from blindspot.models.vlm_scoring import TransformersVLMScorer
+from blindspot.plugins import HubFiles, Score, batches
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
 # The models it hands images, each with the library that loads it: `models.roles`.
 VLMS = {"captioner": "transformers"}
 
 HUB_CHECKPOINT = "AlignScore-large.ckpt"
-# The release's checkpoint, and its base model's configs and tokenizer (`models.hub`).
+# The release's checkpoint, and its base model's configs and tokenizer (`hub.repos`).
 HUB_FILES = HubFiles(checkpoint=HUB_CHECKPOINT, repo_args={"base": False})
 CAPTION_INSTRUCTION = "Describe this image in one sentence."
 # Official `nli_sp` settings.

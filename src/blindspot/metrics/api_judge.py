@@ -37,14 +37,14 @@ Registry entry (a dict, or any object with these attributes):
     client       optional: concurrency, max_concurrency, timeout_s, max_attempts, backoff_base_s,
                  backoff_cap_s, retry_after_cap_s, max_reply_attempts
 
-Answers are cached on disk (blindspot.models.api_cache), one JSON file per (model, revision,
+Answers are cached on disk (blindspot.models.api.cache), one JSON file per (model, revision,
 template version, request settings, image sha256, prompt), written atomically, so a rerun or a
 resumed shard asks the endpoint only for what it has not answered yet; before asking, a job removes
 what a killed run left half-written for those entries (only those: the metric's other jobs write
 theirs in the same folder).
 
-The requests, their retries and their concurrency are blindspot.models.api_client's (as many in
-flight as the endpoint answers well: blindspot.models.api_limiter), and so is the
+The requests, their retries and their concurrency are blindspot.models.api.client's (as many in
+flight as the endpoint answers well: blindspot.models.api.limiter), and so is the
 key: it lives in memory only and is never logged, cached or put into an error message or a Score;
 every string of a reply is scrubbed of it as the reply arrives, and so is every message this module
 logs. A key that cannot be an HTTP header value is refused before any request, without showing it.
@@ -64,10 +64,9 @@ from typing import Any
 import numpy as np
 
 from blindspot.io import stable_id
-from blindspot.metrics import MetricSkipped, Score
-from blindspot.models.api_cache import AnsweredReplies, ReplyCache
-from blindspot.models.api_client import ChatCompletionsClient, ClientSettings
-from blindspot.models.api_reply import (
+from blindspot.models.api.cache import AnsweredReplies, ReplyCache
+from blindspot.models.api.client import ChatCompletionsClient, ClientSettings
+from blindspot.models.api.reply import (
     answer_logprobs,
     answer_positions,
     choice_text,
@@ -76,9 +75,10 @@ from blindspot.models.api_reply import (
     no_answer,
     stopped,
 )
-from blindspot.models.api_reply import failure_detail as reply_failure_detail
+from blindspot.models.api.reply import failure_detail as reply_failure_detail
 from blindspot.models.vlm_scoring import SCORES, ScoreTokens, score_distribution, summarise, text_score
 from blindspot.paths import PROMPTS_DIR
+from blindspot.plugins import MetricSkipped, Score
 from blindspot.prompts import PromptTemplate
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)

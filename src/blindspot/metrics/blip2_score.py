@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from blindspot.metrics import Score, batches
 from blindspot.models.spec import ModelSpec
+from blindspot.plugins import Score, batches
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
 

@@ -34,12 +34,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from blindspot.metrics import HubFiles, Score, batches, default_dtype, read_state_dict
-from blindspot.metrics.checkpoints import load_mapped_state_dict
+from blindspot.models.checkpoints import default_dtype, load_mapped_state_dict, read_state_dict
 from blindspot.models.spec import ModelSpec
+from blindspot.plugins import HubFiles, Score, batches
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
-# Its tokenizer's and vision tower's repositories (`models.hub`). The official CLIP-FlanT5 builds its
+# Its tokenizer's and vision tower's repositories (`hub.repos`). The official CLIP-FlanT5 builds its
 # tower from the tower's own weights before loading the release over them, so those are fetched too.
 HUB_FILES = HubFiles(repo_args={"tokenizer": False, "vision_tower": True})
 

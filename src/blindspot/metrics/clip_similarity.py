@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from blindspot.metrics import HubFiles, Score, batches
 from blindspot.models.spec import ModelSpec
+from blindspot.plugins import HubFiles, Score, batches
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
-# PickScore's processor, read from its own repository for its configs (`models.hub`).
+# PickScore's processor, read from its own repository for its configs (`hub.repos`).
 HUB_FILES = HubFiles(repo_args={"processor": False})
 
 

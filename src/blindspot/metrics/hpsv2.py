@@ -21,14 +21,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from blindspot.metrics import HubFiles, Score, batches, find_checkpoint, load_strictly, read_state_dict
+from blindspot.models.checkpoints import find_checkpoint, load_strictly, read_state_dict
 from blindspot.models.spec import ModelSpec
+from blindspot.plugins import HubFiles, Score, batches
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
 
 # The checkpoint file in the `xswu/HPSv2` hub repository, when the registry entry gives the hub id.
 HUB_CHECKPOINT = "HPS_v2.1_compressed.pt"
-# The release's checkpoint, and its architecture beside it when that is a .json config (`models.hub`).
+# The release's checkpoint, and its architecture beside it when that is a .json config (`hub.repos`).
 HUB_FILES = HubFiles(checkpoint=HUB_CHECKPOINT, file_args=("architecture",))
 # What open_clip needs in a model config file for it to count as one.
 _CONFIG_KEYS = ("embed_dim", "vision_cfg", "text_cfg")

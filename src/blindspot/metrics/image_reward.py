@@ -33,15 +33,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from blindspot.metrics import HubFiles, Score, batches, find_checkpoint
-from blindspot.metrics.checkpoints import load_mapped_state_dict
+from blindspot.models.checkpoints import find_checkpoint, load_mapped_state_dict
 from blindspot.models.spec import ModelSpec
+from blindspot.plugins import HubFiles, Score, batches
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
 
 # The checkpoint file in the `THUDM/ImageReward` hub repository, when the registry entry gives the hub id.
 HUB_CHECKPOINT = "ImageReward.pt"
-# The release's checkpoint, and its tokenizer's repository (`models.hub`).
+# The release's checkpoint, and its tokenizer's repository (`hub.repos`).
 HUB_FILES = HubFiles(checkpoint=HUB_CHECKPOINT, repo_args={"tokenizer": False})
 # A tiny model's sizes, read from the checkpoint's folder; without it the release's sizes hold.
 SIZES_FILE = "image_reward.json"
@@ -150,7 +150,7 @@ def load_tokenizer(source: str | Path | None) -> Any:
     """bert-base-uncased's tokenizer with BLIP's `[DEC]` and `[ENC]` (`init_tokenizer`): from a folder or
     hub id holding a BERT tokenizer, or (None) from the vocabulary file an installed package ships."""
     if source is None:
-        from blindspot.metrics.tokenizers import bert_uncased_tokenizer
+        from blindspot.models.tokenizers import bert_uncased_tokenizer
 
         tokenizer = bert_uncased_tokenizer()
     else:

@@ -10,9 +10,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from blindspot.metrics import Score, batches
 from blindspot.models.protoscore_model import TrainSettings, base_model, load_scorer
 from blindspot.models.spec import ModelSpec
+from blindspot.plugins import Score, batches
 
 SCORE_VERSION = 2  # bumped when a change alters its scores (`plugin_code`); 2: the head in float32 under bf16
 # The models it hands images, each with the library that loads it: `models.roles`.

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from blindspot.metrics import Score
 from blindspot.models.spec import ModelSpec
 from blindspot.models.vlm_scoring import image_conversation, load_vlm_scorer
+from blindspot.plugins import Score
 from blindspot.prompts import PromptTemplate
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from blindspot.metrics import Score, batches
 from blindspot.models.spec import ModelSpec
 from blindspot.models.vlm_scoring import TransformersVLMScorer, image_question
+from blindspot.plugins import Score, batches
 
 SCORE_VERSION = 1  # bumped when a change alters its scores (`plugin_code`)
 # The models it hands images, each with the library that loads it: `models.roles`.

@@ -1,2 +1,2 @@
 """Models: text generation and VLM scoring through vLLM or transformers, the hub cache, and the
-tiny random-weight recipes (`models.tiny`) that tests and the tiny preset build."""
+tiny random-weight recipes (`tiny`) that tests and the tiny preset build."""

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from blindspot.hub.cache import cached_commit, repo_folder
+from blindspot.hub.repos import model_source
 from blindspot.io import read_json
-from blindspot.metrics import plugin_declaration
-from blindspot.models.hub import model_source
-from blindspot.models.hub_cache import cached_commit, repo_folder
+from blindspot.plugins import plugin_declaration
 from blindspot.registry import built_model_dir, is_api_model
 from blindspot.registry import placed_models as placed_in_roles
 

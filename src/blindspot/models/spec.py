@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from blindspot.config import ConfigError
+from blindspot.hub.cache import cached_commit
+from blindspot.hub.repos import model_source
 from blindspot.models.device import GPUUnavailable, gpu_shortage, visible_gpus
-from blindspot.models.hub import model_source
-from blindspot.models.hub_cache import cached_commit
 from blindspot.registry import built_model_dir, output_settings
 
 

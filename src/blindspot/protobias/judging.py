@@ -12,7 +12,7 @@ from blindspot.models.json_output import read_json_output, schema_problem, short
 from blindspot.models.textgen import TextGenerator
 from blindspot.prompts import PromptTemplate
 from blindspot.protobias.triplets import count_statuses, generation_provenance
-from blindspot.tables import TRIPLETS
+from blindspot.schemas import TRIPLETS
 
 JUDGE_REASONS = ("ok", "malformed", "wrong_domain", "wrong_instance", "more_than_one_change", "no_change", "other")
 _EXPLANATION = {"type": "string", "maxLength": 160}

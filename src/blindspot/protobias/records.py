@@ -1,19 +1,19 @@
-"""ProtoBias's per-item records (`tables.PROTOBIAS_RECORDS`): each test pair a metric scored, with its
+"""ProtoBias's per-item records (`schemas.PROTOBIAS_RECORDS`): each test pair a metric scored, with its
 prompt, both images, both scores and Table 3's decision on it, taken from Table 3's own rule
-(`evaluation.pairwise_correct`) so that a record and the table never disagree."""
+(`accuracy.pairwise_correct`) so that a record and the table never disagree."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from blindspot import tables
-from blindspot.protobias.evaluation import pairwise_correct, select_test_pairs
+from blindspot import schemas
+from blindspot.protobias.accuracy import pairwise_correct, select_test_pairs
 
 RIGHT, WRONG, UNSCORED = "right", "wrong", "unscored"
 
 
 def pair_records(scores: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
-    """One record per score row (`tables.METRIC_SCORES`) of a test pair of `pairs` (`tables.BENCHMARK_PAIRS`),
+    """One record per score row (`schemas.METRIC_SCORES`) of a test pair of `pairs` (`schemas.BENCHMARK_PAIRS`),
     in the scores' order. A score of a pair the benchmark does not know is a ValueError, as in Table 3."""
     unknown = scores.loc[~scores["pair_id"].isin(pairs["pair_id"]), "pair_id"]
     if len(unknown):
@@ -32,7 +32,7 @@ def pair_records(scores: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
         "outcome": correct.map({True: RIGHT, False: WRONG}).where(scored, UNSCORED),
         "corr_detail": scores["corr_detail"].fillna(""), "adv_detail": scores["adv_detail"].fillna(""),
     })  # fmt: skip
-    return records[tables.PROTOBIAS_RECORDS.names].reset_index(drop=True)
+    return records[schemas.PROTOBIAS_RECORDS.names].reset_index(drop=True)
 
 
 def failed(records: pd.DataFrame) -> pd.Series:

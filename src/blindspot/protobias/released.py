@@ -15,13 +15,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.config import ConfigError
+from blindspot.hub.cache import dataset_snapshot
+from blindspot.hub.datasets import RELEASE_SUFFIXES, one_of, release_records
+from blindspot.hub.repos import is_hub_dataset
 from blindspot.images import IMAGE_BYTES, ImageReadError, check_images, store_image_bytes
 from blindspot.io import read_csv, stable_id
-from blindspot.models.hub import is_hub_dataset
-from blindspot.models.hub_cache import dataset_snapshot
-from blindspot.models.releases import RELEASE_SUFFIXES, one_of, release_records
 from blindspot.protobias.export import FIELDS, IMAGES
 from blindspot.sampling import stratified_sample
 
@@ -84,13 +84,13 @@ def _image_file(value: Any, base: Path, image_dir: Path, where: str) -> tuple[st
 
 
 def _field_value(field: str, value: Any, where: str) -> Any:
-    """A field's value as `tables.BENCHMARK_PAIRS` holds it: text, or a whole number (which a CSV gives
+    """A field's value as `schemas.BENCHMARK_PAIRS` holds it: text, or a whole number (which a CSV gives
     as text); None where the row has none, which only a required field may not."""
     if value is None or (isinstance(value, str) and not value.strip()):
         if field in REQUIRED:
             raise DatasetError(f"{where}: empty, where the pair's {field} belongs")
         return None
-    if pa.types.is_integer(tables.BENCHMARK_PAIRS.field(field).type):
+    if pa.types.is_integer(schemas.BENCHMARK_PAIRS.field(field).type):
         if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
             return int(value)
         if not isinstance(value, int) or isinstance(value, bool):
@@ -121,7 +121,7 @@ def _columns_of(record: Mapping[str, Any], source: str, columns: Mapping[str, st
 
 def read_test_pairs(source: str, columns: Mapping[str, str], image_dir: str | Path) -> pd.DataFrame:
     """The dataset's test pairs (every pair when it has no split) as benchmark pairs
-    (`tables.BENCHMARK_PAIRS`), their images written to `image_dir`, ordered by domain and pair id as
+    (`schemas.BENCHMARK_PAIRS`), their images written to `image_dir`, ordered by domain and pair id as
     the workflow orders its own. A pair without ids gets them from its images' contents.
 
     Every value is checked first, and every image read whole (`images.check_images`): a row that is
@@ -166,9 +166,9 @@ def read_test_pairs(source: str, columns: Mapping[str, str], image_dir: str | Pa
         raise DatasetError(
             f"dataset {source}: pair ids repeat, e.g. {frame['pair_id'][frame['pair_id'].duplicated()].iloc[0]!r}"
         )
-    for name in tables.BENCHMARK_PAIRS.names:
+    for name in schemas.BENCHMARK_PAIRS.names:
         if name not in frame:
-            frame[name] = np.nan if pa.types.is_floating(tables.BENCHMARK_PAIRS.field(name).type) else None
+            frame[name] = np.nan if pa.types.is_floating(schemas.BENCHMARK_PAIRS.field(name).type) else None
     frame["vlm_scores"] = frame["vlm_scores"].fillna("{}")
     return frame.sort_values(["domain", "pair_id"], ignore_index=True)
 
@@ -188,9 +188,9 @@ def scoring_tables(pairs: pd.DataFrame, domain: str) -> tuple[pd.DataFrame, pd.D
     """(pairs, triplets, seeds) of one domain, as `score_metric` reads them: every pair kept, and the
     seeds in id order (its shards are slices of them)."""
     mine = pairs[pairs["domain"] == domain]
-    kept = mine.assign(kept=True)[tables.PAIRS.names]
-    triplets = mine.drop_duplicates("triplet_id")[tables.TRIPLETS.names].sort_values("triplet_id", ignore_index=True)
-    seeds = pd.DataFrame({name: triplets["seed_id"] if name == "seed_id" else None for name in tables.SEEDS.names})
+    kept = mine.assign(kept=True)[schemas.PAIRS.names]
+    triplets = mine.drop_duplicates("triplet_id")[schemas.TRIPLETS.names].sort_values("triplet_id", ignore_index=True)
+    seeds = pd.DataFrame({name: triplets["seed_id"] if name == "seed_id" else None for name in schemas.SEEDS.names})
     seeds["domain"] = domain
     return kept, triplets, seeds.sort_values("seed_id", ignore_index=True)
 

@@ -1,5 +1,5 @@
 """The paper's Table 3 and its figure, from the long table of pairwise accuracy and kappa that
-`evaluation.accuracy_breakdown` computes: a header row per metric family, then its metrics in config
+`accuracy.accuracy_breakdown` computes: a header row per metric family, then its metrics in config
 order, κ and accuracy per domain and overall; the titles that say which pairs they cover; and a bar
 chart of accuracy per metric and domain with its intervals.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from blindspot.io import atomic_path, write_text
-from blindspot.protobias.evaluation import HUMAN, OVERALL
+from blindspot.protobias.accuracy import HUMAN, OVERALL
 from blindspot.reporting import to_latex, to_markdown
 from blindspot.sampling import marked_caption, marked_table
 

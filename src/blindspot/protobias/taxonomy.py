@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.config import ConfigError, check_schema, read_yaml
 from blindspot.io import stable_id
 from blindspot.paths import SCHEMA_DIR
@@ -246,4 +246,4 @@ def sample_seeds(taxonomy_path: str | Path, domain: str, n_seeds: int, seed: int
         row = {"domain": domain, **candidates[index]}
         row["seed_id"] = stable_id(row)
         rows.append(row | {"taxonomy_sha256": taxonomy_sha, "sample_seed": seed})
-    return pd.DataFrame(rows, columns=tables.SEEDS.names).sort_values("seed_id", ignore_index=True)
+    return pd.DataFrame(rows, columns=schemas.SEEDS.names).sort_values("seed_id", ignore_index=True)

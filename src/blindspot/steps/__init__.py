@@ -34,7 +34,7 @@ from blindspot.images import ImageReadError
 from blindspot.io import provenance, remove_stale_temps, write_json, write_table
 from blindspot.models.device import GPUUnavailable, running_step
 from blindspot.models.spec import ModelSpec
-from blindspot.protobias.scoring import NoAnswers
+from blindspot.protobias.metric_scores import NoAnswers
 from blindspot.protobias.triplets import ShardFailedError
 from blindspot.shards import shard_slice
 

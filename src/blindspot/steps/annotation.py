@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import read_table, write_json, write_text
 from blindspot.steps import log
 
@@ -34,16 +34,16 @@ def make_annotation_projects(
     rubric = PromptTemplate.load(judge_template).rubric
     if not rubric.strip():
         raise ValueError(f"{judge_template} has no rubric to show the filter evaluators")
-    shared = {"pairwise": read_table(preference_pairs, tables.ANNOTATION_PAIRS)}
+    shared = {"pairwise": read_table(preference_pairs, schemas.ANNOTATION_PAIRS)}
     if scene_candidates:
-        shared["question_check"] = read_table(scene_candidates[0], tables.HUMBLE_QUESTIONS)
+        shared["question_check"] = read_table(scene_candidates[0], schemas.HUMBLE_QUESTIONS)
     with atomic_dir(out) as tmp:
         projects = make_projects(
-            {"image_score": read_table(filter_validation, tables.ANNOTATION_IMAGES)}, filter_evaluators, tmp,
+            {"image_score": read_table(filter_validation, schemas.ANNOTATION_IMAGES)}, filter_evaluators, tmp,
             image_url_prefix, {"image_score": rubric},
         ) | make_projects(shared, annotators, tmp, image_url_prefix)  # fmt: skip
         if human_study:
-            study = read_table(human_study[0], tables.HUMAN_STUDY)
+            study = read_table(human_study[0], schemas.HUMAN_STUDY)
             projects |= make_projects({"humble_answer": study}, study_annotators, tmp, image_url_prefix)
     for task, project in projects.items():
         log.info("%s: %d items for %d annotators", task, len(project["items"]), len(project["annotators"]))
@@ -59,7 +59,7 @@ def validate_filter(
     from blindspot.annotation.labels import read_labels, scored_images
     from blindspot.reporting import write_report_table
 
-    images = read_table(filter_validation, tables.ANNOTATION_IMAGES)
+    images = read_table(filter_validation, schemas.ANNOTATION_IMAGES)
     scores = agreement.evaluator_scores(read_labels("image_score", labels), evaluators, labels)
     scored = scored_images(scores, images, labels)
     log.info("filter validation: %d of %d images scored by %s", len(scored), len(images), ", ".join(evaluators))
@@ -78,7 +78,7 @@ def human_preferences(
     from blindspot.annotation.labels import pairwise_choices, read_labels
     from blindspot.reporting import write_report_table
 
-    pairs = read_table(preference_pairs, tables.ANNOTATION_PAIRS)
+    pairs = read_table(preference_pairs, schemas.ANNOTATION_PAIRS)
     choices = pairwise_choices(read_labels("pairwise", labels), pairs)
     write_report_table(
         agreement.annotator_table(choices), csv, markdown, latex,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import read_table, write_table, write_text
 from blindspot.steps import spec, write_counters
 
@@ -23,13 +23,13 @@ def split_benchmark(
     from blindspot.protobias import split
 
     benchmark = split.split_benchmark(
-        pd.concat([read_table(p, tables.PAIRS) for p in pairs], ignore_index=True),
-        pd.concat([read_table(p, tables.TRIPLETS) for p in triplets], ignore_index=True),
+        pd.concat([read_table(p, schemas.PAIRS) for p in pairs], ignore_index=True),
+        pd.concat([read_table(p, schemas.TRIPLETS) for p in triplets], ignore_index=True),
         domains, test_fraction, threshold, filter_validation_images, preference_pairs_per_domain, seed,
     )  # fmt: skip
-    write_table(out, benchmark.pairs[tables.BENCHMARK_PAIRS.names], tables.BENCHMARK_PAIRS)
-    write_table(filter_validation, benchmark.filter_validation, tables.ANNOTATION_IMAGES)
-    write_table(preference_pairs, benchmark.preference[tables.ANNOTATION_PAIRS.names], tables.ANNOTATION_PAIRS)
+    write_table(out, benchmark.pairs[schemas.BENCHMARK_PAIRS.names], schemas.BENCHMARK_PAIRS)
+    write_table(filter_validation, benchmark.filter_validation, schemas.ANNOTATION_IMAGES)
+    write_table(preference_pairs, benchmark.preference[schemas.ANNOTATION_PAIRS.names], schemas.ANNOTATION_PAIRS)
     write_counters(counters_out, benchmark.counters, "benchmark")
 
 
@@ -47,5 +47,5 @@ def export_dataset(
         "threshold": threshold,
         "models": model_rows({role: [spec(model) for model in specs] for role, specs in models.items()}),
     }
-    export(read_table(benchmark, tables.BENCHMARK_PAIRS), out, about)
+    export(read_table(benchmark, schemas.BENCHMARK_PAIRS), out, about)
     write_text(card, (Path(out) / "README.md").read_text())

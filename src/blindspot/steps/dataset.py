@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import write_table
 from blindspot.steps import log, write_counters
 
@@ -26,10 +26,10 @@ def import_dataset(
     released.check_domains(frame, n_seeds, source)
     for domain, pairs_out, triplets_out, seeds_out in zip(n_seeds, pairs, triplets, seeds, strict=True):
         kept, domain_triplets, domain_seeds = released.scoring_tables(frame, domain)
-        write_table(pairs_out, kept, tables.PAIRS)
-        write_table(triplets_out, domain_triplets, tables.TRIPLETS)
-        write_table(seeds_out, domain_seeds, tables.SEEDS)
-    write_table(benchmark, frame[tables.BENCHMARK_PAIRS.names], tables.BENCHMARK_PAIRS)
+        write_table(pairs_out, kept, schemas.PAIRS)
+        write_table(triplets_out, domain_triplets, schemas.TRIPLETS)
+        write_table(seeds_out, domain_seeds, schemas.SEEDS)
+    write_table(benchmark, frame[schemas.BENCHMARK_PAIRS.names], schemas.BENCHMARK_PAIRS)
     counts: dict[str, Any] = {"test_pairs": len(frame), "per_domain": frame.groupby("domain").size().to_dict(),
                               "sample": sample_record(limit, len(frame), len(every))}  # fmt: skip
     write_counters(counters_out, counts, "dataset")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import read_table, write_records, write_table
 from blindspot.prompts import PromptTemplate
 from blindspot.steps import log, require_planned_code, spec, write_counters
@@ -41,7 +41,7 @@ def write_scene_questions(
     rows, counters = humble_questions.questions_from_scene_graphs(graphs, cues, llm, PromptTemplate.load(template))
     humble_questions.export_for_verification(rows, verification_out)
     write_counters(counters_out, counters, "scene-graph questions")
-    write_table(out, pd.DataFrame(rows, columns=tables.HUMBLE_QUESTIONS.names), tables.HUMBLE_QUESTIONS)
+    write_table(out, pd.DataFrame(rows, columns=schemas.HUMBLE_QUESTIONS.names), schemas.HUMBLE_QUESTIONS)
     Path(cues_journal).unlink()
 
 
@@ -71,16 +71,16 @@ def make_humble_questions(
     frame, counters = collect_questions(
         release_copy[0] if release_copy else release,
         images,
-        read_table(benchmark[0], tables.BENCHMARK_PAIRS) if benchmark else None,
+        read_table(benchmark[0], schemas.BENCHMARK_PAIRS) if benchmark else None,
         {domain: load_taxonomy(path, domain) for domain, path in zip(domains, taxonomies, strict=True)},
         from_benchmark,
         seed,
-        read_table(scene_candidates[0], tables.HUMBLE_QUESTIONS) if scene_candidates else None,
+        read_table(scene_candidates[0], schemas.HUMBLE_QUESTIONS) if scene_candidates else None,
         decisions,
         limit,
     )
     write_counters(counters_out, counters, "HumbleBench questions")
-    write_table(out, frame, tables.HUMBLE_QUESTIONS)
+    write_table(out, frame, schemas.HUMBLE_QUESTIONS)
 
 
 def answer_humble(
@@ -90,17 +90,17 @@ def answer_humble(
 ) -> None:  # fmt: skip
     """One VLM answers one shard of the questions as one setting shows them, its images read a batch at a
     time; the answers are journaled as they come (`journal`), so a killed job answers only what it had not.
-    An API VLM's replies are cached in `cache` (`models.api_vlm`), and its client sends no more than its
+    An API VLM's replies are cached in `cache` (`models.api.vlm`), and its client sends no more than its
     `planned_requests` (`blindspot.bill`) times `client.max_attempts`, a batch as many as the client may
     have in flight (`batch_size` None); without its key (`api_key_is_set`) it answers nothing, as an API
     metric is skipped, and the tables go on without it."""
     from blindspot.humblebench import answers as humble_answers
-    from blindspot.models.api_vlm import load_answerer
+    from blindspot.models.api.vlm import load_answerer
 
     if planned_requests is not None:
         model = model | {"client": model["client"] | {"planned_requests": planned_requests}}
     vlm_spec = spec(model)
-    mine = humble_answers.shard_questions(read_table(questions, tables.HUMBLE_QUESTIONS), int(shard), answer_shards)
+    mine = humble_answers.shard_questions(read_table(questions, schemas.HUMBLE_QUESTIONS), int(shard), answer_shards)
     if vlm_spec.api_key_env and not api_key_is_set:
         log.warning("%s: the API key variable %s is not set or empty; skipping its %d questions (setting the "
                     "key runs this job again)", vlm, vlm_spec.api_key_env, len(mine))  # fmt: skip
@@ -111,7 +111,7 @@ def answer_humble(
         seed, journal,
     )  # fmt: skip
     write_counters(counters_out, counters, f"{vlm}/{setting}/{shard}")
-    write_table(out, frame, tables.HUMBLE_ANSWERS)
+    write_table(out, frame, schemas.HUMBLE_ANSWERS)
     Path(journal).unlink(missing_ok=True)  # an empty shard never made one
 
 
@@ -124,9 +124,9 @@ def sample_human_questions(
     from blindspot.humblebench.human_study import sample_question_sets
 
     frame = sample_question_sets(
-        read_table(questions, tables.HUMBLE_QUESTIONS), study["annotators"], study, original, stress, settings, seed
+        read_table(questions, schemas.HUMBLE_QUESTIONS), study["annotators"], study, original, stress, settings, seed
     )
-    write_table(out, frame, tables.HUMAN_STUDY)
+    write_table(out, frame, schemas.HUMAN_STUDY)
     for annotator, own in frame.groupby("annotator", sort=False):
         log.info("%s: %s", annotator, own["setting"].value_counts().to_dict())
 
@@ -134,12 +134,12 @@ def sample_human_questions(
 def todays_answers(answers: Sequence[str], parser_version: int) -> pd.DataFrame:
     """Every answer shard's rows, their texts read again by today's parser (`metrics.with_todays_reading`),
     which must be the one the workflow planned with (`parser_version`)."""
-    from blindspot.humblebench.metrics import with_todays_reading
+    from blindspot.humblebench.humility import with_todays_reading
     from blindspot.humblebench.parsing import PARSER_VERSION
 
     require_planned_code(PARSER_VERSION, parser_version, f"the job's HumbleBench parser is version {PARSER_VERSION}",
                          str(parser_version))  # fmt: skip
-    frame = pd.concat([read_table(path, tables.HUMBLE_ANSWERS) for path in answers], ignore_index=True)
+    frame = pd.concat([read_table(path, schemas.HUMBLE_ANSWERS) for path in answers], ignore_index=True)
     frame, changed = with_todays_reading(frame)
     if changed:
         log.info("%d of %d answers read otherwise by today's parser than when answered: read as today's",
@@ -182,8 +182,8 @@ def write_humble_records(answers: Sequence[str], questions: str, reading: str, p
     from blindspot.humblebench.records import answer_records
 
     frame = todays_answers(answers, parser_version)
-    records = answer_records(frame, read_table(questions, tables.HUMBLE_QUESTIONS), reading)
-    write_records(out, records, tables.HUMBLE_RECORDS)
+    records = answer_records(frame, read_table(questions, schemas.HUMBLE_QUESTIONS), reading)
+    write_records(out, records, schemas.HUMBLE_RECORDS)
     log.info("%d HumbleBench records (%s reading)", len(records), reading)
 
 
@@ -197,7 +197,7 @@ def describe_humble_questions(
     from blindspot.reporting import write_report_table
     from blindspot.sampling import read_sample, sample_label
 
-    frame = read_table(questions, tables.HUMBLE_QUESTIONS)
+    frame = read_table(questions, schemas.HUMBLE_QUESTIONS)
     found = distributions.figure2_table(frame)
     caption = f"Figure 2: HumbleBench's {len(frame):,} questions by correct answer and by type (count, %)"
     drawn = sample_label(read_sample([question_counters]), "questions")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import read_table, write_table
 from blindspot.prompts import PromptTemplate
 from blindspot.steps import shard_rows, spec, write_counters
@@ -23,11 +23,11 @@ def render_images(
     """Render the accepted triplets of one seed shard with one text-to-image model."""
     from blindspot.protobias.render import render_triplets, triplets_of_seeds
 
-    seed_ids = shard_rows(read_table(seeds, tables.SEEDS), shard, shard_size)["seed_id"]
-    rows = triplets_of_seeds(read_table(triplets, tables.TRIPLETS), seed_ids)
+    seed_ids = shard_rows(read_table(seeds, schemas.SEEDS), shard, shard_size)["seed_id"]
+    rows = triplets_of_seeds(read_table(triplets, schemas.TRIPLETS), seed_ids)
     frame, counters = render_triplets(rows, spec(model), images_dir, images_per_description, seed, batch_size)
     write_counters(counters_out, counters, f"{domain}/{t2i}/{shard}")
-    write_table(out, frame, tables.RENDERS)
+    write_table(out, frame, schemas.RENDERS)
 
 
 def judge_images(
@@ -41,9 +41,9 @@ def judge_images(
 
     # The VLM loads first: a job without the GPUs it asks for stops before reading anything.
     scorer = load_vlm_scorer(spec(model), batch_size)
-    frame, counters = judge(read_table(renders, tables.RENDERS), scorer, PromptTemplate.load(template), journal)
+    frame, counters = judge(read_table(renders, schemas.RENDERS), scorer, PromptTemplate.load(template), journal)
     write_counters(counters_out, counters, f"{domain}/{t2i}/{vlm}/{shard}")
-    write_table(out, frame, tables.VLM_SCORES)
+    write_table(out, frame, schemas.VLM_SCORES)
     Path(journal).unlink()
 
 
@@ -56,14 +56,14 @@ def keep_consensus_pairs(
     from blindspot.protobias.consensus import pair_images
 
     pairs, counters = keep(
-        pair_images(pd.concat([read_table(p, tables.RENDERS) for p in renders], ignore_index=True)),
-        pd.concat([read_table(p, tables.VLM_SCORES) for p in scores], ignore_index=True),
+        pair_images(pd.concat([read_table(p, schemas.RENDERS) for p in renders], ignore_index=True)),
+        pd.concat([read_table(p, schemas.VLM_SCORES) for p in scores], ignore_index=True),
         vlms,
         threshold,
         score,
     )
     write_counters(counters_out, counters, domain)
-    write_table(out, pairs, tables.PAIRS)
+    write_table(out, pairs, schemas.PAIRS)
 
 
 def measure_image_quality(
@@ -74,10 +74,10 @@ def measure_image_quality(
     metric's scores are journaled a batch at a time (`journals`), so a killed job scores only the rest."""
     from blindspot.protobias.iqa import measure_quality, pairs_to_measure
 
-    seed_ids = shard_rows(read_table(seeds, tables.SEEDS), shard, shard_size)["seed_id"]
-    kept = pairs_to_measure(read_table(pairs, tables.PAIRS), read_table(triplets, tables.TRIPLETS), seed_ids)
+    seed_ids = shard_rows(read_table(seeds, schemas.SEEDS), shard, shard_size)["seed_id"]
+    kept = pairs_to_measure(read_table(pairs, schemas.PAIRS), read_table(triplets, schemas.TRIPLETS), seed_ids)
     frame = measure_quality(kept, [spec(model) for model in models], batch_size, journals)
-    write_table(out, frame, tables.IMAGE_QUALITY)
+    write_table(out, frame, schemas.IMAGE_QUALITY)
     shutil.rmtree(journals, ignore_errors=True)
 
 
@@ -86,6 +86,6 @@ def make_table2(quality: Sequence[str], csv: str, markdown: str, latex: str) -> 
     from blindspot.protobias.iqa import table2
     from blindspot.reporting import write_report_table
 
-    frame = pd.concat([read_table(p, tables.IMAGE_QUALITY) for p in quality], ignore_index=True)
+    frame = pd.concat([read_table(p, schemas.IMAGE_QUALITY) for p in quality], ignore_index=True)
     caption = "Table 2: no-reference image quality of I_corr and I_adv over all kept pairs."
     write_report_table(table2(frame), csv, markdown, latex, caption=caption)

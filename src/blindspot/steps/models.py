@@ -8,6 +8,6 @@ from typing import Any
 def build_model(recipe: dict[str, Any], seed: int | None, out: str) -> None:
     """Build a model from its recipe: a tiny real architecture (random weights from `seed`) or weights
     shipped in a package (no seed)."""
-    from blindspot.models.tiny.build import build_model as build
+    from blindspot.tiny.build import build_model as build
 
     build(out, recipe, seed)

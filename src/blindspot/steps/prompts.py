@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import read_table, write_table
 from blindspot.prompts import PromptTemplate
 from blindspot.steps import log, shard_rows, spec, write_counters, write_shard
@@ -20,7 +20,7 @@ def make_seeds(taxonomy: str, domain: str, n_seeds: int, seed: int, out: str) ->
     from blindspot.protobias.taxonomy import sample_seeds
 
     seeds = sample_seeds(taxonomy, domain, n_seeds, seed)
-    write_table(out, seeds, tables.SEEDS)
+    write_table(out, seeds, schemas.SEEDS)
     log.info("%s: %d seeds from %s", domain, len(seeds), taxonomy)
 
 
@@ -32,10 +32,10 @@ def generate_triplets(
     from blindspot.models.textgen import load_text_generator
     from blindspot.protobias.triplets import generate_triplets as generate
 
-    rows = shard_rows(read_table(seeds, tables.SEEDS), shard, shard_size)
+    rows = shard_rows(read_table(seeds, schemas.SEEDS), shard, shard_size)
     engine = load_text_generator(spec(model), seed=seed + int(shard), batch_size=batch_size)
     frame, counters = generate(rows, engine, PromptTemplate.load(template))
-    write_shard(frame, counters, tables.RAW_TRIPLETS, out, counters_out, f"{domain}/{generator}/{shard}")
+    write_shard(frame, counters, schemas.RAW_TRIPLETS, out, counters_out, f"{domain}/{generator}/{shard}")
 
 
 def judge_triplets(
@@ -48,12 +48,12 @@ def judge_triplets(
 
     engine = load_text_generator(spec(model), seed=seed + int(shard), batch_size=batch_size)
     frame, counters = judge_all(
-        read_table(triplets, tables.RAW_TRIPLETS),
-        read_table(seeds, tables.SEEDS),
+        read_table(triplets, schemas.RAW_TRIPLETS),
+        read_table(seeds, schemas.SEEDS),
         engine,
         PromptTemplate.load(template),
     )
-    write_shard(frame, counters, tables.JUDGMENTS, out, counters_out, f"{domain}/{judge}/{generator}/{shard}")
+    write_shard(frame, counters, schemas.JUDGMENTS, out, counters_out, f"{domain}/{judge}/{generator}/{shard}")
 
 
 def accept_triplets(
@@ -64,13 +64,13 @@ def accept_triplets(
     from blindspot.protobias.judging import accept_unanimous
 
     kept, counters = accept_unanimous(
-        pd.concat([read_table(path, tables.RAW_TRIPLETS) for path in raw], ignore_index=True),
-        pd.concat([read_table(path, tables.JUDGMENTS) for path in judgments], ignore_index=True),
-        read_table(seeds, tables.SEEDS),
+        pd.concat([read_table(path, schemas.RAW_TRIPLETS) for path in raw], ignore_index=True),
+        pd.concat([read_table(path, schemas.JUDGMENTS) for path in judgments], ignore_index=True),
+        read_table(seeds, schemas.SEEDS),
         list(judges),
     )
     write_counters(counters_out, counters, f"{domain}: accepted triplets", judges=list(judges))
-    write_table(out, kept, tables.TRIPLETS)
+    write_table(out, kept, schemas.TRIPLETS)
 
 
 def check_prompt_quality(
@@ -80,9 +80,9 @@ def check_prompt_quality(
     from blindspot.protobias.quality import score_prompt_quality
 
     frame = score_prompt_quality(
-        read_table(triplets, tables.TRIPLETS), spec(embedding_model), spec(nli_model), batch_size
+        read_table(triplets, schemas.TRIPLETS), spec(embedding_model), spec(nli_model), batch_size
     )
-    write_table(out, frame, tables.PROMPT_QUALITY)
+    write_table(out, frame, schemas.PROMPT_QUALITY)
 
 
 def make_table1(quality: Sequence[str], csv: str, markdown: str, latex: str) -> None:
@@ -91,7 +91,7 @@ def make_table1(quality: Sequence[str], csv: str, markdown: str, latex: str) -> 
     from blindspot.reporting import write_report_table
 
     # A domain's table sits in its domain's folder (`prompt_quality` in blindspot.targets).
-    frames = {Path(path).parent.name: read_table(path, tables.PROMPT_QUALITY) for path in quality}
+    frames = {Path(path).parent.name: read_table(path, schemas.PROMPT_QUALITY) for path in quality}
     write_report_table(
         table1(frames),
         csv,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import read_table, write_text
 from blindspot.steps import log, spec
 
@@ -16,7 +16,7 @@ def train_protoscore(benchmark: str, out: str, checkpoint: str, settings: dict[s
     from blindspot.models.protoscore_model import TrainSettings, load_scorer
     from blindspot.protobias import protoscore
 
-    pairs = read_table(benchmark, tables.BENCHMARK_PAIRS)
+    pairs = read_table(benchmark, schemas.BENCHMARK_PAIRS)
     train_pairs = pairs[pairs["split"] == "train"]
     log.info("ProtoScore: %d train pairs of %d", len(train_pairs), len(pairs))
     scorer = load_scorer(spec(model), TrainSettings.from_config(settings, seed))

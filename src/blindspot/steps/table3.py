@@ -1,4 +1,4 @@
-"""Scoring T2I metrics on the test split (`workflow/rules/metrics.smk`): one job per metric, domain and
+"""Scoring T2I metrics on the test split (`workflow/rules/table3.smk`): one job per metric, domain and
 seed shard, then Table 3 and the report's items."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import read_table, write_records, write_table, write_text
 from blindspot.steps import log, require_planned_code, shard_rows, spec, write_counters
 
@@ -23,26 +23,32 @@ def score_metric(
     planned_requests: int | None = None,
 ) -> None:  # fmt: skip
     """Score the kept test pairs of one seed shard with one T2I metric, M(T, I_corr) and M(T, I_adv); with
-    `annotated` (the preference pairs: an API metric, `evaluation.api_metrics_score: annotated`), only those
+    `annotated` (the preference pairs: an API metric, `accuracy.api_metrics_score: annotated`), only those
     of them that are annotated pairs. An API metric's job is given its `planned_requests` (`blindspot.bill`),
     and its client sends no more than those times `client.max_attempts`. `model` is None for a plug-in that
     loads no registry model."""
-    from blindspot.metrics import plugin_code as code_of
-    from blindspot.models.api_client import RequestsExhausted
-    from blindspot.protobias.scoring import ScoreCache, metric_identity, metric_loader, score_or_skip, shard_test_pairs
+    from blindspot.models.api.client import RequestsExhausted
+    from blindspot.plugins import plugin_code as code_of
+    from blindspot.protobias.metric_scores import (
+        ScoreCache,
+        metric_identity,
+        metric_loader,
+        score_or_skip,
+        shard_test_pairs,
+    )
 
     running = code_of(metric_entry["plugin"])
     require_planned_code(running, plugin_code,
                          f"metric {metric}: the job imports {running['module']} as {running['version']}",
                          plugin_code["version"])  # fmt: skip
-    seed_ids = shard_rows(read_table(seeds, tables.SEEDS), shard, shard_size)["seed_id"]
+    seed_ids = shard_rows(read_table(seeds, schemas.SEEDS), shard, shard_size)["seed_id"]
     test = shard_test_pairs(
-        read_table(pairs, tables.PAIRS), read_table(triplets, tables.TRIPLETS), seed_ids, split["seed"],
+        read_table(pairs, schemas.PAIRS), read_table(triplets, schemas.TRIPLETS), seed_ids, split["seed"],
         split["test_fraction"],
     )  # fmt: skip
     if annotated:
         shard_pairs = len(test)
-        test = test[test["pair_id"].isin(read_table(annotated[0], tables.ANNOTATION_PAIRS)["pair_id"])]
+        test = test[test["pair_id"].isin(read_table(annotated[0], schemas.ANNOTATION_PAIRS)["pair_id"])]
         log.info("%s: scoring the %d annotated pairs among this shard's %d test pairs", metric, len(test), shard_pairs)
     if planned_requests is not None:
         model = model | {"client": model["client"] | {"planned_requests": planned_requests}}
@@ -60,7 +66,7 @@ def score_metric(
     except RequestsExhausted as error:
         raise RequestsExhausted(f"metric {metric}: {error}") from None
     write_counters(counters_out, counters, f"{domain}/{metric}/{shard}")
-    write_table(out, frame, tables.METRIC_SCORES)
+    write_table(out, frame, schemas.METRIC_SCORES)
 
 
 def make_table3(
@@ -78,32 +84,32 @@ def make_table3(
     (scored on the annotated pairs only) is in the whole-split table on the pairs it was scored on, its label
     saying how many, and the caption why. On a sample of a released dataset (`sample`: its import's counters)
     every table's CSV rows, caption and the plot's title say how many pairs of how many."""
-    from blindspot.protobias import evaluation, table3
+    from blindspot.protobias import accuracy, table3
     from blindspot.sampling import marked_caption, read_sample, sample_label
 
     if bool(human_choices) != bool(test_split):
         raise ValueError("make_table3: the whole-split table (test_split) comes with human choices, and only then")
-    all_scores = evaluation.read_scores(scores)
-    pairs = read_table(benchmark, tables.BENCHMARK_PAIRS)
-    humans = evaluation.read_human_choices(human_choices[0]) if human_choices else None
+    all_scores = accuracy.read_scores(scores)
+    pairs = read_table(benchmark, schemas.BENCHMARK_PAIRS)
+    humans = accuracy.read_human_choices(human_choices[0]) if human_choices else None
     options = {"n_boot": bootstrap_samples, "seed": seed}
     whole_split = {name: entry for name, entry in metrics.items() if name not in annotated_only}
-    whole = evaluation.accuracy_breakdown(
+    whole = accuracy.accuracy_breakdown(
         all_scores[all_scores["metric"].isin(list(whole_split))], pairs, whole_split, humans, **options
     )
-    scored_only = evaluation.scored_pairs_breakdown(
+    scored_only = accuracy.scored_pairs_breakdown(
         all_scores, pairs, [name for name in metrics if name in annotated_only], **options
     )
     scored_n = {
         name: int(part["n"].max())
-        for name, part in scored_only[scored_only["breakdown"] == evaluation.OVERALL].groupby("metric", sort=False)
+        for name, part in scored_only[scored_only["breakdown"] == accuracy.OVERALL].groupby("metric", sort=False)
     }
     marked = table3.marked_scored_only(metrics, scored_n)
     whole_metrics = pd.concat(
-        [whole[whole["metric"] != evaluation.HUMAN], scored_only], ignore_index=True
+        [whole[whole["metric"] != accuracy.HUMAN], scored_only], ignore_index=True
     )  # people judged only the annotated pairs
     whole_table = table3.table3(whole_metrics, marked, domains, kappa=False)
-    n_test = len(evaluation.select_test_pairs(pairs))
+    n_test = len(accuracy.select_test_pairs(pairs))
     note = table3.scored_only_note(scored_n)
     drawn = sample_label(read_sample(sample), "pairs")
     if humans is None:
@@ -113,9 +119,9 @@ def make_table3(
             whole_table, csv, markdown, latex, table3.whole_split_caption(n_test, 0) + note, sample=drawn
         )
     else:
-        shown = evaluation.accuracy_breakdown(all_scores, pairs, metrics, humans, annotated_only=True, **options)
+        shown = accuracy.accuracy_breakdown(all_scores, pairs, metrics, humans, annotated_only=True, **options)
         long, labels = pd.concat([shown, whole, scored_only], ignore_index=True), metrics
-        annotated = evaluation.population_size(shown)
+        annotated = accuracy.population_size(shown)
         title = f"Pairwise accuracy on the {annotated} human-annotated test pairs (95% CI)"
         table = table3.table3(shown, metrics, domains)
         if human_row:
@@ -124,7 +130,7 @@ def make_table3(
                             sample=drawn)  # fmt: skip
         table3.write_table3(whole_table, *test_split, table3.whole_split_caption(n_test, annotated) + note,
                             sample=drawn)  # fmt: skip
-    evaluation.write_breakdown(long, breakdown)
+    accuracy.write_breakdown(long, breakdown)
     table3.plot_accuracy(shown, labels, plot, domains, title=marked_caption(title, drawn))
     log.info("Table 3 over %d scored rows of %d metrics; %s", len(all_scores), len(metrics), title)
 
@@ -134,10 +140,10 @@ def make_report_items(
     examples_per_domain: int,
 ) -> None:  # fmt: skip
     """The report's example grid (Figure 3) and the table of every stage's counters."""
-    from blindspot.protobias.evaluation import read_scores
+    from blindspot.protobias.accuracy import read_scores
     from blindspot.protobias.figures import example_grid, example_pairs, stage_counters
 
-    examples = example_pairs(read_table(benchmark, tables.BENCHMARK_PAIRS), examples_per_domain)
+    examples = example_pairs(read_table(benchmark, schemas.BENCHMARK_PAIRS), examples_per_domain)
     example_grid(examples, read_scores(scores), labels, grid)
     write_text(csv, stage_counters(counters).to_csv(index=False))
 
@@ -145,9 +151,9 @@ def make_report_items(
 def write_protobias_records(scores: Sequence[str], benchmark: str, out: str) -> None:
     """Each test pair every metric scored, with its prompt, images, scores and Table 3's decision, as JSON
     lines (`protobias.records`)."""
-    from blindspot.protobias.evaluation import read_scores
+    from blindspot.protobias.accuracy import read_scores
     from blindspot.protobias.records import pair_records
 
-    records = pair_records(read_scores(scores), read_table(benchmark, tables.BENCHMARK_PAIRS))
-    write_records(out, records, tables.PROTOBIAS_RECORDS)
+    records = pair_records(read_scores(scores), read_table(benchmark, schemas.BENCHMARK_PAIRS))
+    write_records(out, records, schemas.PROTOBIAS_RECORDS)
     log.info("%d ProtoBias records", len(records))

@@ -1,5 +1,5 @@
 """`blindspot fetch-models`: download into the hub cache the files of every hub repository a run reads
-(`blindspot.models.hub`) that the cache (`blindspot.models.hub_cache`) lacks, and say why the hub cannot
+(`blindspot.hub.repos`) that the cache (`blindspot.hub.cache`) lacks, and say why the hub cannot
 be reached or a gated model opened.
 
 Compute nodes have no internet, and the SLURM profile switches the hub off in jobs, so a job reads its
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from blindspot.models.hub import HubModel, hub_models, model_source, used_models
-from blindspot.models.hub_cache import cache_state, select_files
+from blindspot.hub.cache import cache_state, select_files
+from blindspot.hub.repos import HubModel, hub_models, model_source, used_models
 from blindspot.registry import built_model_dir
 
 

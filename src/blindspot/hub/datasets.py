@@ -10,9 +10,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from blindspot.hub.cache import dataset_snapshot
+from blindspot.hub.repos import is_hub_dataset
 from blindspot.io import jsonl_records, utf8_text
-from blindspot.models.hub import is_hub_dataset
-from blindspot.models.hub_cache import dataset_snapshot
 
 RELEASE_SUFFIXES = (".jsonl", ".json", ".parquet")
 # What the records of each kind of source are, for messages.
@@ -73,7 +73,7 @@ def _imagefolder_records(metadata: Sequence[Path]) -> Iterator[dict[str, Any]]:
 def release_records(source: str, what: str = "release") -> Iterator[dict[str, Any]]:
     """The release's records, from any of its formats: a .jsonl, .json or .parquet file; a folder (a
     `save_to_disk` dataset, an imagefolder with `metadata.jsonl`, or a hub snapshot of parquet shards);
-    or a hub dataset id, read as its snapshot in the hub cache (`models.hub_cache.dataset_snapshot`). A record's
+    or a hub dataset id, read as its snapshot in the hub cache (`hub.cache.dataset_snapshot`). A record's
     image is a path (relative to the file or metadata folder), an image's bytes, or a {"bytes", "path"} dict.
     `what` ("release" or "dataset") is what the source is, for messages."""
     path = Path(source)

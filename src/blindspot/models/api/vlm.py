@@ -14,19 +14,19 @@ The request: the question's conversation with the image as a PNG data URL, the e
 in, and `max_tokens` the job's answer budget unless the request sets `max_tokens` or
 `max_completion_tokens` (a reasoning model needs a budget for its reasoning).
 
-Every reply that holds an answer is cached on disk (`models.api_cache`), one file per (model, revision,
+Every reply that holds an answer is cached on disk (`models.api.cache`), one file per (model, revision,
 request with the image's sha256 in place of the image), before the next is read, so a rerun or a killed
 job asks only what it has no answer to; a request a batch holds twice (the Noise settings show every
 question one image) is sent once. A reply without one (empty, withheld by a content filter, or not
 a chat completion) is asked again up to `client.max_reply_attempts` times; then the question's answer is
 empty text (it names no option), counted, and not cached: the next run asks it again.
 
-Requests, retries, concurrency, the job's request allowance and the key are `models.api_client`'s: the
+Requests, retries, concurrency, the job's request allowance and the key are `models.api.client`'s: the
 key is read from the variable the entry names, lives in memory only, and is never logged or cached.
 
 A batch (the questions whose images are made together and whose answers are journaled together) is as
 many questions as the client may have in flight, `client.max_concurrency` (`ClientSettings.cap`), so the
-adaptive limiter (`models.api_limiter`) is never capped below it by the batch; `humblebench.batch_size`
+adaptive limiter (`models.api.limiter`) is never capped below it by the batch; `humblebench.batch_size`
 is the local models'. The batch is not part of what is asked: every reply is cached as it arrives.
 """
 
@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from blindspot.io import stable_id
-from blindspot.models.api_cache import AnsweredReplies, ReplyCache
-from blindspot.models.api_client import ChatCompletionsClient, ClientSettings
-from blindspot.models.api_reply import (
+from blindspot.models.api.cache import AnsweredReplies, ReplyCache
+from blindspot.models.api.client import ChatCompletionsClient, ClientSettings
+from blindspot.models.api.reply import (
     answer_logprobs,
     answer_positions,
     choice_text,

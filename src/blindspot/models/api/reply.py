@@ -1,5 +1,5 @@
 """Reading an OpenAI-compatible chat-completions reply, shared by every model asked through
-`models.api_client`: whether the reply is a chat completion at all, its first choice's text, why it
+`models.api.client`: whether the reply is a chat completion at all, its first choice's text, why it
 holds no answer in words, the candidates and their log-probabilities at one position of its
 `logprobs`, and an image as the PNG data URL the request carries.
 

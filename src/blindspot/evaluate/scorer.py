@@ -17,12 +17,12 @@ from blindspot import targets
 from blindspot.checks import absolute_paths, validate_config
 from blindspot.config import ConfigError
 from blindspot.dag import checkout_config
-from blindspot.evaluate_config import DEFAULT_CONFIG, metric_entries
+from blindspot.evaluate.config import DEFAULT_CONFIG, metric_entries
 from blindspot.images import read_rgb
-from blindspot.metrics import Metric, batches, normalise
 from blindspot.models.spec import model_spec
 from blindspot.paths import CHECKOUT
-from blindspot.protobias.scoring import metric_loader
+from blindspot.plugins import Metric, batches, normalise
+from blindspot.protobias.metric_scores import metric_loader
 
 COLUMNS = ["prompt", "raw", "score", "detail"]
 

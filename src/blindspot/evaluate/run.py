@@ -1,5 +1,5 @@
 """`blindspot evaluate`, from the command line or Python (`blindspot.api.evaluate`): score a metric on a
-released ProtoBias, or a VLM on HumbleBench's release. It writes a config (`blindspot.evaluate_config`),
+released ProtoBias, or a VLM on HumbleBench's release. It writes a config (`blindspot.evaluate.config`),
 runs the workflow's own rules with it, returns the table beside rows passed with `compare`, and records
 what makes a row comparable: the dataset's fingerprint, each model's identity and the settings."""
 
@@ -22,14 +22,14 @@ from blindspot import targets
 from blindspot.checks import absolute_paths, validate_config
 from blindspot.config import ConfigError, one_line
 from blindspot.dag import checkout_config
-from blindspot.evaluate_config import (
+from blindspot.evaluate.config import (
     DEFAULT_CONFIG,
     from_here,
     humblebench_config,
     profile_here,
     protobias_config,
 )
-from blindspot.evaluate_failure import workflow_failure
+from blindspot.evaluate.failure import workflow_failure
 from blindspot.io import read_csv, read_json, write_json, write_text
 from blindspot.models.roles import misplaced, role_fits
 from blindspot.paths import CHECKOUT, SNAKEFILE

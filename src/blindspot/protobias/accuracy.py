@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.io import read_csv, read_table, stable_id, write_text
 from blindspot.protobias.bootstrap import NAN_ESTIMATE, bootstrap_accuracy, bootstrap_kappa
 
@@ -60,7 +60,7 @@ def pairwise_correct(scores: pd.DataFrame) -> pd.Series:
 def read_scores(paths: Sequence[str | Path]) -> pd.DataFrame:
     """Every metric's score shards in one table, in the order given. A skipped metric's shards (an API
     judge without its key) are empty and add nothing."""
-    frames = [read_table(path, tables.METRIC_SCORES) for path in paths]
+    frames = [read_table(path, schemas.METRIC_SCORES) for path in paths]
     return pd.concat([frame for frame in frames if len(frame)] or frames[:1], ignore_index=True)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from blindspot.metrics.clip_flant5 import ALIAS_KEYS, TOWER_PREFIX, build_model, official_key, unique_keys
-from blindspot.models.tiny.image_reward import random_tensor
+from blindspot.tiny.image_reward import random_tensor
 
 VISION_FOLDER = "vision_tower"
 EXTRA_ROWS = 28  # FlanT5's embedding has 32,128 rows for a tokenizer of 32,100 tokens

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from blindspot.io import atomic_dir
-from blindspot.models.tiny.align_score import build_random_align_score
-from blindspot.models.tiny.blip2 import build_random_blip2_itm
-from blindspot.models.tiny.clip_flant5 import build_random_clip_flant5
-from blindspot.models.tiny.diffusion import build_random_diffusers_pipeline
-from blindspot.models.tiny.hpsv2 import build_random_hpsv2
-from blindspot.models.tiny.image_reward import build_random_image_reward
+from blindspot.tiny.align_score import build_random_align_score
+from blindspot.tiny.blip2 import build_random_blip2_itm
+from blindspot.tiny.clip_flant5 import build_random_clip_flant5
+from blindspot.tiny.diffusion import build_random_diffusers_pipeline
+from blindspot.tiny.hpsv2 import build_random_hpsv2
+from blindspot.tiny.image_reward import build_random_image_reward
 
 log = logging.getLogger(__name__)
 

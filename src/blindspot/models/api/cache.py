@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from blindspot.io import remove_stale_temps, write_json
-from blindspot.models.api_client import ChatCompletionsClient, MalformedReply, backoff_delay
-from blindspot.models.api_reply import failure_detail
+from blindspot.models.api.client import ChatCompletionsClient, MalformedReply, backoff_delay
+from blindspot.models.api.reply import failure_detail
 
 log = logging.getLogger(__name__)
 

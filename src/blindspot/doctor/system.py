@@ -15,8 +15,9 @@ from typing import Any
 
 from blindspot import plan
 from blindspot.config import as_list
-from blindspot.doctor_report import FAIL, OK, WARN, Check
-from blindspot.models import hub, hub_cache
+from blindspot.doctor.report import FAIL, OK, WARN, Check
+from blindspot.hub import cache as hub_cache
+from blindspot.hub import repos as hub
 from blindspot.models.device import gpu_memory
 from blindspot.models.gpu_slots import gpu_pool
 from blindspot.slurm import profile_resources

@@ -20,12 +20,12 @@ from typing import Any
 
 import pandas as pd
 
+from blindspot.hub.datasets import release_records
 from blindspot.humblebench.parsing import parse_answer
 from blindspot.humblebench.release import OPTION_LINE, release_question
 from blindspot.humblebench.settings import LETTERS, Question, nota_letter, present, setting_transforms
 from blindspot.humblebench.tables import report_tables, write_report
 from blindspot.io import jsonl_records, read_csv
-from blindspot.models.releases import release_records
 from blindspot.targets import PATHS, TABLE_FORMATS
 
 # The official code's setting folders (`build_setting_name`: the active flags joined by "__") and the
@@ -44,7 +44,7 @@ READING = "text"
 
 
 def release_questions(source: str) -> dict[str, Question]:
-    """The release's questions by id, from any format `models.releases.release_records` reads; images are
+    """The release's questions by id, from any format `hub.datasets.release_records` reads; images are
     neither decoded nor written."""
     questions = {}
     for number, record in enumerate(release_records(source), start=1):
@@ -254,7 +254,7 @@ def score(
     humans: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, str]:
     """Score predictions made elsewhere against the release: write the metrics, Tables 4 to 6 (and 7,
-    given people's answers, `humans`: `tables.HUMAN_ANSWERS`) and the NOTA plot under `out` where the
+    given people's answers, `humans`: `schemas.HUMAN_ANSWERS`) and the NOTA plot under `out` where the
     workflow writes them under its results folder; return Table 4 and its caption. `humblebench` is the
     config's section: its settings, and Table 4's setting."""
     existing = next(folder for folder in (Path(out), *Path(out).parents) if folder.exists())

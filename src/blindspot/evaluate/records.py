@@ -1,4 +1,4 @@
-"""Reading the per-item records a run writes (`tables.RECORDS`: ProtoBias' pairs, HumbleBench's answers),
+"""Reading the per-item records a run writes (`schemas.RECORDS`: ProtoBias' pairs, HumbleBench's answers),
 failures first: `blindspot.api.read_records(path)` from Python, `blindspot evaluate --show FILE` on a terminal."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import ModuleType
 import pandas as pd
 import pyarrow as pa
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.config import ConfigError
 from blindspot.humblebench import records as humble_records
 from blindspot.io import jsonl_records
@@ -17,8 +17,8 @@ from blindspot.protobias import records as protobias_records
 
 # Each kind of records file: its schema and the module that orders and counts its records.
 KINDS: dict[str, tuple[pa.Schema, ModuleType]] = {
-    "protobias": (tables.PROTOBIAS_RECORDS, protobias_records),
-    "humblebench": (tables.HUMBLE_RECORDS, humble_records),
+    "protobias": (schemas.PROTOBIAS_RECORDS, protobias_records),
+    "humblebench": (schemas.HUMBLE_RECORDS, humble_records),
 }
 # The columns `--show` prints, in this order; the file has every field.
 SHOWN = {
@@ -32,7 +32,7 @@ SHOWN = {
 def _kind(record: dict, path: Path, number: int) -> str:
     """The kind whose fields the first record has the most of; a record of neither is a ConfigError."""
     name = max(KINDS, key=lambda kind: len(set(KINDS[kind][0].names) & set(record)))
-    problem = tables.record_problem(record, KINDS[name][0])
+    problem = schemas.record_problem(record, KINDS[name][0])
     if problem:
         raise ConfigError(f"{path}: line {number} {problem}: not a records file of {' or '.join(KINDS)}")
     return name
@@ -49,7 +49,7 @@ def read_records(path: str | Path) -> pd.DataFrame:
     for number, record in jsonl_records(path):
         if kind is None:
             kind = _kind(record, path, number)
-        problem = tables.record_problem(record, KINDS[kind][0])
+        problem = schemas.record_problem(record, KINDS[kind][0])
         if problem:
             raise ConfigError(f"{path}: line {number} {problem} (a {kind} record)")
         rows.append(record)

@@ -7,9 +7,9 @@ import sys
 from typing import Any
 
 from blindspot.config import ConfigError
-from blindspot.evaluate_config import DEFAULT_CONFIG
-from blindspot.evaluate_records import show_records
-from blindspot.evaluate_run import evaluate
+from blindspot.evaluate.config import DEFAULT_CONFIG
+from blindspot.evaluate.records import show_records
+from blindspot.evaluate.run import evaluate
 
 
 def _count(of: str) -> Any:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from blindspot.metrics.tokenizers import bert_uncased_tokenizer
+from blindspot.models.tokenizers import bert_uncased_tokenizer
 
 
 def build_random_blip2_itm(out: Path, recipe: Mapping[str, Any], seed: int) -> None:

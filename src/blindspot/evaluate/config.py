@@ -37,7 +37,7 @@ def model_free_entry(metric: str, known: Sequence[str]) -> dict[str, Any]:
     the `resources` its plug-in's class declares with `registry_model = False`. The plug-in is imported to
     read them (`model_free_resources`); one that cannot be imported here (its packages only in its job's
     env) is named with `@MODEL`, or `@none` for a CPU job."""
-    from blindspot.metrics import PluginError, model_free_resources
+    from blindspot.plugins import PluginError, model_free_resources
 
     hint = f"name the plug-in's model as {metric}@MODEL (a registry name), or {metric}@{NO_MODEL} if it loads none"
     try:
@@ -107,8 +107,8 @@ def humblebench_config(
     whole, as the workflow's job reads it before it samples (`load_release`: every record checked, every image
     read whole; images that come as bytes written to `evaluate_probe`), so that one the workflow cannot read
     stops before it starts."""
+    from blindspot.hub.repos import is_hub_dataset
     from blindspot.humblebench.release import load_release
-    from blindspot.models.hub import is_hub_dataset
 
     if not is_hub_dataset(release) and not load_release(release, Path(results_dir) / "evaluate_probe"):
         raise ConfigError(f"release {release}: no questions")
@@ -134,7 +134,7 @@ def humblebench_config(
 def from_here(path: str | None, what: str) -> str | None:
     """A file or folder named on the command line, as the current folder names it, absolute; a hub id as
     it is. Anything else is a ConfigError naming `what` it is and where it was looked for."""
-    from blindspot.models.hub import is_hub_dataset
+    from blindspot.hub.repos import is_hub_dataset
 
     if path is None or Path(path).exists():
         return path and str(Path(path).resolve())

@@ -35,7 +35,7 @@ from urllib.parse import quote, quote_plus
 import requests
 from tqdm import tqdm
 
-from blindspot.models.api_limiter import OK, THROTTLE_STATUSES, THROTTLED, limiter_for, reset_wait
+from blindspot.models.api.limiter import OK, THROTTLE_STATUSES, THROTTLED, limiter_for, reset_wait
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class RequestsExhausted(ValueError):
 
 @dataclass(frozen=True)
 class ClientSettings:
-    concurrency: int = 4  # requests in flight at the start (`models.api_limiter`)
+    concurrency: int = 4  # requests in flight at the start (`models.api.limiter`)
     # The most in flight however well the endpoint answers (None: 64, or `concurrency` if more); equal to
     # `concurrency`, a fixed number.
     max_concurrency: int | None = None

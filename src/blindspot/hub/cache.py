@@ -1,6 +1,6 @@
 """The hub cache on disk (HF_HOME's, or a folder given): which files of a hub repository its loaders
 read, whether the cache holds them at the pinned revision, and where a cached snapshot is. The
-repositories themselves come from `blindspot.models.hub`; `blindspot.models.hub_fetch` fills the cache.
+repositories themselves come from `blindspot.hub.repos`; `blindspot.hub.fetch` fills the cache.
 
 `blindspot fetch-models` and `blindspot doctor` both decide what a model needs with `select_files`, so
 what is fetched is what is checked. Only the files the loaders read are fetched and checked: configs, tokenizers and
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blindspot.models.hub import HubModel
+from blindspot.hub.repos import HubModel
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 # Files that configure a model folder: configs, tokenizer vocabularies (JSON, text, sentencepiece and

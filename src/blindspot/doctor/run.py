@@ -1,7 +1,7 @@
 """`blindspot doctor`: a preflight before a run spends GPU-hours, one verdict per line.
 
 - models: every model the run loads is in the hub cache at its pinned revision with the files its
-  loader reads (`blindspot.models.hub_cache`), or would be fetched (the hub answers here); built models
+  loader reads (`blindspot.hub.cache`), or would be fetched (the hub answers here); built models
   are built or will be (their archive is there); local weights exist;
 - roles: each model there now can do what its role asks of it, read from its config.json: images
   where images go, a causal LM where transformers generates text (`blindspot.models.roles`);
@@ -18,8 +18,8 @@
   asks for reports the GPUs it sees (nvidia-smi, else the CUDA_VISIBLE_DEVICES that SLURM sets).
 
 A problem is a line with its reason, never a traceback; `doctor` exits 1 when any line is FAIL.
-The checks of the models are `blindspot.doctor_models`, those of the machine and the cluster
-`blindspot.doctor_system`, and the lines and their table `blindspot.doctor_report`.
+The checks of the models are `blindspot.doctor.models`, those of the machine and the cluster
+`blindspot.doctor.system`, and the lines and their table `blindspot.doctor.report`.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from blindspot.config import ConfigError, read_yaml
-from blindspot.doctor_models import api_checks, budget_checks, model_checks, role_checks
-from blindspot.doctor_report import Check
-from blindspot.doctor_system import canary_checks, disk_checks, profile_checks, profile_file, workstation_checks
+from blindspot.doctor.models import api_checks, budget_checks, model_checks, role_checks
+from blindspot.doctor.report import Check
+from blindspot.doctor.system import canary_checks, disk_checks, profile_checks, profile_file, workstation_checks
 
 
 def run_checks(

@@ -11,8 +11,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from blindspot.doctor_report import FAIL, OK, WARN, Check
-from blindspot.models import hub, hub_cache, hub_fetch, roles
+from blindspot.doctor.report import FAIL, OK, WARN, Check
+from blindspot.hub import cache as hub_cache
+from blindspot.hub import fetch as hub_fetch
+from blindspot.hub import repos as hub
+from blindspot.models import roles
 from blindspot.registry import built_model_dir, is_api_model
 
 PROBE_TIMEOUT_S = 5.0
@@ -104,7 +107,7 @@ def role_checks(config: dict[str, Any], cache_dir: str | Path) -> list[Check]:
 def api_checks(config: dict[str, Any]) -> list[Check]:
     """Each API model's key variable and, when it is set, its endpoint (GET {endpoint}/models). Without
     its key a metric's jobs, or an API VLM's answers, are skipped and the run goes on
-    (`protobias.scoring.metric_loader`, `steps.humble.answer_humble`): a warning."""
+    (`protobias.metric_scores.metric_loader`, `steps.humble.answer_humble`): a warning."""
     import requests
 
     checks = []

@@ -28,11 +28,11 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot import tables
+from blindspot import schemas
 from blindspot.images import hash_sidecar
 from blindspot.io import remove_stale_temps, stable_id, write_json
-from blindspot.metrics import Metric, MetricSkipped, Score, load_metric, normalise, score_batches
 from blindspot.models.spec import ModelSpec
+from blindspot.plugins import Metric, MetricSkipped, Score, load_metric, normalise, score_batches
 from blindspot.prompts import PromptTemplate
 from blindspot.registry import output_settings
 
@@ -204,7 +204,7 @@ def score_pairs(
             row |= {f"{role}_raw": score.raw, f"{role}_score": normalise(score.raw, bounds),
                     f"{role}_detail": score.detail}  # fmt: skip
         rows.append(row)
-    frame = pd.DataFrame(rows, columns=[field.name for field in tables.METRIC_SCORES])
+    frame = pd.DataFrame(rows, columns=[field.name for field in schemas.METRIC_SCORES])
     computed = len({key for key, _, _ in missing})
     counters = {
         "pairs": len(frame),
@@ -227,4 +227,4 @@ def score_or_skip(
         return score_pairs(pairs, name, identity, load, cache, batch_size)
     except MetricSkipped as skipped:
         log.warning("%s", skipped)
-        return pd.DataFrame(columns=[field.name for field in tables.METRIC_SCORES]), {"skipped": str(skipped)}
+        return pd.DataFrame(columns=[field.name for field in schemas.METRIC_SCORES]), {"skipped": str(skipped)}

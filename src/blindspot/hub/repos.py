@@ -1,7 +1,7 @@
 """What a run reads from the Hugging Face hub: the hub repositories (at their pinned revisions) of the
 registry's models that a config's stages and metrics load, what of each it reads (its model folders, or
 a release's checkpoint file), and the datasets a config names by hub id. The hub cache on disk is
-`blindspot.models.hub_cache`; fetching into it, `blindspot.models.hub_fetch`.
+`blindspot.hub.cache`; fetching into it, `blindspot.hub.fetch`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from blindspot.metrics import HubFiles, plugin_declaration
+from blindspot.plugins import HubFiles, plugin_declaration
 from blindspot.registry import BACKENDS, is_api_model, placed_models
 
 # A hub repository id: organisation/name. Anything else in `id` is a local path.

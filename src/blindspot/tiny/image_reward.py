@@ -22,7 +22,7 @@ from blindspot.metrics.image_reward import (
     build_model,
     official_key,
 )
-from blindspot.metrics.tokenizers import bert_uncased_tokenizer
+from blindspot.models.tokenizers import bert_uncased_tokenizer
 
 TINY_SIZES = {
     "image_size": 32, "patch_size": 8, "vision_width": 32, "vision_layers": 2, "vision_heads": 2, "vision_mlp": 128,

@@ -1,0 +1,1 @@
+"""`blindspot doctor`: the preflight of a run, its checks and its report."""

@@ -1,0 +1,1 @@
+"""`blindspot evaluate` and scoring in memory from Python (`blindspot.api`)."""
