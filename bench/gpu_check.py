@@ -88,9 +88,17 @@ def fastest(run: Callable[[], Any], rounds: int) -> float:
 
 
 def row(section: str, model: str, arm: str, items: int, seconds: float, peak: Peak, **extra: Any) -> dict[str, Any]:
-    return {"section": section, "model": model, "arm": arm, "items": items, "seconds": round(seconds, 3),
-            "items_per_second": round(items / seconds, 4), "peak_gib": peak.gib, "weights_gb": weights_gb(model),
-            **extra}  # fmt: skip
+    return {
+        "section": section,
+        "model": model,
+        "arm": arm,
+        "items": items,
+        "seconds": round(seconds, 3),
+        "items_per_second": round(items / seconds, 4),
+        "peak_gib": peak.gib,
+        "weights_gb": weights_gb(model),
+        **extra,
+    }
 
 
 def t2i(device: str, images: int, rounds: int) -> list[dict[str, Any]]:
@@ -106,16 +114,25 @@ def t2i(device: str, images: int, rounds: int) -> list[dict[str, Any]]:
             with torch.device(device):
                 pipeline = build_pipeline(architecture)
             torch.set_default_dtype(torch.float32)
-            spec = ModelSpec(name=name, backend="diffusers", gpus=1, dtype="bfloat16", path="(random weights)",
-                             pipeline=architecture["pipeline"], render=architecture["render"],
-                             allow_cpu=True)  # fmt: skip
+            spec = ModelSpec(
+                name=name,
+                backend="diffusers",
+                gpus=1,
+                dtype="bfloat16",
+                path="(random weights)",
+                pipeline=architecture["pipeline"],
+                render=architecture["render"],
+                allow_cpu=True,
+            )
             renderer = DiffusersRenderer(spec, pipeline=pipeline)
             numbers = range(images // 2)
-            triplets = pd.DataFrame({
-                "triplet_id": [f"t{i}" for i in numbers],
-                "correct_description": [f"a penguin on a rock with exactly {i % 4 + 1} stones" for i in numbers],
-                "adversarial_description": [f"a penguin on an ice floe beside {i % 3 + 2} fish" for i in numbers],
-            })  # fmt: skip
+            triplets = pd.DataFrame(
+                {
+                    "triplet_id": [f"t{i}" for i in numbers],
+                    "correct_description": [f"a penguin on a rock with exactly {i % 4 + 1} stones" for i in numbers],
+                    "adversarial_description": [f"a penguin on an ice floe beside {i % 3 + 2} fish" for i in numbers],
+                }
+            )
             batch = PAPER["image_stage"]["render_batch_size"]
             with tempfile.TemporaryDirectory() as scratch:
                 jobs = plan_renders(triplets, spec, Path(scratch), 1, SEED)
@@ -131,8 +148,10 @@ def t2i(device: str, images: int, rounds: int) -> list[dict[str, Any]]:
                 renderer.render([jobs[0].description], [jobs[0].seed])  # warm-up: kernels, allocator
                 plain_s, ours_s = fastest(plain, rounds), fastest(ours, rounds)
         overhead = round(ours_s / plain_s - 1, 4)
-        rows += [row("t2i", name, "plain diffusers loop", len(jobs), plain_s, peak),
-                 row("t2i", name, "render path", len(jobs), ours_s, peak, overhead=overhead)]  # fmt: skip
+        rows += [
+            row("t2i", name, "plain diffusers loop", len(jobs), plain_s, peak),
+            row("t2i", name, "render path", len(jobs), ours_s, peak, overhead=overhead),
+        ]
         del pipeline, renderer
         gc.collect()
     return rows
@@ -171,8 +190,10 @@ def build_vlm(name: str, folder: Path, device: str) -> Path:
     processor = AutoProcessor.from_pretrained(tiny)
     for key, value in architecture["pixels"].items():
         setattr(processor.image_processor, key, value)
-    processor.image_processor.size = {"shortest_edge": architecture["pixels"]["min_pixels"],
-                                      "longest_edge": architecture["pixels"]["max_pixels"]}  # fmt: skip
+    processor.image_processor.size = {
+        "shortest_edge": architecture["pixels"]["min_pixels"],
+        "longest_edge": architecture["pixels"]["max_pixels"],
+    }
     ids = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
     tokens = {key: getattr(AutoConfig.from_pretrained(tiny), key) for key in ids}
     torch.manual_seed(SEED)
@@ -211,22 +232,41 @@ def vlm(device: str, items: int, rounds: int) -> list[dict[str, Any]]:
         template = PromptTemplate.load(REPO / humble["settings"][setting]["template"])
         options = ("red", "blue", "green", "white", NOTA_TEXT)
         questions = [
-            (present(Question(f"q{i}", "What colour is the cup?", options, "A", "Attribute"), setting, {}, SEED),
-             noise(HUMBLE_IMAGE, i))
+            (
+                present(Question(f"q{i}", "What colour is the cup?", options, "A", "Attribute"), setting, {}, SEED),
+                noise(HUMBLE_IMAGE, i),
+            )
             for i in range(items)
-        ]  # fmt: skip
+        ]
         answer_questions(questions[:1], scorer, {setting: template}, humble["max_new_tokens"])  # warm-up
-        answer_s = fastest(lambda: answer_questions(questions, scorer, {setting: template}, humble["max_new_tokens"]),
-                           rounds)  # fmt: skip
+        answer_s = fastest(
+            lambda: answer_questions(questions, scorer, {setting: template}, humble["max_new_tokens"]), rounds
+        )
         judge = PromptTemplate.load(REPO / stage["judge_template"])
         conversations = [image_conversation(judge, description="a penguin on a rock with three stones")] * items
         renders = [noise((render["width"], render["height"]), i) for i in range(items)]
         judge_s = fastest(lambda: scorer.score(conversations, renders), rounds)
     about = {"built_s": round(built_s, 1), "load_s": round(load_s, 1)}
-    return [row("vlm", FILTER_VLM, f"HumbleBench answers at {HUMBLE_IMAGE[0]}x{HUMBLE_IMAGE[1]}", items, answer_s,
-                peak, **about),
-            row("vlm", FILTER_VLM, f"VLM filter scores at {render['width']}x{render['height']}", items, judge_s,
-                peak, **about)]  # fmt: skip
+    return [
+        row(
+            "vlm",
+            FILTER_VLM,
+            f"HumbleBench answers at {HUMBLE_IMAGE[0]}x{HUMBLE_IMAGE[1]}",
+            items,
+            answer_s,
+            peak,
+            **about,
+        ),
+        row(
+            "vlm",
+            FILTER_VLM,
+            f"VLM filter scores at {render['width']}x{render['height']}",
+            items,
+            judge_s,
+            peak,
+            **about,
+        ),
+    ]
 
 
 def protoscore(device: str, steps: int) -> list[dict[str, Any]]:
@@ -245,14 +285,29 @@ def protoscore(device: str, steps: int) -> list[dict[str, Any]]:
         for i in range(2 * count):
             paths.append(folder / f"{i}.png")
             noise((render["width"], render["height"]), i).save(paths[-1])
-        pairs = pd.DataFrame({"neutral_prompt": ["a penguin on a rock"] * count, "corr_path": paths[::2],
-                              "adv_path": paths[1::2], "pair_id": [f"p{i}" for i in range(count)],
-                              "seed_id": [f"s{i}" for i in range(count)]})  # fmt: skip
+        pairs = pd.DataFrame(
+            {
+                "neutral_prompt": ["a penguin on a rock"] * count,
+                "corr_path": paths[::2],
+                "adv_path": paths[1::2],
+                "pair_id": [f"p{i}" for i in range(count)],
+                "seed_id": [f"s{i}" for i in range(count)],
+            }
+        )
         history = train(scorer, pairs, folder / "out", folder / "checkpoint", stop_after_steps=steps)
     # The first step holds the kernels' warm-up: the rate from the steps after it.
     seconds = pairs_per_step / float(history["pairs_per_second"].iloc[-1]) if len(history) else float("nan")
-    return [row("protoscore", PROTOSCORE_VLM, f"LoRA training, {pairs_per_step} pairs a step", pairs_per_step,
-                seconds, peak, steps=len(history))]  # fmt: skip
+    return [
+        row(
+            "protoscore",
+            PROTOSCORE_VLM,
+            f"LoRA training, {pairs_per_step} pairs a step",
+            pairs_per_step,
+            seconds,
+            peak,
+            steps=len(history),
+        )
+    ]
 
 
 def dry(sections: list[str]) -> list[dict[str, Any]]:
@@ -262,21 +317,41 @@ def dry(sections: list[str]) -> list[dict[str, Any]]:
         for name, architecture in t2i_architectures().items():
             billions = transformer_parameters(architecture) / 1e9
             measures = "images/s: render path and plain diffusers loop, their ratio; peak GPU memory"
-            rows.append({"section": "t2i", "model": name, "parameters_b": round(billions, 2),
-                         "measures": measures})  # fmt: skip
+            rows.append({"section": "t2i", "model": name, "parameters_b": round(billions, 2), "measures": measures})
     for section, name, measures in (
         ("vlm", FILTER_VLM, "HumbleBench questions/s at 640x480 and VLM filter images/s at the render size"),
         ("protoscore", PROTOSCORE_VLM, "seconds per optimizer step of the LoRA training"),
-    ):  # fmt: skip
+    ):
         if section in sections:
-            rows.append({"section": section, "model": name, "parameters_b": round(vlm_parameters(name) / 1e9, 2),
-                         "measures": measures + "; peak GPU memory"})  # fmt: skip
+            rows.append(
+                {
+                    "section": section,
+                    "model": name,
+                    "parameters_b": round(vlm_parameters(name) / 1e9, 2),
+                    "measures": measures + "; peak GPU memory",
+                }
+            )
     return rows
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    columns = [c for c in ("section", "model", "arm", "items_per_second", "overhead", "seconds", "peak_gib",
-                           "weights_gb", "parameters_b", "measures", "error") if any(c in r for r in rows)]  # fmt: skip
+    columns = [
+        c
+        for c in (
+            "section",
+            "model",
+            "arm",
+            "items_per_second",
+            "overhead",
+            "seconds",
+            "peak_gib",
+            "weights_gb",
+            "parameters_b",
+            "measures",
+            "error",
+        )
+        if any(c in r for r in rows)
+    ]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join("" if r.get(c) is None else str(r[c]) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
@@ -295,17 +370,23 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    report: dict[str, Any] = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                              "torch": torch.__version__, "dry": args.dry, "rows": []}  # fmt: skip
+    report: dict[str, Any] = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "dry": args.dry,
+        "rows": [],
+    }
     if args.dry:
         report["rows"] = dry(args.sections)
     else:
         if device != "cuda":
             print("gpu_check: no GPU here; run it with --dry to see what it measures", file=sys.stderr)
             return 2
-        runs = {"t2i": lambda: t2i(device, args.images, args.rounds),
-                "vlm": lambda: vlm(device, args.items, args.rounds),
-                "protoscore": lambda: protoscore(device, args.steps)}  # fmt: skip
+        runs = {
+            "t2i": lambda: t2i(device, args.images, args.rounds),
+            "vlm": lambda: vlm(device, args.items, args.rounds),
+            "protoscore": lambda: protoscore(device, args.steps),
+        }
         for section in args.sections:
             try:
                 report["rows"] += runs[section]()

@@ -105,8 +105,15 @@ def measure(name: str, architecture: dict[str, Any], batch_sizes: list[int], ima
 
         def run(prompts=prompts) -> list:
             generators = [torch.Generator("cuda").manual_seed(i) for i in range(len(prompts))]
-            made = pipeline(prompt=prompts, num_inference_steps=render["steps"], guidance_scale=render["guidance"],
-                            height=render["height"], width=render["width"], generator=generators, **extra)  # fmt: skip
+            made = pipeline(
+                prompt=prompts,
+                num_inference_steps=render["steps"],
+                guidance_scale=render["guidance"],
+                height=render["height"],
+                width=render["width"],
+                generator=generators,
+                **extra,
+            )
             return made.images
 
         run()  # warm-up
@@ -114,11 +121,18 @@ def measure(name: str, architecture: dict[str, Any], batch_sizes: list[int], ima
         seconds = timed_calls(run, calls, batch)
         with tempfile.TemporaryDirectory() as folder:
             written_seconds = timed_calls(run, calls, batch, Path(folder))
-        rows.append({"model": name, "batch": batch, "images": calls * batch, "seconds": round(seconds, 3),
-                     "images_per_second": round(calls * batch / seconds, 4),
-                     "seconds_writing": round(written_seconds, 3),
-                     "write_overhead": round(written_seconds / seconds - 1, 4),
-                     "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)})  # fmt: skip
+        rows.append(
+            {
+                "model": name,
+                "batch": batch,
+                "images": calls * batch,
+                "seconds": round(seconds, 3),
+                "images_per_second": round(calls * batch / seconds, 4),
+                "seconds_writing": round(written_seconds, 3),
+                "write_overhead": round(written_seconds / seconds - 1, 4),
+                "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     return rows
 

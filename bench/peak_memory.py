@@ -45,10 +45,14 @@ LIMIT = 1.2  # peak memory at 4N over that at N: at or above it, memory grows wi
 DOMAIN, T2I, VLM, SHARD = "animals", "tiny-flux", "tiny-qwen2.5-vl", "00000"
 ANSWER_SETTING = "original"
 SCENE_GRAPHS = {
-    "describer": VLM, "writer": "smollm2-135m", "writer_max_tokens": 24, "cue_tokens": 4,
+    "describer": VLM,
+    "writer": "smollm2-135m",
+    "writer_max_tokens": 24,
+    "cue_tokens": 4,
     "cue_instruction": "Describe the colour and material of the {category} in a few words.",
-    "template": "config/prompts/humble_scene_questions_v1.yaml", "verification": None,
-}  # fmt: skip
+    "template": "config/prompts/humble_scene_questions_v1.yaml",
+    "verification": None,
+}
 OPTIONS = ["a penguin", "a robin", "a heron", "a sparrow", "None of the above"]
 # On a CPU, a tiny FLUX takes minutes per batch of four 768-px images, and the question writer decodes
 # under a grammar, slowly: these stages get one item per SHARE of N.
@@ -114,10 +118,15 @@ def write_prompt_tables(config: dict) -> pd.DataFrame:
     n = config["domains"][DOMAIN]["n_seeds"]
     seeds = sample_seeds(config["domains"][DOMAIN]["taxonomy"], DOMAIN, n, config["seed"])
     triplets = seeds.assign(
-        triplet_id=test_triplet_ids(config, n), generator="smollm2-135m", neutral_prompt=seeds["draft_neutral"],
-        correct_description=seeds["draft_correct"], adversarial_description=seeds["draft_adversarial"],
-        generator_model_id="built:smollm2-135m", generate_template_version="v1", judges="smollm2-135m",
-    )  # fmt: skip
+        triplet_id=test_triplet_ids(config, n),
+        generator="smollm2-135m",
+        neutral_prompt=seeds["draft_neutral"],
+        correct_description=seeds["draft_correct"],
+        adversarial_description=seeds["draft_adversarial"],
+        generator_model_id="built:smollm2-135m",
+        generate_template_version="v1",
+        judges="smollm2-135m",
+    )
     write_table_at(config, "seeds", seeds, schemas.SEEDS, domain=DOMAIN)
     write_table_at(config, "triplets", triplets, schemas.TRIPLETS, domain=DOMAIN)
     return triplets[schemas.TRIPLETS.names]
@@ -129,26 +138,59 @@ def write_inputs(config: dict, images: list[str]) -> None:
     n = config["domains"][DOMAIN]["n_seeds"]
     triplets = write_prompt_tables(config)
     corr, adv = images[0 : 2 * n : 2], images[1 : 2 * n : 2]
-    pairs = pd.DataFrame({
-        "pair_id": [f"pair-{i:05d}" for i in range(n)], "triplet_id": triplets["triplet_id"], "t2i": T2I,
-        "seed": range(n), "corr_image_id": [Path(p).stem for p in corr], "corr_path": corr,
-        "adv_image_id": [Path(p).stem for p in adv], "adv_path": adv, "vlm_scores": "{}",
-        "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True,
-    })  # fmt: skip
-    renders = pd.DataFrame([
-        {"image_id": getattr(pair, f"{role}_image_id"), "triplet_id": pair.triplet_id, "role": role,
-         "description": getattr(triplet, f"{column}_description"), "t2i": T2I, "model_id": f"built:{T2I}",
-         "model_revision": "", "seed": pair.seed, "steps": 2, "guidance": 0.0, "height": 0, "width": 0,
-         "settings": "{}", "path": getattr(pair, f"{role}_path"), "sha256": ""}
-        for pair, triplet in zip(pairs.itertuples(), triplets.itertuples(), strict=True)
-        for role, column in (("corr", "correct"), ("adv", "adversarial"))
-    ])  # fmt: skip
+    pairs = pd.DataFrame(
+        {
+            "pair_id": [f"pair-{i:05d}" for i in range(n)],
+            "triplet_id": triplets["triplet_id"],
+            "t2i": T2I,
+            "seed": range(n),
+            "corr_image_id": [Path(p).stem for p in corr],
+            "corr_path": corr,
+            "adv_image_id": [Path(p).stem for p in adv],
+            "adv_path": adv,
+            "vlm_scores": "{}",
+            "min_corr_score": 9.0,
+            "min_adv_score": 9.0,
+            "kept": True,
+        }
+    )
+    renders = pd.DataFrame(
+        [
+            {
+                "image_id": getattr(pair, f"{role}_image_id"),
+                "triplet_id": pair.triplet_id,
+                "role": role,
+                "description": getattr(triplet, f"{column}_description"),
+                "t2i": T2I,
+                "model_id": f"built:{T2I}",
+                "model_revision": "",
+                "seed": pair.seed,
+                "steps": 2,
+                "guidance": 0.0,
+                "height": 0,
+                "width": 0,
+                "settings": "{}",
+                "path": getattr(pair, f"{role}_path"),
+                "sha256": "",
+            }
+            for pair, triplet in zip(pairs.itertuples(), triplets.itertuples(), strict=True)
+            for role, column in (("corr", "correct"), ("adv", "adversarial"))
+        ]
+    )
     benchmark = pairs.drop(columns="kept").merge(triplets, on="triplet_id").assign(split="train")
-    questions = pd.DataFrame({
-        "question_id": [f"question-{i:05d}" for i in range(n)], "source": "benchmark",
-        "question": "Which of these is in the image?", "options": json.dumps(OPTIONS), "label": "A",
-        "type": "Object", "image_path": corr, "origin": "{}", "verified": True,
-    })  # fmt: skip
+    questions = pd.DataFrame(
+        {
+            "question_id": [f"question-{i:05d}" for i in range(n)],
+            "source": "benchmark",
+            "question": "Which of these is in the image?",
+            "options": json.dumps(OPTIONS),
+            "label": "A",
+            "type": "Object",
+            "image_path": corr,
+            "origin": "{}",
+            "verified": True,
+        }
+    )
     write_table_at(config, "pairs", pairs, schemas.PAIRS, domain=DOMAIN)
     write_table_at(config, "renders", renders, schemas.RENDERS, domain=DOMAIN, t2i=T2I, shard=SHARD)
     write_table_at(config, "benchmark_pairs", benchmark, schemas.BENCHMARK_PAIRS)
@@ -156,11 +198,14 @@ def write_inputs(config: dict, images: list[str]) -> None:
     side = Image.open(images[0]).width  # objects of a scene: nested boxes from the whole image down
     boxes = [[k * side // 32, k * side // 32, side - k * side // 32, side - k * side // 32] for k in range(OBJECTS)]
     graphs = [
-        {"image_id": Path(path).stem, "file_name": path,
-         "objects": [{"id": k, "category": f"thing {k}", "bbox": box} for k, box in enumerate(boxes)],
-         "relations": [{"subject": 0, "predicate": "holds", "object": 1}]}
+        {
+            "image_id": Path(path).stem,
+            "file_name": path,
+            "objects": [{"id": k, "category": f"thing {k}", "bbox": box} for k, box in enumerate(boxes)],
+            "relations": [{"subject": 0, "predicate": "holds", "object": 1}],
+        }
         for path in corr[: items_of("write_scene_questions", n)]
-    ]  # fmt: skip
+    ]
     scene_graphs = Path(config["humblebench"]["scene_graphs"]["file"])
     scene_graphs.parent.mkdir(parents=True, exist_ok=True)
     scene_graphs.write_text(json.dumps({"images": graphs}))
@@ -196,8 +241,9 @@ def peak_rss_mb(config: dict, step: str, wildcards: dict[str, str], folder: Path
     request = folder / "request.json"
     request.write_text(json.dumps({"step": step, "arguments": job_arguments(config, step, wildcards)}))
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, __file__, "--child", str(request)], cwd=REPO, capture_output=True,
-                            text=True)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, __file__, "--child", str(request)], cwd=REPO, capture_output=True, text=True
+    )
     seconds = time.perf_counter() - started
     if result.returncode:
         log = (folder / "stage.log").read_text() if (folder / "stage.log").exists() else result.stderr
@@ -277,8 +323,9 @@ def main() -> None:
             ratio = peaks[1] / peaks[0]
             worst = max(worst, ratio)
             items = items_of(stage, args.items)
-            print(f"{stage:30} {items:>6} {peaks[0]:>13.0f} {peaks[1]:>14.0f} {ratio:>6.2f} {seconds:>8.0f}",
-                  flush=True)  # fmt: skip
+            print(
+                f"{stage:30} {items:>6} {peaks[0]:>13.0f} {peaks[1]:>14.0f} {ratio:>6.2f} {seconds:>8.0f}", flush=True
+            )
         verdict = "bounded by the batch" if worst < LIMIT else "NOT bounded by the batch"
         print(f"worst ratio {worst:.2f} (limit {LIMIT}): memory is {verdict} ({args.image_size}-px images)")
         if worst >= LIMIT:

@@ -83,10 +83,14 @@ def built_config(tmp_path_factory) -> dict:
 
 
 SCENE_GRAPHS = {
-    "describer": "tiny-qwen2.5-vl", "writer": "smollm2-135m", "writer_max_tokens": 600, "cue_tokens": 6,
+    "describer": "tiny-qwen2.5-vl",
+    "writer": "smollm2-135m",
+    "writer_max_tokens": 600,
+    "cue_tokens": 6,
     "cue_instruction": "Describe the colour and material of the {category} in a few words.",
-    "template": "config/prompts/humble_scene_questions_v1.yaml", "verification": None,
-}  # fmt: skip
+    "template": "config/prompts/humble_scene_questions_v1.yaml",
+    "verification": None,
+}
 
 
 @pytest.fixture(scope="session")
@@ -169,10 +173,20 @@ def export_small_benchmark(folder, image, prompt) -> tuple[pd.DataFrame, Path]:
     for role in ("corr", "adv"):
         pairs[f"{role}_path"] = [image(folder / f"{role}{i}.png", role, i) for i in range(len(pairs))]
     pairs = pairs.assign(
-        subcategory="birds", neutral_prompt=[prompt(i) for i in range(len(pairs))], correct_description="d_c",
-        adversarial_description="d_a", correct_instance="penguin", adversarial_instance="robin", aux_element="stone",
-        knob="count", correct_value="one", adversarial_value="two", seed=7, generator="g", added_entries="",
-    )  # fmt: skip
+        subcategory="birds",
+        neutral_prompt=[prompt(i) for i in range(len(pairs))],
+        correct_description="d_c",
+        adversarial_description="d_a",
+        correct_instance="penguin",
+        adversarial_instance="robin",
+        aux_element="stone",
+        knob="count",
+        correct_value="one",
+        adversarial_value="two",
+        seed=7,
+        generator="g",
+        added_entries="",
+    )
     benchmark = assign_splits(pairs, 1, 0.5)
     assert set(benchmark["split"]) == {"train", "test"}
     export_dataset(benchmark, folder / "dataset", {"name": "T", "run_name": "r", "threshold": 8, "models": []})
@@ -200,8 +214,15 @@ def humble_release(tmp_path_factory) -> Path:
     records = []
     for i, kind in enumerate(EVALUATED_TYPES):
         Image.fromarray(np.full((16, 16, 3), 40 * i, dtype=np.uint8)).save(folder / f"image{i}.png")
-        records.append({"question_id": f"q{i}", "label": "ABCE"[i], "type": kind, "image": f"image{i}.png",
-                        "question": f"What is {i}?\nA. a\nB. b\nC. c\nD. d\nE. None of the above"})  # fmt: skip
+        records.append(
+            {
+                "question_id": f"q{i}",
+                "label": "ABCE"[i],
+                "type": kind,
+                "image": f"image{i}.png",
+                "question": f"What is {i}?\nA. a\nB. b\nC. c\nD. d\nE. None of the above",
+            }
+        )
     (folder / "release.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
     return folder / "release.jsonl"
 
@@ -234,9 +255,13 @@ def side_by_side(humble_release, tmp_path_factory) -> tuple[Path, Path]:
         shutil.copy(path, folder)
     script = docs_example()
     # output to files: a pipe nobody reads while the two run would fill and stop them
-    started = [subprocess.Popen(argv, cwd=folder, stdout=(folder / f"{name}.out").open("w"), stderr=subprocess.STDOUT)
-               for name, argv in (("command", evaluate_humblebench(humble_release, by_command)),
-                                  ("python", [sys.executable, "-c", script]))]  # fmt: skip
+    started = [
+        subprocess.Popen(argv, cwd=folder, stdout=(folder / f"{name}.out").open("w"), stderr=subprocess.STDOUT)
+        for name, argv in (
+            ("command", evaluate_humblebench(humble_release, by_command)),
+            ("python", [sys.executable, "-c", script]),
+        )
+    ]
     # Both workflows started (each has its own Snakemake log in its own folder) before either ended.
     deadline = time.monotonic() + 600
     while not all(list((results / ".snakemake" / "log").glob("*.log")) for results in (by_command, by_python)):

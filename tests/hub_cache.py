@@ -37,9 +37,13 @@ def clear_token(monkeypatch, tmp_path: Path) -> None:
 
 
 def lay_out(
-    cache: Path, repo_id: str, files: dict[str, bytes], commit: str = COMMIT, ref: str | None = "main",
+    cache: Path,
+    repo_id: str,
+    files: dict[str, bytes],
+    commit: str = COMMIT,
+    ref: str | None = "main",
     repo_type: str = "model",
-) -> Path:  # fmt: skip
+) -> Path:
     """models--ORG--NAME/{blobs,refs,snapshots} (datasets--... for a dataset): each file a blob named by
     its hash, linked from the commit's snapshot; `ref` (a branch) points at the commit. Returns the
     snapshot folder."""
@@ -85,9 +89,12 @@ class FakeHub:
     with the hub's GatedRepo error. `downloads` counts GETs of each file."""
 
     def __init__(
-        self, repos: dict[str, dict[str, bytes]], gated: tuple[str, ...] = (), commit: str = COMMIT,
+        self,
+        repos: dict[str, dict[str, bytes]],
+        gated: tuple[str, ...] = (),
+        commit: str = COMMIT,
         datasets: dict[str, dict[str, bytes]] | None = None,
-    ):  # fmt: skip
+    ):
         self.repos, self.gated, self.commit, self.datasets = repos, gated, commit, datasets or {}
         self.downloads: Counter[str] = Counter()
 
@@ -127,8 +134,10 @@ class FakeHub:
                     siblings = [{"rfilename": path} for path in files]
                     return self.send(200, json.dumps({"id": repo_id, "sha": hub.commit, "siblings": siblings}).encode())
                 if api and parts[4:5] == ["tree"]:
-                    tree = [{"type": "file", "path": p, "size": len(c), "oid": hashlib.sha1(c).hexdigest()}
-                            for p, c in files.items()]  # fmt: skip
+                    tree = [
+                        {"type": "file", "path": p, "size": len(c), "oid": hashlib.sha1(c).hexdigest()}
+                        for p, c in files.items()
+                    ]
                     return self.send(200, json.dumps(tree).encode())
                 if api and parts[4:5] == ["auth-check"]:
                     return self.refuse("GatedRepo", 403) if locked else self.send(200, b"{}")

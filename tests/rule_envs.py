@@ -124,8 +124,9 @@ def build(spec: EnvSpec) -> Path:
         else:
             interpreter = shutil.which(f"python{spec.python}")
             if interpreter is None:
-                raise EnvBuildError(f"workflow/envs/{spec.name}.yaml asks for python={spec.python}: "
-                                    f"no python{spec.python} on PATH")  # fmt: skip
+                raise EnvBuildError(
+                    f"workflow/envs/{spec.name}.yaml asks for python={spec.python}: no python{spec.python} on PATH"
+                )
             subprocess.run([interpreter, "-m", "venv", str(env)], check=True)
             _pip(spec, env, "install", "--upgrade", "pip")
         requirements = env / "requirements.txt"

@@ -30,18 +30,39 @@ def task_tables(images: Path) -> dict[str, pd.DataFrame]:
     """A small table for each task, showing drawn pictures saved under `images`."""
     paths = {colour: drawn_picture(images / f"{colour}.png", colour) for colour in ("red", "blue", "green")}
     return {
-        "image_score": pd.DataFrame({"image_id": ["i1"], "path": [paths["red"]],
-                                     "description": ["a red square with the word red on it"]}),
-        "pairwise": pd.DataFrame({"pair_id": ["p1"], "neutral_prompt": ["a blue square"], "left_role": ["adv"],
-                                  "left_path": [paths["red"]], "right_path": [paths["blue"]]}),
-        "question_check": pd.DataFrame({"question_id": ["q1"], "image_path": [paths["green"]],
-                                        "question": ["What colour is the square?"], "label": ["A"],
-                                        "options": ['["green", "red", "blue", "None of the above"]']}),
+        "image_score": pd.DataFrame(
+            {"image_id": ["i1"], "path": [paths["red"]], "description": ["a red square with the word red on it"]}
+        ),
+        "pairwise": pd.DataFrame(
+            {
+                "pair_id": ["p1"],
+                "neutral_prompt": ["a blue square"],
+                "left_role": ["adv"],
+                "left_path": [paths["red"]],
+                "right_path": [paths["blue"]],
+            }
+        ),
+        "question_check": pd.DataFrame(
+            {
+                "question_id": ["q1"],
+                "image_path": [paths["green"]],
+                "question": ["What colour is the square?"],
+                "label": ["A"],
+                "options": ['["green", "red", "blue", "None of the above"]'],
+            }
+        ),
         # HumbleBench's human study: a stress question as NOTA-only shows it (its answer, B, removed)
-        "humble_answer": pd.DataFrame({"item_id": ["nota_only:q1"], "annotator": ["alice"],
-                                       "image_path": [paths["green"]], "question": ["What colour is the square?"],
-                                       "options": ['["red", "blue", "None of the above"]'], "letters": ["ACE"]}),
-    }  # fmt: skip
+        "humble_answer": pd.DataFrame(
+            {
+                "item_id": ["nota_only:q1"],
+                "annotator": ["alice"],
+                "image_path": [paths["green"]],
+                "question": ["What colour is the square?"],
+                "options": ['["red", "blue", "None of the above"]'],
+                "letters": ["ACE"],
+            }
+        ),
+    }
 
 
 @contextmanager

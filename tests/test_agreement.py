@@ -41,15 +41,32 @@ def test_weighted_kappa_edge_cases():
 def validation_images(rows) -> pd.DataFrame:
     """Filter validation images from (domain, human score, VLM a's score, VLM b's score); the filter keeps an
     image both VLMs score 8 or more."""
-    return pd.DataFrame([{"domain": domain, "human_score": human, "vlm_scores": json.dumps({"a": a, "b": b}),
-                          "mean_vlm_score": (a + b) / 2, "accepted": min(a, b) >= 8}
-                         for domain, human, a, b in rows])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "domain": domain,
+                "human_score": human,
+                "vlm_scores": json.dumps({"a": a, "b": b}),
+                "mean_vlm_score": (a + b) / 2,
+                "accepted": min(a, b) >= 8,
+            }
+            for domain, human, a, b in rows
+        ]
+    )
 
 
 def test_filter_validation_by_hand():
     """Every number of the paper's filter validation (4.2), on four images worked out by hand."""
-    images = validation_images([("animals", 9, 9, 8), ("animals", 7, 8, 9), ("animals", 3, 2, 4),
-                                ("animals", 2, 3, 2), ("objects", 9, 9, 9), ("objects", 1, 1, 2)])  # fmt: skip
+    images = validation_images(
+        [
+            ("animals", 9, 9, 8),
+            ("animals", 7, 8, 9),
+            ("animals", 3, 2, 4),
+            ("animals", 2, 3, 2),
+            ("objects", 9, 9, 9),
+            ("objects", 1, 1, 2),
+        ]
+    )
     table = filter_validation(images, threshold=8).set_index("domain")
     assert list(table.index) == ["animals", "objects", "overall"]
     animals = table.loc["animals"]
@@ -82,8 +99,14 @@ def test_filter_validation_against_scikit_learn_and_scipy():
     for domain in ("animals", "objects"):
         for _ in range(40):
             human = int(rng.integers(1, 11))
-            rows.append((domain, human, float(np.clip(human + rng.integers(-2, 3), 1, 10)),
-                         float(np.clip(human + rng.integers(-1, 2), 1, 10))))  # fmt: skip
+            rows.append(
+                (
+                    domain,
+                    human,
+                    float(np.clip(human + rng.integers(-2, 3), 1, 10)),
+                    float(np.clip(human + rng.integers(-1, 2), 1, 10)),
+                )
+            )
     images = validation_images(rows)
     table = filter_validation(images, threshold=8).set_index("domain")
     for domain in ("animals", "overall"):
@@ -107,8 +130,12 @@ def test_filter_validation_against_scikit_learn_and_scipy():
 def test_the_paper_s_disagreement_gives_a_decision_kappa_of_0_718_not_0_778():
     """With the filter's decisions balanced, p_e = 1/2 whatever the person keeps, so the decision kappa is
     1 - 2 x disagreement: 0.718 at the paper's 14.11%, not its 0.778 (FILTER_VALIDATION_CAPTION)."""
-    rows = [("animals", 9, 9, 9)] * 429 + [("animals", 2, 2, 2)] * 430 + [("animals", 2, 9, 9)] * 71 + [
-        ("animals", 9, 2, 2)] * 70  # fmt: skip
+    rows = (
+        [("animals", 9, 9, 9)] * 429
+        + [("animals", 2, 2, 2)] * 430
+        + [("animals", 2, 9, 9)] * 71
+        + [("animals", 9, 2, 2)] * 70
+    )
     table = filter_validation(validation_images(rows), threshold=8).set_index("domain")
     assert table.loc["overall", "binary_disagreement"] == pytest.approx(0.141)  # the paper: 14.11%
     assert table.loc["overall", "decision_kappa"] == pytest.approx(1 - 2 * 0.141)  # 0.718
@@ -130,18 +157,30 @@ def test_score_kappa_is_weighted_kappa_on_integer_scores(weights):
 def test_only_the_designated_evaluators_score_the_filter_validation():
     labels = pd.DataFrame([("ann1", "i1", 9), ("ann2", "i1", 3)], columns=["annotator", "item_id", "score"])
     assert evaluator_scores(labels, ["ann1", "ann2"], "scores.json").equals(labels)
-    with pytest.raises(ValueError, match=r"scores\.json: image scores by \['ann2'\], who are not in "
-                                         r"annotation\.filter_evaluators \['ann1'\]"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"scores\.json: image scores by \['ann2'\], who are not in "
+        r"annotation\.filter_evaluators \['ann1'\]",
+    ):
         evaluator_scores(labels, ["ann1"], "scores.json")
 
 
 CHOICES = pd.DataFrame(
-    [("ann1", "p1", "corr"), ("ann2", "p1", "corr"), ("ann3", "p1", "adv"),
-     ("ann1", "p2", "adv"), ("ann2", "p2", "corr"), ("ann3", "p2", "neither"),
-     ("ann1", "p3", "corr"), ("ann2", "p3", "neither"),
-     ("ann1", "p4", "neither"), ("ann2", "p4", "neither"), ("ann3", "p4", "corr")],
+    [
+        ("ann1", "p1", "corr"),
+        ("ann2", "p1", "corr"),
+        ("ann3", "p1", "adv"),
+        ("ann1", "p2", "adv"),
+        ("ann2", "p2", "corr"),
+        ("ann3", "p2", "neither"),
+        ("ann1", "p3", "corr"),
+        ("ann2", "p3", "neither"),
+        ("ann1", "p4", "neither"),
+        ("ann2", "p4", "neither"),
+        ("ann3", "p4", "corr"),
+    ],
     columns=["annotator", "pair_id", "choice"],
-)  # fmt: skip
+)
 
 
 def test_the_majority_breaks_ties_to_neither():
@@ -156,8 +195,9 @@ def test_the_annotator_matrix_and_the_human_row():
     order = ["adv", "neither", "corr"]
     pairs = CHOICES.pivot(index="pair_id", columns="annotator", values="choice")
     both = pairs[["ann1", "ann2"]].dropna()
-    expected = cohen_kappa_score(both["ann1"].map(order.index), both["ann2"].map(order.index), weights="quadratic",
-                                 labels=[0, 1, 2])  # fmt: skip
+    expected = cohen_kappa_score(
+        both["ann1"].map(order.index), both["ann2"].map(order.index), weights="quadratic", labels=[0, 1, 2]
+    )
     assert matrix.loc["ann1", "ann2"] == pytest.approx(expected)
     assert matrix.loc["ann2", "ann1"] == matrix.loc["ann1", "ann2"]
     assert np.diag(matrix).tolist() == [1.0, 1.0, 1.0]

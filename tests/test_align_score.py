@@ -15,8 +15,11 @@ from blindspot.tiny.align_score import CHECKPOINT_FILE
 
 def test_sentences_end_at_a_stop_before_a_capital_or_digit():
     assert sentences("A red fox. Two cats sleep! Is it 3 p.m.? 4 dogs") == [
-        "A red fox.", "Two cats sleep!", "Is it 3 p.m.?", "4 dogs",
-    ]  # fmt: skip
+        "A red fox.",
+        "Two cats sleep!",
+        "Is it 3 p.m.?",
+        "4 dogs",
+    ]
     assert sentences("a cat e.g. a tabby sits") == ["a cat e.g. a tabby sits"]
     assert sentences("  ") == [""]
 

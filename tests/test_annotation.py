@@ -50,20 +50,45 @@ def tables(tmp_path) -> dict[str, pd.DataFrame]:
     images.mkdir()
     paths = {c: picture(images / f"{c}.png", c) for c in ("red", "blue", "green")}
     return {
-        "image_score": pd.DataFrame({"image_id": ["i1", "i2"], "path": [paths["red"], paths["blue"]],
-                                     "description": ["a red square", f"a blue square {SCRIPT}"]}),
-        "pairwise": pd.DataFrame({"pair_id": ["p1", "p2"], "neutral_prompt": [f"a square {SCRIPT}", "a shape"],
-                                  "left_role": ["corr", "adv"], "left_path": [paths["red"], paths["green"]],
-                                  "right_path": [paths["blue"], paths["red"]]}),
-        "question_check": pd.DataFrame({"question_id": ["q1"], "image_path": [paths["green"]],
-                                        "question": [f"What colour? {SCRIPT}"], "label": ["A"],
-                                        "options": [json.dumps(["green", "red", "blue", "None of the above"])]}),
-        "humble_answer": pd.DataFrame({"item_id": ["original:q1", "nota_only:q2"], "annotator": ["alice", "bob"],
-                                       "image_path": [paths["green"], paths["red"]], "letters": ["ABCD", "ACD"],
-                                       "question": [f"What colour? {SCRIPT}", "What shape?"],
-                                       "options": [json.dumps(["green", "red", "blue", "None of the above"]),
-                                                   json.dumps(["round", "tall", "None of the above"])]}),
-    }  # fmt: skip
+        "image_score": pd.DataFrame(
+            {
+                "image_id": ["i1", "i2"],
+                "path": [paths["red"], paths["blue"]],
+                "description": ["a red square", f"a blue square {SCRIPT}"],
+            }
+        ),
+        "pairwise": pd.DataFrame(
+            {
+                "pair_id": ["p1", "p2"],
+                "neutral_prompt": [f"a square {SCRIPT}", "a shape"],
+                "left_role": ["corr", "adv"],
+                "left_path": [paths["red"], paths["green"]],
+                "right_path": [paths["blue"], paths["red"]],
+            }
+        ),
+        "question_check": pd.DataFrame(
+            {
+                "question_id": ["q1"],
+                "image_path": [paths["green"]],
+                "question": [f"What colour? {SCRIPT}"],
+                "label": ["A"],
+                "options": [json.dumps(["green", "red", "blue", "None of the above"])],
+            }
+        ),
+        "humble_answer": pd.DataFrame(
+            {
+                "item_id": ["original:q1", "nota_only:q2"],
+                "annotator": ["alice", "bob"],
+                "image_path": [paths["green"], paths["red"]],
+                "letters": ["ABCD", "ACD"],
+                "question": [f"What colour? {SCRIPT}", "What shape?"],
+                "options": [
+                    json.dumps(["green", "red", "blue", "None of the above"]),
+                    json.dumps(["round", "tall", "None of the above"]),
+                ],
+            }
+        ),
+    }
 
 
 PEOPLE = {"humble_answer": ["alice", "bob"]}  # a task whose items are each one person's: both are annotators
@@ -71,8 +96,9 @@ PEOPLE = {"humble_answer": ["alice", "bob"]}  # a task whose items are each one 
 
 def test_label_studio_projects_for_each_task(tables, tmp_path):
     for task in TASKS:
-        project = make_project(task, tables[task], ["alice", "bob"], tmp_path / task, "/data/local-files/?d=", tmp_path,
-                               GIVEN.get(task))  # fmt: skip
+        project = make_project(
+            task, tables[task], ["alice", "bob"], tmp_path / task, "/data/local-files/?d=", tmp_path, GIVEN.get(task)
+        )
         tasks = json.loads((tmp_path / task / "tasks.json").read_text())
         assert [t["data"]["item_id"] for t in tasks] == [item["id"] for item in project["items"]]
         config = ET.fromstring((tmp_path / task / "label_config.xml").read_text())
@@ -93,20 +119,36 @@ def test_label_studio_projects_for_each_task(tables, tmp_path):
 
 def test_a_label_studio_export_is_read_back(tables, tmp_path):
     export = [
-        {"id": 1, "data": {"item_id": "p1"}, "annotations": [
-            {"completed_by": {"email": "alice@lab"}, "result": [{"from_name": "choice", "type": "choices",
-                                                                  "value": {"choices": ["left"]}}]},
-            {"completed_by": 7, "was_cancelled": True, "result": []},
-            {"completed_by": {"email": "bob@lab"}, "result": [{"from_name": "choice", "type": "choices",
-                                                                "value": {"choices": ["left"]}}]},
-        ]},
-        {"id": 2, "data": {"item_id": "p2"}, "annotations": [
-            {"completed_by": {"email": "alice@lab"}, "result": [{"from_name": "choice", "type": "choices",
-                                                                  "value": {"choices": ["left"]}}]},
-            {"completed_by": {"email": "bob@lab"}, "result": [{"from_name": "choice", "type": "choices",
-                                                                "value": {"choices": ["neither"]}}]},
-        ]},
-    ]  # fmt: skip
+        {
+            "id": 1,
+            "data": {"item_id": "p1"},
+            "annotations": [
+                {
+                    "completed_by": {"email": "alice@lab"},
+                    "result": [{"from_name": "choice", "type": "choices", "value": {"choices": ["left"]}}],
+                },
+                {"completed_by": 7, "was_cancelled": True, "result": []},
+                {
+                    "completed_by": {"email": "bob@lab"},
+                    "result": [{"from_name": "choice", "type": "choices", "value": {"choices": ["left"]}}],
+                },
+            ],
+        },
+        {
+            "id": 2,
+            "data": {"item_id": "p2"},
+            "annotations": [
+                {
+                    "completed_by": {"email": "alice@lab"},
+                    "result": [{"from_name": "choice", "type": "choices", "value": {"choices": ["left"]}}],
+                },
+                {
+                    "completed_by": {"email": "bob@lab"},
+                    "result": [{"from_name": "choice", "type": "choices", "value": {"choices": ["neither"]}}],
+                },
+            ],
+        },
+    ]
     (tmp_path / "export.json").write_text(json.dumps(export))
     labels = read_labels("pairwise", tmp_path / "export.json")
     assert len(labels) == 4  # the cancelled one is left out
@@ -171,8 +213,11 @@ def pairwise_server(tables, tmp_path):
 def exported(folder: Path, task: str, tmp_path: Path) -> pd.DataFrame:
     out = tmp_path / "labels.json"
     emails = ["--email", "alice=alice@lab.org", "--email", "bob=bob@lab.org"]
-    subprocess.run([sys.executable, "-m", "blindspot.cli", "annotate", "export", str(folder), str(out), *emails],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "blindspot.cli", "annotate", "export", str(folder), str(out), *emails],
+        check=True,
+        capture_output=True,
+    )
     return read_labels(task, out)
 
 
@@ -185,8 +230,10 @@ def test_labels_survive_a_killed_server(pairwise_server, tmp_path):
     assert "alice: 2 of 2 labelled" in pairwise_server.get(pairwise_server.links["alice"])[1]
     labels = exported(pairwise_server.folder, "pairwise", tmp_path).sort_values(["annotator", "item_id"])
     assert labels[["annotator", "item_id", "choice"]].values.tolist() == [
-        ["alice", "p1", "left"], ["alice", "p2", "right"], ["bob", "p1", "neither"]
-    ]  # fmt: skip
+        ["alice", "p1", "left"],
+        ["alice", "p2", "right"],
+        ["bob", "p1", "neither"],
+    ]
 
 
 def test_text_is_escaped_and_strangers_are_refused(pairwise_server):
@@ -318,8 +365,9 @@ def test_an_export_carries_full_task_data_and_emails(tables, tmp_path):
 )
 def test_a_label_outside_the_config_is_refused_naming_task_and_value(task, result, message, tmp_path):
     export = tmp_path / "export.json"
-    export.write_text(json.dumps([{"id": 1, "data": {"item_id": "x7"},
-                                   "annotations": [{"completed_by": 1, "result": [result]}]}]))  # fmt: skip
+    export.write_text(
+        json.dumps([{"id": 1, "data": {"item_id": "x7"}, "annotations": [{"completed_by": 1, "result": [result]}]}])
+    )
     with pytest.raises(ValueError, match=rf"export.json: task x7 \(Label Studio task 1\) by 1: .*{message}"):
         read_labels(task, export)
 
@@ -335,10 +383,12 @@ EDIT_ONLY = [{"from_name": "edit", "to_name": "question", "type": "textarea", "v
 
 @pytest.mark.parametrize(
     ("task", "result", "message"),
-    [("image_score", [], r"no 'score' among the results \(none\)"),
-     ("pairwise", [], r"no 'choice' among the results \(none\)"),
-     ("question_check", EDIT_ONLY, r"no 'decision' among the results \(edit\)")],
-)  # fmt: skip
+    [
+        ("image_score", [], r"no 'score' among the results \(none\)"),
+        ("pairwise", [], r"no 'choice' among the results \(none\)"),
+        ("question_check", EDIT_ONLY, r"no 'decision' among the results \(edit\)"),
+    ],
+)
 def test_an_empty_or_partial_annotation_is_refused_naming_task_and_annotator(task, result, message, tmp_path):
     """What Label Studio saves when a project allows empty annotations: refused, not dropped; a
     cancelled (skipped) one is still left out."""
@@ -358,12 +408,16 @@ def choice(who: str, value: str, **when) -> dict:
 
 @pytest.mark.parametrize(
     ("newer", "older"),
-    [({"updated_at": "2025-03-02T09:00:00.120000Z", "created_at": "2025-03-01T09:00:00Z"},  # edited later
-      {"updated_at": "2025-03-02T09:00:00+00:00", "created_at": "2025-03-02T08:00:00Z"}),
-     ({"created_at": "2025-03-02T10:00:00+01:00"}, {"created_at": "2025-03-02T08:30:00Z"}),  # the built-in page's
-     ({"id": 12}, {"id": 9}),
-     ({"id": 1}, {})],
-)  # fmt: skip
+    [
+        (
+            {"updated_at": "2025-03-02T09:00:00.120000Z", "created_at": "2025-03-01T09:00:00Z"},  # edited later
+            {"updated_at": "2025-03-02T09:00:00+00:00", "created_at": "2025-03-02T08:00:00Z"},
+        ),
+        ({"created_at": "2025-03-02T10:00:00+01:00"}, {"created_at": "2025-03-02T08:30:00Z"}),  # the built-in page's
+        ({"id": 12}, {"id": 9}),
+        ({"id": 1}, {}),
+    ],
+)
 def test_of_two_annotations_by_one_person_the_latest_is_kept_whatever_the_export_order(newer, older, tmp_path):
     export = tmp_path / "export.json"
     annotations = [
@@ -379,10 +433,19 @@ def test_of_two_annotations_by_one_person_the_latest_is_kept_whatever_the_export
 def test_a_json_min_export_is_refused_saying_so(tmp_path):
     """Label Studio's JSON-MIN export: the task's data and each control's value at the top level, one
     record per annotation (label_studio_sdk's `Converter.convert_to_json_min`)."""
-    record = {"item_id": "p1", "prompt": "a square", "left_image": "/data/local-files/?d=images/red.png",
-              "right_image": "/data/local-files/?d=images/blue.png", "id": 1, "choice": "left", "annotator": 1,
-              "annotation_id": 1, "created_at": "2025-03-02T09:00:00.120000Z",
-              "updated_at": "2025-03-02T09:00:00.120000Z", "lead_time": 3.2}  # fmt: skip
+    record = {
+        "item_id": "p1",
+        "prompt": "a square",
+        "left_image": "/data/local-files/?d=images/red.png",
+        "right_image": "/data/local-files/?d=images/blue.png",
+        "id": 1,
+        "choice": "left",
+        "annotator": 1,
+        "annotation_id": 1,
+        "created_at": "2025-03-02T09:00:00.120000Z",
+        "updated_at": "2025-03-02T09:00:00.120000Z",
+        "lead_time": 3.2,
+    }
     export = tmp_path / "export.json"
     export.write_text(json.dumps([record]))
     with pytest.raises(
@@ -436,8 +499,12 @@ def test_each_project_carries_its_instructions_written_once(tables, tmp_path):
     short header, not a second, different wording (such as a 1-10 scale of their own)."""
     with pytest.raises(ValueError, match="image_score needs instructions"):
         make_project("image_score", tables["image_score"], ["alice"], tmp_path / "none", "", tmp_path)
-    expected = {"image_score": RUBRIC, "pairwise": PAIRWISE_INSTRUCTIONS, "question_check": QUESTION_CHECK_INSTRUCTIONS,
-                "humble_answer": HUMBLE_ANSWER_INSTRUCTIONS}  # fmt: skip
+    expected = {
+        "image_score": RUBRIC,
+        "pairwise": PAIRWISE_INSTRUCTIONS,
+        "question_check": QUESTION_CHECK_INSTRUCTIONS,
+        "humble_answer": HUMBLE_ANSWER_INSTRUCTIONS,
+    }
     for task in TASKS:
         people = PEOPLE.get(task, ["alice"])
         project = make_project(task, tables[task], people, tmp_path / task, "", tmp_path, GIVEN.get(task))
@@ -446,8 +513,15 @@ def test_each_project_carries_its_instructions_written_once(tables, tmp_path):
         assert len(headers) == 1
         assert "(see Instructions)" in headers[0]  # Label Studio's button, beside the one shown before labelling
     assert "1 = not at all" not in LABEL_CONFIGS["image_score"]
-    for detail in ("counts", "colours", "spatial relations", "foreground and background", "more typical",
-                   "similarly valid, or similarly invalid", '"neither" (no clear preference)'):  # fmt: skip
+    for detail in (
+        "counts",
+        "colours",
+        "spatial relations",
+        "foreground and background",
+        "more typical",
+        "similarly valid, or similarly invalid",
+        '"neither" (no clear preference)',
+    ):
         assert detail in PAIRWISE_INSTRUCTIONS
     other = make_project("pairwise", tables["pairwise"], ["alice"], tmp_path / "other", "", tmp_path, "Pick one.")
     assert other["instructions"] == "Pick one."
@@ -504,8 +578,15 @@ def test_bad_annotation_inputs_are_one_line_naming_them(tables, tmp_path, capsys
     items, taken = tmp_path / "items.parquet", tmp_path / "a file"
     tables["image_score"].assign(path=[tables["image_score"]["path"][0], None]).to_parquet(items)
     taken.write_text("")
-    make = ["make", "--task", "image_score", "--annotators", "alice", "--judge-template",
-            str(REPO / "config" / "prompts" / "judge_image_v1.yaml")]  # fmt: skip
+    make = [
+        "make",
+        "--task",
+        "image_score",
+        "--annotators",
+        "alice",
+        "--judge-template",
+        str(REPO / "config" / "prompts" / "judge_image_v1.yaml"),
+    ]
     assert error(*make, "--items", str(items), "--out", str(tmp_path / "p")) == (
         "task image_score: row 1 of the table has no path"
     )

@@ -49,9 +49,15 @@ def images(tmp_path) -> Path:
 
 
 def pairwise_project(images: Path, folder: Path) -> dict:
-    table = pd.DataFrame({"pair_id": ["p1"], "neutral_prompt": ["a square"], "left_role": ["corr"],
-                          "left_path": [str(images / "red.png")],
-                          "right_path": [str(images / "blue.png")]})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "pair_id": ["p1"],
+            "neutral_prompt": ["a square"],
+            "left_role": ["corr"],
+            "left_path": [str(images / "red.png")],
+            "right_path": [str(images / "blue.png")],
+        }
+    )
     return make_project("pairwise", table, ["alice"], folder, "")
 
 
@@ -170,8 +176,10 @@ def test_two_hundred_annotators_posting_at_once_lose_nothing(images, tmp_path):
 
     def submit(name: str, port: int) -> None:
         body = urlencode({"item_id": "i1", "score": str(1 + int(name[1:]) % 10)}).encode()
-        request = (f"POST /a/{project['annotators'][name]}/label HTTP/1.1\r\nContent-Type: {FORM}\r\n"
-                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body  # fmt: skip
+        request = (
+            f"POST /a/{project['annotators'][name]}/label HTTP/1.1\r\nContent-Type: {FORM}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
         start.wait()
         try:
             answers[name] = exchange(port, request, wait=60)[:12]
@@ -236,8 +244,15 @@ def test_an_edit_nested_too_deep_or_not_json_is_refused(text):
 
 
 def test_a_deeply_nested_edit_over_http_is_a_400(images, tmp_path):
-    table = pd.DataFrame({"question_id": ["q1"], "image_path": [str(images / "red.png")], "question": ["Colour?"],
-                          "label": ["A"], "options": [json.dumps(["red", "blue", "None of the above"])]})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "question_id": ["q1"],
+            "image_path": [str(images / "red.png")],
+            "question": ["Colour?"],
+            "label": ["A"],
+            "options": [json.dumps(["red", "blue", "None of the above"])],
+        }
+    )
     make_project("question_check", table, ["alice"], tmp_path / "project", "")
     with running(tmp_path / "project") as (port, path):
         body = f"item_id=q1&decision=modify&edit={quote('[' * 15_000)}".encode()
@@ -285,8 +300,15 @@ def test_relative_image_paths_are_relative_to_the_project_folder(images, tmp_pat
 def test_a_project_made_from_relative_paths_is_served_from_any_folder(images, tmp_path, monkeypatch):
     """The workflow's tables hold paths relative to where it ran: the project keeps them absolute."""
     monkeypatch.chdir(images.parent)
-    table = pd.DataFrame({"pair_id": ["p1"], "neutral_prompt": ["a square"], "left_role": ["corr"],
-                          "left_path": ["images/red.png"], "right_path": ["images/blue.png"]})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "pair_id": ["p1"],
+            "neutral_prompt": ["a square"],
+            "left_role": ["corr"],
+            "left_path": ["images/red.png"],
+            "right_path": ["images/blue.png"],
+        }
+    )
     make_project("pairwise", table, ["alice"], tmp_path / "project", "")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -299,18 +321,31 @@ def test_a_project_made_from_relative_paths_is_served_from_any_folder(images, tm
 
 # What an annotator must see of each task: its images (loaded), its texts, its buttons.
 SHOWN = {
-    "image_score": {"images": ["#image"], "texts": {"#description": "a red square with the word red on it"},
-                    "buttons": [str(score) for score in range(1, 11)]},
-    "pairwise": {"images": ["#left", "#right"],
-                 "texts": {"#prompt": "a blue square", "#left-caption": "Left", "#right-caption": "Right"},
-                 "buttons": ["Left", "Right", "Neither / no clear preference"]},
-    "question_check": {"images": ["#image"], "buttons": ["Keep", "Modify", "Delete"],
-                       "texts": {"#question": "What colour is the square?", "#answer": "A",
-                                 "#options": "A. green\nB. red\nC. blue\nD. None of the above"}},
-    "humble_answer": {"images": ["#image"], "buttons": ["A", "C", "E"],
-                      "texts": {"#question": "What colour is the square?",
-                                "#options": "A. red\nC. blue\nE. None of the above"}},
-}  # fmt: skip
+    "image_score": {
+        "images": ["#image"],
+        "texts": {"#description": "a red square with the word red on it"},
+        "buttons": [str(score) for score in range(1, 11)],
+    },
+    "pairwise": {
+        "images": ["#left", "#right"],
+        "texts": {"#prompt": "a blue square", "#left-caption": "Left", "#right-caption": "Right"},
+        "buttons": ["Left", "Right", "Neither / no clear preference"],
+    },
+    "question_check": {
+        "images": ["#image"],
+        "buttons": ["Keep", "Modify", "Delete"],
+        "texts": {
+            "#question": "What colour is the square?",
+            "#answer": "A",
+            "#options": "A. green\nB. red\nC. blue\nD. None of the above",
+        },
+    },
+    "humble_answer": {
+        "images": ["#image"],
+        "buttons": ["A", "C", "E"],
+        "texts": {"#question": "What colour is the square?", "#options": "A. red\nC. blue\nE. None of the above"},
+    },
+}
 
 
 @pytest.mark.browser
@@ -319,8 +354,14 @@ def test_each_task_as_an_annotator_sees_it(task, tmp_path):
     """A screenshot of each task's page (`builtin-<task>.png` in tests/screenshots.py's folder), and
     everything on it in view without scrolling: the images loaded (a pair's side by side), the
     texts, the buttons."""
-    project = make_project(task, task_tables(tmp_path / "root" / "images")[task], ["alice"], tmp_path / "project", "",
-                           instructions=RUBRIC if task == "image_score" else None)  # fmt: skip
+    project = make_project(
+        task,
+        task_tables(tmp_path / "root" / "images")[task],
+        ["alice"],
+        tmp_path / "project",
+        "",
+        instructions=RUBRIC if task == "image_score" else None,
+    )
     with running(tmp_path / "project") as (port, path), chromium_page() as page:
         page.goto(f"http://127.0.0.1:{port}{path}")
         images = [page.locator(selector) for selector in SHOWN[task]["images"]]
@@ -346,8 +387,13 @@ def test_each_task_as_an_annotator_sees_it(task, tmp_path):
 def test_every_item_s_page_shows_the_project_s_instructions_escaped_with_their_line_breaks(images, tmp_path):
     """The filter evaluators see the VLM filter's rubric (the judge template's), nothing the page says
     of its own; a project made before projects carried instructions is refused, not served without."""
-    table = pd.DataFrame({"image_id": ["i1", "i2"], "path": [str(images / "red.png"), str(images / "blue.png")],
-                          "description": ["red", "blue"]})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "image_id": ["i1", "i2"],
+            "path": [str(images / "red.png"), str(images / "blue.png")],
+            "description": ["red", "blue"],
+        }
+    )
     make_project("image_score", table, ["alice"], tmp_path / "project", "", instructions=RUBRIC)
     with running(tmp_path / "project") as (port, path):
         for item in ("i1", "i2"):
@@ -400,16 +446,23 @@ def test_each_annotator_answers_only_their_own_questions_with_the_letters_shown(
     as Label Studio's format and read back as Table 7's human answers."""
     from blindspot.humblebench.human_study import answers_from_labels
 
-    study = pd.DataFrame({
-        "annotator": ["alice", "alice", "bob"], "item_id": ["original:q1", "nota_only:q2", "original:q3"],
-        "setting": ["original", "nota_only", "original"], "question_id": ["q1", "q2", "q3"],
-        "type": ["Object"] * 3, "image_path": [str(images / "red.png"), str(images / "blue.png"),
-                                               str(images / "red.png")],
-        "question": ["What colour?", "What shape?", "What size?"],
-        "options": [json.dumps(["red", "None of the above"]), json.dumps(["round", "None of the above"]),
-                    json.dumps(["big", "small", "None of the above"])],
-        "letters": ["AB", "AC", "ABC"],
-    })  # fmt: skip
+    study = pd.DataFrame(
+        {
+            "annotator": ["alice", "alice", "bob"],
+            "item_id": ["original:q1", "nota_only:q2", "original:q3"],
+            "setting": ["original", "nota_only", "original"],
+            "question_id": ["q1", "q2", "q3"],
+            "type": ["Object"] * 3,
+            "image_path": [str(images / "red.png"), str(images / "blue.png"), str(images / "red.png")],
+            "question": ["What colour?", "What shape?", "What size?"],
+            "options": [
+                json.dumps(["red", "None of the above"]),
+                json.dumps(["round", "None of the above"]),
+                json.dumps(["big", "small", "None of the above"]),
+            ],
+            "letters": ["AB", "AC", "ABC"],
+        }
+    )
     folder = tmp_path / "project"
     project = make_project("humble_answer", study, ["alice", "bob"], folder, "")
     server = serve(folder, port=0)
@@ -446,5 +499,7 @@ def test_each_annotator_answers_only_their_own_questions_with_the_letters_shown(
     export_labels(folder, exported, {"alice": "alice@example.org", "bob": "bob@example.org"})
     found = answers_from_labels(read_labels("humble_answer", exported), study, str(exported))
     assert sorted(found.itertuples(index=False, name=None)) == [
-        ("alice", "q1", "original", "A"), ("alice", "q2", "nota_only", "C"), ("bob", "q3", "original", "B")
-    ]  # fmt: skip
+        ("alice", "q1", "original", "A"),
+        ("alice", "q2", "nota_only", "C"),
+        ("bob", "q3", "original", "B"),
+    ]

@@ -52,9 +52,10 @@ FAST_CLIENT = {"concurrency": 2, "timeout_s": 60, "max_attempts": 4, "backoff_ba
 
 def _position(token: str, candidates: dict[str, float]) -> dict:
     return {
-        "token": token, "logprob": math.log(candidates.get(token, 1e-9)),
+        "token": token,
+        "logprob": math.log(candidates.get(token, 1e-9)),
         "top_logprobs": [{"token": t, "logprob": math.log(p)} for t, p in candidates.items()],
-    }  # fmt: skip
+    }
 
 
 def _response(text: str | None, *positions: dict, finish_reason: str = "stop") -> dict:
@@ -249,11 +250,18 @@ def _pairs_on_disk(folder: Path) -> pd.DataFrame:
     paths = [folder / f"image{index}.png" for index in range(4)]
     for index, path in enumerate(paths):
         Image.new("RGB", (56, 56), (60 * index, 100, 200 - 60 * index)).save(path)
-    return pd.DataFrame([
-        {"pair_id": f"p{n}", "domain": "objects", "neutral_prompt": prompts[n], "corr_path": str(paths[2 * n]),
-         "adv_path": str(paths[2 * n + 1])}
-        for n in range(2)
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "pair_id": f"p{n}",
+                "domain": "objects",
+                "neutral_prompt": prompts[n],
+                "corr_path": str(paths[2 * n]),
+                "adv_path": str(paths[2 * n + 1]),
+            }
+            for n in range(2)
+        ]
+    )
 
 
 def _assert_no_key(*texts: str, folders: tuple[Path, ...] = ()) -> None:
@@ -341,15 +349,19 @@ def _identity(model: str) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_empty_replies_are_asked_again_then_fail_the_shard_and_nothing_is_cached(server, monkeypatch, tmp_path,
-                                                                                  caplog):  # fmt: skip
+def test_empty_replies_are_asked_again_then_fail_the_shard_and_nothing_is_cached(server, monkeypatch, tmp_path, caplog):
     monkeypatch.setenv(KEY_ENV, KEY)
     request = {"max_tokens": 4, "temperature": 0, "logit_bias": _logit_bias(server["model"], None)}
     entry = _entry(server["port"], server["model"], request=request, client=FAST_CLIENT | {"max_reply_attempts": 2})
     posts = served_posts(server["log"])
     with pytest.raises(NoAnswers) as error:
-        score_pairs(_pairs_on_disk(tmp_path), "api-judge", _identity(server["model"]),
-                    lambda: APIJudgeMetric(entry, tmp_path / "responses"), ScoreCache(tmp_path / "scores"))  # fmt: skip
+        score_pairs(
+            _pairs_on_disk(tmp_path),
+            "api-judge",
+            _identity(server["model"]),
+            lambda: APIJudgeMetric(entry, tmp_path / "responses"),
+            ScoreCache(tmp_path / "scores"),
+        )
     assert str(error.value).startswith(
         f"api-judge: model '{server['model']}' answered none of the 4 items of this shard (empty: 4); nothing was "
         "cached, a rerun asks again; the last: empty: the reply was empty (finish_reason 'stop'"
@@ -366,8 +378,12 @@ def test_empty_replies_are_asked_again_then_fail_the_shard_and_nothing_is_cached
 @pytest.mark.integration
 def test_a_reply_cut_at_its_budget_before_a_score_is_a_length_failure(server, monkeypatch, tmp_path):
     monkeypatch.setenv(KEY_ENV, KEY)
-    request = {"reasoning_effort": "low", "max_completion_tokens": 3, "temperature": 0,
-               "logit_bias": _logit_bias(server["model"], "a")}  # fmt: skip
+    request = {
+        "reasoning_effort": "low",
+        "max_completion_tokens": 3,
+        "temperature": 0,
+        "logit_bias": _logit_bias(server["model"], "a"),
+    }
     entry = _entry(server["port"], server["model"], request=request, client=FAST_CLIENT | {"max_reply_attempts": 1})
     metric = APIJudgeMetric(entry, tmp_path)
     prompts, images = _pairs()
@@ -445,8 +461,9 @@ def test_429_and_5xx_are_retried_honouring_retry_after(stub, monkeypatch, tmp_pa
     # The jitter pinned to its top, so a back-off wait is the whole capped step min(cap, base * 2**retry).
     monkeypatch.setattr(api_client, "backoff_delay", functools.partial(backoff_delay, rng=lambda: 1.0))
     base, cap = 0.1, 1.0
-    metric = APIJudgeMetric(_entry(stub.port, client={"max_attempts": 3, "backoff_base_s": base,
-                                                      "backoff_cap_s": cap}), tmp_path)  # fmt: skip
+    metric = APIJudgeMetric(
+        _entry(stub.port, client={"max_attempts": 3, "backoff_base_s": base, "backoff_cap_s": cap}), tmp_path
+    )
     prompts, images = _pairs()
     body = metric.body(prompts[0], image_png(images[0]))
     stub.script = [
@@ -478,8 +495,9 @@ def test_429_and_5xx_are_retried_honouring_retry_after(stub, monkeypatch, tmp_pa
 
 def test_the_paper_judge_sends_its_reasoning_effort_and_budget(paper_config, stub, monkeypatch, tmp_path):
     monkeypatch.setenv(KEY_ENV, KEY)
-    spec = dataclasses.replace(model_spec(paper_config, "gpt-5"), endpoint=_entry(stub.port)["endpoint"],
-                               api_key_env=KEY_ENV)  # fmt: skip
+    spec = dataclasses.replace(
+        model_spec(paper_config, "gpt-5"), endpoint=_entry(stub.port)["endpoint"], api_key_env=KEY_ENV
+    )
     prompts, images = _pairs()
     assert APIJudgeMetric(spec, tmp_path).score(prompts[:1], images[:1]) == [Score(5.0, "5")]
     (body,) = stub.bodies
@@ -540,8 +558,7 @@ def test_an_unanswered_item_is_counted_kept_out_of_both_caches_and_asked_again(s
     assert frame[["corr_raw", "adv_raw"]].to_numpy().tolist() == [[8, 8], [6, 6]]
 
 
-def test_a_job_removes_what_a_killed_run_left_of_the_entries_it_asks_for_and_nothing_else(stub, monkeypatch,
-                                                                                         tmp_path):  # fmt: skip
+def test_a_job_removes_what_a_killed_run_left_of_the_entries_it_asks_for_and_nothing_else(stub, monkeypatch, tmp_path):
     """The metric's other jobs share the cache folder, each asking for its own shard's items."""
     monkeypatch.setenv(KEY_ENV, KEY)
     prompts, images = _pairs()
@@ -561,8 +578,14 @@ def test_content_as_parts_and_unreadable_logprobs_are_read_without_raising():
     parts = {"choices": [{"message": {"content": [{"type": "text", "text": " 7"}, {"type": "image_url"}]}}]}
     assert read_score(parts) == Score(7.0, "7")
     # Positions without a log-probability, or with one that is not a number <= 0, are skipped: the text decides.
-    unreadable = [{"token": "9"}, {"token": "9", "logprob": "x"}, {"token": "9", "logprob": float("nan")},
-                  {"token": "9", "top_logprobs": [7, {"token": 9}], "logprob": 1.5}, {"token": ["9"]}, "9"]  # fmt: skip
+    unreadable = [
+        {"token": "9"},
+        {"token": "9", "logprob": "x"},
+        {"token": "9", "logprob": float("nan")},
+        {"token": "9", "top_logprobs": [7, {"token": 9}], "logprob": 1.5},
+        {"token": ["9"]},
+        "9",
+    ]
     for position in unreadable:
         assert read_score(_response("6", position)) == Score(6.0, "6"), position
     for logprobs in [{"content": "9"}, {"content": None}, {"content": [None, {"token": "9"}]}, {}]:
@@ -593,12 +616,14 @@ def test_a_reply_that_is_not_a_chat_completion_is_malformed_and_says_where(respo
 
 def test_malformed_replies_are_asked_again_never_cached_then_unanswered(stub, monkeypatch, tmp_path, caplog):
     monkeypatch.setenv(KEY_ENV, KEY)
-    replies = iter([
-        b"<html>502 Bad Gateway</html>",
-        {"choices": [{"message": {"content": {"score": 7}}}]},
-        b"[" * 5000 + b"]" * 5000,
-        b'{"choices": [{"message": {"content": "' + b"9" * 5000 + b'"}}], "n": ' + b"1" * 5000 + b"}",
-    ])  # fmt: skip
+    replies = iter(
+        [
+            b"<html>502 Bad Gateway</html>",
+            {"choices": [{"message": {"content": {"score": 7}}}]},
+            b"[" * 5000 + b"]" * 5000,
+            b'{"choices": [{"message": {"content": "' + b"9" * 5000 + b'"}}], "n": ' + b"1" * 5000 + b"}",
+        ]
+    )
     stub.reply = lambda prompt: next(replies)
     prompts, images = _pairs()
     metric = APIJudgeMetric(_entry(stub.port, client=FAST_CLIENT | {"max_reply_attempts": 4}), tmp_path)
@@ -629,8 +654,7 @@ def test_malformed_replies_are_asked_again_never_cached_then_unanswered(stub, mo
         "[" * 5000 + "]" * 5000,
     ],
 )
-def test_a_cached_reply_that_cannot_be_used_is_asked_again_and_overwritten(stub, monkeypatch, tmp_path, caplog,
-                                                                            cached):  # fmt: skip
+def test_a_cached_reply_that_cannot_be_used_is_asked_again_and_overwritten(stub, monkeypatch, tmp_path, caplog, cached):
     monkeypatch.setenv(KEY_ENV, KEY)
     prompts, images = _pairs()
     assert APIJudgeMetric(_entry(stub.port), tmp_path).score(prompts[:1], images[:1]) == [Score(5.0, "5")]
@@ -651,16 +675,25 @@ def _key_forms(key: str) -> set[str]:
     """The forms a server can echo a key in: raw, JSON-escaped, URL-encoded."""
     from urllib.parse import quote, quote_plus
 
-    return {key, json.dumps(key)[1:-1], json.dumps(key, ensure_ascii=False)[1:-1], quote(key, safe=""),
-            quote_plus(key, safe=""), quote(key, safe="", encoding="latin-1")}  # fmt: skip
+    return {
+        key,
+        json.dumps(key)[1:-1],
+        json.dumps(key, ensure_ascii=False)[1:-1],
+        quote(key, safe=""),
+        quote_plus(key, safe=""),
+        quote(key, safe="", encoding="latin-1"),
+    }
 
 
-@pytest.mark.parametrize(("key", "problem"), [
-    ("sk-abc\ndef-NEVER-LEAK", "a control character or line break (U+000A) at position 6"),
-    ("sk-abc\r\nX-Evil: 1", "a control character or line break (U+000D) at position 6"),
-    ("sk-abc\x1bdef", "a control character or line break (U+001B) at position 6"),
-    ("sk-abc\u2019def-NEVER-LEAK", "a character outside Latin-1 (U+2019) at position 6"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        ("sk-abc\ndef-NEVER-LEAK", "a control character or line break (U+000A) at position 6"),
+        ("sk-abc\r\nX-Evil: 1", "a control character or line break (U+000D) at position 6"),
+        ("sk-abc\x1bdef", "a control character or line break (U+001B) at position 6"),
+        ("sk-abc\u2019def-NEVER-LEAK", "a character outside Latin-1 (U+2019) at position 6"),
+    ],
+)
 def test_a_key_that_cannot_be_a_header_is_refused_before_any_request(stub, monkeypatch, tmp_path, key, problem):
     monkeypatch.setenv(KEY_ENV, key)
     with pytest.raises(ValueError, match="cannot be sent as an HTTP header") as error:
@@ -688,8 +721,9 @@ def test_a_key_echoed_back_in_any_form_is_never_stored(stub, monkeypatch, tmp_pa
     stub.reply = echo
     pairs = _pairs_on_disk(tmp_path)
     responses, cache = tmp_path / "responses", ScoreCache(tmp_path / "scores")
-    frame, counters = score_pairs(pairs, "api-judge", _identity("judge"),
-                                  lambda: APIJudgeMetric(_entry(stub.port), responses), cache)  # fmt: skip
+    frame, counters = score_pairs(
+        pairs, "api-judge", _identity("judge"), lambda: APIJudgeMetric(_entry(stub.port), responses), cache
+    )
     assert stub.keys == [key] * 4  # the server got the key and sent it back in every form
     assert counters["images_scored"] == 4
     assert frame["corr_detail"][0] == '7. You sent <redacted>; in JSON "<redacted>"; in a URL <redacted>'

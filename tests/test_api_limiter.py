@@ -178,8 +178,15 @@ def test_retries_count_against_the_allowance():
     from blindspot.models.api.client import ChatCompletionsClient, RequestsExhausted
 
     # One request in flight at a time on the server and two sent at once: refusals are retried, and counted.
-    settings = ClientSettings(concurrency=2, max_concurrency=2, max_attempts=3, planned_requests=1,
-                              backoff_base_s=0.01, backoff_cap_s=0.02, retry_after_cap_s=0.05)  # fmt: skip
+    settings = ClientSettings(
+        concurrency=2,
+        max_concurrency=2,
+        max_attempts=3,
+        planned_requests=1,
+        backoff_base_s=0.01,
+        backoff_cap_s=0.02,
+        retry_after_cap_s=0.05,
+    )
     with RateLimitedServer(rate=1000, in_flight=1, delay_s=0.2) as server:
         client = ChatCompletionsClient("judge", server.endpoint, "m", "key", "BENCH_KEY", settings)
         body = {"model": "m", "messages": [{"role": "user", "content": "1"}]}

@@ -56,8 +56,16 @@ def test_a_reply_without_text_or_withheld_is_no_answer():
 
 
 def _spec(model: str, port: int = 9, **extra) -> ModelSpec:
-    return ModelSpec(name="api-vlm", backend="openai_api", gpus=0, dtype="none", path=model,
-                     endpoint=f"http://127.0.0.1:{port}/v1", api_key_env=KEY_ENV, **extra)  # fmt: skip
+    return ModelSpec(
+        name="api-vlm",
+        backend="openai_api",
+        gpus=0,
+        dtype="none",
+        path=model,
+        endpoint=f"http://127.0.0.1:{port}/v1",
+        api_key_env=KEY_ENV,
+        **extra,
+    )
 
 
 def test_without_its_key_the_job_stops_in_one_line_naming_the_variable(monkeypatch, tmp_path):
@@ -72,9 +80,20 @@ def test_the_request_carries_the_image_and_the_answer_budget_unless_the_entry_se
     conversation = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Which? A. x"}]}]
     vlm = APIVLM(_spec("m", request={"temperature": 0}), 4, tmp_path)
     body = vlm.body(conversation, {"type": "image_url", "image_url": {"url": "data:,"}}, 16)
-    assert body == {"max_tokens": 16, "temperature": 0, "model": "m", "messages": [
-        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}},
-                                     {"type": "text", "text": "Which? A. x"}]}]}  # fmt: skip
+    assert body == {
+        "max_tokens": 16,
+        "temperature": 0,
+        "model": "m",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "data:,"}},
+                    {"type": "text", "text": "Which? A. x"},
+                ],
+            }
+        ],
+    }
     reasoning = APIVLM(_spec("m", request={"max_completion_tokens": 4096}), 4, tmp_path)
     assert "max_tokens" not in reasoning.body(conversation, {}, 16)
     assert vlm.cache_key(conversation, "a" * 64, 16) != vlm.cache_key(conversation, "b" * 64, 16)
@@ -95,12 +114,24 @@ def test_without_its_key_the_workflows_job_answers_nothing_and_the_tables_go_on(
     model = dataclasses.asdict(_spec("m", port=1, client=FAST_CLIENT))
     with caplog.at_level("WARNING"):
         answer_humble(
-            questions=str(tmp_path / "questions.parquet"), template=str(TEMPLATE), model=model, transforms={},
-            answer_shards=1, batch_size=None, max_new_tokens=8, seed=0, journal=str(tmp_path / "journal"),
-            vlm="api-vlm", setting="original", shard="00000", out=str(tmp_path / "answers.parquet"),
-            counters_out=str(tmp_path / "counters.json"), cache=str(tmp_path / "cache"), planned_requests=6,
+            questions=str(tmp_path / "questions.parquet"),
+            template=str(TEMPLATE),
+            model=model,
+            transforms={},
+            answer_shards=1,
+            batch_size=None,
+            max_new_tokens=8,
+            seed=0,
+            journal=str(tmp_path / "journal"),
+            vlm="api-vlm",
+            setting="original",
+            shard="00000",
+            out=str(tmp_path / "answers.parquet"),
+            counters_out=str(tmp_path / "counters.json"),
+            cache=str(tmp_path / "cache"),
+            planned_requests=6,
             api_key_is_set=False,
-        )  # fmt: skip
+        )
     assert read_table(tmp_path / "answers.parquet", schemas.HUMBLE_ANSWERS).empty
     assert json.loads((tmp_path / "counters.json").read_text())["questions"] == 0
     assert f"api-vlm: the API key variable {KEY_ENV} is not set or empty; skipping its 6 questions" in caplog.text
@@ -173,10 +204,19 @@ def test_a_served_vlm_answers_a_shard_then_nothing_is_asked_twice(server, monkey
 def test_the_plans_bill_asks_each_question_once_per_setting_at_the_registrys_prices(tiny_config):
     config = copy.deepcopy(tiny_config)
     config["models"]["api-vlm"] = {
-        "id": "gemini-3-flash", "backend": "openai_api", "endpoint": "http://127.0.0.1:9/v1", "api_key_env": KEY_ENV,
-        "gpus": 0, "prices": {"input_per_million": 0.5, "output_per_million": 3.0, "image_tokens": 258,
-                              "read": "2026-01-01", "source": "https://example.org/pricing"},
-    }  # fmt: skip
+        "id": "gemini-3-flash",
+        "backend": "openai_api",
+        "endpoint": "http://127.0.0.1:9/v1",
+        "api_key_env": KEY_ENV,
+        "gpus": 0,
+        "prices": {
+            "input_per_million": 0.5,
+            "output_per_million": 3.0,
+            "image_tokens": 258,
+            "read": "2026-01-01",
+            "source": "https://example.org/pricing",
+        },
+    }
     config["humblebench"]["vlms"] = [*config["humblebench"]["vlms"], "api-vlm"]
     result = plan.plan(config)
     jobs = result["jobs"]
@@ -195,5 +235,7 @@ def test_the_plans_bill_asks_each_question_once_per_setting_at_the_registrys_pri
     text = render_plan(result, "config/tiny.yaml", "md")
     assert "| answer_api_humble " in text
     assert f"{row['cost_usd']:,.2f}" in text
-    assert yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())["humblebench"]["vlms"] == tiny_config[
-        "humblebench"]["vlms"]  # fmt: skip
+    assert (
+        yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())["humblebench"]["vlms"]
+        == tiny_config["humblebench"]["vlms"]
+    )

@@ -41,11 +41,14 @@ def busy(n: int) -> int:
     return sum(i * i for i in range(n))
 
 
-@pytest.mark.parametrize(("work", "low", "high"), [
-    (lambda: answers(20000), 0.8, 1.0),  # nearly all of it inside the package
-    (lambda: busy(2_000_000), 0.0, 0.0),  # none of it
-    (lambda: (answers(4000), busy(600_000)), 0.05, 0.95),  # some: and nested project calls counted once
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("work", "low", "high"),
+    [
+        (lambda: answers(20000), 0.8, 1.0),  # nearly all of it inside the package
+        (lambda: busy(2_000_000), 0.0, 0.0),  # none of it
+        (lambda: (answers(4000), busy(600_000)), 0.05, 0.95),  # some: and nested project calls counted once
+    ],
+)
 def test_the_project_share_counts_the_outermost_project_frames(tmp_path, work, low, high):
     profiler = cProfile.Profile()
     profiler.runcall(work)

@@ -36,12 +36,21 @@ def pairs(n=40, models=("flux", "sana")):
         for t2i in models:
             corr, adv = (9 if i % 4 else 3), (8 if i % 5 else 2)
             rows.append(
-                {"pair_id": f"p{i}-{t2i}", "triplet_id": f"t{i}", "t2i": t2i, "seed": 1,
-                 "corr_image_id": f"c{i}-{t2i}", "corr_path": f"/c{i}{t2i}.png", "adv_image_id": f"a{i}-{t2i}",
-                 "adv_path": f"/a{i}{t2i}.png",
-                 "vlm_scores": json.dumps({"qwen": {"corr": corr, "adv": adv}, "intern": {"corr": corr, "adv": 9}}),
-                 "min_corr_score": float(corr), "min_adv_score": float(adv), "kept": corr >= 8 and adv >= 8}
-            )  # fmt: skip
+                {
+                    "pair_id": f"p{i}-{t2i}",
+                    "triplet_id": f"t{i}",
+                    "t2i": t2i,
+                    "seed": 1,
+                    "corr_image_id": f"c{i}-{t2i}",
+                    "corr_path": f"/c{i}{t2i}.png",
+                    "adv_image_id": f"a{i}-{t2i}",
+                    "adv_path": f"/a{i}{t2i}.png",
+                    "vlm_scores": json.dumps({"qwen": {"corr": corr, "adv": adv}, "intern": {"corr": corr, "adv": 9}}),
+                    "min_corr_score": float(corr),
+                    "min_adv_score": float(adv),
+                    "kept": corr >= 8 and adv >= 8,
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -45,15 +45,38 @@ PROMPTS = [
 ]
 # zhiqiulin/clip-flant5-xxl: FlanT5-XXL's config.json with LLaVA's vision keys, and CLIP ViT-L/14-336.
 RELEASE_CONFIG = {
-    "model_type": "clip_t5", "d_model": 4096, "d_ff": 10240, "d_kv": 64, "num_heads": 64, "num_layers": 24,
-    "num_decoder_layers": 24, "vocab_size": 32128, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False,
-    "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128, "layer_norm_epsilon": 1e-6,
-    "pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0,
-    "mm_vision_tower": "openai/clip-vit-large-patch14-336", "mm_hidden_size": 1024, "mm_projector_type": "mlp2x_gelu",
-    "mm_vision_select_layer": -2, "mm_vision_select_feature": "patch",
-}  # fmt: skip
-RELEASE_VISION = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
-                  "image_size": 336, "patch_size": 14, "hidden_act": "quick_gelu", "projection_dim": 768}  # fmt: skip
+    "model_type": "clip_t5",
+    "d_model": 4096,
+    "d_ff": 10240,
+    "d_kv": 64,
+    "num_heads": 64,
+    "num_layers": 24,
+    "num_decoder_layers": 24,
+    "vocab_size": 32128,
+    "feed_forward_proj": "gated-gelu",
+    "tie_word_embeddings": False,
+    "relative_attention_num_buckets": 32,
+    "relative_attention_max_distance": 128,
+    "layer_norm_epsilon": 1e-6,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "decoder_start_token_id": 0,
+    "mm_vision_tower": "openai/clip-vit-large-patch14-336",
+    "mm_hidden_size": 1024,
+    "mm_projector_type": "mlp2x_gelu",
+    "mm_vision_select_layer": -2,
+    "mm_vision_select_feature": "patch",
+}
+RELEASE_VISION = {
+    "hidden_size": 1024,
+    "intermediate_size": 4096,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "image_size": 336,
+    "patch_size": 14,
+    "hidden_act": "quick_gelu",
+    "projection_dim": 768,
+}
 
 
 def tiny_spec(path, dtype: str = "float32") -> ModelSpec:
@@ -84,17 +107,20 @@ def test_the_key_map_covers_the_release_architecture_one_to_one():
     expected = {
         "language.shared.weight": "shared.weight",
         "language.lm_head.weight": "lm_head.weight",
-        "language.encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight":
-            "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-        "language.decoder.block.23.layer.2.DenseReluDense.wi_1.weight":
-            "decoder.block.23.layer.2.DenseReluDense.wi_1.weight",
+        "language.encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight": (
+            "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+        ),
+        "language.decoder.block.23.layer.2.DenseReluDense.wi_1.weight": (
+            "decoder.block.23.layer.2.DenseReluDense.wi_1.weight"
+        ),
         "vision.embeddings.class_embedding": "vision_tower.vision_tower.vision_model.embeddings.class_embedding",
-        "vision.encoder.layers.22.self_attn.q_proj.bias":
-            "vision_tower.vision_tower.vision_model.encoder.layers.22.self_attn.q_proj.bias",
+        "vision.encoder.layers.22.self_attn.q_proj.bias": (
+            "vision_tower.vision_tower.vision_model.encoder.layers.22.self_attn.q_proj.bias"
+        ),
         "vision.pre_layrnorm.weight": "vision_tower.vision_tower.vision_model.pre_layrnorm.weight",
         "projector.0.weight": "mm_projector.0.weight",
         "projector.2.bias": "mm_projector.2.bias",
-    }  # fmt: skip
+    }
     assert {name: official_key(name) for name in expected} == expected
     assert model.language.lm_head.weight is not model.language.shared.weight
     assert tuple(model.projector[0].weight.shape) == (4096, 1024)

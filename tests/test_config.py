@@ -41,8 +41,15 @@ def test_a_job_stopped_by_bad_input_says_why_in_one_line(tmp_path):
     from conftest import step_command
 
     # The job as Snakemake ran it (the config check, which loads every taxonomy, is behind it).
-    job = step_command(tmp_path, "make_seeds", taxonomy=str(taxonomy), domain="animals", n_seeds=8, seed=1,
-                       out=str(tmp_path / "seeds.parquet"))  # fmt: skip
+    job = step_command(
+        tmp_path,
+        "make_seeds",
+        taxonomy=str(taxonomy),
+        domain="animals",
+        n_seeds=8,
+        seed=1,
+        out=str(tmp_path / "seeds.parquet"),
+    )
     done = subprocess.run([sys.executable, *job], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
@@ -53,8 +60,12 @@ def test_a_job_stopped_by_bad_input_says_why_in_one_line(tmp_path):
     path = tiny_with(tmp_path, "taxonomy: config/taxonomy/animals.yaml", f"taxonomy: {taxonomy}")
     done = subprocess.run(
         [sys.executable, "-m", "blindspot.steps", "run", "make_seeds", "--configfile", str(path), "domain=animals"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == f"taxonomy file {taxonomy} line {line}: {twice}"
     bad_wildcard = [sys.executable, "-m", "blindspot.steps", "run", "make_seeds", "animals", "--configfile", str(path)]
@@ -187,15 +198,24 @@ def gpu_job(tmp_path, config: dict, asks: int, visible: str | None):
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
     command = step_command(
-        tmp_path, "judge_images", domain="animals", t2i="tiny-flux", vlm="tiny-qwen2.5-vl", shard="00000",
-        renders=str(tmp_path / "renders.parquet"), template="config/prompts/judge_image_v1.yaml",
-        out=str(tmp_path / "scores.parquet"), counters_out=str(tmp_path / "counters.json"),
-        model=spec_of(config, "tiny-qwen2.5-vl"), batch_size=config["image_stage"]["judge_batch_size"],
+        tmp_path,
+        "judge_images",
+        domain="animals",
+        t2i="tiny-flux",
+        vlm="tiny-qwen2.5-vl",
+        shard="00000",
+        renders=str(tmp_path / "renders.parquet"),
+        template="config/prompts/judge_image_v1.yaml",
+        out=str(tmp_path / "scores.parquet"),
+        counters_out=str(tmp_path / "counters.json"),
+        model=spec_of(config, "tiny-qwen2.5-vl"),
+        batch_size=config["image_stage"]["judge_batch_size"],
         journal=str(tmp_path / "scores.journal.jsonl"),
-    )  # fmt: skip
+    )
     repo = Path(__file__).resolve().parents[1]
-    return subprocess.run([sys.executable, *command], cwd=repo, env=env, capture_output=True, text=True, timeout=300,
-                          check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, *command], cwd=repo, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def shortage_line(asks: int, seen: int, visible: str) -> str:
@@ -389,15 +409,21 @@ def test_a_file_that_is_not_there_or_not_text_is_one_line(tmp_path):
     ("edit", "key"),
     [
         (lambda c: c["domains"]["animals"].update(taxonomy="config/taxonomy/nowhere.yaml"), "domains.animals.taxonomy"),
-        (lambda c: c["prompt_stage"].update(generate_template="config/prompts/gone.yaml"),
-         "prompt_stage.generate_template"),
+        (
+            lambda c: c["prompt_stage"].update(generate_template="config/prompts/gone.yaml"),
+            "prompt_stage.generate_template",
+        ),
         (lambda c: c["image_stage"].update(judge_template="config/prompts"), "image_stage.judge_template"),
-        (lambda c: c["humblebench"]["settings"]["cautious"].update(template="x.yaml"),
-         "humblebench.settings.cautious.template"),
-        (lambda c: c["evaluation"]["metrics"]["vlm-judge"]["args"].update(template="y.yaml"),
-         "evaluation.metrics.vlm-judge.args.template"),
+        (
+            lambda c: c["humblebench"]["settings"]["cautious"].update(template="x.yaml"),
+            "humblebench.settings.cautious.template",
+        ),
+        (
+            lambda c: c["evaluation"]["metrics"]["vlm-judge"]["args"].update(template="y.yaml"),
+            "evaluation.metrics.vlm-judge.args.template",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_missing_taxonomy_or_template_fails_the_config_check_naming_its_key(tiny_config, edit, key):
     validate_config(tiny_config)
     edit(tiny_config)
@@ -420,8 +446,11 @@ def test_the_vlm_filter_template_needs_the_rubric_people_are_shown_and_uses_it(t
     tiny_config["image_stage"]["judge_template"] = str(template)
     with pytest.raises(ConfigError, match=r"^config key 'image_stage\.judge_template': .* needs a `rubric`"):
         validate_config(tiny_config)
-    template.write_text(text.replace("from 1 to 10.'", "{{ rubric }}'").replace("user:", "rubric: 10 is all.\nuser:", 1)
-                        if "rubric:" not in text else text.replace("from 1 to 10.'", "{{ rubric }}'"))  # fmt: skip
+    template.write_text(
+        text.replace("from 1 to 10.'", "{{ rubric }}'").replace("user:", "rubric: 10 is all.\nuser:", 1)
+        if "rubric:" not in text
+        else text.replace("from 1 to 10.'", "{{ rubric }}'")
+    )
     validate_config(tiny_config)
 
 
@@ -436,8 +465,11 @@ def test_a_broken_template_fails_the_config_check_naming_its_key_and_file(tiny_c
     broken = tmp_path / "cautious.yaml"
     broken.write_text("name: humble_cautious\nversion: 2\nuser: '{{ question }'\n")
     tiny_config["humblebench"]["settings"]["cautious"]["template"] = str(broken)
-    with pytest.raises(ConfigError, match=rf"^config key 'humblebench\.settings\.cautious\.template': prompt template "
-                                          rf"{re.escape(str(broken))}: its user message, line 1"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=rf"^config key 'humblebench\.settings\.cautious\.template': prompt template "
+        rf"{re.escape(str(broken))}: its user message, line 1",
+    ):
         check_files(tiny_config)
 
 
@@ -474,8 +506,12 @@ def test_a_job_run_by_hand_stops_a_bad_config_file_with_one_line(tmp_path):
     path = tiny_with(tmp_path, "shard_size:", "shard_size: 2\nshard_size:")
     done = subprocess.run(
         [sys.executable, "-m", "blindspot.steps", "run", "make_seeds", "--configfile", str(path), "domain=animals"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith(f"config file {path} line ")
 
@@ -484,18 +520,29 @@ def test_a_job_run_by_hand_stops_a_bad_config_file_with_one_line(tmp_path):
     ("old", "new", "expected"),
     [
         ("shard_size:", "shard_size: 2\nshard_size:", "key 'shard_size' is given twice"),
-        ("config/prompts/generate_triplet_v2.yaml", "config/prompts/nowhere.yaml",
-         "config key 'prompt_stage.generate_template': config/prompts/nowhere.yaml does not exist"),
+        (
+            "config/prompts/generate_triplet_v2.yaml",
+            "config/prompts/nowhere.yaml",
+            "config key 'prompt_stage.generate_template': config/prompts/nowhere.yaml does not exist",
+        ),
         # before this was checked, the build job's input function raised with a Snakemake traceback
-        ("{recipe: random_align_score, tokenizer_from: smollm2-135m}",
-         "{recipe: random_align_score, tokenizer_from: nope}",
-         "config key 'tiny-alignscore.build.tokenizer_from': model 'nope' is not in the registry (models: "),
+        (
+            "{recipe: random_align_score, tokenizer_from: smollm2-135m}",
+            "{recipe: random_align_score, tokenizer_from: nope}",
+            "config key 'models.tiny-alignscore.build.tokenizer_from': model 'nope' is not in the registry (models: ",
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_workflow_stops_a_bad_config_with_the_line_naming_it(tmp_path, old, new, expected):
     path = tiny_with(tmp_path, old, new)
-    done = subprocess.run([*SNAKEMAKE, "-n", "--configfile", str(path)], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, check=False)  # fmt: skip
+    done = subprocess.run(
+        [*SNAKEMAKE, "-n", "--configfile", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 1
     output = done.stdout + done.stderr  # Snakemake logs its errors to stdout
     lines = output.strip().splitlines()
@@ -508,19 +555,31 @@ def test_the_workflow_stops_a_bad_config_with_the_line_naming_it(tmp_path, old, 
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ("learning_rate: 1.0e-3", "learning_rate: 1e-3",
-         "config key 'protoscore.learning_rate': '1e-3' is not of type 'number'; YAML reads 1e-3 as text: write "
-         "1.0e-3"),
-        ("learning_rate: 1.0e-3", "learning_rate: 2.5E3",
-         "config key 'protoscore.learning_rate': '2.5E3' is not of type 'number'; YAML reads 2.5E3 as text: write "
-         "2.5E+3"),
-        ("learning_rate: 1.0e-3", "learning_rate: '0.001'",
-         "config key 'protoscore.learning_rate': '0.001' is not of type 'number'; YAML reads 0.001 as text: write "
-         "0.001 without quotes"),
-        ("epochs: 1", "epochs: 1e1",
-         "config key 'protoscore.epochs': '1e1' is not of type 'integer'; YAML reads 1e1 as text: write 10"),
+        (
+            "learning_rate: 1.0e-3",
+            "learning_rate: 1e-3",
+            "config key 'protoscore.learning_rate': '1e-3' is not of type 'number'; YAML reads 1e-3 as text: write "
+            "1.0e-3",
+        ),
+        (
+            "learning_rate: 1.0e-3",
+            "learning_rate: 2.5E3",
+            "config key 'protoscore.learning_rate': '2.5E3' is not of type 'number'; YAML reads 2.5E3 as text: write "
+            "2.5E+3",
+        ),
+        (
+            "learning_rate: 1.0e-3",
+            "learning_rate: '0.001'",
+            "config key 'protoscore.learning_rate': '0.001' is not of type 'number'; YAML reads 0.001 as text: write "
+            "0.001 without quotes",
+        ),
+        (
+            "epochs: 1",
+            "epochs: 1e1",
+            "config key 'protoscore.epochs': '1e1' is not of type 'integer'; YAML reads 1e1 as text: write 10",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path, old, new, expected):
     """PyYAML reads a float only with a dot and a signed exponent: 1e-3 and 2.5E3 are strings."""
     with pytest.raises(ConfigError) as error:
@@ -544,11 +603,13 @@ def test_text_that_is_no_number_gets_no_yaml_hint(tiny_config):
         ("epochs: 1", "epochs: 8.0", "config key 'protoscore.epochs': 8.0 is not of type 'integer'"),
         ("shard_size: 8", "shard_size: 8.0", "config key 'shard_size': 8.0 is not of type 'integer'"),
         ("epochs: 1", "epochs: true", "config key 'protoscore.epochs': True is not of type 'integer'"),
-        ("animals: {taxonomy: config/taxonomy/animals.yaml, n_seeds: 8}",
-         "animals: {taxonomy: config/taxonomy/animals.yaml, n_seeds: 8.0}",
-         "config key 'domains.animals.n_seeds': 8.0 is not of type 'integer'"),
+        (
+            "animals: {taxonomy: config/taxonomy/animals.yaml, n_seeds: 8}",
+            "animals: {taxonomy: config/taxonomy/animals.yaml, n_seeds: 8.0}",
+            "config key 'domains.animals.n_seeds': 8.0 is not of type 'integer'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_an_integer_key_refuses_a_float_or_a_bool(tmp_path, old, new, expected):
     with pytest.raises(ConfigError) as error:
         load_config(tiny_with(tmp_path, old, new))
@@ -612,8 +673,9 @@ def test_a_local_release_that_is_not_there_fails_the_config_check(tmp_path):
 
 
 @pytest.mark.parametrize("key", ["humblebench.release", "dataset.path"])
-@pytest.mark.parametrize("value", ["data/x.jsonl", "x.parquet", "data/x.csv", "./release", "../release", "/nowhere/x",
-                                   "release_copy"])  # fmt: skip
+@pytest.mark.parametrize(
+    "value", ["data/x.jsonl", "x.parquet", "data/x.csv", "./release", "../release", "/nowhere/x", "release_copy"]
+)
 def test_a_dataset_that_is_a_local_path_must_be_there(tiny_config, key, value):
     section, name = key.split(".")
     tiny_config.setdefault(section, {})[name] = value
@@ -658,7 +720,7 @@ def test_a_build_that_borrows_a_tokenizer_of_no_registry_model_names_the_key(tin
         validate_config(tiny_config)
     models = ", ".join(sorted(tiny_config["models"]))
     assert str(error.value) == (
-        f"config key 'tiny-qwen2.5-vl.build.tokenizer_from': model 'smollm3' is not in the registry "
+        "config key 'models.tiny-qwen2.5-vl.build.tokenizer_from': model 'smollm3' is not in the registry "
         f"(models: {models})"
     )
 

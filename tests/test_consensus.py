@@ -11,8 +11,16 @@ def renders():
     for triplet, seed in (("t1", 1), ("t2", 2)):
         for t2i in ("flux", "sana"):
             for role in ("corr", "adv"):
-                rows.append({"image_id": f"{triplet}-{t2i}-{role}", "triplet_id": triplet, "t2i": t2i, "seed": seed,
-                             "role": role, "path": f"/img/{triplet}-{t2i}-{role}.png"})  # fmt: skip
+                rows.append(
+                    {
+                        "image_id": f"{triplet}-{t2i}-{role}",
+                        "triplet_id": triplet,
+                        "t2i": t2i,
+                        "seed": seed,
+                        "role": role,
+                        "path": f"/img/{triplet}-{t2i}-{role}.png",
+                    }
+                )
     return pd.DataFrame(rows)
 
 

@@ -419,42 +419,68 @@ def test_the_check_refuses_what_the_parsers_refuse(tmp_path):
     found = [(command.line, command.text, command_errors(command)) for command in documented_commands(page)]
     assert found == [
         (1, "blindspot plan", []),
-        (1, "blindspot plam --configfile config/config.yaml", [
-            "blindspot: error: argument command: invalid choice: 'plam' (choose from 'plan', 'throughput', "
-            "'targets', 'fetch-models', 'doctor', 'verify', 'evaluate', 'annotate', 'humble')"
-        ]),
+        (
+            1,
+            "blindspot plam --configfile config/config.yaml",
+            [
+                "blindspot: error: argument command: invalid choice: 'plam' (choose from 'plan', 'throughput', "
+                "'targets', 'fetch-models', 'doctor', 'verify', 'evaluate', 'annotate', 'humble')"
+            ],
+        ),
         (4, "blindspot plan --configfile config/config.yaml --format csv", []),
-        (6, "blindspot plan --configfile config/config.yaml --fromat csv", [
-            "blindspot: error: unrecognized arguments: --fromat csv"
-        ]),
+        (
+            6,
+            "blindspot plan --configfile config/config.yaml --fromat csv",
+            ["blindspot: error: unrecognized arguments: --fromat csv"],
+        ),
         (7, "blindspot plan --configfile config/config.yam", ["--configfile config/config.yam: no such file"]),
-        (8, "blindspot targets --domain animals", [
-            "blindspot targets: error: the following arguments are required: --configfile"
-        ]),
-        (9, "blindspot plan --config config/config.yaml", [
-            "blindspot plan: error: the following arguments are required: --configfile"
-        ]),
+        (
+            8,
+            "blindspot targets --domain animals",
+            ["blindspot targets: error: the following arguments are required: --configfile"],
+        ),
+        (
+            9,
+            "blindspot plan --config config/config.yaml",
+            ["blindspot plan: error: the following arguments are required: --configfile"],
+        ),
         (10, "blindspot targets --configfile config/config.yaml --rule render_images", []),
-        (10, "snakemake --configfile config/config.yaml --profile profiles/slurm --forcerun render_images -- $(...)",
-         []),
-        (12, "snakemake --configfile config/config.yaml --profiles profiles/slurm", [
-            "--profiles: not an option of snakemake"
-        ]),
-        (13, "snakemake --configfile config/config.yaml --profile profiles/cluster", [
-            "--profile profiles/cluster: not a folder of profiles/"
-        ]),
-        (14, "snakemake --configfile config/config.yaml --quiet rulez", [
-            "snakemake: error: argument --quiet/-q: invalid choice: 'rulez' (choose from 'all', 'host', "
-            "'progress', 'reason', 'rules')"
-        ]),
-        (15, "python -m blindspot.steps run render_images --configfile config/tiny.yaml domain=animals shard=00000",
-         []),
-        (16, "python -m blindspot.steps run render_images --configfile config/tiny.yaml animals", [
-            "python -m blindspot.steps: error: unrecognized arguments: animals"
-        ]),
+        (
+            10,
+            "snakemake --configfile config/config.yaml --profile profiles/slurm --forcerun render_images -- $(...)",
+            [],
+        ),
+        (
+            12,
+            "snakemake --configfile config/config.yaml --profiles profiles/slurm",
+            ["--profiles: not an option of snakemake"],
+        ),
+        (
+            13,
+            "snakemake --configfile config/config.yaml --profile profiles/cluster",
+            ["--profile profiles/cluster: not a folder of profiles/"],
+        ),
+        (
+            14,
+            "snakemake --configfile config/config.yaml --quiet rulez",
+            [
+                "snakemake: error: argument --quiet/-q: invalid choice: 'rulez' (choose from 'all', 'host', "
+                "'progress', 'reason', 'rules')"
+            ],
+        ),
+        (
+            15,
+            "python -m blindspot.steps run render_images --configfile config/tiny.yaml domain=animals shard=00000",
+            [],
+        ),
+        (
+            16,
+            "python -m blindspot.steps run render_images --configfile config/tiny.yaml animals",
+            ["python -m blindspot.steps: error: unrecognized arguments: animals"],
+        ),
         (17, "python -m blindspot.docs --chek", ["python -m blindspot.docs: error: unrecognized arguments: --chek"]),
         (22, "snakemake -n --forcerall", ["--forcerall: not an option of snakemake"]),
-    ]  # fmt: skip
+    ]
 
 
 # usage.md's partial re-runs: one domain, one model, one stage (the snakemake commands with targets).

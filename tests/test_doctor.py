@@ -109,21 +109,25 @@ def test_models_of_the_tiny_preset_not_yet_built_will_be_and_a_missing_archive_f
     config["resources_dir"] = str(tmp_path / "resources")
     config["models"]["niqe"]["build"]["archive"] = str(tmp_path / "basicsr.tar.gz")
     models = by_subject(doctor_models.model_checks(config, tmp_path / "hub", "http://127.0.0.1:9"), "model")
-    assert models["tiny-flux"] == Check("model", "tiny-flux", OK,
-                                               "will be built by build_model (random_diffusers_pipeline)")  # fmt: skip
+    assert models["tiny-flux"] == Check(
+        "model", "tiny-flux", OK, "will be built by build_model (random_diffusers_pipeline)"
+    )
     assert models["niqe"].verdict == FAIL
     assert models["niqe"].reason == f"to be built, but its recipe's archive {tmp_path / 'basicsr.tar.gz'} is missing"
 
 
 def hub_run(tiny_config):
     shards = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
-    return with_hub_models(tiny_config, {
-        "minilm-l6": {"id": "org/pinned", "revision": COMMIT, "backend": "sentence_transformers"},
-        "tiny-deberta-v2-nli": {"id": "org/moved", "revision": COMMIT},
-        "tiny-qwen2": {"id": "org/absent"},
-        "smollm2-135m": {"id": "org/branch"},
-        "tiny-clip": {"id": "org/interrupted"},
-    }), shards  # fmt: skip
+    return with_hub_models(
+        tiny_config,
+        {
+            "minilm-l6": {"id": "org/pinned", "revision": COMMIT, "backend": "sentence_transformers"},
+            "tiny-deberta-v2-nli": {"id": "org/moved", "revision": COMMIT},
+            "tiny-qwen2": {"id": "org/absent"},
+            "smollm2-135m": {"id": "org/branch"},
+            "tiny-clip": {"id": "org/interrupted"},
+        },
+    ), shards
 
 
 def test_hub_models_present_at_their_revision_elsewhere_absent_or_incomplete_offline(tiny_config, tmp_path):
@@ -139,8 +143,12 @@ def test_hub_models_present_at_their_revision_elsewhere_absent_or_incomplete_off
     assert models["minilm-l6"].reason == f"in the hub cache: org/pinned@{COMMIT} ({COMMIT[:12]})"
     assert models["smollm2-135m"].reason == f"in the hub cache: org/branch@main ({COMMIT[:12]})"
     offline = "and HF_HUB_OFFLINE is set: run `blindspot fetch-models` where the hub answers"
-    assert models["tiny-deberta-v2-nli"] == Check("model", "tiny-deberta-v2-nli", FAIL,
-        f"org/moved@{COMMIT} is not in the hub cache, only {OTHER_COMMIT[:12]}, {offline}")  # fmt: skip
+    assert models["tiny-deberta-v2-nli"] == Check(
+        "model",
+        "tiny-deberta-v2-nli",
+        FAIL,
+        f"org/moved@{COMMIT} is not in the hub cache, only {OTHER_COMMIT[:12]}, {offline}",
+    )
     assert models["tiny-qwen2"].reason == f"org/absent@main is not in the hub cache, {offline}"
     assert models["tiny-clip"].verdict == FAIL
     assert models["tiny-clip"].reason.startswith(
@@ -154,10 +162,12 @@ def test_an_absent_model_would_be_fetched_when_the_hub_answers(tiny_config, tmp_
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     config = with_hub_models(tiny_config, {"tiny-qwen2": {"id": "org/llm", "weights_gb": 2.5}})
     with FakeHub({"org/llm": transformers_repo()}) as fake:
-        checks = doctor.run_checks(tiny_run(config, tmp_path, "http://127.0.0.1:9/v1"), cache_dir=tmp_path / "hub",
-                                   endpoint=fake.endpoint)  # fmt: skip
-    assert by_subject(checks, "model")["tiny-qwen2"] == Check("model", "tiny-qwen2", WARN,
-        "org/llm@main is not in the hub cache; `blindspot fetch-models` would fetch it")  # fmt: skip
+        checks = doctor.run_checks(
+            tiny_run(config, tmp_path, "http://127.0.0.1:9/v1"), cache_dir=tmp_path / "hub", endpoint=fake.endpoint
+        )
+    assert by_subject(checks, "model")["tiny-qwen2"] == Check(
+        "model", "tiny-qwen2", WARN, "org/llm@main is not in the hub cache; `blindspot fetch-models` would fetch it"
+    )
     cache_disk = by_subject(checks, "disk")["hub cache"]
     assert cache_disk.verdict == OK
     assert "the 1 models to fetch take ~2.5 GB" in cache_disk.reason
@@ -167,8 +177,10 @@ def test_a_gated_model_needs_a_token_that_opens_it_unless_it_is_cached(tiny_conf
     from huggingface_hub import constants
 
     clear_token(monkeypatch, tmp_path)
-    config = with_hub_models(tiny_config, {"tiny-qwen2": {"id": "org/gated", "gated": True},
-                                           "smollm2-135m": {"id": "org/gated-cached", "gated": True}})  # fmt: skip
+    config = with_hub_models(
+        tiny_config,
+        {"tiny-qwen2": {"id": "org/gated", "gated": True}, "smollm2-135m": {"id": "org/gated-cached", "gated": True}},
+    )
     cache = tmp_path / "hub"
     lay_out(cache, "org/gated-cached", {"config.json": b"{}", "model.safetensors": b"w"})
     tokens = by_subject(doctor_models.model_checks(config, cache, "https://hub.example"), "token")
@@ -213,8 +225,9 @@ def test_an_api_metric_needs_its_key_and_an_endpoint_that_takes_it(tiny_config, 
     monkeypatch.setenv("BLINDSPOT_TINY_API_KEY", API_KEY)
     endpoint = f"http://127.0.0.1:{closed_port()}/v1"
     unreachable = doctor_models.api_checks(tiny_run(tiny_config, tmp_path, endpoint))
-    assert unreachable[1] == Check("api endpoint", "local-api-judge", FAIL,
-                                          f"{endpoint} does not answer (ConnectionError)")  # fmt: skip
+    assert unreachable[1] == Check(
+        "api endpoint", "local-api-judge", FAIL, f"{endpoint} does not answer (ConnectionError)"
+    )
     assert API_KEY not in doctor_report.render(unreachable)
 
 
@@ -224,8 +237,10 @@ def test_a_conda_profile_needs_conda_on_path_and_its_envvars_set(tmp_path, monke
     monkeypatch.delenv("HF_HOME", raising=False)
     checks = doctor_system.profile_checks(profile)
     assert [(c.check, c.subject, c.verdict) for c in checks] == [
-        ("env", "HF_HOME", FAIL), ("env", "HF_HUB_OFFLINE", OK), ("conda", "conda", FAIL),
-    ]  # fmt: skip
+        ("env", "HF_HOME", FAIL),
+        ("env", "HF_HUB_OFFLINE", OK),
+        ("conda", "conda", FAIL),
+    ]
     assert checks[2].reason.startswith("`conda` is not on PATH, and the profile deploys conda envs")
     conda = tmp_path / "mamba"
     conda.write_text("#!/bin/sh\n")
@@ -292,8 +307,9 @@ def test_a_slurm_profile_without_sbatch_is_one_failed_line(tiny_config, tmp_path
     ]
 
 
-def test_the_command_prints_the_table_and_exits_1_on_a_failure_never_a_traceback(tiny_config, tmp_path, capsys,
-                                                                                  monkeypatch):  # fmt: skip
+def test_the_command_prints_the_table_and_exits_1_on_a_failure_never_a_traceback(
+    tiny_config, tmp_path, capsys, monkeypatch
+):
     """The tiny preset's API judge is optional: without its key, a warning and exit 0; with a key and an
     endpoint that does not answer, a FAIL and exit 1."""
     monkeypatch.delenv("BLINDSPOT_TINY_API_KEY", raising=False)
@@ -306,15 +322,20 @@ def test_the_command_prints_the_table_and_exits_1_on_a_failure_never_a_traceback
     config_file.write_text(yaml.safe_dump(config))
     assert main(["doctor", "--configfile", str(config_file)]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^api key +local-api-judge +warn +\$BLINDSPOT_TINY_API_KEY is not set: metric api-judge will be "
-                     r"skipped", out, re.MULTILINE)  # fmt: skip
+    assert re.search(
+        r"^api key +local-api-judge +warn +\$BLINDSPOT_TINY_API_KEY is not set: metric api-judge will be "
+        r"skipped",
+        out,
+        re.MULTILINE,
+    )
     assert "api endpoint" not in out
     assert re.search(r"\n0 failed, 1 warnings, \d+ ok\n$", out)
     monkeypatch.setenv("BLINDSPOT_TINY_API_KEY", API_KEY)
     assert main(["doctor", "--configfile", str(config_file)]) == 1
     out = capsys.readouterr().out
-    assert re.search(r"^api endpoint +local-api-judge +FAIL +http://127.0.0.1:\d+/v1 does not answer", out,
-                     re.MULTILINE)  # fmt: skip
+    assert re.search(
+        r"^api endpoint +local-api-judge +FAIL +http://127.0.0.1:\d+/v1 does not answer", out, re.MULTILINE
+    )
     assert "Traceback" not in out
     with pytest.raises(SystemExit) as exit_info:
         main(["doctor", "--configfile", str(config_file), "--profile", str(tmp_path / "no-profile")])
@@ -322,8 +343,10 @@ def test_the_command_prints_the_table_and_exits_1_on_a_failure_never_a_traceback
     assert f"profile {tmp_path / 'no-profile'}: no such folder, or no config.yaml in it" in capsys.readouterr().err
     profile = tmp_path / "bad-profile"
     profile.mkdir()
-    for text, problem in (("executor: [slurm\n", "line 2, column 1: not valid YAML"),
-                          ("- slurm\n", "holds a YAML list")):  # fmt: skip
+    for text, problem in (
+        ("executor: [slurm\n", "line 2, column 1: not valid YAML"),
+        ("- slurm\n", "holds a YAML list"),
+    ):
         (profile / "config.yaml").write_text(text)
         with pytest.raises(SystemExit):
             main(["doctor", "--configfile", str(config_file), "--profile", str(profile)])
@@ -378,5 +401,7 @@ def test_the_api_models_estimated_cost_above_the_budget_is_a_warning(paper_confi
     assert above.verdict == WARN
     # GPT-5's 1,800 requests and the four proprietary VLMs' 136,992 each, with each price's date
     dates = "2025-06-17, 2025-08-07, 2025-09-23, 2025-10-15, 2025-12-17"
-    assert above.reason == (f"the plan's estimate is {cost:,.2f} USD for 549,768 requests (prices read {dates}), "
-                            f"above the budget of {cost / 2:,.2f} USD (`budget`)")  # fmt: skip
+    assert above.reason == (
+        f"the plan's estimate is {cost:,.2f} USD for 549,768 requests (prices read {dates}), "
+        f"above the budget of {cost / 2:,.2f} USD (`budget`)"
+    )

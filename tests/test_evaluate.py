@@ -14,8 +14,13 @@ from conftest import REPO, grey_image
 from blindspot import targets
 from blindspot.protobias.released import DatasetError, read_test_pairs
 
-GOOD_RECORD = {"question_id": "q1", "label": "E", "type": "Object", "image": "pixel.png",
-               "question": "What is it?\nA. a\nB. b\nC. c\nD. d\nE. None of the above"}  # fmt: skip
+GOOD_RECORD = {
+    "question_id": "q1",
+    "label": "E",
+    "type": "Object",
+    "image": "pixel.png",
+    "question": "What is it?\nA. a\nB. b\nC. c\nD. d\nE. None of the above",
+}
 
 
 def test_the_export_reads_back_as_its_test_pairs_with_the_same_images(exported, tmp_path):
@@ -68,8 +73,12 @@ def test_with_a_dataset_nothing_is_built_and_table3_is_made_from_it(tiny_config,
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--configfile", str(tmp_path / "c.yaml"), "--quiet", "rules"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=True,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     stats = (result.stdout + result.stderr).split("Job stats:")[1].split("total")[0]
     rules = set(re.findall(r"^(\w+)\s+\d+$", stats, flags=re.MULTILINE))
     # build_model too, where the tiny models are not built yet
@@ -124,8 +133,20 @@ def test_evaluate_protobias_on_the_tiny_export_gives_the_tiny_runs_row(tiny_run,
     tiny = yaml.safe_load((work / "config" / "tiny.yaml").read_text())
     dataset = work / targets.path(tiny, "dataset")
     results = tmp_path / "evaluated"
-    main(["evaluate", "protobias", "--dataset", str(dataset), "--metric", "clipscore", "--results-dir", str(results),
-          "--configfile", str(work / "config" / "tiny.yaml")])  # fmt: skip
+    main(
+        [
+            "evaluate",
+            "protobias",
+            "--dataset",
+            str(dataset),
+            "--metric",
+            "clipscore",
+            "--results-dir",
+            str(results),
+            "--configfile",
+            str(work / "config" / "tiny.yaml"),
+        ]
+    )
     new = pd.read_csv(results / "tables" / "table3_metrics.csv")
     original = pd.read_csv(work / targets.path(tiny, "table3", ext="csv"))
     new_row, original_row = _tiny_row(new, "CLIPScore"), _tiny_row(original, "CLIPScore")
@@ -149,13 +170,38 @@ def test_evaluate_humblebench_on_a_release_of_the_tiny_questions_gives_the_tiny_
     tiny = yaml.safe_load((work / "config" / "tiny.yaml").read_text())
     questions = read_table(work / targets.path(tiny, "humble_questions"), schemas.HUMBLE_QUESTIONS)
     release = tmp_path / "release.jsonl"
-    release.write_text("".join(json.dumps({
-        "question_id": row.question_id, "label": row.label, "type": row.type, "image": str(work / row.image_path),
-        "question": "\n".join([row.question, *(f"{LETTERS[i]}. {o}" for i, o in enumerate(json.loads(row.options)))]),
-    }) + "\n" for row in questions.itertuples()))  # fmt: skip
+    release.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "question_id": row.question_id,
+                    "label": row.label,
+                    "type": row.type,
+                    "image": str(work / row.image_path),
+                    "question": "\n".join(
+                        [row.question, *(f"{LETTERS[i]}. {o}" for i, o in enumerate(json.loads(row.options)))]
+                    ),
+                }
+            )
+            + "\n"
+            for row in questions.itertuples()
+        )
+    )
     results = tmp_path / "evaluated"
-    main(["evaluate", "humblebench", "--release", str(release), "--vlm", "tiny-qwen2.5-vl", "--results-dir",
-          str(results), "--configfile", str(work / "config" / "tiny.yaml")])  # fmt: skip
+    main(
+        [
+            "evaluate",
+            "humblebench",
+            "--release",
+            str(release),
+            "--vlm",
+            "tiny-qwen2.5-vl",
+            "--results-dir",
+            str(results),
+            "--configfile",
+            str(work / "config" / "tiny.yaml"),
+        ]
+    )
     new = pd.read_csv(results / "tables" / "humblebench_metrics.csv")
     original = pd.read_csv(work / targets.path(tiny, "humble_metrics"))
     original = original[original["vlm"] == "tiny-qwen2.5-vl"].reset_index(drop=True)
@@ -167,8 +213,20 @@ def test_a_column_that_is_not_field_equals_column_is_one_line(tmp_path, capsys):
     from blindspot.cli import main
 
     with pytest.raises(SystemExit):
-        main(["evaluate", "protobias", "--dataset", str(tmp_path), "--metric", "clipscore", "--column", "image_corr",
-              "--configfile", str(REPO / "config" / "tiny.yaml")])  # fmt: skip
+        main(
+            [
+                "evaluate",
+                "protobias",
+                "--dataset",
+                str(tmp_path),
+                "--metric",
+                "clipscore",
+                "--column",
+                "image_corr",
+                "--configfile",
+                str(REPO / "config" / "tiny.yaml"),
+            ]
+        )
     assert capsys.readouterr().err.splitlines()[-1] == "blindspot: error: --column 'image_corr' is not FIELD=COLUMN"
     with pytest.raises(SystemExit):
         main(["evaluate", "humblebench", "--release", str(tmp_path), "--vlm", "tiny-qwen2.5-vl", "--cores", "0"])
@@ -213,29 +271,37 @@ def test_from_any_folder_the_command_lines_paths_are_that_folders_and_the_config
     monkeypatch.setattr(evaluate_run, "result_table", lambda config, benchmark: pd.DataFrame({"vlm": []}))
     (tmp_path / "mine.yaml").write_text((REPO / "config" / "tiny.yaml").read_text())  # a copy: the checkout's paths
     (tmp_path / "myprofile").mkdir()
-    for configfile, profile, used in ((None, "myprofile", tmp_path / "myprofile"),
-                                      ("mine.yaml", "profiles/local", REPO / "profiles" / "local")):  # fmt: skip
-        evaluate_run.evaluate("humblebench", configfile=configfile, results_dir="out", release="release.jsonl",
-                              vlms=["tiny-qwen2.5-vl"], profile=profile)  # fmt: skip
+    for configfile, profile, used in (
+        (None, "myprofile", tmp_path / "myprofile"),
+        ("mine.yaml", "profiles/local", REPO / "profiles" / "local"),
+    ):
+        evaluate_run.evaluate(
+            "humblebench",
+            configfile=configfile,
+            results_dir="out",
+            release="release.jsonl",
+            vlms=["tiny-qwen2.5-vl"],
+            profile=profile,
+        )
         assert ran.pop() == (tmp_path / "out" / "evaluate_config.yaml", str(used), tmp_path)
         written = yaml.safe_load((tmp_path / "out" / "evaluate_config.yaml").read_text())
         assert written["results_dir"] == str(tmp_path / "out")
         assert written["humblebench"]["release"] == str(tmp_path / "release.jsonl")
         # The config's taxonomies are the checkout's, named absolute: the workflow runs in the results folder.
-        assert written["domains"] == {domain: entry | {"taxonomy": str(REPO / entry["taxonomy"])}
-                                      for domain, entry in tiny_config["domains"].items()}  # fmt: skip
+        assert written["domains"] == {
+            domain: entry | {"taxonomy": str(REPO / entry["taxonomy"])}
+            for domain, entry in tiny_config["domains"].items()
+        }
     # A name that is neither here nor a hub id is not looked for in the checkout.
     assert _evaluate_error(capsys, "humblebench", "--release", "nowhere.jsonl", "--vlm", "tiny-qwen2.5-vl") == (
         f"blindspot: error: --release nowhere.jsonl: no such file or folder in {tmp_path}"
     )
-    assert _evaluate_error(capsys, "humblebench", "--release", "release.jsonl", "--vlm", "tiny-qwen2.5-vl",
-                           "--results-dir", "pixel.png") == (
-        f"blindspot: error: --results-dir {tmp_path / 'pixel.png'}: not a folder"
-    )  # fmt: skip
+    assert _evaluate_error(
+        capsys, "humblebench", "--release", "release.jsonl", "--vlm", "tiny-qwen2.5-vl", "--results-dir", "pixel.png"
+    ) == (f"blindspot: error: --results-dir {tmp_path / 'pixel.png'}: not a folder")
 
 
-def test_compared_rows_come_first_and_a_compare_file_that_is_no_csv_stops_before_the_run(tmp_path, monkeypatch,
-                                                                                          capsys):  # fmt: skip
+def test_compared_rows_come_first_and_a_compare_file_that_is_no_csv_stops_before_the_run(tmp_path, monkeypatch, capsys):
     from blindspot.evaluate import run as evaluate_run
 
     monkeypatch.chdir(tmp_path)
@@ -247,10 +313,21 @@ def test_compared_rows_come_first_and_a_compare_file_that_is_no_csv_stops_before
     monkeypatch.setattr(evaluate_run, "result_table", lambda config, benchmark: new_rows)
     pd.DataFrame({"vlm": ["last-week"], "accuracy": [0.25]}).to_csv(tmp_path / "before.csv", index=False)
     (tmp_path / "no-vlm.csv").write_text("model,accuracy\nx,0.1\n")
-    args = ["humblebench", "--release", "release.jsonl", "--vlm", "tiny-qwen2.5-vl", "--results-dir", "out",
-            "--configfile", str(REPO / "config" / "tiny.yaml")]  # fmt: skip
-    for compare, problem in ((".", f"{tmp_path}: Is a directory"),
-                             ("pixel.png", f"--compare {tmp_path / 'pixel.png'}: not UTF-8 text")):  # fmt: skip
+    args = [
+        "humblebench",
+        "--release",
+        "release.jsonl",
+        "--vlm",
+        "tiny-qwen2.5-vl",
+        "--results-dir",
+        "out",
+        "--configfile",
+        str(REPO / "config" / "tiny.yaml"),
+    ]
+    for compare, problem in (
+        (".", f"{tmp_path}: Is a directory"),
+        ("pixel.png", f"--compare {tmp_path / 'pixel.png'}: not UTF-8 text"),
+    ):
         assert _evaluate_error(capsys, *args, "--compare", compare).startswith(f"blindspot: error: {problem}")
     (tmp_path / "no-label.jsonl").write_text(json.dumps({"question_id": "q1", "question": "?"}) + "\n")
     assert _evaluate_error(capsys, "humblebench", "--release", "no-label.jsonl", *args[3:]) == (

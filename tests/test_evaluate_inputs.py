@@ -46,8 +46,16 @@ def pairs_csv(folder: Path) -> Path:
 def release_jsonl(folder: Path, records: list[dict] | None = None) -> Path:
     """Three questions q0, q1, q2, each about its own image (p0.png, ...), or `records`."""
     if records is None:
-        records = [{"question_id": f"q{i}", "question": QUESTION, "label": "E", "type": "Object",
-                    "image": noise_png(folder / f"p{i}.png", i).name} for i in range(3)]  # fmt: skip
+        records = [
+            {
+                "question_id": f"q{i}",
+                "question": QUESTION,
+                "label": "E",
+                "type": "Object",
+                "image": noise_png(folder / f"p{i}.png", i).name,
+            }
+            for i in range(3)
+        ]
     (folder / "release.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
     return folder / "release.jsonl"
 
@@ -69,8 +77,11 @@ def refused(capsys, benchmark: str, source: Path, *more: str) -> str:
     from blindspot.cli import main
 
     options = ["--configfile", TINY, "--results-dir", "out", *more]
-    what = ["--dataset", str(source), "--metric", "clipscore"] if benchmark == "protobias" else [
-        "--release", str(source), "--vlm", VLM]  # fmt: skip
+    what = (
+        ["--dataset", str(source), "--metric", "clipscore"]
+        if benchmark == "protobias"
+        else ["--release", str(source), "--vlm", VLM]
+    )
     with pytest.raises(SystemExit) as exit_:
         main(["evaluate", benchmark, *what, *options])
     assert exit_.value.code == 2
@@ -78,8 +89,11 @@ def refused(capsys, benchmark: str, source: Path, *more: str) -> str:
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
     line = err.strip()
-    keywords = {"dataset": str(source), "metrics": ["clipscore"]} if benchmark == "protobias" else {
-        "release": str(source), "vlms": [VLM]}  # fmt: skip
+    keywords = (
+        {"dataset": str(source), "metrics": ["clipscore"]}
+        if benchmark == "protobias"
+        else {"release": str(source), "vlms": [VLM]}
+    )
     compare = [more[i + 1] for i, option in enumerate(more) if option == "--compare"]
     with pytest.raises(ConfigError) as error:
         blindspot.api.evaluate(benchmark, configfile=TINY, results_dir="out", compare=compare, **keywords)
@@ -113,8 +127,7 @@ BAD_IMAGES = {
 
 
 @pytest.mark.parametrize("bad", BAD_IMAGES)
-def test_a_bad_image_of_a_dataset_is_named_with_its_row_and_column_before_the_run(tmp_path, capsys, no_workflow,
-                                                                                   bad):  # fmt: skip
+def test_a_bad_image_of_a_dataset_is_named_with_its_row_and_column_before_the_run(tmp_path, capsys, no_workflow, bad):
     dataset = pairs_csv(tmp_path)
     spoil, problem = BAD_IMAGES[bad]
     spoil(tmp_path / "b1.png")
@@ -137,8 +150,13 @@ def test_a_bad_image_of_a_release_is_named_with_its_question_before_the_run(tmp_
 def test_an_image_that_comes_as_bytes_is_read_whole_too(tmp_path, capsys, no_workflow):
     """A parquet table holding its images (as `datasets` does): a cut-off one is named by its row."""
     images = [noise_png(tmp_path / f"i{i}.png", i).read_bytes() for i in range(2)]
-    rows = [{"neutral_prompt": "a cat", "image_corr": {"bytes": images[0], "path": None},
-             "image_adv": {"bytes": images[1][:300], "path": None}}]  # fmt: skip
+    rows = [
+        {
+            "neutral_prompt": "a cat",
+            "image_corr": {"bytes": images[0], "path": None},
+            "image_adv": {"bytes": images[1][:300], "path": None},
+        }
+    ]
     pd.DataFrame(rows).to_parquet(tmp_path / "pairs.parquet")
     assert refused(capsys, "protobias", tmp_path / "pairs.parquet") == (
         f"dataset {tmp_path / 'pairs.parquet'}, row 1 (image_adv): its image bytes: "
@@ -180,9 +198,11 @@ def test_a_malformed_row_of_a_dataset_is_named_with_its_row_and_column(tmp_path,
         "neutral_prompt,image_corr,image_adv,pair_id,seed\na cat,g0.png,b0.png,7,3\nb,g1.png,b1.png,8,x\n"
     )
     assert refused(capsys, "protobias", dataset) == f"dataset {dataset}, pair 8 (seed): str 'x', not a whole number"
-    lines = [{"neutral_prompt": "a cat", "image_corr": "g0.png", "image_adv": "b0.png"},
-             {"neutral_prompt": 5, "image_corr": "g1.png", "image_adv": "b1.png"},
-             {"neutral_prompt": "a dog", "image_corr": "g2.png"}]  # fmt: skip
+    lines = [
+        {"neutral_prompt": "a cat", "image_corr": "g0.png", "image_adv": "b0.png"},
+        {"neutral_prompt": 5, "image_corr": "g1.png", "image_adv": "b1.png"},
+        {"neutral_prompt": "a dog", "image_corr": "g2.png"},
+    ]
     table = tmp_path / "pairs.jsonl"
     table.write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert refused(capsys, "protobias", table) == f"dataset {table}, row 2 (neutral_prompt): int 5, not text"
@@ -195,14 +215,20 @@ def test_a_malformed_row_of_a_dataset_is_named_with_its_row_and_column(tmp_path,
 
 
 def test_a_malformed_record_of_a_release_is_named_with_its_question(tmp_path, capsys, no_workflow):
-    record = {"question_id": "q1", "question": QUESTION, "label": "E", "type": "Object",
-              "image": noise_png(tmp_path / "p.png", 0).name}  # fmt: skip
-    for change, problem in (({"label": 3}, "question q1: its label is int 3, not text"),
-                            ({"label": "Z"}, "question q1: label 'Z' is not one of its option letters"),
-                            ({"question": "What?"}, "question q1: no stem and lettered options in 'What?'"),
-                            ({"question_id": None}, "record 2's question_id is None, not text or a number"),
-                            ({"question_id": "q0"}, "question q0: given twice, by records 1 and 2 (counted from 1)"),
-                            ):  # fmt: skip
+    record = {
+        "question_id": "q1",
+        "question": QUESTION,
+        "label": "E",
+        "type": "Object",
+        "image": noise_png(tmp_path / "p.png", 0).name,
+    }
+    for change, problem in (
+        ({"label": 3}, "question q1: its label is int 3, not text"),
+        ({"label": "Z"}, "question q1: label 'Z' is not one of its option letters"),
+        ({"question": "What?"}, "question q1: no stem and lettered options in 'What?'"),
+        ({"question_id": None}, "record 2's question_id is None, not text or a number"),
+        ({"question_id": "q0"}, "question q0: given twice, by records 1 and 2 (counted from 1)"),
+    ):
         release = release_jsonl(tmp_path, [record | {"question_id": "q0"}, record | change])
         separator = ":" if problem.startswith("record") else ","
         assert refused(capsys, "humblebench", release) == f"release {release}{separator} {problem}"
@@ -220,11 +246,14 @@ def test_a_compare_file_that_is_not_the_tables_csv_stops_before_the_run(tmp_path
     )
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    (b"Method,Overall Acc\nCLIPScore,0.5", "cut short (its last row has no line end)"),
-    (b"vlm,setting\nx,original\n", "no column 'Method', so not the table the run writes"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00", "not UTF-8 text (invalid start byte)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"Method,Overall Acc\nCLIPScore,0.5", "cut short (its last row has no line end)"),
+        (b"vlm,setting\nx,original\n", "no column 'Method', so not the table the run writes"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "not UTF-8 text (invalid start byte)"),
+    ],
+)
 def test_a_table_the_run_left_that_is_not_its_table_is_named(tmp_path, monkeypatch, content, problem):
     """What the run leaves is read back: a table cut short, or another file in its place, is one line."""
     monkeypatch.chdir(tmp_path)
@@ -249,10 +278,25 @@ def test_the_command_prints_one_line_and_no_traceback(tmp_path):
     _cut(tmp_path / "g2.png")
     environment = os.environ | {"PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "blindspot.cli", "evaluate", "protobias", "--dataset", "pairs.csv", "--metric",
-         "clipscore", "--results-dir", "out"],
-        cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "blindspot.cli",
+            "evaluate",
+            "protobias",
+            "--dataset",
+            "pairs.csv",
+            "--metric",
+            "clipscore",
+            "--results-dir",
+            "out",
+        ],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2
     assert result.stderr == (
         f"blindspot: error: dataset {dataset}, row 3 (image_corr): {tmp_path / 'g2.png'}: "
@@ -270,9 +314,18 @@ def test_the_import_job_stops_with_the_same_line(tmp_path):
     _text(tmp_path / "g0.png")
     outputs = {name: [str(tmp_path / f"{name}.parquet")] for name in ("pairs", "triplets", "seeds")}
     with pytest.raises(SystemExit) as stopped:
-        run_step("import_dataset", source_copy=[str(dataset)], source=str(dataset), columns={}, n_seeds={"all": 3},
-                 benchmark=str(tmp_path / "b.parquet"), images=str(tmp_path / "images"),
-                 counters_out=str(tmp_path / "c.json"), limit=None, **outputs)  # fmt: skip
+        run_step(
+            "import_dataset",
+            source_copy=[str(dataset)],
+            source=str(dataset),
+            columns={},
+            n_seeds={"all": 3},
+            benchmark=str(tmp_path / "b.parquet"),
+            images=str(tmp_path / "images"),
+            counters_out=str(tmp_path / "c.json"),
+            limit=None,
+            **outputs,
+        )
     assert stopped.value.code == (
         f"dataset {dataset}, row 1 (image_corr): {tmp_path / 'g0.png'}: not an image (Pillow cannot identify it)"
     )
@@ -325,8 +378,9 @@ def test_a_failed_workflow_is_one_line_naming_the_job_its_reason_and_its_log(tmp
     snakemake_log.write_text(SNAKEMAKE_LOG.format(config=config, job_log=job_log))
     jobs = failed_jobs(snakemake_log.read_text(), tmp_path)
     assert [(job.rule, job.wildcards) for job in jobs] == [
-        ("make_humble_questions", ""), ("answer_humble", "vlm=tiny-qwen2.5-vl, setting=original, shard=00000")
-    ]  # fmt: skip
+        ("make_humble_questions", ""),
+        ("answer_humble", "vlm=tiny-qwen2.5-vl, setting=original, shard=00000"),
+    ]
     assert jobs[1].logs == (tmp_path / "logs" / "answer_humble" / "{vlm}.log",)  # relative: where Snakemake ran
     assert workflow_failure(config, tmp_path) == (
         f"the workflow's job make_humble_questions failed: its log {job_log} is missing; Snakemake's log: "
@@ -355,8 +409,7 @@ def test_a_failed_workflow_is_one_line_naming_the_job_its_reason_and_its_log(tmp
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_an_image_that_turns_bad_after_the_check_fails_its_job_and_the_command_says_why(tmp_path, monkeypatch,
-                                                                                          capsys):  # fmt: skip
+def test_an_image_that_turns_bad_after_the_check_fails_its_job_and_the_command_says_why(tmp_path, monkeypatch, capsys):
     """The workflow runs for real: the release's image, read whole before it started, is no image when the
     questions job reads it; the command's last line is that job's reason and its log."""
     from blindspot.cli import main
@@ -371,8 +424,20 @@ def test_an_image_that_turns_bad_after_the_check_fails_its_job_and_the_command_s
 
     monkeypatch.setattr(evaluate_run, "run_workflow", spoiled_then_run)
     with pytest.raises(SystemExit):
-        main(["evaluate", "humblebench", "--release", str(release), "--vlm", VLM, "--configfile", TINY,
-              "--results-dir", "out"])  # fmt: skip
+        main(
+            [
+                "evaluate",
+                "humblebench",
+                "--release",
+                str(release),
+                "--vlm",
+                VLM,
+                "--configfile",
+                TINY,
+                "--results-dir",
+                "out",
+            ]
+        )
     job_log = tmp_path / "out" / "logs" / "make_humble_questions" / "all.log"
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"blindspot: error: the workflow's job make_humble_questions failed: release {release}, question q1: "

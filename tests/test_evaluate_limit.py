@@ -20,7 +20,7 @@ LETTERED = "What is it?\nA. a cat\nB. a dog\nC. a cup\nD. a bag\nE. None of the 
 def _items(sizes: dict[str, int]) -> pd.DataFrame:
     return pd.DataFrame(
         [{"id": f"{stratum}-{i}", "kind": stratum} for stratum, size in sizes.items() for i in range(size)]
-    )  # fmt: skip
+    )
 
 
 def _sha(text: str) -> str:
@@ -56,11 +56,17 @@ def test_every_stratum_is_present_when_the_limit_allows_and_strata_are_column_co
     items = _items({"big": 97, "x": 1, "y": 1, "z": 1})
     assert set(stratified_sample(items, ["kind"], "id", 4)["kind"]) == {"big", "x", "y", "z"}
     assert len(stratified_sample(items, ["kind"], "id", 2)) == 2  # fewer rows than strata: the largest shares
-    two = pd.DataFrame({"id": [f"q{i}" for i in range(12)], "type": ["Object", "Relation"] * 6,
-                        "nota": [i % 3 == 0 for i in range(12)]})  # fmt: skip
+    two = pd.DataFrame(
+        {
+            "id": [f"q{i}" for i in range(12)],
+            "type": ["Object", "Relation"] * 6,
+            "nota": [i % 3 == 0 for i in range(12)],
+        }
+    )
     drawn = stratified_sample(two, ["type", "nota"], "id", 4)
-    assert set(zip(drawn["type"], drawn["nota"], strict=True)) == {(t, n) for t in ("Object", "Relation")
-                                                                    for n in (True, False)}  # fmt: skip
+    assert set(zip(drawn["type"], drawn["nota"], strict=True)) == {
+        (t, n) for t in ("Object", "Relation") for n in (True, False)
+    }
 
 
 def test_a_limit_at_or_above_the_items_is_every_item_and_no_sample():
@@ -96,10 +102,18 @@ def test_a_sampled_tables_csv_rows_and_captions_say_so(tmp_path):
 def _release(folder: Path, reverse: bool = False) -> str:
     """Six questions: three Object (two with NOTA the answer), two Attribute (one), one Relation."""
     Image.new("RGB", (8, 8), "red").save(folder / "img.png")
-    kinds = [("Object", "E"), ("Object", "E"), ("Object", "A"), ("Attribute", "E"), ("Attribute", "B"),
-             ("Relation", "C")]  # fmt: skip
-    records = [{"question_id": f"q{i}", "question": LETTERED, "type": kind, "label": label, "image": "img.png"}
-               for i, (kind, label) in enumerate(kinds)]  # fmt: skip
+    kinds = [
+        ("Object", "E"),
+        ("Object", "E"),
+        ("Object", "A"),
+        ("Attribute", "E"),
+        ("Attribute", "B"),
+        ("Relation", "C"),
+    ]
+    records = [
+        {"question_id": f"q{i}", "question": LETTERED, "type": kind, "label": label, "image": "img.png"}
+        for i, (kind, label) in enumerate(kinds)
+    ]
     path = folder / ("reversed.jsonl" if reverse else "release.jsonl")
     path.write_text("".join(json.dumps(record) + "\n" for record in (records[::-1] if reverse else records)))
     return str(path)
@@ -115,8 +129,13 @@ def test_humblebench_questions_are_sampled_by_type_and_nota_the_same_in_any_orde
     # five strata (Object and Attribute, each with NOTA the answer or not; Relation) for five rows: one each,
     # and of the two Object questions with NOTA the answer, the one whose id has the lower sha256
     strata = set(zip(frame["type"], frame["label"] == "E", strict=True))
-    assert strata == {("Object", True), ("Object", False), ("Attribute", True), ("Attribute", False),
-                      ("Relation", False)}  # fmt: skip
+    assert strata == {
+        ("Object", True),
+        ("Object", False),
+        ("Attribute", True),
+        ("Attribute", False),
+        ("Relation", False),
+    }
     assert set(frame["question_id"]) == {"q2", "q3", "q4", "q5", min("q0", "q1", key=_sha)}
     again, _ = collect_questions(
         _release(tmp_path, reverse=True), tmp_path / "images", None, {}, None, 7, None, None, 5
@@ -179,8 +198,22 @@ def test_limit_is_a_whole_number_and_reaches_the_config_evaluate_writes(tmp_path
     monkeypatch.setattr(evaluate_run, "run_workflow", lambda configfile, profile, cores: None)
     monkeypatch.setattr(evaluate_run, "result_table", lambda config, benchmark: pd.DataFrame({"vlm": ["v"]}))
     grey_image(tmp_path / "img.png", 128)
-    main(["evaluate", "humblebench", "--release", _release(tmp_path), "--vlm", "tiny-qwen2.5-vl", "--limit", "2",
-          "--results-dir", "out", "--configfile", str(REPO / "config" / "tiny.yaml")])  # fmt: skip
+    main(
+        [
+            "evaluate",
+            "humblebench",
+            "--release",
+            _release(tmp_path),
+            "--vlm",
+            "tiny-qwen2.5-vl",
+            "--limit",
+            "2",
+            "--results-dir",
+            "out",
+            "--configfile",
+            str(REPO / "config" / "tiny.yaml"),
+        ]
+    )
     written = yaml.safe_load((tmp_path / "out" / "evaluate_config.yaml").read_text())
     assert written["humblebench"]["limit"] == 2
 
@@ -202,8 +235,22 @@ def test_evaluate_protobias_with_a_limit_scores_only_the_sample_and_every_table_
     results = tmp_path / "evaluated"
     full_row = tmp_path / "full.csv"
     pd.DataFrame({"Method": ["CLIPScore"], "sample": ["all"]}).to_csv(full_row, index=False)
-    main(["evaluate", "protobias", "--dataset", str(dataset), "--metric", "clipscore", "--limit", "3",
-          "--results-dir", str(results), "--compare", str(full_row)])  # fmt: skip
+    main(
+        [
+            "evaluate",
+            "protobias",
+            "--dataset",
+            str(dataset),
+            "--metric",
+            "clipscore",
+            "--limit",
+            "3",
+            "--results-dir",
+            str(results),
+            "--compare",
+            str(full_row),
+        ]
+    )
     printed = capsys.readouterr().out
     config = yaml.safe_load((results / "evaluate_config.yaml").read_text())
     scored = [read_table(path, schemas.METRIC_SCORES) for path in targets.metric_score_targets(config)]
@@ -232,8 +279,14 @@ def test_evaluate_humblebench_with_a_limit_answers_only_the_sample_and_every_tab
     from blindspot.io import read_table
 
     results = tmp_path / "evaluated"
-    rows = evaluate("humblebench", release=_release(tmp_path), vlms=["tiny-qwen2.5-vl"], limit=2,
-                    settings=["original", "nota_only"], results_dir=str(results))  # fmt: skip
+    rows = evaluate(
+        "humblebench",
+        release=_release(tmp_path),
+        vlms=["tiny-qwen2.5-vl"],
+        limit=2,
+        settings=["original", "nota_only"],
+        results_dir=str(results),
+    )
     config = yaml.safe_load((results / "evaluate_config.yaml").read_text())
     # two of five strata: the largest (Object, NOTA the answer: q0 and q1) first, its lower sha256
     asked = set(read_table(targets.path(config, "humble_questions"), schemas.HUMBLE_QUESTIONS)["question_id"])

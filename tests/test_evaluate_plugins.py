@@ -55,13 +55,17 @@ def test_a_metric_without_a_model_passes_the_config_check_and_its_jobs_ask_for_n
     assert score_job(paper_config, "clipscore")["gpus"] == 1  # its model's
     # no `throughput:` entry for them: a model job's default time
     assert score_job(paper_config, "colours") == {
-        "gpus": 0, "threads": settings["cpu_threads"], "mem_mb": math.ceil(settings["base_mb"] + images_mb),
+        "gpus": 0,
+        "threads": settings["cpu_threads"],
+        "mem_mb": math.ceil(settings["base_mb"] + images_mb),
         "runtime": settings["runtime_default"],
-    }  # fmt: skip
+    }
     assert score_job(paper_config, "colours-gpu") == {
-        "gpus": 2, "threads": 2 * settings["threads_per_gpu"],
-        "mem_mb": math.ceil(settings["base_mb"] + 3 * 1024 + images_mb), "runtime": settings["runtime_default"],
-    }  # fmt: skip
+        "gpus": 2,
+        "threads": 2 * settings["threads_per_gpu"],
+        "mem_mb": math.ceil(settings["base_mb"] + 3 * 1024 + images_mb),
+        "runtime": settings["runtime_default"],
+    }
     assert job_env(paper_config, "score_metric", {"metric": "colours"}) == "vlm"
 
 
@@ -83,14 +87,20 @@ def test_the_plan_of_an_evaluation_with_model_free_metrics_asks_for_what_they_de
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        (model_free(resources={"gpus": 1, "memory": 2}),
-         r"colours\.resources\.memory': Additional properties are not allowed"),
-        (model_free(model="tiny-clip", resources={"gpus": 1}),
-         r"colours\.resources': only for a metric without `model`; its model's registry entry \('tiny-clip'\)"),
-        ({"plugin": "clip_similarity", "label": "CLIP", "family": "embedding"},
-         r"colours\.model': missing; clip_similarity loads a registry model"),
+        (
+            model_free(resources={"gpus": 1, "memory": 2}),
+            r"colours\.resources\.memory': Additional properties are not allowed",
+        ),
+        (
+            model_free(model="tiny-clip", resources={"gpus": 1}),
+            r"colours\.resources': only for a metric without `model`; its model's registry entry \('tiny-clip'\)",
+        ),
+        (
+            {"plugin": "clip_similarity", "label": "CLIP", "family": "embedding"},
+            r"colours\.model': missing; clip_similarity loads a registry model",
+        ),
     ],
-)  # fmt: skip
+)
 def test_resources_go_with_no_model_and_a_built_in_plug_in_needs_its_model(local_plugin, entry, message, tiny_config):
     tiny_config["evaluation"]["metrics"]["colours"] = entry
     with pytest.raises(ConfigError, match=rf"^config key 'evaluation\.metrics\.{message}") as error:
@@ -123,9 +133,13 @@ def test_metric_entries_take_none_or_a_class_that_says_it_loads_no_model(local_p
     # ColourShare twice, by one name: the later entry (@none) is the same as the class's
     assert chosen == {
         "colourshare": {"plugin": PLUGIN, "label": PLUGIN, "family": "embedding"},
-        "gpucolours": {"plugin": gpu_plugin, "resources": {"gpus": 1, "weights_gb": 2.5}, "label": gpu_plugin,
-                       "family": "embedding"},
-    }  # fmt: skip
+        "gpucolours": {
+            "plugin": gpu_plugin,
+            "resources": {"gpus": 1, "weights_gb": 2.5},
+            "label": gpu_plugin,
+            "family": "embedding",
+        },
+    }
     assert metric_entries(tiny_config, [f"{PLUGIN}@none"])["colourshare"] == chosen["colourshare"]
     # @none reads nothing of the plug-in: a module that is not there yet is fine until its job
     assert "model" not in metric_entries(tiny_config, ["not_here:Metric@none"])["metric"]
@@ -136,8 +150,11 @@ def test_metric_entries_take_none_or_a_class_that_says_it_loads_no_model(local_p
         "--metric modelled:Scorer: name the plug-in's model as modelled:Scorer@MODEL (a registry name), or "
         "modelled:Scorer@none if it loads none; its class does not say `registry_model = False`"
     )
-    with pytest.raises(ConfigError, match=r"^--metric not_here:Metric: name the plug-in's model as .*@none if it "
-                       r"loads none \('not_here:Metric': cannot import module 'not_here'"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^--metric not_here:Metric: name the plug-in's model as .*@none if it "
+        r"loads none \('not_here:Metric': cannot import module 'not_here'",
+    ):
         metric_entries(tiny_config, ["not_here:Metric"])
 
 
@@ -184,9 +201,12 @@ def test_a_metric_that_needs_what_only_a_job_has_is_refused_in_one_line_before_i
     )
     config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text()) | {"results_dir": str(tmp_path / "results")}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(ConfigError, match=r"^metric protoscore: scores with the workflow's trained ProtoScore, "
-                       f"{tmp_path}/results/protoscore/trained, which is not there: run the workflow's "
-                       "train_protoscore first$"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^metric protoscore: scores with the workflow's trained ProtoScore, "
+        f"{tmp_path}/results/protoscore/trained, which is not there: run the workflow's "
+        "train_protoscore first$",
+    ):
         blindspot.api.Scorer("protoscore", configfile=str(tmp_path / "config.yaml"))
 
 
@@ -198,18 +218,36 @@ def test_in_memory_scores_equal_the_score_metric_jobs(tiny_config, tmp_path):
     results = tmp_path / "results"
     tiny_config["results_dir"] = str(results)
     tiny_config["evaluation"]["metrics"] = {
-        "clip-cosine": {"plugin": "clip_similarity", "model": "tiny-clip", "label": "CLIP cosine",
-                        "family": "embedding", "args": {"weight": 2.5}},
-    }  # fmt: skip
+        "clip-cosine": {
+            "plugin": "clip_similarity",
+            "model": "tiny-clip",
+            "label": "CLIP cosine",
+            "family": "embedding",
+            "args": {"weight": 2.5},
+        },
+    }
     configfile = tmp_path / "config.yaml"
     configfile.write_text(yaml.safe_dump(tiny_config))
     domain = next(iter(tiny_config["domains"]))
     write_benchmark_inputs(results, domain, tiny_config["seed"], tiny_config["benchmark"]["test_fraction"])
     subprocess.run(
-        [sys.executable, "-m", "blindspot.steps", "run", "score_metric", "--configfile", str(configfile),
-         f"domain={domain}", "metric=clip-cosine", "shard=00000"],
-        cwd=REPO, check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "blindspot.steps",
+            "run",
+            "score_metric",
+            "--configfile",
+            str(configfile),
+            f"domain={domain}",
+            "metric=clip-cosine",
+            "shard=00000",
+        ],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     job = read_table(results / domain / "metric_scores" / "clip-cosine" / "00000.parquet", schemas.METRIC_SCORES)
     score = blindspot.api.Scorer("clip-cosine", configfile=str(configfile))
     images = [results / domain / "corr.png", solid(BLUE)]  # a path, and the adversarial image in memory
@@ -230,9 +268,13 @@ def usage_block() -> str:
 def test_the_usage_pages_in_memory_example_runs_as_written(tmp_path):
     """The example as a notebook runs it: a fresh Python, in a folder of its own, on config/tiny.yaml's clipscore."""
     shown = subprocess.run(
-        [sys.executable, "-c", usage_block()], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        [sys.executable, "-c", usage_block()],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env=os.environ | {"PYTHONPATH": str(REPO / "src")},
-    )  # fmt: skip
+    )
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[0].split() == ["prompt", "raw", "score"]
@@ -249,11 +291,26 @@ def test_evaluate_scores_a_class_that_loads_no_model_without_at_model(local_plug
     results = tmp_path / "evaluated"
     path = os.pathsep.join([str(local_plugin), os.environ.get("PYTHONPATH", "")])
     shown = subprocess.run(
-        [sys.executable, "-m", "blindspot.cli", "evaluate", "protobias", "--dataset", str(dataset),
-         "--metric", PLUGIN, "--results-dir", str(results)],
-        cwd=tmp_path, check=True, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path},
+        [
+            sys.executable,
+            "-m",
+            "blindspot.cli",
+            "evaluate",
+            "protobias",
+            "--dataset",
+            str(dataset),
+            "--metric",
+            PLUGIN,
+            "--results-dir",
+            str(results),
+        ],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PYTHONPATH": path},
         timeout=1200,
-    ).stdout  # fmt: skip
+    ).stdout
     assert PLUGIN in shown
     table = pd.read_csv(results / "tables" / "table3_metrics.csv").set_index("Method")
     assert table.loc[PLUGIN, "Overall Acc."] == pytest.approx(test["right"].sum() / len(test))

@@ -46,10 +46,13 @@ def test_a_notebook_scores_a_sample_with_a_model_free_plug_in_and_reads_its_reco
     cut(tmp_path / "broken" / "b1.png")
     path = os.pathsep.join([str(local_plugin), os.environ.get("PYTHONPATH", "")])
     ran = subprocess.run(
-        [sys.executable, "-c", NOTEBOOK.format(plugin=PLUGIN), str(dataset), str(broken)], cwd=tmp_path,
+        [sys.executable, "-c", NOTEBOOK.format(plugin=PLUGIN), str(dataset), str(broken)],
+        cwd=tmp_path,
         capture_output=True,
-        text=True, env=os.environ | {"PYTHONPATH": path}, timeout=1200,
-    )  # fmt: skip
+        text=True,
+        env=os.environ | {"PYTHONPATH": path},
+        timeout=1200,
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     found = json.loads(ran.stdout.splitlines()[-1])
     assert found["sample"][PLUGIN] == f"3 of {len(test)} pairs"  # (the family's title row has one too)

@@ -27,27 +27,65 @@ from blindspot.protobias.records import pair_records
 def benchmark_pairs() -> pd.DataFrame:
     """Five test pairs and one train pair, in the benchmark pairs' columns."""
     rows = []
-    for pair_id, split, knob in (("p1", "test", "count"), ("p2", "test", "colour"), ("p3", "test", "count"),
-                                 ("p4", "test", None), ("p5", "test", "scale"), ("p0", "train", "count")):  # fmt: skip
+    for pair_id, split, knob in (
+        ("p1", "test", "count"),
+        ("p2", "test", "colour"),
+        ("p3", "test", "count"),
+        ("p4", "test", None),
+        ("p5", "test", "scale"),
+        ("p0", "train", "count"),
+    ):
         row = dict.fromkeys(schemas.BENCHMARK_PAIRS.names, "")
-        rows.append(row | {"pair_id": pair_id, "split": split, "knob": knob, "domain": "animals", "seed": 1,
-                           "min_corr_score": 9.0, "min_adv_score": 9.0, "corr_path": f"/img/{pair_id}_corr.png",
-                           "adv_path": f"/img/{pair_id}_adv.png"})  # fmt: skip
+        rows.append(
+            row
+            | {
+                "pair_id": pair_id,
+                "split": split,
+                "knob": knob,
+                "domain": "animals",
+                "seed": 1,
+                "min_corr_score": 9.0,
+                "min_adv_score": 9.0,
+                "corr_path": f"/img/{pair_id}_corr.png",
+                "adv_path": f"/img/{pair_id}_adv.png",
+            }
+        )
     return pd.DataFrame(rows, columns=schemas.BENCHMARK_PAIRS.names)
 
 
 def metric_scores() -> pd.DataFrame:
     """clip: right on p1, a tie on p2, wrong on p3 (by 0.6) and p5 (by 0.1), no score for p4, and a train
     pair's score; pick: right on every test pair."""
-    clip = {"p1": (0.9, 0.1), "p2": (0.5, 0.5), "p3": (0.2, 0.8), "p4": (np.nan, 0.3), "p5": (0.4, 0.5),
-            "p0": (0.9, 0.1)}  # fmt: skip
+    clip = {
+        "p1": (0.9, 0.1),
+        "p2": (0.5, 0.5),
+        "p3": (0.2, 0.8),
+        "p4": (np.nan, 0.3),
+        "p5": (0.4, 0.5),
+        "p0": (0.9, 0.1),
+    }
     pick = {f"p{i}": (1.0, 0.0) for i in range(1, 6)}
-    return pd.DataFrame([
-        {"pair_id": pair, "domain": "animals", "metric": metric, "model_id": f"org/{metric}", "model_revision": "r",
-         "prompt": f"a bird {pair}", "corr_raw": c * 10, "adv_raw": a * 10, "corr_score": c, "adv_score": a,
-         "corr_detail": "", "adv_detail": "no answer" if np.isnan(c) else ""}
-        for metric, values in (("clip", clip), ("pick", pick)) for pair, (c, a) in values.items()
-    ], columns=schemas.METRIC_SCORES.names)  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "pair_id": pair,
+                "domain": "animals",
+                "metric": metric,
+                "model_id": f"org/{metric}",
+                "model_revision": "r",
+                "prompt": f"a bird {pair}",
+                "corr_raw": c * 10,
+                "adv_raw": a * 10,
+                "corr_score": c,
+                "adv_score": a,
+                "corr_detail": "",
+                "adv_detail": "no answer" if np.isnan(c) else "",
+            }
+            for metric, values in (("clip", clip), ("pick", pick))
+            for pair, (c, a) in values.items()
+        ],
+        columns=schemas.METRIC_SCORES.names,
+    )
 
 
 def test_a_pair_record_s_decision_is_table3_s():
@@ -97,8 +135,11 @@ def test_the_written_records_are_json_lines_that_read_back_failures_first(protob
     assert records.attrs["benchmark"] == "protobias"
     # clip's failures, the worst first and the unscored last among them, then the right ones, narrowest first
     assert list(zip(records["metric"], records["pair_id"], strict=True))[:4] == [
-        ("clip", "p3"), ("clip", "p5"), ("clip", "p2"), ("clip", "p4")
-    ]  # fmt: skip
+        ("clip", "p3"),
+        ("clip", "p5"),
+        ("clip", "p2"),
+        ("clip", "p4"),
+    ]
     assert not records["correct"].head(4).any()
     assert records["correct"].tail(6).all()
     assert records["margin"].tail(6).is_monotonic_increasing
@@ -151,7 +192,7 @@ def questions() -> pd.DataFrame:
         }
         for q in ("q1", "q2")
     ]
-    return pd.DataFrame(rows, columns=schemas.HUMBLE_QUESTIONS.names)  # fmt: skip
+    return pd.DataFrame(rows, columns=schemas.HUMBLE_QUESTIONS.names)
 
 
 def humble_answers() -> pd.DataFrame:
@@ -161,17 +202,36 @@ def humble_answers() -> pd.DataFrame:
     probabilities = json.dumps([0.6, 0.1, 0.1, 0.1, 0.1])
     rows = []
     for setting, question, text, logits, options, shown in (
-        ("original", "q1", "A", "A", FIVE, FIVE_SHOWN), ("original", "q2", "The answer is B.", "A", FIVE, FIVE_SHOWN),
-        ("nota_only", "q1", "B or C", "E", GAP, GAP_SHOWN), ("nota_only", "q2", "C", "A", GAP, GAP_SHOWN),
-    ):  # fmt: skip
+        ("original", "q1", "A", "A", FIVE, FIVE_SHOWN),
+        ("original", "q2", "The answer is B.", "A", FIVE, FIVE_SHOWN),
+        ("nota_only", "q1", "B or C", "E", GAP, GAP_SHOWN),
+        ("nota_only", "q2", "C", "A", GAP, GAP_SHOWN),
+    ):
         label = "A" if setting == "original" else "E"
-        rows.append({
-            "question_id": question, "vlm": "vlm-a", "model_id": "org/vlm-a", "model_revision": "", "setting": setting,
-            "type": "Object", "options": options, "label": label, "nota": "E", "letter_map": shown,
-            "noise_image": False, "letter_probabilities": probabilities if setting == "original" else "[null, null, "
-            "null, null]", "letter_mass": 1.0, "prediction_logits": logits, "text": text,
-            "prediction_text": "Z", "reasoning": "", "stopped": True, "cut_off": False, "template_version": "v1",
-        })  # fmt: skip
+        rows.append(
+            {
+                "question_id": question,
+                "vlm": "vlm-a",
+                "model_id": "org/vlm-a",
+                "model_revision": "",
+                "setting": setting,
+                "type": "Object",
+                "options": options,
+                "label": label,
+                "nota": "E",
+                "letter_map": shown,
+                "noise_image": False,
+                "letter_probabilities": probabilities if setting == "original" else "[null, null, null, null]",
+                "letter_mass": 1.0,
+                "prediction_logits": logits,
+                "text": text,
+                "prediction_text": "Z",
+                "reasoning": "",
+                "stopped": True,
+                "cut_off": False,
+                "template_version": "v1",
+            }
+        )
     return pd.DataFrame(rows, columns=schemas.HUMBLE_ANSWERS.names)
 
 
@@ -205,8 +265,13 @@ def humble_file(tmp_path):
     write_table(tmp_path / "answers.parquet", humble_answers(), schemas.HUMBLE_ANSWERS)
     write_table(tmp_path / "questions.parquet", questions(), schemas.HUMBLE_QUESTIONS)
     out = tmp_path / "humblebench_records.jsonl"
-    write_humble_records(answers=[str(tmp_path / "answers.parquet")], questions=str(tmp_path / "questions.parquet"),
-                         reading="text", parser_version=PARSER_VERSION, out=str(out))  # fmt: skip
+    write_humble_records(
+        answers=[str(tmp_path / "answers.parquet")],
+        questions=str(tmp_path / "questions.parquet"),
+        reading="text",
+        parser_version=PARSER_VERSION,
+        out=str(out),
+    )
     return out
 
 
@@ -215,8 +280,9 @@ def test_show_lists_wrong_then_unreadable_then_right_answers(humble_file, capsys
     assert records.attrs["benchmark"] == "humblebench"
     assert records["outcome"].tolist() == ["wrong", "wrong", "unreadable", "right"]
     assert list(zip(records["setting"], records["question_id"], strict=True))[:2] == [
-        ("original", "q2"), ("nota_only", "q2")
-    ]  # fmt: skip
+        ("original", "q2"),
+        ("nota_only", "q2"),
+    ]
     lines = _show(capsys, humble_file, "--failures")
     assert lines[:2] == [
         "vlm-a, original: 1 of 2 answers failed (1 wrong, 0 unreadable)",
@@ -243,17 +309,23 @@ def _error(capsys, *args):
 def test_a_file_that_is_no_records_file_is_one_line_naming_it_and_the_line(protobias_file, tmp_path, capsys):
     good = protobias_file.read_text().splitlines()
     cases = {
-        "not_json.jsonl": (good[0] + "\n{oops\n", "line 2 is not JSON (Expecting property name enclosed in double "
-                           "quotes: column 2)"),
+        "not_json.jsonl": (
+            good[0] + "\n{oops\n",
+            "line 2 is not JSON (Expecting property name enclosed in double quotes: column 2)",
+        ),
         "answers.jsonl": ('{"question_id": "q1", "prediction": "A"}\n', "line 1 lacks the field(s) vlm, setting, type"),
         "mixed.jsonl": (good[0] + "\n" + json.dumps({"metric": "clip"}) + "\n", "line 2 lacks the field(s) pair_id"),
-        "typed.jsonl": (json.dumps(json.loads(good[0]) | {"correct": "yes"}) + "\n",
-                        "line 1 field correct holds 'yes', not a boolean"),
-        "nulled.jsonl": (json.dumps(json.loads(good[0]) | {"prompt": None}) + "\n",
-                         "line 1 field prompt holds None, not a string"),
+        "typed.jsonl": (
+            json.dumps(json.loads(good[0]) | {"correct": "yes"}) + "\n",
+            "line 1 field correct holds 'yes', not a boolean",
+        ),
+        "nulled.jsonl": (
+            json.dumps(json.loads(good[0]) | {"prompt": None}) + "\n",
+            "line 1 field prompt holds None, not a string",
+        ),
         "list.jsonl": ("[1, 2]\n", "line 1 is not a JSON object"),
         "empty.jsonl": ("\n", "no records (an empty file)"),
-    }  # fmt: skip
+    }
     for name, (text, problem) in cases.items():
         (tmp_path / name).write_text(text)
         lines = _error(capsys, "--show", tmp_path / name)
@@ -306,8 +378,23 @@ def test_evaluate_writes_a_record_per_scored_pair_whose_decisions_give_table3(ex
     base = tiny | {"resources_dir": built_config["resources_dir"]}
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     results = tmp_path / "out"
-    assert main(["evaluate", "protobias", "--dataset", str(dataset), "--metric", "clipscore", "--results-dir",
-                 str(results), "--configfile", str(tmp_path / "base.yaml")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "evaluate",
+                "protobias",
+                "--dataset",
+                str(dataset),
+                "--metric",
+                "clipscore",
+                "--results-dir",
+                str(results),
+                "--configfile",
+                str(tmp_path / "base.yaml"),
+            ]
+        )
+        == 0
+    )
     path = results / "tables" / "protobias_records.jsonl"
     assert capsys.readouterr().out.splitlines()[-1] == f"per-item records: {path} (blindspot evaluate --show FILE)"
     records = read_records(path)

@@ -31,8 +31,9 @@ def test_two_evaluations_with_their_own_results_folders_run_at_once_and_both_fin
     by_command, by_python = side_by_side
     pd.testing.assert_frame_equal(table(by_command), table(by_python))
     printed = (by_python.parent / "python.out").read_text().splitlines()
-    assert [line.split() for line in printed if "nota_hit" in line] == [["vlm", "setting", "reading", "overall",
-                                                                         "nota_hit"]]  # fmt: skip
+    assert [line.split() for line in printed if "nota_hit" in line] == [
+        ["vlm", "setting", "reading", "overall", "nota_hit"]
+    ]
     for results in side_by_side:  # each folder holds its own Snakemake state; the checkout's is not used
         assert list((results / ".snakemake" / "metadata").iterdir())
         assert json.loads((results / "tables" / "evaluate_humblebench.json").read_text())["vlms"]
@@ -47,13 +48,20 @@ def test_a_killed_evaluate_runs_again_with_the_same_command_and_does_no_finished
     a job runs. The same command then finds the stale lock, goes on, and gives the uninterrupted run's table."""
     results = tmp_path / "killed"
     # its own session: the kill reaches the command, Snakemake and the running job, as a closed terminal's would
-    run = subprocess.Popen(evaluate_humblebench(humble_release, results), cwd=tmp_path, start_new_session=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    run = subprocess.Popen(
+        evaluate_humblebench(humble_release, results),
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     answers, deadline = results / "benchmarks" / "answer_humble", time.monotonic() + 900
     while True:  # an answer job done, and the next one started (its log is there) and not done
         done = {path.relative_to(answers).with_suffix("") for path in answers.rglob("*.tsv")}
-        started = {path.relative_to(results / "logs" / "answer_humble").with_suffix("")
-                   for path in (results / "logs" / "answer_humble").rglob("*.log")}  # fmt: skip
+        started = {
+            path.relative_to(results / "logs" / "answer_humble").with_suffix("")
+            for path in (results / "logs" / "answer_humble").rglob("*.log")
+        }
         if done and started - done:
             break
         assert run.poll() is None, "the run ended before a job could be cut off"
@@ -93,8 +101,13 @@ def test_the_written_config_names_the_checkouts_files_so_the_run_starts_in_its_r
 
     monkeypatch.chdir(tmp_path)
     grey_image(tmp_path / "pixel.png", 128)
-    record = {"question_id": "q1", "label": "E", "type": "Object", "image": "pixel.png",
-              "question": "What is it?\nA. a\nB. b\nC. c\nD. d\nE. None of the above"}  # fmt: skip
+    record = {
+        "question_id": "q1",
+        "label": "E",
+        "type": "Object",
+        "image": "pixel.png",
+        "question": "What is it?\nA. a\nB. b\nC. c\nD. d\nE. None of the above",
+    }
     (tmp_path / "release.jsonl").write_text(json.dumps(record) + "\n")
     ran = []
     monkeypatch.setattr(evaluate_run, "run_workflow", lambda configfile, profile, cores: ran.append(configfile))

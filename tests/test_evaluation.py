@@ -39,11 +39,22 @@ METRICS = {
 def score_rows(metric, values):
     """values: {pair_id: (corr_raw, adv_raw)}."""
     return [
-        {"pair_id": p, "domain": "", "metric": metric, "model_id": f"org/{metric}", "model_revision": "r1",
-         "prompt": "a cat", "corr_raw": c, "adv_raw": a, "corr_score": c, "adv_score": a, "corr_detail": "",
-         "adv_detail": ""}
+        {
+            "pair_id": p,
+            "domain": "",
+            "metric": metric,
+            "model_id": f"org/{metric}",
+            "model_revision": "r1",
+            "prompt": "a cat",
+            "corr_raw": c,
+            "adv_raw": a,
+            "corr_score": c,
+            "adv_score": a,
+            "corr_detail": "",
+            "adv_detail": "",
+        }
         for p, (c, a) in values.items()
-    ]  # fmt: skip
+    ]
 
 
 def bench():
@@ -57,8 +68,18 @@ def bench():
         ("p6", "objects", "sana", "material", "tools"),
     ]
     pairs = pd.DataFrame(rows, columns=["pair_id", "domain", "t2i", "knob", "subcategory"]).assign(split="test")
-    train = pd.DataFrame([{"pair_id": "p0", "domain": "animals", "t2i": "flux", "knob": "color",
-                           "subcategory": "birds", "split": "train"}])  # fmt: skip
+    train = pd.DataFrame(
+        [
+            {
+                "pair_id": "p0",
+                "domain": "animals",
+                "t2i": "flux",
+                "knob": "color",
+                "subcategory": "birds",
+                "split": "train",
+            }
+        ]
+    )
     return pd.concat([pairs, train], ignore_index=True)
 
 
@@ -178,9 +199,13 @@ def test_human_choices_csv_is_validated(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "problem"),
-    [*UNREADABLE_CSVS, pytest.param(b"pair_id,vote\np1,corr\n", "missing column(s) ['choice']; expected pair_id,choice",
-                                    id="missing-column")],
-)  # fmt: skip
+    [
+        *UNREADABLE_CSVS,
+        pytest.param(
+            b"pair_id,vote\np1,corr\n", "missing column(s) ['choice']; expected pair_id,choice", id="missing-column"
+        ),
+    ],
+)
 def test_an_unreadable_human_choices_file_is_one_line_naming_it(tmp_path, content, problem):
     assert_one_line_error(read_human_choices, tmp_path / "humans.csv", content, problem)
 
@@ -197,9 +222,12 @@ def test_breakdown_groups_and_counts():
     clip = out[out["metric"] == "clip"].set_index(["breakdown", "group"])
     groups = {b: list(clip.loc[b].index) for b in ("overall", "domain", "knob", "t2i", "subcategory")}
     assert groups == {
-        "overall": ["all"], "domain": ["animals", "objects"], "knob": ["color", "material", "pose"],
-        "t2i": ["flux", "sana"], "subcategory": ["birds", "cats", "tools"],
-    }  # fmt: skip
+        "overall": ["all"],
+        "domain": ["animals", "objects"],
+        "knob": ["color", "material", "pose"],
+        "t2i": ["flux", "sana"],
+        "subcategory": ["birds", "cats", "tools"],
+    }
     assert clip.loc[("overall", "all"), ["n", "accuracy", "n_unscored"]].tolist() == [6, 2 / 6, 2]
     assert clip.loc[("domain", "animals"), ["n", "accuracy"]].tolist() == [3, 1 / 3]  # p1 right, p2 tie, p3 NaN
     assert clip.loc[("domain", "objects"), ["n", "accuracy"]].tolist() == [3, 1 / 3]  # p4 right, p5 wrong, p6 missing
@@ -250,8 +278,15 @@ def test_table3_layout_and_files(tmp_path):
     out = accuracy_breakdown(scores(), bench(), ["clip", "pick"], humans(), breakdowns=["overall", "domain"])
     table = table3(out, METRICS, domains=["animals", "objects"])
     assert list(table.columns) == [
-        "Method", "Animals κ", "Animals Acc.", "Objects κ", "Objects Acc.", "Overall κ", "Overall Acc.",
-    ]  # fmt: skip
+        "Method",
+        "Animals κ",
+        "Animals Acc.",
+        "Objects κ",
+        "Objects Acc.",
+        "Overall κ",
+        "Overall Acc.",
+    ]
+    # blip has no scores: left out
     assert table["Method"].tolist() == [
         HUMAN_FAMILY,
         "Human",
@@ -259,7 +294,7 @@ def test_table3_layout_and_files(tmp_path):
         "CLIPScore",
         "Human-feedback-based reward metrics",
         "PickScore",
-    ]  # fmt: skip  (blip has no scores: left out)
+    ]
     assert (table.iloc[[0, 2, 4], 1:] == "").all().all()
     clip = table.set_index("Method").loc["CLIPScore"]
     assert clip["Animals Acc."] == pytest.approx(1 / 3)
@@ -347,8 +382,12 @@ def test_table3_is_on_the_annotated_pairs_with_labels_and_says_whole_split_witho
 
     arguments = table3_inputs(tmp_path)
     split = [str(tmp_path / f"split.{ext}") for ext in ("csv", "md", "tex")]
-    make_table3(human_choices=[str(tmp_path / "humans.csv")], human_row=[str(tmp_path / "row.json")],
-                test_split=split, **arguments)  # fmt: skip
+    make_table3(
+        human_choices=[str(tmp_path / "humans.csv")],
+        human_row=[str(tmp_path / "row.json")],
+        test_split=split,
+        **arguments,
+    )
     table = pd.read_csv(arguments["csv"]).set_index("Method")
     # p1-p5 are annotated, p6 is not: clip is right on p1 and p4 of them
     assert table.loc["CLIPScore", "Overall Acc."] == pytest.approx(2 / 5)

@@ -40,8 +40,14 @@ def whole(layout: str = "transformers", **fields) -> hub.HubModel:
 def test_a_transformers_repository_gives_configs_tokenizer_and_the_shards_its_safetensors_index_names():
     chosen = select(whole(), transformers_repo(3))
     shards = [f"model-{i:05d}-of-00003.safetensors" for i in (1, 2, 3)]
-    assert set(chosen.files) == {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                                 "model.safetensors.index.json", *shards}  # fmt: skip
+    assert set(chosen.files) == {
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "model.safetensors.index.json",
+        *shards,
+    }
     assert chosen.lacking == ()
 
 
@@ -53,11 +59,20 @@ def test_a_shard_the_index_names_and_the_listing_lacks_is_reported():
 
 def test_safetensors_win_over_bin_and_variants_or_original_releases_are_never_read():
     base = {"config.json": b"{}", "tokenizer.model": b"spm"}
-    every = base | {"model.safetensors": b"s", "pytorch_model.bin": b"b", "model.fp16.safetensors": b"h",
-                    "consolidated.safetensors": b"c", "tf_model.h5": b"t", "model.gguf": b"g"}  # fmt: skip
+    every = base | {
+        "model.safetensors": b"s",
+        "pytorch_model.bin": b"b",
+        "model.fp16.safetensors": b"h",
+        "consolidated.safetensors": b"c",
+        "tf_model.h5": b"t",
+        "model.gguf": b"g",
+    }
     assert select(whole(), every).files == ("config.json", "tokenizer.model", "model.safetensors")
-    assert select(whole(), base | {"pytorch_model.bin": b"b"}).files == ("config.json", "tokenizer.model",
-                                                                          "pytorch_model.bin")  # fmt: skip
+    assert select(whole(), base | {"pytorch_model.bin": b"b"}).files == (
+        "config.json",
+        "tokenizer.model",
+        "pytorch_model.bin",
+    )
     assert select(whole(), base).lacking[0].startswith("weights in the top folder")
     assert select(whole(), {"model.safetensors": b"s"}).lacking == ("config.json",)
 
@@ -69,12 +84,21 @@ def test_python_files_only_for_a_model_that_runs_remote_code():
 
 
 def test_a_diffusers_pipeline_gives_its_components_not_the_single_file_release():
-    index = {"weight_map": {"a": "diffusion_pytorch_model-00001-of-00002.safetensors",
-                            "b": "diffusion_pytorch_model-00002-of-00002.safetensors"}}  # fmt: skip
-    model_index = {"_class_name": "FluxPipeline", "_diffusers_version": "0.30.0",
-                   "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
-                   "text_encoder": ["transformers", "CLIPTextModel"], "tokenizer": ["transformers", "CLIPTokenizer"],
-                   "transformer": ["diffusers", "FluxTransformer2DModel"], "image_encoder": [None, None]}  # fmt: skip
+    index = {
+        "weight_map": {
+            "a": "diffusion_pytorch_model-00001-of-00002.safetensors",
+            "b": "diffusion_pytorch_model-00002-of-00002.safetensors",
+        }
+    }
+    model_index = {
+        "_class_name": "FluxPipeline",
+        "_diffusers_version": "0.30.0",
+        "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+        "text_encoder": ["transformers", "CLIPTextModel"],
+        "tokenizer": ["transformers", "CLIPTokenizer"],
+        "transformer": ["diffusers", "FluxTransformer2DModel"],
+        "image_encoder": [None, None],
+    }
     files = {
         "model_index.json": json.dumps(model_index).encode(),
         "flux1-schnell.safetensors": b"the single-file release",
@@ -92,12 +116,17 @@ def test_a_diffusers_pipeline_gives_its_components_not_the_single_file_release()
     }
     chosen = select(whole("diffusers"), files)
     assert set(chosen.files) == {
-        "model_index.json", "scheduler/scheduler_config.json", "text_encoder/config.json",
-        "text_encoder/model.safetensors", "tokenizer/vocab.json", "tokenizer/merges.txt", "transformer/config.json",
+        "model_index.json",
+        "scheduler/scheduler_config.json",
+        "text_encoder/config.json",
+        "text_encoder/model.safetensors",
+        "tokenizer/vocab.json",
+        "tokenizer/merges.txt",
+        "transformer/config.json",
         "transformer/diffusion_pytorch_model.safetensors.index.json",
         "transformer/diffusion_pytorch_model-00001-of-00002.safetensors",
         "transformer/diffusion_pytorch_model-00002-of-00002.safetensors",
-    }  # fmt: skip
+    }
     assert chosen.lacking == ()
     without_encoder = {path: content for path, content in files.items() if not path.startswith("text_encoder/")}
     assert select(whole("diffusers"), without_encoder).lacking == ("text_encoder/",)
@@ -106,12 +135,26 @@ def test_a_diffusers_pipeline_gives_its_components_not_the_single_file_release()
 def test_a_sentence_transformer_gives_its_modules_folders_and_the_transformers_weights():
     kinds = {"": "Transformer", "1_Pooling": "Pooling", "2_Normalize": "Normalize"}
     modules = [{"path": path, "type": f"sentence_transformers.models.{kind}"} for path, kind in kinds.items()]
-    files = {"modules.json": json.dumps(modules).encode(), "config.json": b"{}", "vocab.txt": b"",
-             "sentence_bert_config.json": b"{}", "model.safetensors": b"s", "pytorch_model.bin": b"b",
-             "1_Pooling/config.json": b"{}", "onnx/model.onnx": b"o", "onnx/config.json": b"{}"}  # fmt: skip
+    files = {
+        "modules.json": json.dumps(modules).encode(),
+        "config.json": b"{}",
+        "vocab.txt": b"",
+        "sentence_bert_config.json": b"{}",
+        "model.safetensors": b"s",
+        "pytorch_model.bin": b"b",
+        "1_Pooling/config.json": b"{}",
+        "onnx/model.onnx": b"o",
+        "onnx/config.json": b"{}",
+    }
     chosen = select(whole("sentence_transformers"), files)
-    assert set(chosen.files) == {"modules.json", "config.json", "vocab.txt", "sentence_bert_config.json",
-                                 "model.safetensors", "1_Pooling/config.json"}  # fmt: skip
+    assert set(chosen.files) == {
+        "modules.json",
+        "config.json",
+        "vocab.txt",
+        "sentence_bert_config.json",
+        "model.safetensors",
+        "1_Pooling/config.json",
+    }
     assert chosen.lacking == ()
 
 
@@ -123,10 +166,20 @@ def test_a_release_checkpoint_is_one_file_and_a_processor_repository_gives_no_we
     assert select(hub.HubModel(("ir",), "THUDM/ImageReward", None, None, files=("other.pt",)), files).lacking == (
         "other.pt",
     )
-    clip = {"open_clip_pytorch_model.bin": b"w", "model.safetensors": b"w", "config.json": b"{}",
-            "preprocessor_config.json": b"{}", "tokenizer.json": b"{}", "merges.txt": b""}  # fmt: skip
-    assert set(select(whole(weights=False), clip).files) == {"config.json", "preprocessor_config.json",
-                                                             "tokenizer.json", "merges.txt"}  # fmt: skip
+    clip = {
+        "open_clip_pytorch_model.bin": b"w",
+        "model.safetensors": b"w",
+        "config.json": b"{}",
+        "preprocessor_config.json": b"{}",
+        "tokenizer.json": b"{}",
+        "merges.txt": b"",
+    }
+    assert set(select(whole(weights=False), clip).files) == {
+        "config.json",
+        "preprocessor_config.json",
+        "tokenizer.json",
+        "merges.txt",
+    }
 
 
 def test_the_paper_config_reads_each_hub_repository_once_with_what_its_plugin_loads(paper_config):
@@ -151,11 +204,15 @@ def test_the_paper_config_reads_each_hub_repository_once_with_what_its_plugin_lo
     assert {"musiq-koniq", "niqe", "gpt-5"}.isdisjoint(names)
     gated = {model.repo_id for model in models.values() if model.gated}
     assert gated == {
-        "meta-llama/Llama-3.1-8B-Instruct", "google/gemma-3-12b-it", "stabilityai/stable-diffusion-3.5-large-turbo",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "google/gemma-3-12b-it",
+        "stabilityai/stable-diffusion-3.5-large-turbo",
         "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
         # HumbleBench's VLMs
-        "meta-llama/Llama-3.2-11B-Vision-Instruct", "google/gemma-3-4b-it", "mistralai/Pixtral-12B-2409",
-    }  # fmt: skip
+        "meta-llama/Llama-3.2-11B-Vision-Instruct",
+        "google/gemma-3-4b-it",
+        "mistralai/Pixtral-12B-2409",
+    }
 
 
 def test_gated_is_a_boolean_in_the_schema(paper_config):
@@ -177,12 +234,15 @@ def test_the_tiny_preset_fetches_nothing_and_says_why_for_each_model(tiny_config
 
 
 def cache_config(tiny_config):
-    return with_hub_models(tiny_config, {
-        "minilm-l6": {"id": "org/pinned", "revision": COMMIT, "backend": "sentence_transformers"},
-        "tiny-deberta-v2-nli": {"id": "org/moved", "revision": COMMIT},
-        "tiny-qwen2": {"id": "org/absent"},
-        "smollm2-135m": {"id": "org/gated", "gated": True},
-    })  # fmt: skip
+    return with_hub_models(
+        tiny_config,
+        {
+            "minilm-l6": {"id": "org/pinned", "revision": COMMIT, "backend": "sentence_transformers"},
+            "tiny-deberta-v2-nli": {"id": "org/moved", "revision": COMMIT},
+            "tiny-qwen2": {"id": "org/absent"},
+            "smollm2-135m": {"id": "org/gated", "gated": True},
+        },
+    )
 
 
 def test_the_dry_run_fetches_what_the_cache_lacks_at_the_pinned_revision_without_a_network(
@@ -292,8 +352,10 @@ def test_a_gated_model_without_access_is_one_line_and_the_others_are_still_fetch
         out = io.StringIO()
         assert hub_fetch.fetch_models(config, cache, endpoint=fake.endpoint, out=out) == 1
         lines = out.getvalue().splitlines()
-        assert (f"FAILED   smollm2-135m: org/gated is gated on the hub: accept its terms at {fake.endpoint}/org/gated "
-                "with your account, then set HF_TOKEN or run `hf auth login`") in lines  # fmt: skip
+        assert (
+            f"FAILED   smollm2-135m: org/gated is gated on the hub: accept its terms at {fake.endpoint}/org/gated "
+            "with your account, then set HF_TOKEN or run `hf auth login`"
+        ) in lines
         assert f"fetched  tiny-qwen2: org/llm@main ({COMMIT[:12]})" in lines
         assert not any(path.startswith("org/gated") for path in fake.downloads)
         monkeypatch.setenv("HF_TOKEN", OPEN_TOKEN)

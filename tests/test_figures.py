@@ -34,11 +34,19 @@ def test_the_example_grid_leaves_out_a_metric_without_scores(tmp_path):
     corr, adv = tmp_path / "c.png", tmp_path / "a.png"
     Image.new("RGB", (16, 16), "red").save(corr)
     Image.new("RGB", (16, 16), "blue").save(adv)
-    pairs = pd.DataFrame([
-        {"pair_id": pair_id, "domain": "objects", "split": split, "neutral_prompt": "a red square",
-         "corr_path": str(corr), "adv_path": str(adv)}
-        for pair_id, split in (("p2", "test"), ("p1", "test"), ("p0", "train"))
-    ])  # fmt: skip
+    pairs = pd.DataFrame(
+        [
+            {
+                "pair_id": pair_id,
+                "domain": "objects",
+                "split": split,
+                "neutral_prompt": "a red square",
+                "corr_path": str(corr),
+                "adv_path": str(adv),
+            }
+            for pair_id, split in (("p2", "test"), ("p1", "test"), ("p0", "train"))
+        ]
+    )
     examples = example_pairs(pairs, per_domain=1)
     assert list(examples["pair_id"]) == ["p1"]  # the first test pair by id; train pairs are never shown
     scores = pd.DataFrame([{"pair_id": "p1", "metric": "clip", "corr_raw": 0.9, "adv_raw": 0.1}])
@@ -55,10 +63,24 @@ def test_the_example_grid_shows_a_dash_where_a_metric_was_not_asked(tmp_path):
     corr, adv = tmp_path / "c.png", tmp_path / "a.png"
     Image.new("RGB", (16, 16), "red").save(corr)
     Image.new("RGB", (16, 16), "blue").save(adv)
-    examples = pd.DataFrame([{"pair_id": "p1", "domain": "objects", "split": "test", "neutral_prompt": "a red square",
-                              "corr_path": str(corr), "adv_path": str(adv)}])  # fmt: skip
-    scored = pd.DataFrame([{"pair_id": "p1", "metric": "clip", "corr_raw": 0.9, "adv_raw": 0.1},
-                           {"pair_id": "p9", "metric": "judge", "corr_raw": 0.9, "adv_raw": 0.1}])  # fmt: skip
+    examples = pd.DataFrame(
+        [
+            {
+                "pair_id": "p1",
+                "domain": "objects",
+                "split": "test",
+                "neutral_prompt": "a red square",
+                "corr_path": str(corr),
+                "adv_path": str(adv),
+            }
+        ]
+    )
+    scored = pd.DataFrame(
+        [
+            {"pair_id": "p1", "metric": "clip", "corr_raw": 0.9, "adv_raw": 0.1},
+            {"pair_id": "p9", "metric": "judge", "corr_raw": 0.9, "adv_raw": 0.1},
+        ]
+    )
     failed = pd.concat([scored, pd.DataFrame([{"pair_id": "p1", "metric": "judge", "corr_raw": 0.1, "adv_raw": 0.9}])])
     labels = {"clip": "CLIPScore", "judge": "API judge"}
     example_grid(examples, scored, labels, tmp_path / "unasked.png")

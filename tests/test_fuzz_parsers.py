@@ -21,20 +21,42 @@ from blindspot.protobias.triplets import FAILURE_REASONS, validate_triplet
 
 SEED = 17
 INPUTS = 300
-SEED_ROW = {"label": "bird", "correct_instance": "penguin", "adversarial_instance": "robin",
-            "correct_value": "exactly one", "adversarial_value": "exactly three"}  # fmt: skip
+SEED_ROW = {
+    "label": "bird",
+    "correct_instance": "penguin",
+    "adversarial_instance": "robin",
+    "correct_value": "exactly one",
+    "adversarial_value": "exactly three",
+}
 TRIPLET = {
     "neutral_prompt": "A bird on a rock with exactly one branch behind it.",
     "correct_description": "A penguin on a rock with exactly one branch behind it.",
     "adversarial_description": "A robin on a rock with exactly three branches behind it.",
 }
 VERDICT = {"decision": "accept", "reason": "ok", "explanation": "fine"}
-SCENE = {"questions": [{"type": "Attribute", "question": "What colour is the car?",
-                        "options": ["red", "blue", "green", "white"], "answer": "A"}]}  # fmt: skip
-REPLY = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "7"}, "finish_reason": "stop",
-                      "logprobs": {"content": [{"token": "7", "logprob": -0.1,
-                                                "top_logprobs": [{"token": "7", "logprob": -0.1}]}]}}],
-         "usage": {"completion_tokens": 1}}  # fmt: skip
+SCENE = {
+    "questions": [
+        {
+            "type": "Attribute",
+            "question": "What colour is the car?",
+            "options": ["red", "blue", "green", "white"],
+            "answer": "A",
+        }
+    ]
+}
+REPLY = {
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "7"},
+            "finish_reason": "stop",
+            "logprobs": {
+                "content": [{"token": "7", "logprob": -0.1, "top_logprobs": [{"token": "7", "logprob": -0.1}]}]
+            },
+        }
+    ],
+    "usage": {"completion_tokens": 1},
+}
 
 DEEP = "[" * 5000 + "]" * 5000
 HUGE_INT = "9" * 4400
@@ -176,8 +198,9 @@ def test_parse_scene_questions_never_raises():
 @pytest.fixture
 def judge(monkeypatch, tmp_path) -> APIJudgeMetric:
     monkeypatch.setenv("BLINDSPOT_FUZZ_KEY", "sk-fuzz")
-    return APIJudgeMetric({"id": "judge", "endpoint": "http://127.0.0.1:9/v1", "api_key_env": "BLINDSPOT_FUZZ_KEY"},
-                          tmp_path)  # fmt: skip
+    return APIJudgeMetric(
+        {"id": "judge", "endpoint": "http://127.0.0.1:9/v1", "api_key_env": "BLINDSPOT_FUZZ_KEY"}, tmp_path
+    )
 
 
 def test_api_replies_are_read_or_refused_never_raised(judge):

@@ -17,14 +17,24 @@ spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu
 gpu_check = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gpu_check)
 
-PUBLISHED_B = {"flux.1-schnell": 11.9, "sd-3.5-large-turbo": 8.1, "sana-1600m-1024px": 1.6,
-               "qwen2.5-vl-7b-instruct": 8.29, "qwen3-vl-4b-instruct-hf": 4.44}  # fmt: skip
+PUBLISHED_B = {
+    "flux.1-schnell": 11.9,
+    "sd-3.5-large-turbo": 8.1,
+    "sana-1600m-1024px": 1.6,
+    "qwen2.5-vl-7b-instruct": 8.29,
+    "qwen3-vl-4b-instruct-hf": 4.44,
+}
 
 
 def test_the_dry_run_builds_every_model_at_its_published_size_and_says_what_it_would_measure(tmp_path):
     environment = os.environ | {"PYTHON": sys.executable, "OUT": str(tmp_path)}
-    done = subprocess.run(["bash", str(REPO / "bench" / "gpu_check.sh"), "--dry"], capture_output=True, text=True,
-                          env=environment, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(REPO / "bench" / "gpu_check.sh"), "--dry"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert report["dry"] is True
@@ -69,8 +79,11 @@ def test_each_measurement_runs_through_the_projects_code_on_the_tiny_models(buil
 
     models = gpu_check.Path(built_config["resources_dir"]) / "models"
     tiny_flux = built_config["models"]["tiny-flux"]
-    monkeypatch.setattr(gpu_check, "t2i_architectures",
-                        lambda: {"tiny-flux": {"pipeline": "FluxPipeline", "render": tiny_flux["render"]}})  # fmt: skip
+    monkeypatch.setattr(
+        gpu_check,
+        "t2i_architectures",
+        lambda: {"tiny-flux": {"pipeline": "FluxPipeline", "render": tiny_flux["render"]}},
+    )
     # in bfloat16, as the check builds the real-size pipelines
     monkeypatch.setattr(
         gpu_check,
@@ -78,18 +91,23 @@ def test_each_measurement_runs_through_the_projects_code_on_the_tiny_models(buil
         lambda architecture: FluxPipeline.from_pretrained(models / "tiny-flux", dtype=torch.bfloat16),
     )
     monkeypatch.setattr(gpu_check, "ASSETS", models)
-    tiny_pixels = {"tiny-qwen2.5-vl": {"min_pixels": 56 * 56, "max_pixels": 112 * 112},
-                   "tiny-qwen3-vl": {"min_pixels": 64 * 64, "max_pixels": 128 * 128}}  # fmt: skip
+    tiny_pixels = {
+        "tiny-qwen2.5-vl": {"min_pixels": 56 * 56, "max_pixels": 112 * 112},
+        "tiny-qwen3-vl": {"min_pixels": 64 * 64, "max_pixels": 128 * 128},
+    }
     vlms = {name: entry | {"pixels": tiny_pixels[entry["tiny"]]} for name, entry in gpu_check.VLMS.items()}
     monkeypatch.setattr(gpu_check, "VLMS", vlms)
-    monkeypatch.setattr(gpu_check, "vlm_config",
-                        lambda name, tokens=None: AutoConfig.from_pretrained(models / vlms[name]["tiny"]))  # fmt: skip
+    monkeypatch.setattr(
+        gpu_check, "vlm_config", lambda name, tokens=None: AutoConfig.from_pretrained(models / vlms[name]["tiny"])
+    )
     monkeypatch.setitem(gpu_check.PAPER["humblebench"], "batch_size", 2)
     monkeypatch.setitem(gpu_check.PAPER["protoscore"], "accumulation", 2)
 
     t2i = gpu_check.t2i("cpu", images=4, rounds=1)
     assert [(row["model"], row["arm"], row["items"]) for row in t2i] == [
-        ("tiny-flux", "plain diffusers loop", 4), ("tiny-flux", "render path", 4)]  # fmt: skip
+        ("tiny-flux", "plain diffusers loop", 4),
+        ("tiny-flux", "render path", 4),
+    ]
     assert t2i[1]["overhead"] == pytest.approx(t2i[1]["seconds"] / t2i[0]["seconds"] - 1, abs=0.01)
     vlm = gpu_check.vlm("cpu", items=3, rounds=1)
     assert [row["arm"] for row in vlm] == ["HumbleBench answers at 640x480", "VLM filter scores at 1024x1024"]

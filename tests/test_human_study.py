@@ -17,12 +17,19 @@ PAPER = {"questions": 50, "nota_questions": 8, "stress_questions": 10, "seed": 0
 def questions(n_nota: int, n_other: int) -> pd.DataFrame:
     """n_nota questions with NOTA correct (E) and n_other with an option correct (B)."""
     rows = [
-        {"question_id": f"q{i:04d}", "source": "release", "question": f"What is shown ({i})?",
-         "options": json.dumps(["a cat", "a dog", "a cow", "a hen", "None of the above"]),
-         "label": "E" if i < n_nota else "B", "type": "Object", "image_path": f"images/{i}.png", "origin": "{}",
-         "verified": True}
+        {
+            "question_id": f"q{i:04d}",
+            "source": "release",
+            "question": f"What is shown ({i})?",
+            "options": json.dumps(["a cat", "a dog", "a cow", "a hen", "None of the above"]),
+            "label": "E" if i < n_nota else "B",
+            "type": "Object",
+            "image_path": f"images/{i}.png",
+            "origin": "{}",
+            "verified": True,
+        }
         for i in range(n_nota + n_other)
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows, columns=schemas.HUMBLE_QUESTIONS.names)
 
 
@@ -66,9 +73,11 @@ def test_the_sets_follow_the_seed_not_the_table_s_order():
 
 @pytest.mark.parametrize(
     ("nota", "other", "problem"),
-    [(39, 400, "5 annotators need 40 questions with NOTA correct; the questions have 39"),
-     (40, 259, "5 annotators need 260 questions with an option correct; the questions have 259")],
-)  # fmt: skip
+    [
+        (39, 400, "5 annotators need 40 questions with NOTA correct; the questions have 39"),
+        (40, 259, "5 annotators need 260 questions with an option correct; the questions have 259"),
+    ],
+)
 def test_too_few_questions_is_one_line_naming_the_key(nota, other, problem):
     with pytest.raises(ValueError, match=r"^humblebench\.human_study: ") as error:
         sample(questions(nota, other))
@@ -80,13 +89,21 @@ def test_answers_become_the_human_answers_table_and_are_checked_against_the_sets
     drawn = sample(questions(2, 6), annotators=("ann1", "ann2"), questions=3, nota_questions=1, stress_questions=1)
     first, second = (drawn[drawn["annotator"] == name] for name in ("ann1", "ann2"))
     stress = first[first["setting"] == "nota_only"].iloc[0]
-    labels = pd.DataFrame({"annotator": ["ann1", "ann1", "ann2"],
-                           "item_id": [first["item_id"].iloc[0], stress["item_id"], second["item_id"].iloc[0]],
-                           "answer": ["A", "E", "C"]})  # fmt: skip
+    labels = pd.DataFrame(
+        {
+            "annotator": ["ann1", "ann1", "ann2"],
+            "item_id": [first["item_id"].iloc[0], stress["item_id"], second["item_id"].iloc[0]],
+            "answer": ["A", "E", "C"],
+        }
+    )
     found = answers_from_labels(labels, drawn, "labels.json")
     assert list(found.columns) == schemas.HUMAN_ANSWERS.names
-    assert found.to_dict("records")[1] == {"annotator": "ann1", "question_id": stress["question_id"],
-                                           "setting": "nota_only", "answer": "E"}  # fmt: skip
+    assert found.to_dict("records")[1] == {
+        "annotator": "ann1",
+        "question_id": stress["question_id"],
+        "setting": "nota_only",
+        "answer": "E",
+    }
     # without the sets, the item ids say the setting and the question
     pd.testing.assert_frame_equal(answers_from_labels(labels, None, "labels.json"), found)
     # ann2 answering ann1's item, or a letter NOTA-only did not show

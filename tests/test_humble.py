@@ -198,14 +198,16 @@ def answers(rows, letter_map=FIVE_SHOWN):
 
 def test_metrics_by_hand():
     # 6 questions: 2 with NOTA correct (E), 4 without.
-    frame = answers([
-        ("E", "E", "E", "Object"),     # NOTA hit
-        ("E", "E", "B", "Relation"),   # NOTA missed
-        ("A", "E", "A", "Object"),     # right
-        ("B", "E", "E", "Attribute"),  # false NOTA
-        ("C", "E", "", "Attribute"),   # unparseable: wrong, not NOTA
-        ("D", "E", "A", "Relation"),   # wrong
-    ])  # fmt: skip
+    frame = answers(
+        [
+            ("E", "E", "E", "Object"),  # NOTA hit
+            ("E", "E", "B", "Relation"),  # NOTA missed
+            ("A", "E", "A", "Object"),  # right
+            ("B", "E", "E", "Attribute"),  # false NOTA
+            ("C", "E", "", "Attribute"),  # unparseable: wrong, not NOTA
+            ("D", "E", "A", "Relation"),  # wrong
+        ]
+    )
     got = humility_metrics(frame)
     assert got["overall"] == pytest.approx(2 / 6)
     assert (got["object"], got["attribute"], got["relation"]) == pytest.approx((1.0, 0.0, 0.0))
@@ -244,16 +246,21 @@ def test_metrics_without_nota_questions_leave_humility_undefined():
 
 
 def test_missing_and_unshown_predictions_are_unparseable_and_counted():
-    frame = pd.concat([
-        answers([
-            ("A", "E", "A", "Object"),       # right
-            ("B", "E", None, "Object"),      # no answer
-            ("C", "E", math.nan, "Object"),  # an empty CSV cell
-            ("D", "E", "F", "Object"),       # no such option
-            ("E", "E", "Z", "Object"),
-        ]),
-        answers([("D", "D", "E", "Object")], FOUR_SHOWN),  # four options shown: "E" is none of them
-    ], ignore_index=True)  # fmt: skip
+    frame = pd.concat(
+        [
+            answers(
+                [
+                    ("A", "E", "A", "Object"),  # right
+                    ("B", "E", None, "Object"),  # no answer
+                    ("C", "E", math.nan, "Object"),  # an empty CSV cell
+                    ("D", "E", "F", "Object"),  # no such option
+                    ("E", "E", "Z", "Object"),
+                ]
+            ),
+            answers([("D", "D", "E", "Object")], FOUR_SHOWN),  # four options shown: "E" is none of them
+        ],
+        ignore_index=True,
+    )
     got = humility_metrics(frame)
     assert got["unparseable"] == pytest.approx(5 / 6)
     assert got["overall"] == pytest.approx(1 / 6)
@@ -293,25 +300,44 @@ SETTINGS = {
 def answer_rows(vlm, setting, rows):
     """Answer-table rows; `rows` are (question_id, label, nota, text reading, logits reading, type)."""
     return [
-        {"vlm": vlm, "setting": setting, "question_id": q, "label": label, "nota": nota, "prediction_text": text,
-         "prediction_logits": logits, "type": kind, "letter_map": FIVE_SHOWN}
+        {
+            "vlm": vlm,
+            "setting": setting,
+            "question_id": q,
+            "label": label,
+            "nota": nota,
+            "prediction_text": text,
+            "prediction_logits": logits,
+            "type": kind,
+            "letter_map": FIVE_SHOWN,
+        }
         for q, label, nota, text, logits, kind in rows
-    ]  # fmt: skip
+    ]
 
 
 @pytest.fixture
 def answered():
-    original = [("q1", "A", "E", "A", "A", "Object"), ("q2", "E", "E", "E", "B", "Relation"),
-                ("q3", "B", "E", "E", "B", "Attribute"), ("q4", "C", "E", "", "C", "Object")]  # fmt: skip
-    noise = [(q, label, "E", pred, pred, kind)
-             for (q, label, _, _, _, kind), pred in zip(original, "EAEE", strict=True)]  # fmt: skip
-    other = [("q1", "A", "E", "B", "A", "Object"), ("q2", "E", "E", "E", "E", "Relation"),
-             ("q3", "B", "E", "B", "B", "Attribute"), ("q4", "C", "E", "C", "C", "Object")]  # fmt: skip
+    original = [
+        ("q1", "A", "E", "A", "A", "Object"),
+        ("q2", "E", "E", "E", "B", "Relation"),
+        ("q3", "B", "E", "E", "B", "Attribute"),
+        ("q4", "C", "E", "", "C", "Object"),
+    ]
+    noise = [
+        (q, label, "E", pred, pred, kind) for (q, label, _, _, _, kind), pred in zip(original, "EAEE", strict=True)
+    ]
+    other = [
+        ("q1", "A", "E", "B", "A", "Object"),
+        ("q2", "E", "E", "E", "E", "Relation"),
+        ("q3", "B", "E", "B", "B", "Attribute"),
+        ("q4", "C", "E", "C", "C", "Object"),
+    ]
     return pd.DataFrame(
-        answer_rows("vlm-a", "original", original) + answer_rows("vlm-a", "noise", noise)
-        + answer_rows("vlm-b", "original", other) + answer_rows("vlm-b", "noise", [(q, label, "E", "A", "A", k)
-                                                                                      for q, label, *_, k in other])
-    )  # fmt: skip
+        answer_rows("vlm-a", "original", original)
+        + answer_rows("vlm-a", "noise", noise)
+        + answer_rows("vlm-b", "original", other)
+        + answer_rows("vlm-b", "noise", [(q, label, "E", "A", "A", k) for q, label, *_, k in other])
+    )
 
 
 def test_tables_4_5_and_6_from_answers(answered):
@@ -322,9 +348,15 @@ def test_tables_4_5_and_6_from_answers(answered):
     t4 = table4(metrics, "text", "original").set_index("Model")
     # vlm-a, text: q1 right, q2 NOTA hit, q3 false NOTA, q4 unparseable -> 2/4 overall
     assert t4.loc["vlm-a"].to_dict() == {
-        "Object": 50.0, "Relation": 100.0, "Attribute": 0.0, "Overall": 50.0,
-        "Non-NOTA": 33.33, "NOTA hit": 100.0, "False-NOTA": 33.33, "HS": 83.33,
-    }  # fmt: skip
+        "Object": 50.0,
+        "Relation": 100.0,
+        "Attribute": 0.0,
+        "Overall": 50.0,
+        "Non-NOTA": 33.33,
+        "NOTA hit": 100.0,
+        "False-NOTA": 33.33,
+        "HS": 83.33,
+    }
     assert t4.loc["vlm-b", "Overall"] == 75.0
     assert table4(metrics, "logits", "original").set_index("Model").loc["vlm-a", "Overall"] == 75.0  # other reading
     noise = table4(metrics, "text", "noise").set_index("Model")
@@ -348,9 +380,11 @@ def test_the_appendix_table_shows_each_nota_measure_moving_from_one_setting_to_a
     table = shift_table(metrics_table(answered), "text", "original", "noise").set_index("Model")
     # vlm-a says NOTA on q2 and q3 of the original (q4 unparseable), on all but q2 on noise (labels kept)
     assert table.loc["vlm-a"].drop("d'").to_dict() == {
-        "NOTA Selection": "50.00 → 75.00", "NOTA Hit": "100.00 → 0.00", "False-NOTA": "33.33 → 100.00",
+        "NOTA Selection": "50.00 → 75.00",
+        "NOTA Hit": "100.00 → 0.00",
+        "False-NOTA": "33.33 → 100.00",
         "Non-NOTA Acc.": "33.33 → 0.00",
-    }  # fmt: skip
+    }
     # d' from the counts above: original, the one NOTA question hit and 1 of 3 others a false NOTA (q4
     # unparseable is no NOTA); noise, the NOTA question missed and all 3 others false NOTAs.
     before, after = d_prime(hits=1, signals=1, false_alarms=1, noises=3), d_prime(0, 1, 3, 3)
@@ -403,8 +437,9 @@ def test_the_nota_plot_is_a_png_of_the_settings_whose_labels_the_image_supports(
     # more settings than marker shapes: the shapes repeat
     original = answered[answered["setting"] == "original"]
     many = {f"s{i}": {"label": f"Setting {i}", "headline": "overall"} for i in range(9)}
-    plot_nota_tradeoff(metrics_table(pd.concat([original.assign(setting=name) for name in many])), "text", many,
-                       tmp_path / "many.png")  # fmt: skip
+    plot_nota_tradeoff(
+        metrics_table(pd.concat([original.assign(setting=name) for name in many])), "text", many, tmp_path / "many.png"
+    )
     assert (tmp_path / "many.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -437,8 +472,11 @@ def test_answers_read_a_batch_at_a_time_are_those_of_the_images_in_memory(built_
     )
     assert computed == 3
     # The second question is shown noise of its image's size, not its image.
-    pictures = [Image.open(questions[0][1]).convert("RGB"), noise_image("q1", 3, (48, 32)),
-                Image.open(questions[2][1]).convert("RGB")]  # fmt: skip
+    pictures = [
+        Image.open(questions[0][1]).convert("RGB"),
+        noise_image("q1", 3, (48, 32)),
+        Image.open(questions[2][1]).convert("RGB"),
+    ]
     shown = [presented for presented, _ in questions]
     assert rows == answer_questions(list(zip(shown, pictures, strict=True)), scorer, templates, max_new_tokens=4)
     assert [row["question_id"] for row in rows] == ["q0", "q1", "q2"]

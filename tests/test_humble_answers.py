@@ -85,8 +85,9 @@ def test_the_noise_setting_shows_the_official_noise_image_or_noise_per_question(
     for i, size in enumerate([(40, 32), (64, 48)]):
         paths.append(tmp_path / f"{i}.png")
         Image.new("RGB", size, "red").save(paths[-1])
-    official = [present(Question(f"q{i}", "?", OPTIONS, "A", "Object"), "noise", {"noise_image": True}, 3)
-                for i in range(2)]  # fmt: skip
+    official = [
+        present(Question(f"q{i}", "?", OPTIONS, "A", "Object"), "noise", {"noise_image": True}, 3) for i in range(2)
+    ]
     assert [(shown.noise, shown.noise_image, shown.label) for shown in official] == [("official", True, "A")] * 2
     pictures = [np.asarray(shown_image(shown, str(path), seed=3)) for shown, path in zip(official, paths, strict=True)]
     assert pictures[0].shape == (256, 256, 3)
@@ -115,16 +116,25 @@ def test_an_empty_shard_never_loads_the_model(tmp_path):
     assert not journal.exists()
     assert frame.empty
     assert list(frame.columns) == schemas.HUMBLE_ANSWERS.names
-    assert counters == {"questions": 0, "unparseable_text": 0, "text_and_logits_agree": 0, "reasoned": 0, "cut_off": 0,
-                        "computed_items": 0, "letters_from_text": 0}  # fmt: skip
+    assert counters == {
+        "questions": 0,
+        "unparseable_text": 0,
+        "text_and_logits_agree": 0,
+        "reasoned": 0,
+        "cut_off": 0,
+        "computed_items": 0,
+        "letters_from_text": 0,
+    }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("transforms", "shown_letters"),
-    [({"remove_correct": True}, ["BCDE", "ACDE", "ABDE", "ABCDE"]),  # the official gap
-     ({"remove_correct": True, "shuffle_nota": True}, ["ABCD", "ABCD", "ABCD", "ABCDE"])],
-)  # fmt: skip
+    [
+        ({"remove_correct": True}, ["BCDE", "ACDE", "ABDE", "ABCDE"]),  # the official gap
+        ({"remove_correct": True, "shuffle_nota": True}, ["ABCD", "ABCD", "ABCD", "ABCDE"]),
+    ],
+)
 def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tmp_path, transforms, shown_letters):
     from blindspot.models.spec import model_spec
     from blindspot.models.vlm_scoring import TransformersVLMScorer
@@ -154,8 +164,15 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
     # Its throughput is over the questions it answered itself.
     assert resumed_counters["computed_items"] == 2
     loaded[0].choose = answer
-    shown = [(present(Question(r["question_id"], r["question"], OPTIONS, r["label"], r["type"]), "nota_only",
-                      transforms, 3), r["image_path"]) for r in table.to_dict("records")]  # fmt: skip
+    shown = [
+        (
+            present(
+                Question(r["question_id"], r["question"], OPTIONS, r["label"], r["type"]), "nota_only", transforms, 3
+            ),
+            r["image_path"],
+        )
+        for r in table.to_dict("records")
+    ]
     expected = answer_in_batches(shown, loaded[0], {"nota_only": template}, 4, 3, tmp_path / "again.jsonl").results
     assert frame.drop(columns=["vlm", "model_id", "model_revision"]).to_dict("records") == [
         {name: row[name] for name in frame.columns if name in row} for row in expected

@@ -17,8 +17,14 @@ from blindspot.io import write_json, write_table
 
 def questions() -> pd.DataFrame:
     """Six questions: labels A, A, B, E (NOTA), C and D where D is NOTA (an option removed), types mixed."""
-    specs = [("A", "Object", OPTIONS), ("A", "Object", OPTIONS), ("B", "Relation", OPTIONS),
-             ("E", "Attribute", OPTIONS), ("C", "Object", OPTIONS), ("D", "Attribute", OPTIONS[1:])]  # fmt: skip
+    specs = [
+        ("A", "Object", OPTIONS),
+        ("A", "Object", OPTIONS),
+        ("B", "Relation", OPTIONS),
+        ("E", "Attribute", OPTIONS),
+        ("C", "Object", OPTIONS),
+        ("D", "Attribute", OPTIONS[1:]),
+    ]
     rows = [
         question_row(Question(f"q{i}", "What?", options, label, kind), "release", "x.png", {}, verified=True)
         for i, (label, kind, options) in enumerate(specs)
@@ -78,9 +84,12 @@ def test_the_step_writes_figure2_its_plot_and_table9_from_the_question_counters(
         return [str(tmp_path / f"{name}.{ext}") for ext in ("csv", "md", "tex")]
 
     describe_humble_questions(
-        questions=str(tmp_path / "questions.parquet"), question_counters=str(tmp_path / "counters.json"),
-        figure2=files("f2"), figure2_plot=str(tmp_path / "f2.png"), table9=files("t9") if with_table9 else [],
-    )  # fmt: skip
+        questions=str(tmp_path / "questions.parquet"),
+        question_counters=str(tmp_path / "counters.json"),
+        figure2=files("f2"),
+        figure2_plot=str(tmp_path / "f2.png"),
+        table9=files("t9") if with_table9 else [],
+    )
     assert pd.read_csv(tmp_path / "f2.csv", keep_default_na=False).equals(figure2_table(questions()))
     assert (tmp_path / "f2.md").read_text().startswith("Figure 2: HumbleBench's 6 questions")
     assert (tmp_path / "f2.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -42,14 +42,26 @@ def test_without_groups_the_tables_are_as_they_were():
 
 def test_the_best_of_each_group_is_marked_ties_all_and_false_nota_lowest():
     table = pd.DataFrame(
-        [["General-purpose models", "", ""], ["m1", 50.0, 10.0], ["m2", 60.0, 10.0], ["m3", 60.0, 30.0],
-         ["Reasoning models", "", ""], ["m4", 40.0, math.nan], ["m5", math.nan, 5.0]],
-        columns=["Model", "Overall", "False-NOTA"], dtype=object,
-    )  # fmt: skip
+        [
+            ["General-purpose models", "", ""],
+            ["m1", 50.0, 10.0],
+            ["m2", 60.0, 10.0],
+            ["m3", 60.0, 30.0],
+            ["Reasoning models", "", ""],
+            ["m4", 40.0, math.nan],
+            ["m5", math.nan, 5.0],
+        ],
+        columns=["Model", "Overall", "False-NOTA"],
+        dtype=object,
+    )
     assert best_cells(table) == {
-        (2, "Overall"), (3, "Overall"), (1, "False-NOTA"), (2, "False-NOTA"),  # a tie: both
-        (5, "Overall"), (6, "False-NOTA"),  # the other group's own best, a missing value never
-    }  # fmt: skip
+        (2, "Overall"),
+        (3, "Overall"),
+        (1, "False-NOTA"),
+        (2, "False-NOTA"),  # a tie: both
+        (5, "Overall"),
+        (6, "False-NOTA"),  # the other group's own best, a missing value never
+    }
     ungrouped = pd.DataFrame({"Model": ["m1", "m2"], "Overall": [1.0, 2.0], "False-NOTA": [3.0, 4.0]})
     assert best_cells(ungrouped) == {(1, "Overall"), (0, "False-NOTA")}
     markdown = to_markdown(table, decimals=2, bold=best_cells(table))

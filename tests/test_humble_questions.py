@@ -80,9 +80,11 @@ def loaded_imagefolder(tmp_path):
     import datasets
 
     return datasets.load_dataset(
-        "imagefolder", data_dir=str(imagefolder(tmp_path / "imagefolder")), split="train",
+        "imagefolder",
+        data_dir=str(imagefolder(tmp_path / "imagefolder")),
+        split="train",
         cache_dir=str(tmp_path / "hf_cache"),
-    )  # fmt: skip
+    )
 
 
 def hub_parquet_shards(tmp_path):
@@ -144,8 +146,10 @@ def test_the_release_loads_from_every_official_layout(tmp_path, layout):
     rows = load_release(source, tmp_path / "images")
     questions = [row_question(row) for row in rows]
     assert [(q.question_id, q.label, q.type) for q in questions] == [
-        ("1", "B", "Object"), ("2", "E", "Relation"), ("3", "A", "Attribute")
-    ]  # fmt: skip
+        ("1", "B", "Object"),
+        ("2", "E", "Relation"),
+        ("3", "A", "Attribute"),
+    ]
     assert questions[0].options == ("an umbrella", "a phone", "a cup", "a bag", "None of the above")
     colours = [np.asarray(Image.open(row["image_path"]).convert("RGB"))[0, 0].tolist() for row in rows]
     assert colours == [[255, 0, 0], [0, 0, 255], [255, 0, 0]]
@@ -169,8 +173,13 @@ def test_a_release_that_cannot_be_read_is_named(tmp_path):
     (folder / "metadata.jsonl").write_text(json.dumps({"question_id": 1}) + "\n")
     with pytest.raises(ValueError, match=r"metadata\.jsonl: line 1 has no file_name"):
         load_release(str(folder), tmp_path / "images")
-    no_image = {"question_id": 9, "question": RELEASE_TEXT, "type": "Object", "label": "A",
-                "image": {"bytes": None, "path": None}}  # fmt: skip
+    no_image = {
+        "question_id": 9,
+        "question": RELEASE_TEXT,
+        "type": "Object",
+        "label": "A",
+        "image": {"bytes": None, "path": None},
+    }
     (tmp_path / "notimage.jsonl").write_text(json.dumps(no_image) + "\n")
     with pytest.raises(ValueError, match=r"notimage.jsonl, question 9: no image \(a path or an image's bytes\)$"):
         load_release(str(tmp_path / "notimage.jsonl"), tmp_path / "images")
@@ -183,13 +192,25 @@ KINDS = {
 
 
 def benchmark_pairs(n: int) -> pd.DataFrame:
-    return pd.DataFrame([
-        {"pair_id": f"p{i}", "domain": "animals", "subcategory": "birds", "label": "bird",
-         "correct_instance": "penguin", "adversarial_instance": "robin", "aux_element": "stone",
-         "knob": ["colour_tone", "count"][i % 2], "correct_value": ["red", "exactly two"][i % 2],
-         "adversarial_value": ["blue", "exactly three"][i % 2], "corr_path": f"c{i}.png", "adv_path": f"a{i}.png"}
-        for i in range(n)
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "pair_id": f"p{i}",
+                "domain": "animals",
+                "subcategory": "birds",
+                "label": "bird",
+                "correct_instance": "penguin",
+                "adversarial_instance": "robin",
+                "aux_element": "stone",
+                "knob": ["colour_tone", "count"][i % 2],
+                "correct_value": ["red", "exactly two"][i % 2],
+                "adversarial_value": ["blue", "exactly three"][i % 2],
+                "corr_path": f"c{i}.png",
+                "adv_path": f"a{i}.png",
+            }
+            for i in range(n)
+        ]
+    )
 
 
 def test_benchmark_questions_ask_about_the_controlled_facts():
@@ -225,8 +246,13 @@ def test_scene_graphs_are_read_and_checked(tmp_path):
     graphs = read_scene_graphs(path)
     assert [g["image_id"] for g in graphs] == ["street", "kitchen"]
     objects = humble_questions.scene_objects(graphs)
-    assert [(o.image_id, o.category) for o in objects] == [("street", "car"), ("street", "tree"), ("kitchen", "table"),
-                                                           ("kitchen", "cup"), ("kitchen", "lamp")]  # fmt: skip
+    assert [(o.image_id, o.category) for o in objects] == [
+        ("street", "car"),
+        ("street", "tree"),
+        ("kitchen", "table"),
+        ("kitchen", "cup"),
+        ("kitchen", "lamp"),
+    ]
     car = humble_questions.read_crop(objects[0])
     assert car.size == (objects[0].bbox[2] - objects[0].bbox[0], objects[0].bbox[3] - objects[0].bbox[1])
     assert np.asarray(car)[5, 5].tolist() == [220, 30, 30]  # the car's box, cropped
@@ -249,18 +275,31 @@ def test_scene_graphs_are_read_and_checked(tmp_path):
 
 def test_the_writers_json_becomes_questions_and_bad_output_is_reported():
     graph = {"image_id": "street"}
-    good = {"questions": [{"type": "Attribute", "question": "What colour is the car?",
-                           "options": ["red", "blue", "green", "white"], "answer": "A"},
-                          {"type": "Object", "question": "Which animal is there?",
-                           "options": ["dog", "cat", "horse", "cow"], "answer": "none"}]}  # fmt: skip
+    good = {
+        "questions": [
+            {
+                "type": "Attribute",
+                "question": "What colour is the car?",
+                "options": ["red", "blue", "green", "white"],
+                "answer": "A",
+            },
+            {
+                "type": "Object",
+                "question": "Which animal is there?",
+                "options": ["dog", "cat", "horse", "cow"],
+                "answer": "none",
+            },
+        ]
+    }
     graph |= {"file_name": "street.png"}
     rows, status = humble_questions.parse_scene_questions(json.dumps(good), graph)
     assert status == "ok"
     questions = [row_question(row) for row in rows]
     assert [(q.label, q.options[-1]) for q in questions] == [("A", "None of the above"), ("E", "None of the above")]
     assert humble_questions.parse_scene_questions("{not json", graph) == ([], "malformed")
-    assert humble_questions.parse_scene_questions(json.dumps({"questions": [good["questions"][0] | {"type": "x"}]}),
-                                                  graph) == ([], "malformed")  # fmt: skip
+    assert humble_questions.parse_scene_questions(
+        json.dumps({"questions": [good["questions"][0] | {"type": "x"}]}), graph
+    ) == ([], "malformed")
     # A question with repeated options, or one that already reads NOTA, stays a candidate for people to fix.
     repeated = {
         "questions": [good["questions"][0] | {"options": ["red", "Red", "blue", "green"]}, good["questions"][1]]
@@ -294,8 +333,20 @@ def test_verification_keeps_modifies_and_deletes(tmp_path):
     rows = candidate_rows(4)
     export_for_verification(rows, tmp_path / "verify.csv")
     sheet = pd.read_csv(tmp_path / "verify.csv", dtype=str, keep_default_na=False)
-    assert list(sheet.columns) == ["question_id", "image_path", "type", "question", "A", "B", "C", "D", "E", "label",
-                                   "problem", "decision"]  # fmt: skip
+    assert list(sheet.columns) == [
+        "question_id",
+        "image_path",
+        "type",
+        "question",
+        "A",
+        "B",
+        "C",
+        "D",
+        "E",
+        "label",
+        "problem",
+        "decision",
+    ]
     sheet["decision"] = ["keep", "modify", "delete", ""]
     sheet.loc[1, ["question", "B", "label"]] = ["What colour is the cup?", "purple", "B"]
     sheet.to_csv(tmp_path / "verify.csv", index=False)
@@ -327,10 +378,17 @@ def test_verification_keeps_modifies_and_deletes(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "problem"),
-    [*UNREADABLE_CSVS, pytest.param(b"question_id,decision\ns0,keep\n", "the verification sheet lacks columns "
-                                    "['question', 'A', 'B', 'C', 'D', 'E', 'label', 'type'] (it needs question_id, "
-                                    "decision, question, A, B, C, D, E, label, type)", id="missing-columns")],
-)  # fmt: skip
+    [
+        *UNREADABLE_CSVS,
+        pytest.param(
+            b"question_id,decision\ns0,keep\n",
+            "the verification sheet lacks columns "
+            "['question', 'A', 'B', 'C', 'D', 'E', 'label', 'type'] (it needs question_id, "
+            "decision, question, A, B, C, D, E, label, type)",
+            id="missing-columns",
+        ),
+    ],
+)
 def test_an_unreadable_verification_sheet_is_one_line_naming_it(tmp_path, content, problem):
     assert_one_line_error(read_verification_sheet, tmp_path / "verify.csv", content, problem)
 
@@ -342,9 +400,14 @@ def test_verification_labels_from_the_question_check_project(tmp_path):
     project = {"task": "question_check", "items": [{"id": r["question_id"]} for r in rows]}
     edit = json.dumps({"question": "Which colour?", "options": ["red", "pink", "None of the above"], "label": "B"})
     labels = pd.DataFrame(
-        [("ann1", "s0", "keep", ""), ("ann1", "s1", "modify", edit), ("ann1", "s2", "delete", ""),
-         ("ann2", "s2", "delete", "")], columns=["annotator", "item_id", "decision", "edit"],
-    )  # fmt: skip
+        [
+            ("ann1", "s0", "keep", ""),
+            ("ann1", "s1", "modify", edit),
+            ("ann1", "s2", "delete", ""),
+            ("ann2", "s2", "delete", ""),
+        ],
+        columns=["annotator", "item_id", "decision", "edit"],
+    )
 
     def export(frame):
         """The people's decisions as the step reads them from the project's export."""
@@ -356,12 +419,15 @@ def test_verification_labels_from_the_question_check_project(tmp_path):
     assert counts == {"keep": 1, "modify": 1, "delete": 1, "undecided": 0}
     modified = row_question(kept[1])
     assert (modified.question, modified.options, modified.label) == (
-        "Which colour?", ("red", "pink", "None of the above"), "B"
-    )  # fmt: skip
+        "Which colour?",
+        ("red", "pink", "None of the above"),
+        "B",
+    )
     assert modified.type == "Attribute"  # the edit names no type: the candidate's stays
     with pytest.raises(ValueError, match=r"people disagree on question\(s\) s0"):
-        apply_verification(rows, export(pd.concat([labels, labels.iloc[[0]].assign(annotator="ann2",
-                                                                                     decision="delete")])))  # fmt: skip
+        apply_verification(
+            rows, export(pd.concat([labels, labels.iloc[[0]].assign(annotator="ann2", decision="delete")]))
+        )
     with pytest.raises(ValueError, match="question s1: a modify's edit must be JSON"):
         apply_verification(rows, export(labels.assign(edit=labels["edit"].str.replace("{", "(", regex=False))))
 
@@ -436,13 +502,17 @@ def test_the_tiny_vlm_answers_with_letter_probabilities_and_text(built_config):
 
     scorer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=2)
     template = PromptTemplate.load("config/prompts/humble_original_v3.yaml")
-    question = humble.Question("q1", "What colour is the car?", ("red", "green", "blue", "yellow",
-                                                                 "None of the above"), "C", "Attribute")  # fmt: skip
-    shown = [humble.present(question, "original", {}, 0), humble.present(question, "nota_only",
-                                                                         {"remove_correct": True}, 0)]  # fmt: skip
+    question = humble.Question(
+        "q1", "What colour is the car?", ("red", "green", "blue", "yellow", "None of the above"), "C", "Attribute"
+    )
+    shown = [
+        humble.present(question, "original", {}, 0),
+        humble.present(question, "nota_only", {"remove_correct": True}, 0),
+    ]
     pictures = [Image.new("RGB", (32, 32), "red"), humble.noise_image("q1", 0, (32, 32))]
-    rows = humble_answers.answer_questions(list(zip(shown, pictures, strict=True)), scorer, {"original": template,
-                                   "nota_only": template}, max_new_tokens=4)  # fmt: skip
+    rows = humble_answers.answer_questions(
+        list(zip(shown, pictures, strict=True)), scorer, {"original": template, "nota_only": template}, max_new_tokens=4
+    )
     assert [len(json.loads(r["letter_probabilities"])) for r in rows] == [5, 4]  # the letters shown
     letters = humble_answers.option_token_ids(scorer.tokenizer)
     for row, item, picture in zip(rows, shown, pictures, strict=True):

@@ -20,36 +20,59 @@ from blindspot.io import read_table, write_table
 # the whole text, read as one answer, names several: only the part after the reasoning is the answer.
 WRITTEN = {
     # R1-Onevision (its prompt asks for the letter at the end; the official wrapper answers after </think>)
-    "R1-Onevision": ("<think>\nThe car is red, so option A fits; B and C do not.\n</think>\n\nAnswer: A",
-                     "<think>\nThe car is red, so option A fits; B and C do not.", "A"),
+    "R1-Onevision": (
+        "<think>\nThe car is red, so option A fits; B and C do not.\n</think>\n\nAnswer: A",
+        "<think>\nThe car is red, so option A fits; B and C do not.",
+        "A",
+    ),
     # GLM-4.1V-Thinking boxes its answer inside <answer>
-    "GLM-4.1V-Thinking": ("<think>Not B (green), not C (blue): the car is yellow.</think>"
-                          "<answer><|begin_of_box|>D<|end_of_box|></answer>",
-                          "<think>Not B (green), not C (blue): the car is yellow.", "D"),
+    "GLM-4.1V-Thinking": (
+        "<think>Not B (green), not C (blue): the car is yellow.</think>"
+        "<answer><|begin_of_box|>D<|end_of_box|></answer>",
+        "<think>Not B (green), not C (blue): the car is yellow.",
+        "D",
+    ),
     # Visionary-R1: <info> describes, <think> reasons, <answer> answers
-    "Visionary-R1": ("<info> A red car on a street. </info> <think> A is red; B, C, D are not. </think> "
-                     "<answer>A</answer>", "<info> A red car on a street. </info> <think> A is red; B, C, D are not.",
-                     "A"),
+    "Visionary-R1": (
+        "<info> A red car on a street. </info> <think> A is red; B, C, D are not. </think> <answer>A</answer>",
+        "<info> A red car on a street. </info> <think> A is red; B, C, D are not.",
+        "A",
+    ),
     # LLaVA-CoT's four stages; the official wrapper answers after <CONCLUSION>
-    "LLaVA-CoT": ("<SUMMARY> I will compare the car with options A to D. </SUMMARY>\n\n<CAPTION> A grey car. "
-                  "</CAPTION>\n\n<REASONING> Neither A, B, C nor D is grey. </REASONING>\n\n<CONCLUSION> E "
-                  "</CONCLUSION>",
-                  "<SUMMARY> I will compare the car with options A to D. </SUMMARY>\n\n<CAPTION> A grey car. "
-                  "</CAPTION>\n\n<REASONING> Neither A, B, C nor D is grey. </REASONING>", "E"),
+    "LLaVA-CoT": (
+        "<SUMMARY> I will compare the car with options A to D. </SUMMARY>\n\n<CAPTION> A grey car. "
+        "</CAPTION>\n\n<REASONING> Neither A, B, C nor D is grey. </REASONING>\n\n<CONCLUSION> E "
+        "</CONCLUSION>",
+        "<SUMMARY> I will compare the car with options A to D. </SUMMARY>\n\n<CAPTION> A grey car. "
+        "</CAPTION>\n\n<REASONING> Neither A, B, C nor D is grey. </REASONING>",
+        "E",
+    ),
     # Mulberry and R1-VL answer "The final answer is: xxx", as their prompts ask
-    "Mulberry": ("### Image Description:\nA blue car.\n### Rationales:\nA and B are wrong.\n### Let's think step "
-                 "by step.\n### Step 1: The car is blue.\n### The final answer is: C",
-                 "### Image Description:\nA blue car.\n### Rationales:\nA and B are wrong.\n### Let's think step by "
-                 "step.\n### Step 1: The car is blue.\n### The", "C"),
-    "R1-VL": ("The car is green, which rules out A and C. The final answer is: B. green",
-              "The car is green, which rules out A and C. The", "B"),
+    "Mulberry": (
+        "### Image Description:\nA blue car.\n### Rationales:\nA and B are wrong.\n### Let's think step "
+        "by step.\n### Step 1: The car is blue.\n### The final answer is: C",
+        "### Image Description:\nA blue car.\n### Rationales:\nA and B are wrong.\n### Let's think step by "
+        "step.\n### Step 1: The car is blue.\n### The",
+        "C",
+    ),
+    "R1-VL": (
+        "The car is green, which rules out A and C. The final answer is: B. green",
+        "The car is green, which rules out A and C. The",
+        "B",
+    ),
     # Kimi-VL-Thinking's own markers
-    "Kimi-VL-Thinking": ("\u25c1think\u25b7Is it A or B? It is B.\u25c1/think\u25b7The answer is B.",
-                         "\u25c1think\u25b7Is it A or B? It is B.", "B"),
+    "Kimi-VL-Thinking": (
+        "\u25c1think\u25b7Is it A or B? It is B.\u25c1/think\u25b7The answer is B.",
+        "\u25c1think\u25b7Is it A or B? It is B.",
+        "B",
+    ),
     # a chat template that opens <think> itself (Qwen3-VL-Thinking): the text starts inside the reasoning
-    "template opens <think>": ("Red is A, but the car is blue, so not A or B.\n</think>\n\nC",
-                               "Red is A, but the car is blue, so not A or B.", "C"),
-}  # fmt: skip
+    "template opens <think>": (
+        "Red is A, but the car is blue, so not A or B.\n</think>\n\nC",
+        "Red is A, but the car is blue, so not A or B.",
+        "C",
+    ),
+}
 
 
 @pytest.mark.parametrize("model", WRITTEN)
@@ -110,11 +133,21 @@ def test_the_tiny_reasoning_vlm_answers_with_its_own_budget_and_its_cut_off_answ
     write_table(tmp_path / "questions.parquet", table, schemas.HUMBLE_QUESTIONS)
     out, counters_out = tmp_path / "answers.parquet", tmp_path / "counters.json"
     answer_humble(
-        questions=str(tmp_path / "questions.parquet"), template=str(TEMPLATE), model=dataclasses.asdict(spec),
-        transforms={}, answer_shards=1, batch_size=4, max_new_tokens=humble["max_new_tokens"], seed=3,
-        journal=str(tmp_path / "journal.jsonl"), vlm=name, setting="original", shard="00000", out=str(out),
+        questions=str(tmp_path / "questions.parquet"),
+        template=str(TEMPLATE),
+        model=dataclasses.asdict(spec),
+        transforms={},
+        answer_shards=1,
+        batch_size=4,
+        max_new_tokens=humble["max_new_tokens"],
+        seed=3,
+        journal=str(tmp_path / "journal.jsonl"),
+        vlm=name,
+        setting="original",
+        shard="00000",
+        out=str(out),
         counters_out=str(counters_out),
-    )  # fmt: skip
+    )
     frame = read_table(out, schemas.HUMBLE_ANSWERS)
     assert len(frame) == 4
     assert (~frame["stopped"]).all()

@@ -39,14 +39,30 @@ def answers() -> pd.DataFrame:
         for setting in SETTINGS:
             for i, question in enumerate(["q1", "q2", "q3", "q4"]):
                 label = "E" if setting == "nota_only" or question == "q2" else "A"
-                rows.append({
-                    "question_id": question, "vlm": vlm, "model_id": vlm, "model_revision": "", "setting": setting,
-                    "type": ["Object", "Relation", "Attribute", "Object"][i], "options": FIVE_OPTIONS, "label": label,
-                    "nota": "E", "letter_map": FIVE_SHOWN, "noise_image": False, "letter_probabilities": "[]",
-                    "letter_mass": 1.0, "prediction_logits": logits[i], "text": text[i:i + 1],
-                    "prediction_text": text[i:i + 1], "reasoning": "", "stopped": True, "cut_off": False,
-                    "template_version": "v1",
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "question_id": question,
+                        "vlm": vlm,
+                        "model_id": vlm,
+                        "model_revision": "",
+                        "setting": setting,
+                        "type": ["Object", "Relation", "Attribute", "Object"][i],
+                        "options": FIVE_OPTIONS,
+                        "label": label,
+                        "nota": "E",
+                        "letter_map": FIVE_SHOWN,
+                        "noise_image": False,
+                        "letter_probabilities": "[]",
+                        "letter_mass": 1.0,
+                        "prediction_logits": logits[i],
+                        "text": text[i : i + 1],
+                        "prediction_text": text[i : i + 1],
+                        "reasoning": "",
+                        "stopped": True,
+                        "cut_off": False,
+                        "template_version": "v1",
+                    }
+                )
     return pd.DataFrame(rows, columns=schemas.HUMBLE_ANSWERS.names)
 
 
@@ -60,9 +76,13 @@ def humans(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "problem"),
-    [*UNREADABLE_CSVS, pytest.param(b"annotator,question_id,answer\nann1,q1,A\n",
-                                    "human answers lack columns ['setting']", id="missing-column")],
-)  # fmt: skip
+    [
+        *UNREADABLE_CSVS,
+        pytest.param(
+            b"annotator,question_id,answer\nann1,q1,A\n", "human answers lack columns ['setting']", id="missing-column"
+        ),
+    ],
+)
 def test_an_unreadable_human_answers_file_is_one_line_naming_it(tmp_path, content, problem):
     assert_one_line_error(read_human_answers, tmp_path / "humans.csv", content, problem)
 
@@ -103,12 +123,25 @@ def make_tables(folder, paths, humans=True, parser_version=PARSER_VERSION, group
         return [str(folder / f"{name}.{ext}") for ext in ("csv", "md", "tex")]
 
     make_humble_tables(
-        answers=paths, human_answers=[str(folder / "humans.csv")] if humans else [], human_study=[], reading="text",
-        settings=SETTINGS, original="original", stress="nota_only", cautious="nota_only",
-        metrics=str(folder / "metrics.csv"), table4=files("t4"), table5=files("t5"), table6=files("t6"),
-        table7=files("t7") if humans else [], table_a1=files("ta1"), plot=str(folder / "nota.png"),
-        parser_version=parser_version, groups=groups, sample=[],
-    )  # fmt: skip
+        answers=paths,
+        human_answers=[str(folder / "humans.csv")] if humans else [],
+        human_study=[],
+        reading="text",
+        settings=SETTINGS,
+        original="original",
+        stress="nota_only",
+        cautious="nota_only",
+        metrics=str(folder / "metrics.csv"),
+        table4=files("t4"),
+        table5=files("t5"),
+        table6=files("t6"),
+        table7=files("t7") if humans else [],
+        table_a1=files("ta1"),
+        plot=str(folder / "nota.png"),
+        parser_version=parser_version,
+        groups=groups,
+        sample=[],
+    )
 
 
 def test_the_step_writes_every_table_and_the_plot(tmp_path, humans):
@@ -149,8 +182,10 @@ def test_the_tables_read_the_stored_texts_with_todays_parser(tmp_path):
 def test_shown_options_pair_with_their_letters_where_the_letters_have_a_gap():
     frame = answers().head(1)
     # The official NOTA-only: the correct option (A) removed, the others keep their letters.
-    frame = frame.assign(options=json.dumps(["a dog", "a bird", "a fish", "None of the above"]),
-                         letter_map=json.dumps({"A": "", "B": "B", "C": "C", "D": "D", "E": "E"}))  # fmt: skip
+    frame = frame.assign(
+        options=json.dumps(["a dog", "a bird", "a fish", "None of the above"]),
+        letter_map=json.dumps({"A": "", "B": "B", "C": "C", "D": "D", "E": "E"}),
+    )
     readings = {"C. a bird": "C", "a fish": "D", "A": "", "None of the above": "E"}
     for text, letter in readings.items():
         assert parsed_texts(frame.assign(text=text)).tolist() == [letter], text
@@ -223,27 +258,56 @@ def test_the_step_makes_table7_from_the_human_study_project_s_labels(tmp_path, h
     the same answers, checked against the annotators' question sets."""
     from blindspot.steps.humble import make_humble_tables
 
-    study = pd.DataFrame({
-        "annotator": ["ann1"] * 3, "item_id": ["original:q1", "original:q2", "nota_only:q2"],
-        "setting": ["original", "original", "nota_only"], "question_id": ["q1", "q2", "q2"], "type": ["Object"] * 3,
-        "image_path": ["i.png"] * 3, "question": ["?"] * 3, "options": [FIVE_OPTIONS] * 3,
-        "letters": ["ABCDE", "ABCDE", "ABCDE"],
-    })  # fmt: skip
+    study = pd.DataFrame(
+        {
+            "annotator": ["ann1"] * 3,
+            "item_id": ["original:q1", "original:q2", "nota_only:q2"],
+            "setting": ["original", "original", "nota_only"],
+            "question_id": ["q1", "q2", "q2"],
+            "type": ["Object"] * 3,
+            "image_path": ["i.png"] * 3,
+            "question": ["?"] * 3,
+            "options": [FIVE_OPTIONS] * 3,
+            "letters": ["ABCDE", "ABCDE", "ABCDE"],
+        }
+    )
     write_table(tmp_path / "study.parquet", study, schemas.HUMAN_STUDY)
-    export = [{"id": i, "data": {"item_id": item, "annotator": "ann1"},
-               "annotations": [{"completed_by": {"email": "ann1"}, "result": [
-                   {"from_name": "answer", "type": "choices", "value": {"choices": [letter]}}]}]}
-              for i, (item, letter) in enumerate(zip(study["item_id"], "AEE", strict=True))]  # fmt: skip
+    export = [
+        {
+            "id": i,
+            "data": {"item_id": item, "annotator": "ann1"},
+            "annotations": [
+                {
+                    "completed_by": {"email": "ann1"},
+                    "result": [{"from_name": "answer", "type": "choices", "value": {"choices": [letter]}}],
+                }
+            ],
+        }
+        for i, (item, letter) in enumerate(zip(study["item_id"], "AEE", strict=True))
+    ]
     (tmp_path / "labels.json").write_text(json.dumps(export))
     paths = write_answers(tmp_path, answers())
     files = {name: [str(tmp_path / f"{name}.{ext}") for ext in ("csv", "md", "tex")] for name in ("t4", "t5", "t6")}
     make_humble_tables(
-        answers=paths, human_answers=[str(tmp_path / "labels.json")], human_study=[str(tmp_path / "study.parquet")],
-        reading="text", settings=SETTINGS, original="original", stress="nota_only", cautious=None,
-        metrics=str(tmp_path / "metrics.csv"), table4=files["t4"], table5=files["t5"], table6=files["t6"],
-        table7=[str(tmp_path / f"t7.{ext}") for ext in ("csv", "md", "tex")], table_a1=[],
-        plot=str(tmp_path / "nota.png"), parser_version=PARSER_VERSION, groups=None, sample=[],
-    )  # fmt: skip
+        answers=paths,
+        human_answers=[str(tmp_path / "labels.json")],
+        human_study=[str(tmp_path / "study.parquet")],
+        reading="text",
+        settings=SETTINGS,
+        original="original",
+        stress="nota_only",
+        cautious=None,
+        metrics=str(tmp_path / "metrics.csv"),
+        table4=files["t4"],
+        table5=files["t5"],
+        table6=files["t6"],
+        table7=[str(tmp_path / f"t7.{ext}") for ext in ("csv", "md", "tex")],
+        table_a1=[],
+        plot=str(tmp_path / "nota.png"),
+        parser_version=PARSER_VERSION,
+        groups=None,
+        sample=[],
+    )
     table = pd.read_csv(tmp_path / "t7.csv")
     expected = table7(answers(), humans, "text")
     pd.testing.assert_frame_equal(table, expected, check_dtype=False)

@@ -65,9 +65,13 @@ def official_line(question_id: int, setting: str, prediction: str) -> dict:
     removed = label if setting == "nota_only" and label != "E" else ""
     path = ".cache/noise_image.png" if setting == "noise_image" else f"/data/images/{question_id}.jpg"
     return {
-        "label": "E" if removed else label, "question": question_text(question_id, removed), "type": kind,
-        "image": {"bytes": None, "path": path}, "question_id": question_id, "prediction": prediction,
-    }  # fmt: skip
+        "label": "E" if removed else label,
+        "question": question_text(question_id, removed),
+        "type": kind,
+        "image": {"bytes": None, "path": path},
+        "question_id": question_id,
+        "prediction": prediction,
+    }
 
 
 @pytest.fixture
@@ -82,8 +86,20 @@ def official(tmp_path):
 
 
 def score(predictions, release, out, *extra):
-    return main(["humble", "score", str(predictions), "--questions", str(release), "--out", str(out),
-                 "--configfile", CONFIG, *extra])  # fmt: skip
+    return main(
+        [
+            "humble",
+            "score",
+            str(predictions),
+            "--questions",
+            str(release),
+            "--out",
+            str(out),
+            "--configfile",
+            CONFIG,
+            *extra,
+        ]
+    )
 
 
 def metrics(out: Path) -> pd.DataFrame:
@@ -92,15 +108,28 @@ def metrics(out: Path) -> pd.DataFrame:
 
 # Ours, by hand. Original: correct 1-5 (3 reads "C,"; 5 reads "E. None ..." as E); 6 says NOTA wrongly.
 ORIGINAL = {
-    "overall": 5 / 6, "object": 1.0, "attribute": 1.0, "relation": 0.5, "non_nota_accuracy": 3 / 4,
-    "nota_hit": 1.0, "false_nota": 1 / 4, "humility": (1 + 3 / 4) / 2, "unparseable": 0.0,
+    "overall": 5 / 6,
+    "object": 1.0,
+    "attribute": 1.0,
+    "relation": 0.5,
+    "non_nota_accuracy": 3 / 4,
+    "nota_hit": 1.0,
+    "false_nota": 1 / 4,
+    "humility": (1 + 3 / 4) / 2,
+    "unparseable": 0.0,
     "macro_f1": (1 + 1 + 1 + 0 + 0.8) / 5,  # A, B, C perfect; D missed; E: 2 right, 1 false
     "d_prime": 2 * 0.6744897501960817,  # z(1 - 1/4) - z(1/4): a hit rate of 1 moves half a count in
-}  # fmt: skip
+}
 # Noise: the labels stay A, B, C, E, E, D (officially and in the paper's Table 5); 1, 2 ("e"), 3 (NOTA's
 # text) and 5 say NOTA, 4 says A, 6 names no option: only 5 is right.
-NOISE = {"overall": 1 / 6, "nota_hit": 1 / 2, "false_nota": 3 / 4, "nota_selection": 4 / 6, "unparseable": 1 / 6,
-         "humility": (1 / 2 + 1 - 3 / 4) / 2}  # fmt: skip
+NOISE = {
+    "overall": 1 / 6,
+    "nota_hit": 1 / 2,
+    "false_nota": 3 / 4,
+    "nota_selection": 4 / 6,
+    "unparseable": 1 / 6,
+    "humility": (1 / 2 + 1 - 3 / 4) / 2,
+}
 # NOTA-only: 1 names the removed A (not shown: unparseable); 3 says D; the rest say NOTA.
 NOTA_ONLY = {"overall": 4 / 6, "nota_hit": 4 / 6, "unparseable": 1 / 6}
 
@@ -121,8 +150,11 @@ def test_official_results_folder_scored_end_to_end(official, release, tmp_path, 
     assert (out / "tables" / "humblebench_nota_tradeoff.png").read_bytes()[:4] == b"\x89PNG"
     table6 = pd.read_csv(out / "tables" / "table6_humblebench_models.csv")
     assert table6.iloc[0].to_dict() == {
-        "Model": "Toy-VL", "Original (Overall)": 83.33, "Noise image (NOTA sel.)": 66.67, "NOTA-only (NOTA hit)": 66.67,
-    }  # fmt: skip
+        "Model": "Toy-VL",
+        "Original (Overall)": 83.33,
+        "Noise image (NOTA sel.)": 66.67,
+        "NOTA-only (NOTA hit)": 66.67,
+    }
     printed = capsys.readouterr().out
     assert printed.startswith("Table 4: the Original setting (text reading), %")
     assert "| Toy-VL | 100 | 50 | 100 | 83.330 | 75 | 100 | 25 | 87.500 |" in printed
@@ -159,8 +191,9 @@ def test_lone_file_takes_its_setting_from_its_path_or_the_option(official, relea
     assert metrics(tmp_path / "two").loc["original", "humility"] == pytest.approx(ORIGINAL["humility"])
     # The later official code's cautious prompt goes before the question: its lines are not options.
     cautious = [official_line(qid, "common", answer) for qid, answer in PREDICTIONS["common"].items()]
-    lone.write_text("".join(json.dumps(line | {"question": f"If unsure, say E.\n\n{line['question']}"}) + "\n"
-                            for line in cautious))  # fmt: skip
+    lone.write_text(
+        "".join(json.dumps(line | {"question": f"If unsure, say E.\n\n{line['question']}"}) + "\n" for line in cautious)
+    )
     assert score(lone, release, tmp_path / "three", "--setting", "cautious_prompt") == 0
     assert metrics(tmp_path / "three").loc["cautious", "humility"] == pytest.approx(ORIGINAL["humility"])
 
@@ -326,8 +359,11 @@ def test_official_result_lines_read_as_shown():
     for row in rows.to_dict("records"):
         letter_map = json.loads(row["letter_map"])
         found.setdefault(row["setting"], {})[int(row["question_id"])] = (
-            row["label"], row["nota"], "".join(letter_map[letter] or "-" for letter in "ABCDE"), row["prediction_text"]
-        )  # fmt: skip
+            row["label"],
+            row["nota"],
+            "".join(letter_map[letter] or "-" for letter in "ABCDE"),
+            row["prediction_text"],
+        )
     assert found == {setting: lines for (_, setting, _), lines in VERBATIM.items()}
     for (folder, setting, model), lines in VERBATIM.items():
         answers = rows[rows["setting"] == setting]
@@ -491,7 +527,7 @@ def test_an_empty_predictions_csv_is_named(release, tmp_path, capsys):
 
 def test_the_setting_of_a_lone_file_is_the_option_or_its_folder_and_an_unknown_one_says_which(
     official, release, tmp_path, capsys
-):  # fmt: skip
+):
     text = (official / "common" / "Toy-VL" / "Toy-VL.jsonl").read_text()
     outside = tmp_path / "mypreds" / "Qwen.jsonl"  # not <setting>/<Model>/<Model>.jsonl
     outside.parent.mkdir()
@@ -527,8 +563,10 @@ def test_people_s_answers_add_table7_on_the_same_questions(official, release, tm
     """`--human-answers` names people's answers (a CSV, or the humble_answer project's labels): Table 7
     puts them beside the model's answers on the same questions."""
     humans = tmp_path / "humans.csv"
-    humans.write_text("annotator,question_id,setting,answer\nann1,1,original,A\nann1,2,original,A\n"
-                      "ann1,4,original,E\nann1,3,nota_only,E\n")  # fmt: skip
+    humans.write_text(
+        "annotator,question_id,setting,answer\nann1,1,original,A\nann1,2,original,A\n"
+        "ann1,4,original,E\nann1,3,nota_only,E\n"
+    )
     assert score(official, release, tmp_path / "scored", "--human-answers", str(humans)) == 0
     table = pd.read_csv(tmp_path / "scored" / "tables" / "table7_humblebench_humans.csv").set_index("Model")
     assert list(table.columns) == ["Overall", "Non-NOTA", "NOTA hit", "False-NOTA", "HS", "NOTA hit (stress)"]
@@ -537,10 +575,19 @@ def test_people_s_answers_add_table7_on_the_same_questions(official, release, tm
     assert table.loc["Toy-VL"].tolist() == [100.0, 100.0, 100.0, 0.0, 100.0, 0.0]
     # the same answers as the project's labels give the same table
     given = [("1", "original", "A"), ("2", "original", "A"), ("4", "original", "E"), ("3", "nota_only", "E")]
-    labels = [{"id": i, "data": {"item_id": f"{setting}:{question}", "annotator": "ann1"},
-               "annotations": [{"completed_by": {"email": "ann1"}, "result": [
-                   {"from_name": "answer", "type": "choices", "value": {"choices": [answer]}}]}]}
-              for i, (question, setting, answer) in enumerate(given)]  # fmt: skip
+    labels = [
+        {
+            "id": i,
+            "data": {"item_id": f"{setting}:{question}", "annotator": "ann1"},
+            "annotations": [
+                {
+                    "completed_by": {"email": "ann1"},
+                    "result": [{"from_name": "answer", "type": "choices", "value": {"choices": [answer]}}],
+                }
+            ],
+        }
+        for i, (question, setting, answer) in enumerate(given)
+    ]
     (tmp_path / "labels.json").write_text(json.dumps(labels))
     assert score(official, release, tmp_path / "labelled", "--human-answers", str(tmp_path / "labels.json")) == 0
     labelled = pd.read_csv(tmp_path / "labelled" / "tables" / "table7_humblebench_humans.csv").set_index("Model")

@@ -25,30 +25,48 @@ OPTIONS = ("red", "blue", "green", "white", "None of the above")
 
 def write_release(folder, ids=("r1", "r2")):
     Image.new("RGB", (8, 8), "red").save(folder / "img.png")
-    records = [{"question_id": q, "question": RELEASE_TEXT, "type": "Object", "label": "B", "image": "img.png"}
-               for q in ids]  # fmt: skip
+    records = [
+        {"question_id": q, "question": RELEASE_TEXT, "type": "Object", "label": "B", "image": "img.png"} for q in ids
+    ]
     (folder / "release.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
     return str(folder / "release.jsonl")
 
 
 def benchmark_pairs() -> pd.DataFrame:
     """Two kept pairs; the colour_tone knob has no kind in FROM_BENCHMARK, so it gets no question."""
-    return pd.DataFrame([
-        {"pair_id": f"p{i}", "domain": "animals", "subcategory": "birds", "label": "bird",
-         "correct_instance": "penguin", "adversarial_instance": "robin", "aux_element": "stone",
-         "knob": "colour_tone", "correct_value": "red", "adversarial_value": "blue",
-         "corr_path": f"c{i}.png", "adv_path": f"a{i}.png"}
-        for i in range(2)
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "pair_id": f"p{i}",
+                "domain": "animals",
+                "subcategory": "birds",
+                "label": "bird",
+                "correct_instance": "penguin",
+                "adversarial_instance": "robin",
+                "aux_element": "stone",
+                "knob": "colour_tone",
+                "correct_value": "red",
+                "adversarial_value": "blue",
+                "corr_path": f"c{i}.png",
+                "adv_path": f"a{i}.png",
+            }
+            for i in range(2)
+        ]
+    )
 
 
 def candidates() -> pd.DataFrame:
     """Three scene-graph candidates; s1 has a problem people have to fix."""
     rows = [
-        question_row(Question(f"s{i}", f"Question {i}?", OPTIONS, "A", "Attribute"), "scene_graph", f"img{i}.png",
-                     {"image_id": f"img{i}"} | ({"problem": "bad_options"} if i == 1 else {}), verified=False)
+        question_row(
+            Question(f"s{i}", f"Question {i}?", OPTIONS, "A", "Attribute"),
+            "scene_graph",
+            f"img{i}.png",
+            {"image_id": f"img{i}"} | ({"problem": "bad_options"} if i == 1 else {}),
+            verified=False,
+        )
         for i in range(3)
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows, columns=schemas.HUMBLE_QUESTIONS.names)
 
 
@@ -66,12 +84,17 @@ def test_every_source_in_order_with_its_count(tmp_path, animals):
     # the release first, then two images of each pair with a subject question, then the candidates
     assert list(frame["source"]) == ["release"] * 2 + ["benchmark"] * 4 + ["scene_graph"] * 2
     assert counters == {
-        "release": 2, "benchmark": 4, "benchmark_kinds_without_a_question": {"colour_tone": 4},
-        "scene_graph_left_out_with_problems": 1, "scene_graph": 2, "questions": 8,
-        "per_type": {"Object": 6, "Attribute": 2}, "sample": {"limit": None, "sampled": 8, "total": 8},
+        "release": 2,
+        "benchmark": 4,
+        "benchmark_kinds_without_a_question": {"colour_tone": 4},
+        "scene_graph_left_out_with_problems": 1,
+        "scene_graph": 2,
+        "questions": 8,
+        "per_type": {"Object": 6, "Attribute": 2},
+        "sample": {"limit": None, "sampled": 8, "total": 8},
         # Table 9's counts: without people's decisions, the one with a problem is left out (deleted)
         "scene_graph_filtering": {"Attribute": {"candidates": 3, "keep": 2, "modify": 0, "delete": 1, "undecided": 0}},
-    }  # fmt: skip
+    }
     # without a verification file the candidates without problems are used, unverified
     assert list(frame.loc[frame["source"] == "scene_graph", "question_id"]) == ["s0", "s2"]
     assert not frame.loc[frame["source"] == "scene_graph", "verified"].any()
@@ -95,9 +118,14 @@ def test_people_decide_which_candidates_are_used(tmp_path):
     assert frame["verified"].all()
     decided = {"keep": 1, "modify": 0, "delete": 1, "undecided": 1}
     filtering = {"Attribute": {"candidates": 3, **decided}}  # Table 9's counts: people's decisions per type
-    assert counters == {"scene_graph_decisions": decided, "scene_graph_filtering": filtering,
-                        "scene_graph": 1, "questions": 1, "per_type": {"Attribute": 1},
-                        "sample": {"limit": None, "sampled": 1, "total": 1}}  # fmt: skip
+    assert counters == {
+        "scene_graph_decisions": decided,
+        "scene_graph_filtering": filtering,
+        "scene_graph": 1,
+        "questions": 1,
+        "per_type": {"Attribute": 1},
+        "sample": {"limit": None, "sampled": 1, "total": 1},
+    }
 
 
 def test_no_source_is_an_empty_table_and_a_question_id_twice_is_an_error(tmp_path):
@@ -119,11 +147,20 @@ def test_the_step_reads_its_inputs_and_writes_the_table_and_counters(tmp_path):
     write_table(tmp_path / "candidates.parquet", candidates(), schemas.HUMBLE_QUESTIONS)
     out, images, counters_out = tmp_path / "questions.parquet", tmp_path / "images", tmp_path / "q.counters.json"
     make_humble_questions(
-        benchmark=[str(tmp_path / "pairs.parquet")], taxonomies=["config/taxonomy/animals.yaml"],
-        scene_candidates=[str(tmp_path / "candidates.parquet")], verification=[], release_copy=[],
-        release=write_release(tmp_path), from_benchmark=FROM_BENCHMARK, domains=["animals"], seed=7, out=str(out),
-        images=str(images), counters_out=str(counters_out), limit=None,
-    )  # fmt: skip
+        benchmark=[str(tmp_path / "pairs.parquet")],
+        taxonomies=["config/taxonomy/animals.yaml"],
+        scene_candidates=[str(tmp_path / "candidates.parquet")],
+        verification=[],
+        release_copy=[],
+        release=write_release(tmp_path),
+        from_benchmark=FROM_BENCHMARK,
+        domains=["animals"],
+        seed=7,
+        out=str(out),
+        images=str(images),
+        counters_out=str(counters_out),
+        limit=None,
+    )
     frame = read_table(out, schemas.HUMBLE_QUESTIONS)
     assert list(frame["source"]) == ["release"] * 2 + ["benchmark"] * 4 + ["scene_graph"] * 2
     assert images.is_dir()
@@ -132,10 +169,20 @@ def test_the_step_reads_its_inputs_and_writes_the_table_and_counters(tmp_path):
     assert "provenance" in counters
     with pytest.raises(ValueError, match="domain"):  # a taxonomy checked against the domain it is given for
         make_humble_questions(
-            benchmark=[str(tmp_path / "pairs.parquet")], taxonomies=["config/taxonomy/objects.yaml"],
-            scene_candidates=[], verification=[], release_copy=[], release=None, from_benchmark=FROM_BENCHMARK,
-            domains=["animals"], seed=7, out=str(out), images=str(images), counters_out=str(counters_out), limit=None,
-        )  # fmt: skip
+            benchmark=[str(tmp_path / "pairs.parquet")],
+            taxonomies=["config/taxonomy/objects.yaml"],
+            scene_candidates=[],
+            verification=[],
+            release_copy=[],
+            release=None,
+            from_benchmark=FROM_BENCHMARK,
+            domains=["animals"],
+            seed=7,
+            out=str(out),
+            images=str(images),
+            counters_out=str(counters_out),
+            limit=None,
+        )
 
 
 def test_the_step_reads_the_decisions_from_the_sheet_or_a_question_check_export(tmp_path):
@@ -149,18 +196,29 @@ def test_the_step_reads_the_decisions_from_the_sheet_or_a_question_check_export(
     sheet = pd.read_csv(tmp_path / "verify.csv", dtype=str, keep_default_na=False)
     sheet["decision"] = ["keep", "delete", ""]
     sheet.to_csv(tmp_path / "verify.csv", index=False)
-    labels = pd.DataFrame([("ann1", "s0", "keep", ""), ("ann1", "s1", "delete", "")],
-                          columns=["annotator", "item_id", "decision", "edit"])  # fmt: skip
+    labels = pd.DataFrame(
+        [("ann1", "s0", "keep", ""), ("ann1", "s1", "delete", "")], columns=["annotator", "item_id", "decision", "edit"]
+    )
     project = {"task": "question_check", "items": [{"id": f"s{i}"} for i in range(3)]}
     (tmp_path / "labels.json").write_text(json.dumps(label_studio_export(project, labels)))
 
     def questions(verification: str) -> list[str]:
         out = tmp_path / "questions.parquet"
         make_humble_questions(
-            benchmark=[], taxonomies=[], scene_candidates=[str(tmp_path / "candidates.parquet")],
-            verification=[verification], release_copy=[], release=None, from_benchmark=None, domains=[], seed=7,
-            out=str(out), images=str(tmp_path / "images"), counters_out=str(tmp_path / "q.counters.json"), limit=None,
-        )  # fmt: skip
+            benchmark=[],
+            taxonomies=[],
+            scene_candidates=[str(tmp_path / "candidates.parquet")],
+            verification=[verification],
+            release_copy=[],
+            release=None,
+            from_benchmark=None,
+            domains=[],
+            seed=7,
+            out=str(out),
+            images=str(tmp_path / "images"),
+            counters_out=str(tmp_path / "q.counters.json"),
+            limit=None,
+        )
         return list(read_table(out, schemas.HUMBLE_QUESTIONS)["question_id"])
 
     assert questions(str(tmp_path / "verify.csv")) == questions(str(tmp_path / "labels.json")) == ["s0"]

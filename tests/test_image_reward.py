@@ -82,14 +82,16 @@ def test_the_key_map_covers_the_release_architecture_one_to_one():
         "vision.encoder.layers.12.mlp.fc2.weight": "blip.visual_encoder.blocks.12.mlp.fc2.weight",
         "vision.post_layernorm.weight": "blip.visual_encoder.norm.weight",
         "text.embeddings.word_embeddings.weight": "blip.text_encoder.embeddings.word_embeddings.weight",
-        "text.encoder.layer.11.crossattention.self.key.weight":
-            "blip.text_encoder.encoder.layer.11.crossattention.self.key.weight",
-        "text.encoder.layer.0.attention.output.LayerNorm.bias":
-            "blip.text_encoder.encoder.layer.0.attention.output.LayerNorm.bias",
+        "text.encoder.layer.11.crossattention.self.key.weight": (
+            "blip.text_encoder.encoder.layer.11.crossattention.self.key.weight"
+        ),
+        "text.encoder.layer.0.attention.output.LayerNorm.bias": (
+            "blip.text_encoder.encoder.layer.0.attention.output.LayerNorm.bias"
+        ),
         "text.encoder.layer.5.intermediate.dense.weight": "blip.text_encoder.encoder.layer.5.intermediate.dense.weight",
         "head.0.weight": "mlp.layers.0.weight",
         "head.7.bias": "mlp.layers.7.bias",
-    }  # fmt: skip
+    }
     assert {name: official_key(name) for name in expected} == expected
     assert sum(key.startswith("blip.text_encoder.encoder.layer.") and ".crossattention." in key for key in keys) == (
         12 * 10  # every text layer cross-attends: query, key, value, output dense and LayerNorm

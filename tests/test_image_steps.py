@@ -41,18 +41,44 @@ def write_domain(tmp_path: Path, n_triplets: int = 6) -> dict[str, Path]:
             path.parent.mkdir(exist_ok=True)
             Image.fromarray((255 * rng.random((128, 128, 3))).astype(np.uint8)).save(path)
             renders.append(
-                {"image_id": image_id, "triplet_id": triplet.triplet_id, "role": role, "description": description,
-                 "t2i": "tiny-sana", "model_id": "built:tiny-sana", "model_revision": "", "seed": i, "steps": 2,
-                 "guidance": 4.5, "height": 128, "width": 128, "settings": "{}", "path": str(path), "sha256": ""}
-            )  # fmt: skip
+                {
+                    "image_id": image_id,
+                    "triplet_id": triplet.triplet_id,
+                    "role": role,
+                    "description": description,
+                    "t2i": "tiny-sana",
+                    "model_id": "built:tiny-sana",
+                    "model_revision": "",
+                    "seed": i,
+                    "steps": 2,
+                    "guidance": 4.5,
+                    "height": 128,
+                    "width": 128,
+                    "settings": "{}",
+                    "path": str(path),
+                    "sha256": "",
+                }
+            )
             for vlm in VLMS:
                 score = 2 if (i, role, vlm) == (0, "adv", "qwen") else 9
                 scores.append(
-                    {"image_id": image_id, "triplet_id": triplet.triplet_id, "role": role, "t2i": "tiny-sana",
-                     "vlm": vlm, "model_id": vlm, "model_revision": "", "template_version": "v1",
-                     "expected_score": score - 0.5, "argmax_score": score, "valid_mass": 1.0,
-                     "probabilities": [0.1] * 10, "text": str(score), "text_score": score}
-                )  # fmt: skip
+                    {
+                        "image_id": image_id,
+                        "triplet_id": triplet.triplet_id,
+                        "role": role,
+                        "t2i": "tiny-sana",
+                        "vlm": vlm,
+                        "model_id": vlm,
+                        "model_revision": "",
+                        "template_version": "v1",
+                        "expected_score": score - 0.5,
+                        "argmax_score": score,
+                        "valid_mass": 1.0,
+                        "probabilities": [0.1] * 10,
+                        "text": str(score),
+                        "text_score": score,
+                    }
+                )
     files = {name: tmp_path / f"{name}.parquet" for name in ("seeds", "triplets", "renders", "scores")}
     write_table(files["seeds"], seeds, schemas.SEEDS)
     write_table(files["triplets"], triplets, schemas.TRIPLETS)
@@ -63,10 +89,15 @@ def write_domain(tmp_path: Path, n_triplets: int = 6) -> dict[str, Path]:
 
 def keep_pairs(tmp_path: Path, files: dict[str, Path], threshold: float) -> Path:
     images.keep_consensus_pairs(
-        domain=DOMAIN, renders=[str(files["renders"])], scores=[str(files["scores"])],
-        out=str(tmp_path / "pairs.parquet"), counters_out=str(tmp_path / "pairs.json"), vlms=VLMS,
-        threshold=threshold, score="argmax",
-    )  # fmt: skip
+        domain=DOMAIN,
+        renders=[str(files["renders"])],
+        scores=[str(files["scores"])],
+        out=str(tmp_path / "pairs.parquet"),
+        counters_out=str(tmp_path / "pairs.json"),
+        vlms=VLMS,
+        threshold=threshold,
+        score="argmax",
+    )
     return tmp_path / "pairs.parquet"
 
 
@@ -82,10 +113,17 @@ def test_consensus_split_and_export_steps_run_from_what_their_rules_pass(tmp_pat
 
     outputs = {name: str(tmp_path / f"{name}.out") for name in ("out", "filter_validation", "preference_pairs")}
     benchmark.split_benchmark(
-        pairs=[str(tmp_path / "pairs.parquet")], triplets=[str(files["triplets"])], **outputs,
-        counters_out=str(tmp_path / "split.json"), domains=[DOMAIN], test_fraction=0.5, threshold=8,
-        filter_validation_images=2, preference_pairs_per_domain=1, seed=7,
-    )  # fmt: skip
+        pairs=[str(tmp_path / "pairs.parquet")],
+        triplets=[str(files["triplets"])],
+        **outputs,
+        counters_out=str(tmp_path / "split.json"),
+        domains=[DOMAIN],
+        test_fraction=0.5,
+        threshold=8,
+        filter_validation_images=2,
+        preference_pairs_per_domain=1,
+        seed=7,
+    )
     kept = read_table(outputs["out"], schemas.BENCHMARK_PAIRS)
     assert sorted(kept["triplet_id"]) == [f"triplet_id{i}" for i in range(1, 6)]
     validation = read_table(outputs["filter_validation"], schemas.ANNOTATION_IMAGES)
@@ -96,9 +134,14 @@ def test_consensus_split_and_export_steps_run_from_what_their_rules_pass(tmp_pat
     models = {"text-to-image": [dataclasses.asdict(model_spec(tiny_config, "tiny-sana"))]}
     dataset, card = tmp_path / "dataset", tmp_path / "card.md"
     benchmark.export_dataset(
-        benchmark=outputs["out"], out=str(dataset), card=str(card), name="Test bench", run_name="a-run", threshold=8,
+        benchmark=outputs["out"],
+        out=str(dataset),
+        card=str(card),
+        name="Test bench",
+        run_name="a-run",
+        threshold=8,
         models=models,
-    )  # fmt: skip
+    )
     assert card.read_text() == (dataset / "README.md").read_text()
     assert "| text-to-image | built:tiny-sana |" in card.read_text()
     assert "Run `a-run`" in card.read_text()
@@ -125,10 +168,16 @@ def test_a_shard_measures_its_kept_pairs_with_each_metric_and_table2_sums_them(t
     again = niqe | {"name": "niqe-again"}
     for shard in ("00000", "00001"):
         images.measure_image_quality(
-            shard=shard, pairs=str(pairs), triplets=str(files["triplets"]), seeds=str(files["seeds"]),
-            out=str(tmp_path / f"quality{shard}.parquet"), models=[niqe, again], batch_size=2, shard_size=4,
+            shard=shard,
+            pairs=str(pairs),
+            triplets=str(files["triplets"]),
+            seeds=str(files["seeds"]),
+            out=str(tmp_path / f"quality{shard}.parquet"),
+            models=[niqe, again],
+            batch_size=2,
+            shard_size=4,
             journals=str(tmp_path / f"quality{shard}.journals"),
-        )  # fmt: skip
+        )
         assert not (tmp_path / f"quality{shard}.journals").exists()  # the job removes its journals
     first = read_table(tmp_path / "quality00000.parquet", schemas.IMAGE_QUALITY)
     # Shard 0 holds seeds 0-3; triplet 0's pair was not kept: three pairs, each by both metrics, in order.
@@ -143,8 +192,10 @@ def test_a_shard_measures_its_kept_pairs_with_each_metric_and_table2_sums_them(t
     table = {ext: tmp_path / f"table2.{ext}" for ext in ("csv", "md", "tex")}
     images.make_table2(
         quality=[str(tmp_path / f"quality{shard}.parquet") for shard in ("00000", "00001")],
-        csv=str(table["csv"]), markdown=str(table["md"]), latex=str(table["tex"]),
-    )  # fmt: skip
+        csv=str(table["csv"]),
+        markdown=str(table["md"]),
+        latex=str(table["tex"]),
+    )
     rows = pd.read_csv(table["csv"]).set_index("Metric")
     assert rows.loc["niqe (lower is better)", "Pairs"] == 5
     assert rows.loc["niqe-again (lower is better)", "Pairs"] == 5

@@ -85,8 +85,10 @@ def test_a_write_into_an_existing_folder_neither_makes_folders_nor_removes_files
     with atomic_path(tmp_path / "table.parquet") as tmp:
         tmp.write_text("rows")
     assert {path.name: path.read_text() for path in tmp_path.iterdir()} == {
-        "image.png": "pixels", "image.sha256": "digest\n", "table.parquet": "rows",
-    }  # fmt: skip
+        "image.png": "pixels",
+        "image.sha256": "digest\n",
+        "table.parquet": "rows",
+    }
 
 
 def kill_writer(target, writer: str = "atomic_path") -> None:
@@ -195,9 +197,13 @@ def test_the_next_run_of_a_job_removes_the_temporaries_a_killed_run_left(tmp_pat
         monkeypatch.setattr(steps, "setup_logging", lambda log_path=None: None)  # the test's stderr stays
         monkeypatch.setattr(steps, "step_function", lambda name: step)
         job = SimpleNamespace(
-            rule="export_dataset", output=Named(out=str(table), dataset=str(folder)), input=Named(), params=Named(),
-            wildcards=Named(), log=[str(tmp_path / "logs" / "export_dataset.log")],
-        )  # fmt: skip
+            rule="export_dataset",
+            output=Named(out=str(table), dataset=str(folder)),
+            input=Named(),
+            params=Named(),
+            wildcards=Named(),
+            log=[str(tmp_path / "logs" / "export_dataset.log")],
+        )
         steps.run_from_snakemake(job)
         assert neighbour.exists()
         assert other.exists()

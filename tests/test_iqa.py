@@ -10,16 +10,24 @@ from blindspot.protobias.iqa import PyiqaMetric, measure_pairs, table2, weights_
 
 def quality(metric, higher, corr, adv):
     return pd.DataFrame(
-        {"pair_id": [f"p{i}" for i in range(len(corr))], "t2i": "flux", "metric": metric,
-         "higher_is_better": higher, "corr_score": corr, "adv_score": adv}
-    )  # fmt: skip
+        {
+            "pair_id": [f"p{i}" for i in range(len(corr))],
+            "t2i": "flux",
+            "metric": metric,
+            "higher_is_better": higher,
+            "corr_score": corr,
+            "adv_score": adv,
+        }
+    )
 
 
 def test_table2_means_difference_and_share_where_corr_is_better():
     frame = pd.concat(
-        [quality("musiq", True, [70.0, 80.0, 60.0, 50.0], [72.0, 76.0, 60.0, 40.0]),
-         quality("niqe", False, [5.0, 4.0], [4.0, 4.5])]
-    )  # fmt: skip
+        [
+            quality("musiq", True, [70.0, 80.0, 60.0, 50.0], [72.0, 76.0, 60.0, 40.0]),
+            quality("niqe", False, [5.0, 4.0], [4.0, 4.5]),
+        ]
+    )
     table = table2(frame, labels={"musiq": "MUSIQ"}).set_index("Metric")
     musiq = table.loc["MUSIQ (higher is better)"]
     assert musiq["Mean I_corr"] == pytest.approx(65.0)

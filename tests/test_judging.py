@@ -32,22 +32,40 @@ def test_parse_verdict(text, accept, status):
     ("text", "status", "reason"),
     [
         ("[" * 5000 + "]" * 5000, "invalid_json", "not valid JSON: nested too deeply"),
-        ('{"decision": "accept", "reason": "ok", "explanation": ' + "[" * 5000 + "]" * 5000 + "}", "invalid_json",
-         "not valid JSON: nested too deeply"),
+        (
+            '{"decision": "accept", "reason": "ok", "explanation": ' + "[" * 5000 + "]" * 5000 + "}",
+            "invalid_json",
+            "not valid JSON: nested too deeply",
+        ),
         ('{"decision": ' + "1" * 4301 + ', "reason": "ok"}', "invalid_json", "not valid JSON: Exceeds the limit"),
-        (json.dumps({"decision": "accept", "reason": "ok", "explanation": "x" * 161}), "schema_violation",
-         "explanation has 161 characters, over the schema's maxLength 160"),
-        (json.dumps({"decision": "reject", "reason": "other", "explanation": ["a", "b"]}), "schema_violation",
-         "explanation: ['a', 'b'] is not of type 'string'"),
-        (json.dumps({"decision": "accept", "reason": "ok"}), "schema_violation",
-         "the output: 'explanation' is a required property"),
-        (json.dumps({"decision": "accept", "reason": "ok", "explanation": "", "confidence": 1}), "schema_violation",
-         "the output: Additional properties are not allowed ('confidence' was unexpected)"),
-        ('{"decision": "reject", "reason": "ok", "decision": "accept", "explanation": ""}', "invalid_json",
-         "not valid JSON: the key 'decision' is repeated"),
+        (
+            json.dumps({"decision": "accept", "reason": "ok", "explanation": "x" * 161}),
+            "schema_violation",
+            "explanation has 161 characters, over the schema's maxLength 160",
+        ),
+        (
+            json.dumps({"decision": "reject", "reason": "other", "explanation": ["a", "b"]}),
+            "schema_violation",
+            "explanation: ['a', 'b'] is not of type 'string'",
+        ),
+        (
+            json.dumps({"decision": "accept", "reason": "ok"}),
+            "schema_violation",
+            "the output: 'explanation' is a required property",
+        ),
+        (
+            json.dumps({"decision": "accept", "reason": "ok", "explanation": "", "confidence": 1}),
+            "schema_violation",
+            "the output: Additional properties are not allowed ('confidence' was unexpected)",
+        ),
+        (
+            '{"decision": "reject", "reason": "ok", "decision": "accept", "explanation": ""}',
+            "invalid_json",
+            "not valid JSON: the key 'decision' is repeated",
+        ),
         (json.dumps({"decision": "x" * 10**6, "reason": ["ok"]}), "invalid_value", "decision='xxxxxxxx"),
     ],
-)  # fmt: skip
+)
 def test_a_verdict_that_breaks_a_json_reader_or_the_schema_is_a_rejection_with_a_reason(text, status, reason):
     verdict = parse_verdict(text)
     assert (verdict["accept"], verdict["status"], verdict["reason"][: len(reason)]) == (False, status, reason)
@@ -57,11 +75,22 @@ def test_a_verdict_that_breaks_a_json_reader_or_the_schema_is_a_rejection_with_a
 
 def raw_row(triplet_id, seed_id, status="ok", generator="g1"):
     return {
-        "triplet_id": triplet_id, "seed_id": seed_id, "domain": "animals", "generator": generator,
-        "neutral_prompt": "T", "correct_description": "Dc", "adversarial_description": "Da",
-        "model": generator, "model_id": f"hub/{generator}", "model_revision": "", "template_version": "generate/v1+ab",
-        "sampling": "{}", "raw_output": "{}", "status": status, "reason": "",
-    }  # fmt: skip
+        "triplet_id": triplet_id,
+        "seed_id": seed_id,
+        "domain": "animals",
+        "generator": generator,
+        "neutral_prompt": "T",
+        "correct_description": "Dc",
+        "adversarial_description": "Da",
+        "model": generator,
+        "model_id": f"hub/{generator}",
+        "model_revision": "",
+        "template_version": "generate/v1+ab",
+        "sampling": "{}",
+        "raw_output": "{}",
+        "status": status,
+        "reason": "",
+    }
 
 
 def verdict_row(triplet_id, judge, accept, reason="ok", status="ok"):
@@ -77,16 +106,23 @@ def seeds():
 def test_only_triplets_every_judge_accepted_are_kept(seeds):
     ids = list(seeds["seed_id"])
     raw = pd.DataFrame(
-        [raw_row("t1", ids[0]), raw_row("t2", ids[1]), raw_row("t3", ids[2], generator="g2"),
-         raw_row("t4", ids[3], status="wrong_instance")]
-    )  # fmt: skip
+        [
+            raw_row("t1", ids[0]),
+            raw_row("t2", ids[1]),
+            raw_row("t3", ids[2], generator="g2"),
+            raw_row("t4", ids[3], status="wrong_instance"),
+        ]
+    )
     judgments = pd.DataFrame(
         [
-            verdict_row("t1", "j1", True), verdict_row("t1", "j2", True),
-            verdict_row("t2", "j1", True), verdict_row("t2", "j2", False, "more_than_one_change"),
-            verdict_row("t3", "j1", False, "", "invalid_json"), verdict_row("t3", "j2", True),
+            verdict_row("t1", "j1", True),
+            verdict_row("t1", "j2", True),
+            verdict_row("t2", "j1", True),
+            verdict_row("t2", "j2", False, "more_than_one_change"),
+            verdict_row("t3", "j1", False, "", "invalid_json"),
+            verdict_row("t3", "j2", True),
         ]
-    )  # fmt: skip
+    )
     kept, counters = accept_unanimous(raw, judgments, seeds, ["j1", "j2"])
     assert list(kept["triplet_id"]) == ["t1"]
     assert kept.loc[0, "correct_instance"] == seeds.loc[0, "correct_instance"]

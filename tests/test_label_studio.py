@@ -52,17 +52,32 @@ def server(tmp_path_factory):
     root = base / "documents"
     root.mkdir()
     port = free_port()
-    env = {**os.environ, "LABEL_STUDIO_BASE_DATA_DIR": str(base / "data"),
-           "LABEL_STUDIO_LOCAL_FILES_SERVING_ENABLED": "true", "LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT": str(root),
-           "LABEL_STUDIO_USERNAME": OWNER, "LABEL_STUDIO_PASSWORD": PASSWORD,
-           "LABEL_STUDIO_USER_TOKEN": TOKEN, "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
-           "LATEST_VERSION_CHECK": "false"}  # fmt: skip
+    env = {
+        **os.environ,
+        "LABEL_STUDIO_BASE_DATA_DIR": str(base / "data"),
+        "LABEL_STUDIO_LOCAL_FILES_SERVING_ENABLED": "true",
+        "LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT": str(root),
+        "LABEL_STUDIO_USERNAME": OWNER,
+        "LABEL_STUDIO_PASSWORD": PASSWORD,
+        "LABEL_STUDIO_USER_TOKEN": TOKEN,
+        "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
+        "LATEST_VERSION_CHECK": "false",
+    }
     log = (base / "server.log").open("w")
     process = subprocess.Popen(
-        [str(VENV / "bin" / "label-studio"), "start", "--no-browser", "--internal-host", "127.0.0.1",
-         "--port", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            str(VENV / "bin" / "label-studio"),
+            "start",
+            "--no-browser",
+            "--internal-host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
@@ -95,39 +110,69 @@ def picture(path: Path, colour: str) -> str:
 def tables(images: Path) -> dict[str, pd.DataFrame]:
     paths = {c: picture(images / c[0] / f"{c}.png", c) for c in ("red", "blue", "green")}
     return {
-        "image_score": pd.DataFrame({"image_id": ["i1", "i2"], "path": [paths["red"], paths["blue"]],
-                                     "description": ["a red square", "a blue square"]}),
-        "pairwise": pd.DataFrame({"pair_id": ["p1", "p2"], "neutral_prompt": ["a square", "a shape"],
-                                  "left_role": ["corr", "adv"], "left_path": [paths["red"], paths["green"]],
-                                  "right_path": [paths["blue"], paths["red"]]}),
-        "question_check": pd.DataFrame({"question_id": ["q1", "q2"], "image_path": [paths["green"], paths["red"]],
-                                        "question": ["What colour?", "What shape?"], "label": ["A", "B"],
-                                        "options": [json.dumps(["green", "red", "None of the above"])] * 2}),
+        "image_score": pd.DataFrame(
+            {
+                "image_id": ["i1", "i2"],
+                "path": [paths["red"], paths["blue"]],
+                "description": ["a red square", "a blue square"],
+            }
+        ),
+        "pairwise": pd.DataFrame(
+            {
+                "pair_id": ["p1", "p2"],
+                "neutral_prompt": ["a square", "a shape"],
+                "left_role": ["corr", "adv"],
+                "left_path": [paths["red"], paths["green"]],
+                "right_path": [paths["blue"], paths["red"]],
+            }
+        ),
+        "question_check": pd.DataFrame(
+            {
+                "question_id": ["q1", "q2"],
+                "image_path": [paths["green"], paths["red"]],
+                "question": ["What colour?", "What shape?"],
+                "label": ["A", "B"],
+                "options": [json.dumps(["green", "red", "None of the above"])] * 2,
+            }
+        ),
         # each item one annotator's (HumbleBench's human study); q2 as NOTA-only shows it
-        "humble_answer": pd.DataFrame({"item_id": ["original:q1", "nota_only:q2"], "annotator": ["alice", "bob"],
-                                       "image_path": [paths["green"], paths["red"]],
-                                       "question": ["What colour?", "What shape?"], "letters": ["ABC", "AC"],
-                                       "options": [json.dumps(["green", "red", "None of the above"]),
-                                                   json.dumps(["round", "None of the above"])]}),
-    }  # fmt: skip
+        "humble_answer": pd.DataFrame(
+            {
+                "item_id": ["original:q1", "nota_only:q2"],
+                "annotator": ["alice", "bob"],
+                "image_path": [paths["green"], paths["red"]],
+                "question": ["What colour?", "What shape?"],
+                "letters": ["ABC", "AC"],
+                "options": [
+                    json.dumps(["green", "red", "None of the above"]),
+                    json.dumps(["round", "None of the above"]),
+                ],
+            }
+        ),
+    }
 
 
 LABELS = {
     "image_score": {"alice": [("i1", {"score": 9}), ("i2", {"score": 2})], "bob": [("i1", {"score": 7})]},
-    "pairwise": {"alice": [("p1", {"choice": "left"}), ("p2", {"choice": "neither"})],
-                 "bob": [("p2", {"choice": "right"})]},
-    "question_check": {"alice": [("q1", {"decision": "keep", "edit": ""})],
-                       "bob": [("q2", {"decision": "modify", "edit": '{"label": "C"}'})]},
+    "pairwise": {
+        "alice": [("p1", {"choice": "left"}), ("p2", {"choice": "neither"})],
+        "bob": [("p2", {"choice": "right"})],
+    },
+    "question_check": {
+        "alice": [("q1", {"decision": "keep", "edit": ""})],
+        "bob": [("q2", {"decision": "modify", "edit": '{"label": "C"}'})],
+    },
     "humble_answer": {"alice": [("original:q1", {"answer": "A"})], "bob": [("nota_only:q2", {"answer": "C"})]},
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("task", ["image_score", "pairwise", "question_check", "humble_answer"])
 def test_push_annotate_export_import_pull(server, task, tmp_path):
     url, root = server
     folder = tmp_path / "project"
-    project = make_project(task, tables(root / task)[task], ["alice", "bob"], folder, "/data/local-files/?d=",
-                           instructions=GIVEN.get(task))  # fmt: skip
+    project = make_project(
+        task, tables(root / task)[task], ["alice", "bob"], folder, "/data/local-files/?d=", instructions=GIVEN.get(task)
+    )
     assert project["image_root"] == str(root)  # the default: the storage folder's parent, not itself
     project_id = label_studio.push(folder, url, TOKEN)
     client = label_studio.Client(url, TOKEN)
@@ -165,14 +210,16 @@ def test_push_annotate_export_import_pull(server, task, tmp_path):
     pulled = tmp_path / "pulled.json"
     count = label_studio.pull(folder, pulled, TOKEN, EMAILS)
     labels = read_labels(task, pulled)
-    expected = pd.DataFrame([{"annotator": who, "item_id": i, **v} for who in ("alice", "bob")
-                             for i, v in LABELS[task][who]])  # fmt: skip
+    expected = pd.DataFrame(
+        [{"annotator": who, "item_id": i, **v} for who in ("alice", "bob") for i, v in LABELS[task][who]]
+    )
     key = ["annotator", "item_id"]
     assert count == len(expected)
     pd.testing.assert_frame_equal(
-        labels.sort_values(key).reset_index(drop=True), expected.sort_values(key).reset_index(drop=True),
+        labels.sort_values(key).reset_index(drop=True),
+        expected.sort_values(key).reset_index(drop=True),
         check_dtype=False,
-    )  # fmt: skip
+    )
     users = {a["completed_by"]["email"] for e in json.loads(pulled.read_text()) for a in e["annotations"]}
     assert users == set(EMAILS.values())
 
@@ -197,10 +244,12 @@ def test_pull_refuses_a_value_outside_the_label_config(server, tmp_path):
 SHOWN = {
     "image_score": {"texts": ["a red square with the word red on it"], "choices": []},
     "pairwise": {"texts": ["a blue square", "Left", "Right"], "choices": ["left", "right", "neither"]},
-    "question_check": {"texts": ["What colour is the square?", "Labelled correct", "A"],
-                       "choices": ["keep", "modify", "delete"]},
+    "question_check": {
+        "texts": ["What colour is the square?", "Labelled correct", "A"],
+        "choices": ["keep", "modify", "delete"],
+    },
     "humble_answer": {"texts": ["What colour is the square?", "alice"], "choices": ["A", "C", "E"]},
-}  # fmt: skip
+}
 
 
 def shown_images(page, count: int) -> list[dict]:
@@ -215,8 +264,11 @@ def shown_images(page, count: int) -> list[dict]:
             const settled = shown.length >= n && JSON.stringify(shown) === window.blindspotLastBoxes;
             window.blindspotLastBoxes = JSON.stringify(shown);
             return settled && shown;
-        }""", arg=count, polling=500, timeout=60_000,
-    ).json_value()  # fmt: skip
+        }""",
+        arg=count,
+        polling=500,
+        timeout=60_000,
+    ).json_value()
     assert len(shown) == count, shown
     return shown
 
@@ -263,8 +315,9 @@ def test_pull_refuses_an_answer_to_another_annotator_s_question(server, tmp_path
     refused when pulled, naming the task, her and him."""
     url, root = server
     folder = tmp_path / "project"
-    make_project("humble_answer", tables(root / "theirs")["humble_answer"], ["alice", "bob"], folder,
-                 "/data/local-files/?d=")  # fmt: skip
+    make_project(
+        "humble_answer", tables(root / "theirs")["humble_answer"], ["alice", "bob"], folder, "/data/local-files/?d="
+    )
     project_id = label_studio.push(folder, url, TOKEN)
     client = label_studio.Client(url, TOKEN)
     listed = client.call("GET", "/api/tasks/", params={"project": project_id, "fields": "all"})["tasks"]

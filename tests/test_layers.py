@@ -35,12 +35,22 @@ def matches(relative: str, pattern: str) -> bool:
 
 def place(relative: str, layers: list[list[list[str]]]) -> tuple[int, int] | None:
     """(layer from the bottom, sibling group) of a file; a pattern without `*` wins over a glob."""
-    exact = [(depth, group) for depth, layer in enumerate(reversed(layers)) for group, patterns in enumerate(layer)
-             for pattern in patterns if "*" not in pattern and pattern == relative]  # fmt: skip
+    exact = [
+        (depth, group)
+        for depth, layer in enumerate(reversed(layers))
+        for group, patterns in enumerate(layer)
+        for pattern in patterns
+        if "*" not in pattern and pattern == relative
+    ]
     if exact:
         return exact[0]
-    globbed = {(depth, group) for depth, layer in enumerate(reversed(layers)) for group, patterns in enumerate(layer)
-               for pattern in patterns if matches(relative, pattern)}  # fmt: skip
+    globbed = {
+        (depth, group)
+        for depth, layer in enumerate(reversed(layers))
+        for group, patterns in enumerate(layer)
+        for pattern in patterns
+        if matches(relative, pattern)
+    }
     if len(globbed) > 1:
         raise AssertionError(f"{relative} matches patterns of two layers or groups: {sorted(globbed)}")
     return next(iter(globbed), None)
@@ -114,8 +124,11 @@ def cycles(graph: dict[str, list[tuple[int, str]]]) -> list[list[str]]:
 
 def test_every_module_has_a_layer():
     layers = layer_table(DESIGN.read_text())
-    unplaced = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
-                if place(path.relative_to(PACKAGE).as_posix(), layers) is None]  # fmt: skip
+    unplaced = [
+        str(path.relative_to(PACKAGE))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if place(path.relative_to(PACKAGE).as_posix(), layers) is None
+    ]
     assert not unplaced, f"no row of docs/design.md#layers names {', '.join(unplaced)}"
 
 
@@ -150,8 +163,12 @@ def test_no_import_cycles():
     where = []
     for component in found:
         members = set(component)
-        where += [f"src/blindspot/{modules[name].relative_to(PACKAGE).as_posix()}:{line} imports {target}"
-                  for name in component for line, target in graph[name] if target in members]  # fmt: skip
+        where += [
+            f"src/blindspot/{modules[name].relative_to(PACKAGE).as_posix()}:{line} imports {target}"
+            for name in component
+            for line, target in graph[name]
+            if target in members
+        ]
     assert not found, f"{len(found)} cycle(s):\n" + "\n".join(where)
 
 
@@ -174,8 +191,10 @@ def test_imports_are_read_as_the_module_they_load(source, wanted):
 def test_a_cycle_and_an_upward_import_are_found():
     graph = {"a": [(1, "b")], "b": [(3, "c")], "c": [(2, "a")], "d": [(1, "a")]}
     assert cycles(graph) == [["a", "b", "c"]]
-    layers = layer_table(TABLE_START + " x -->\n| layer | w | modules |\n|---|---|---|\n| top | t | `cli.py` |\n"
-                         "| mid | m | `protobias/*.py` · `humblebench/*.py` |\n| low | l | `*.py` |\n")  # fmt: skip
+    layers = layer_table(
+        TABLE_START + " x -->\n| layer | w | modules |\n|---|---|---|\n| top | t | `cli.py` |\n"
+        "| mid | m | `protobias/*.py` · `humblebench/*.py` |\n| low | l | `*.py` |\n"
+    )
     assert place("cli.py", layers) == (2, 0)
     assert place("humblebench/x.py", layers) == (1, 1)
     assert place("io.py", layers) == (0, 0)

@@ -110,8 +110,15 @@ def pairs_on_disk(tmp_path):
         corr_path, adv_path = tmp_path / f"c{index}.png", tmp_path / f"a{index}.png"
         corr.save(corr_path)
         adv.save(adv_path)
-        rows.append({"pair_id": f"p{index}", "domain": "objects", "neutral_prompt": prompt,
-                     "corr_path": str(corr_path), "adv_path": str(adv_path)})  # fmt: skip
+        rows.append(
+            {
+                "pair_id": f"p{index}",
+                "domain": "objects",
+                "neutral_prompt": prompt,
+                "corr_path": str(corr_path),
+                "adv_path": str(adv_path),
+            }
+        )
     return pd.DataFrame(rows)
 
 

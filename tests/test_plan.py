@@ -35,8 +35,12 @@ def dry_run_jobs(configfile: str) -> Counter:
     """Job counts per rule of a run from scratch (`--forceall`, so what is on disk does not matter)."""
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", configfile, "--quiet", "rules"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=True,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     stats = (result.stdout + result.stderr).split("Job stats:")[1].split("total")[0]
     return Counter({m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, flags=re.MULTILINE)})
 
@@ -53,8 +57,12 @@ def test_plan_job_counts_equal_snakemake_dry_run(configfile):
 def test_plan_outputs_gpus_and_benchmark_files_equal_snakemake_dry_run(paper_config):
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", "config/config.yaml"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=True,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     planned_by_snakemake = set()
     for block in re.split(r"^(?:local)?rule ", result.stdout + result.stderr, flags=re.MULTILINE)[1:]:
         fields = dict(re.findall(r"^\s+(output|benchmark|resources): (.+)$", block, flags=re.MULTILINE))
@@ -133,9 +141,14 @@ def test_missing_throughput_is_na_and_named(tiny_config):
     assert result["known_gpu_hours"] == pytest.approx(18 / 3600)
     # HumbleBench and the metrics on tiny-qwen2.5-vl (AlignScore's captioner too, and VQAScore's VLM variant;
     # VQAScore itself is CLIP-FlanT5's) now need GPUs, with no entry.
-    assert result["missing"] == ["answer_humble.tiny-qwen2.5-vl", "judge_images.tiny-qwen2.5-vl",
-                                 "render_images.tiny-flux", "score_metric.alignscore", "score_metric.vlm-judge",
-                                 "score_metric.vqascore-vlm"]  # fmt: skip
+    assert result["missing"] == [
+        "answer_humble.tiny-qwen2.5-vl",
+        "judge_images.tiny-qwen2.5-vl",
+        "render_images.tiny-flux",
+        "score_metric.alignscore",
+        "score_metric.vlm-judge",
+        "score_metric.vqascore-vlm",
+    ]
 
 
 def test_throughput_entry_for_an_unknown_model_is_refused(tiny_config):
@@ -210,9 +223,12 @@ def test_throughput_of_a_missing_or_unbenchmarked_folder_is_one_line(tiny_config
     bench = tmp_path / "results" / "benchmarks"
     for folder, problem in (
         (bench, "no such folder (give the {results_dir}/benchmarks of a finished run)"),
-        (tmp_path, "no benchmark file of this config's jobs (e.g. "
-                   f"{tmp_path / 'generate_triplets' / 'animals' / 'smollm2-135m' / '00000.tsv'})"),
-    ):  # fmt: skip
+        (
+            tmp_path,
+            "no benchmark file of this config's jobs (e.g. "
+            f"{tmp_path / 'generate_triplets' / 'animals' / 'smollm2-135m' / '00000.tsv'})",
+        ),
+    ):
         with pytest.raises(SystemExit) as exit_:
             main(["throughput", "--configfile", configfile, str(folder)])
         assert exit_.value.code == 2
@@ -315,9 +331,13 @@ def test_targets_unknown_name_exits_2_listing_valid_ones(capsys):
 @pytest.mark.integration
 def test_cli_plan_as_a_subprocess():
     result = subprocess.run(
-        [str(BLINDSPOT), "plan", "--configfile", "config/config.yaml"], cwd=REPO, capture_output=True, text=True,
-        timeout=300, check=True,
-    )  # fmt: skip
+        [str(BLINDSPOT), "plan", "--configfile", "config/config.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     total = re.search(r"^Total: (\d+) jobs, ([\d.]+) GPU-hours$", result.stdout, flags=re.MULTILINE)
     assert total, result.stdout
     expected = plan.plan(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
@@ -326,8 +346,12 @@ def test_cli_plan_as_a_subprocess():
     assert "| judge_images" in result.stdout
     csv = subprocess.run(
         [sys.executable, "-m", "blindspot.cli", "plan", "--configfile", "config/config.yaml", "--format", "csv"],
-        cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     frame = pd.read_csv(pd.io.common.StringIO(csv.stdout))
     assert frame.iloc[-1]["rule"] == "total"
     assert frame.iloc[-1]["jobs"] == JOBS
@@ -433,12 +457,18 @@ def test_a_triplet_gives_the_planned_pairs(tiny_config):
     triplets = pd.DataFrame([{"triplet_id": "t1", "correct_description": "a bat", "adversarial_description": "a dog"}])
     renders = pd.DataFrame(
         [
-            {"image_id": job.image_id, "triplet_id": job.triplet_id, "t2i": t2i, "seed": job.seed, "role": job.role,
-             "path": str(job.path)}
+            {
+                "image_id": job.image_id,
+                "triplet_id": job.triplet_id,
+                "t2i": t2i,
+                "seed": job.seed,
+                "role": job.role,
+                "path": str(job.path),
+            }
             for t2i in config["image_stage"]["t2i_models"]
             for job in plan_renders(triplets, model_spec(config, t2i), Path("images"), 3, config["seed"])
         ]
-    )  # fmt: skip
+    )
     models = len(config["image_stage"]["t2i_models"])
     assert models > 1
     assert len(pair_images(renders)) == catalogue.pairs_per_triplet(config) == 3 * models
@@ -483,8 +513,11 @@ def test_the_plans_bill_sends_two_requests_per_annotated_pair_at_the_registrys_p
     row = frame.iloc[0]
     entry = config["models"][row["model"]]
     prices = entry["prices"]
-    assert row["requests"] == 2 * annotated_pairs == 2 * len(config["domains"]) * config["benchmark"][
-        "preference_pairs_per_domain"]  # fmt: skip
+    assert (
+        row["requests"]
+        == 2 * annotated_pairs
+        == 2 * len(config["domains"]) * config["benchmark"]["preference_pairs_per_domain"]
+    )
     assert row["image_tokens"] == row["requests"] * prices.get("image_tokens", 0)
     budget = entry.get("request", {}).get("max_completion_tokens")
     assert row["output_tokens"] == row["requests"] * budget if budget else pd.isna(row["output_tokens"])
@@ -536,8 +569,12 @@ def test_the_paper_plan_answers_with_every_listed_vlm_on_its_entrys_gpus_and_mem
         entry, mine = paper_config["models"][vlm], answers[answers["model"] == vlm]
         assert len(mine) == len(humble["settings"]) * humble["answer_shards"]
         assert set(mine["gpus"]) == {entry["gpus"]} == {1}
-        images_mb = resources.images_in_flight(paper_config, "answer_humble") * resources.render_pixels(
-            paper_config) * settings["bytes_per_pixel"] / 2**20  # fmt: skip
+        images_mb = (
+            resources.images_in_flight(paper_config, "answer_humble")
+            * resources.render_pixels(paper_config)
+            * settings["bytes_per_pixel"]
+            / 2**20
+        )
         assert set(mine["mem_mb"]) == {math.ceil(settings["base_mb"] + 1024 * entry["weights_gb"] + images_mb)}
         assert mine["gpu_hours"].notna().all()
         assert entry["group"] in ("general", "reasoning")

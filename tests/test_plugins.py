@@ -55,10 +55,22 @@ def installed_folder(tmp_path_factory) -> Path:
     (source / "pyproject.toml").write_text(docs_file("pyproject.toml"))
     target = tmp_path_factory.mktemp("site")
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "--target", str(target), str(source)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return target
 
 
@@ -162,11 +174,26 @@ def write_benchmark_inputs(results: Path, domain: str, seed: int, test_fraction:
     seeds = dict.fromkeys(schemas.SEEDS.names, "") | {"seed_id": seed_id, "domain": domain, "sample_seed": 0}
     write_table(folder / "seeds.parquet", pd.DataFrame([seeds]), schemas.SEEDS)
     triplet = {field.name: "" for field in schemas.TRIPLETS} | {
-        "triplet_id": "t0", "seed_id": seed_id, "domain": domain, "neutral_prompt": "a red apple"}  # fmt: skip
+        "triplet_id": "t0",
+        "seed_id": seed_id,
+        "domain": domain,
+        "neutral_prompt": "a red apple",
+    }
     write_table(folder / "triplets.parquet", pd.DataFrame([triplet]), schemas.TRIPLETS)
-    pair = {"pair_id": "p0", "triplet_id": "t0", "t2i": "tiny-sd", "seed": 0, "corr_image_id": "c",
-            "corr_path": str(folder / "corr.png"), "adv_image_id": "a", "adv_path": str(folder / "adv.png"),
-            "vlm_scores": "{}", "min_corr_score": 1.0, "min_adv_score": 1.0, "kept": True}  # fmt: skip
+    pair = {
+        "pair_id": "p0",
+        "triplet_id": "t0",
+        "t2i": "tiny-sd",
+        "seed": 0,
+        "corr_image_id": "c",
+        "corr_path": str(folder / "corr.png"),
+        "adv_image_id": "a",
+        "adv_path": str(folder / "adv.png"),
+        "vlm_scores": "{}",
+        "min_corr_score": 1.0,
+        "min_adv_score": 1.0,
+        "kept": True,
+    }
     write_table(folder / "pairs.parquet", pd.DataFrame([pair]), schemas.PAIRS)
 
 
@@ -187,10 +214,23 @@ def test_outside_plugins_are_scored_by_the_workflows_step(local_plugin, installe
     path = os.pathsep.join([str(local_plugin), str(installed_plugin), os.environ.get("PYTHONPATH", "")])
     for metric in tiny_config["evaluation"]["metrics"]:
         subprocess.run(
-            [sys.executable, "-m", "blindspot.steps", "run", "score_metric", "--configfile", str(configfile),
-             f"domain={domain}", f"metric={metric}", "shard=00000"],
-            cwd=REPO, check=True, capture_output=True, env=os.environ | {"PYTHONPATH": path},
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "blindspot.steps",
+                "run",
+                "score_metric",
+                "--configfile",
+                str(configfile),
+                f"domain={domain}",
+                f"metric={metric}",
+                "shard=00000",
+            ],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            env=os.environ | {"PYTHONPATH": path},
+        )
         scores = read_table(results / domain / "metric_scores" / metric / "00000.parquet", schemas.METRIC_SCORES)
         assert scores[["pair_id", "metric", "corr_raw", "adv_raw"]].to_dict("records") == [
             {"pair_id": "p0", "metric": metric, "corr_raw": 1.0, "adv_raw": 0.0}
@@ -228,11 +268,27 @@ def test_outside_plugins_are_scored_by_evaluate(local_plugin, installed_plugin, 
     results = tmp_path / "evaluated"
     path = os.pathsep.join([str(local_plugin), str(installed_plugin), os.environ.get("PYTHONPATH", "")])
     shown = subprocess.run(
-        [sys.executable, "-m", "blindspot.cli", "evaluate", "protobias", "--dataset", str(dataset),
-         "--metric", f"{LOCAL_MODULE}:ColourShare@tiny-clip", "--metric", "colour_share@tiny-clip",
-         "--results-dir", str(results)],
-        cwd=REPO, check=True, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path},
-    ).stdout  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "blindspot.cli",
+            "evaluate",
+            "protobias",
+            "--dataset",
+            str(dataset),
+            "--metric",
+            f"{LOCAL_MODULE}:ColourShare@tiny-clip",
+            "--metric",
+            "colour_share@tiny-clip",
+            "--results-dir",
+            str(results),
+        ],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PYTHONPATH": path},
+    ).stdout
     table = pd.read_csv(results / "tables" / "table3_metrics.csv").set_index("Method")
     for label in (f"{LOCAL_MODULE}:ColourShare", "colour_share"):
         assert label in shown

@@ -79,15 +79,18 @@ def test_the_judge_image_rubric_is_exposed_and_renders_the_messages_as_before_it
     template = PromptTemplate.load(REPO / "config" / "prompts" / "judge_image_v1.yaml")
     assert template.render(description="a red fox sitting on a blue chair") == [
         {"role": "system", "content": "You check whether an image shows exactly what its description says."},
-        {"role": "user", "content": (
-            "Description: a red fox sitting on a blue chair\n\n"
-            "Score how well the image matches the description on a scale from 1 to 10. Check the main\n"
-            "subject, the number of each object, colours, sizes, spatial relations and what is in the\n"
-            "foreground or background. 10: everything is present and correct. 8-9: everything is present,\n"
-            "with at most minor ambiguity. 4-7: the subject is right but a stated detail is wrong or missing.\n"
-            "1-3: the subject is wrong or missing. Answer with the number only."
-        )},
-    ]  # fmt: skip
+        {
+            "role": "user",
+            "content": (
+                "Description: a red fox sitting on a blue chair\n\n"
+                "Score how well the image matches the description on a scale from 1 to 10. Check the main\n"
+                "subject, the number of each object, colours, sizes, spatial relations and what is in the\n"
+                "foreground or background. 10: everything is present and correct. 8-9: everything is present,\n"
+                "with at most minor ambiguity. 4-7: the subject is right but a stated detail is wrong or missing.\n"
+                "1-3: the subject is wrong or missing. Answer with the number only."
+            ),
+        },
+    ]
     assert template.rubric.startswith("Score how well the image matches the description on a scale from 1 to 10.")
     assert template.rubric.endswith("1-3: the subject is wrong or missing.")  # the answer format is the VLMs' alone
     assert template.version.startswith("judge_image/v1+")

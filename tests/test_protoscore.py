@@ -47,12 +47,25 @@ def test_the_ranking_loss_at_known_inputs_and_its_gradient_signs():
 
 def settings(**changes) -> TrainSettings:
     base = {
-        "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05,
+        "lora_r": 16,
+        "lora_alpha": 32,
+        "lora_dropout": 0.05,
         "target_modules": ("q_proj", "k_proj", "v_proj", "o_proj"),
-        "learning_rate": 1e-3, "weight_decay": 0.01, "warmup_fraction": 0.03, "max_grad_norm": 1.0,
-        "precision": "fp32", "batch_size": 1, "accumulation": 2, "image_size": 64, "max_text_tokens": 192,
-        "epochs": 1, "margin": 0.5, "heldout_fraction": 0.25, "checkpoint_every": 4, "seed": 0,
-    }  # fmt: skip
+        "learning_rate": 1e-3,
+        "weight_decay": 0.01,
+        "warmup_fraction": 0.03,
+        "max_grad_norm": 1.0,
+        "precision": "fp32",
+        "batch_size": 1,
+        "accumulation": 2,
+        "image_size": 64,
+        "max_text_tokens": 192,
+        "epochs": 1,
+        "margin": 0.5,
+        "heldout_fraction": 0.25,
+        "checkpoint_every": 4,
+        "seed": 0,
+    }
     return TrainSettings(**base | changes)
 
 
@@ -65,8 +78,15 @@ def synthetic_pairs(folder, n: int, offset: int = 0) -> pd.DataFrame:
         for role, colour in (("corr", [200, 40, 40]), ("adv", [40, 40, 200])):
             noise = rng.integers(-30, 30, (32, 32, 3))
             Image.fromarray((np.array(colour) + noise).clip(0, 255).astype(np.uint8)).save(folder / f"{role}{i}.png")
-        rows.append({"pair_id": f"p{i}", "seed_id": f"s{i // 2}", "neutral_prompt": f"a photo of thing {i}",
-                     "corr_path": str(folder / f"corr{i}.png"), "adv_path": str(folder / f"adv{i}.png")})  # fmt: skip
+        rows.append(
+            {
+                "pair_id": f"p{i}",
+                "seed_id": f"s{i // 2}",
+                "neutral_prompt": f"a photo of thing {i}",
+                "corr_path": str(folder / f"corr{i}.png"),
+                "adv_path": str(folder / f"adv{i}.png"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -124,9 +144,11 @@ def test_training_learns_a_learnable_difference(built_config, tmp_path):
     expected = trained.scores(prompts, images).tolist()
     assert [s.raw for s in metric.score(prompts, images)] == pytest.approx(expected, abs=1e-5)
     transfer = testset.assign(
-        prompt=testset["neutral_prompt"], preferred=[f"test/{Path(p).name}" for p in testset["corr_path"]],
-        other=[f"test/{Path(p).name}" for p in testset["adv_path"]], group=["a", "b"] * 8,
-    )[["prompt", "preferred", "other", "group"]]  # fmt: skip
+        prompt=testset["neutral_prompt"],
+        preferred=[f"test/{Path(p).name}" for p in testset["corr_path"]],
+        other=[f"test/{Path(p).name}" for p in testset["adv_path"]],
+        group=["a", "b"] * 8,
+    )[["prompt", "preferred", "other", "group"]]
     transfer.to_csv(tmp_path / "transfer.csv", index=False)
 
     class Counting:  # the metric, and the most images it was handed at once
@@ -155,8 +177,9 @@ def test_a_resumed_run_ends_with_the_uninterrupted_weights(built_config, tmp_pat
     pairs = synthetic_pairs(tmp_path / "pairs", 20)
     train(load_scorer(spec, settings()), pairs, tmp_path / "whole", tmp_path / "whole-checkpoint")
     # killed after 6 optimizer steps (its last checkpoint is at step 4), then started again from scratch
-    first = train(load_scorer(spec, settings()), pairs, tmp_path / "resumed", tmp_path / "checkpoint",
-                  stop_after_steps=6)  # fmt: skip
+    first = train(
+        load_scorer(spec, settings()), pairs, tmp_path / "resumed", tmp_path / "checkpoint", stop_after_steps=6
+    )
     assert len(first) == 6
     assert not (tmp_path / "resumed").exists()
     assert [p.name for p in (tmp_path / "checkpoint").glob("position-*")] == ["position-000000008"]  # step 4
@@ -166,8 +189,11 @@ def test_a_resumed_run_ends_with_the_uninterrupted_weights(built_config, tmp_pat
         whole, resumed = load_file(tmp_path / "whole" / name), load_file(tmp_path / "resumed" / name)
         assert whole.keys() == resumed.keys()
         assert all(torch.equal(whole[key], resumed[key]) for key in whole), name
-    assert any(v.abs().sum() > 0 for k, v in load_file(tmp_path / "whole" / "adapter/adapter_model.safetensors").items()
-               if "lora_B" in k)  # training moved the adapters (LoRA's B starts at zero)  # fmt: skip
+    assert any(
+        v.abs().sum() > 0
+        for k, v in load_file(tmp_path / "whole" / "adapter/adapter_model.safetensors").items()
+        if "lora_B" in k
+    )  # training moved the adapters (LoRA's B starts at zero)
     assert not (tmp_path / "checkpoint").exists()  # a finished run leaves no checkpoint behind
 
     # Killed again, then started on other pairs (the split changed): the checkpoint is not this run's.
@@ -236,9 +262,11 @@ def test_transfer_pairs_need_their_columns_and_images(tmp_path):
 
 @pytest.mark.parametrize(
     ("name", "content", "problem"),
-    [*(pytest.param("pairs.csv", *case.values, id=case.id) for case in UNREADABLE_CSVS),
-     pytest.param("pairs.jsonl", b'{"prompt": "x"}\n{"prompt": \n', "line 2 is not JSON", id="jsonl-not-json")],
-)  # fmt: skip
+    [
+        *(pytest.param("pairs.csv", *case.values, id=case.id) for case in UNREADABLE_CSVS),
+        pytest.param("pairs.jsonl", b'{"prompt": "x"}\n{"prompt": \n', "line 2 is not JSON", id="jsonl-not-json"),
+    ],
+)
 def test_an_unreadable_transfer_file_is_one_line_naming_it(tmp_path, name, content, problem):
     assert_one_line_error(read_transfer_pairs, tmp_path / name, content, problem)
 

@@ -27,9 +27,12 @@ def quality_rows(domain, sims, nli_t_dc, nli_t_da, nli_dc_da):
 
 def test_table1_aggregates_per_domain_and_pools_overall():
     animals = quality_rows(
-        "animals", [(0.9, 0.8, 0.7), (0.7, 0.6, 0.5)], ["entailment", "contradiction"], ["neutral", "neutral"],
+        "animals",
+        [(0.9, 0.8, 0.7), (0.7, 0.6, 0.5)],
+        ["entailment", "contradiction"],
+        ["neutral", "neutral"],
         ["contradiction", "contradiction"],
-    )  # fmt: skip
+    )
     objects = quality_rows("objects", [(0.4, 0.1, 0.1)], ["neutral"], ["contradiction"], ["entailment"])
     table = table1({"animals": animals, "objects": objects}).set_index("check")
     assert list(table.columns) == ["group", "Animals", "Objects", "Overall"]

@@ -78,14 +78,19 @@ def test_components_load_in_the_dtypes_the_release_asks_and_render_with_the_rest
     renderer = DiffusersRenderer(spec)
     pipeline = renderer.pipeline
     assert (pipeline.vae.dtype, pipeline.text_encoder.dtype, pipeline.transformer.dtype) == (
-        torch.bfloat16, torch.bfloat16, torch.float32,
-    )  # fmt: skip
+        torch.bfloat16,
+        torch.bfloat16,
+        torch.float32,
+    )
     frame, counters = render_triplets(triplet_rows(1), spec, tmp_path, 1, 7, batch_size=2, renderer=renderer)
     assert counters["rendered"] == 2
     assert read_back_shapes(frame) == {(spec.render["height"], spec.render["width"], 3)}
     config["models"]["tiny-sana"]["render"]["component_dtypes"] = {"unet": "bfloat16"}
-    with pytest.raises(ValueError, match=r"^model 'tiny-sana': render.component_dtypes names 'unet', which is no "
-                       r"module of its SanaPipeline \(those are: text_encoder, transformer, vae\)$"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"^model 'tiny-sana': render.component_dtypes names 'unet', which is no "
+        r"module of its SanaPipeline \(those are: text_encoder, transformer, vae\)$",
+    ):
         DiffusersRenderer(model_spec(config, "tiny-sana"))
 
 
@@ -129,11 +134,24 @@ def test_a_corrupt_image_is_detected_rerendered_and_counted(built_config, tmp_pa
 def test_a_killed_render_resumes_without_redoing_finished_images(built_config, tmp_path):
     config = built_config  # in batches of 2, killed after 3 images: most likely in the middle of the second batch
     triplets = triplet_rows(4).assign(
-        domain="animals", generator="g", subcategory="s", label="bird", qualifier="", correct_instance="penguin",
-        adversarial_instance="robin", scene="x", aux_element="stone", knob="count", correct_value="1",
-        adversarial_value="2", neutral_prompt="a bird", generator_model_id="m", generate_template_version="v",
-        judges="j", added_entries="",
-    )  # fmt: skip
+        domain="animals",
+        generator="g",
+        subcategory="s",
+        label="bird",
+        qualifier="",
+        correct_instance="penguin",
+        adversarial_instance="robin",
+        scene="x",
+        aux_element="stone",
+        knob="count",
+        correct_value="1",
+        adversarial_value="2",
+        neutral_prompt="a bird",
+        generator_model_id="m",
+        generate_template_version="v",
+        judges="j",
+        added_entries="",
+    )
     write_table(tmp_path / "triplets.parquet", triplets[schemas.TRIPLETS.names], schemas.TRIPLETS)
     seeds = pd.DataFrame({name: ["x"] * 4 for name in schemas.SEEDS.names}).assign(
         seed_id=triplets["seed_id"], sample_seed=0
@@ -142,14 +160,26 @@ def test_a_killed_render_resumes_without_redoing_finished_images(built_config, t
 
     def command(run):
         (tmp_path / run).mkdir(exist_ok=True)
-        return [sys.executable, *step_command(
-            tmp_path / run, "render_images", domain="animals", t2i="tiny-sana", shard="00000",
-            triplets=str(tmp_path / "triplets.parquet"), seeds=str(tmp_path / "seeds.parquet"),
-            images_dir=str(tmp_path / run / "images"), out=str(tmp_path / run / "renders.parquet"),
-            counters_out=str(tmp_path / run / "counters.json"), model=spec_of(config, "tiny-sana"),
-            images_per_description=config["image_stage"]["images_per_description"], seed=config["seed"],
-            batch_size=2, shard_size=8,
-        )]  # fmt: skip
+        return [
+            sys.executable,
+            *step_command(
+                tmp_path / run,
+                "render_images",
+                domain="animals",
+                t2i="tiny-sana",
+                shard="00000",
+                triplets=str(tmp_path / "triplets.parquet"),
+                seeds=str(tmp_path / "seeds.parquet"),
+                images_dir=str(tmp_path / run / "images"),
+                out=str(tmp_path / run / "renders.parquet"),
+                counters_out=str(tmp_path / run / "counters.json"),
+                model=spec_of(config, "tiny-sana"),
+                images_per_description=config["image_stage"]["images_per_description"],
+                seed=config["seed"],
+                batch_size=2,
+                shard_size=8,
+            ),
+        ]
 
     subprocess.run(command("whole"), cwd=REPO, check=True, capture_output=True)
     proc = subprocess.Popen(command("killed"), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -89,8 +89,12 @@ def test_every_submitted_job_asks_for_what_the_plan_says(paper_config):
     none is left on a default, and a model job's memory holds its largest model's weights."""
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", "config/config.yaml"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=True,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     jobs = plan.job_table(paper_config).set_index("output")
     local = local_rules()
     checked = set()

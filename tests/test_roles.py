@@ -19,23 +19,37 @@ from blindspot.registry import built_model_dir
 # config.json fields of real releases (their model_type, architectures and whether a vision part is
 # there), for models vLLM serves: what the vLLM verdict reads.
 RELEASES = {
-    "Qwen/Qwen2.5-VL-32B-Instruct": {"model_type": "qwen2_5_vl",
-                                     "architectures": ["Qwen2_5_VLForConditionalGeneration"],
-                                     "vision_config": {"depth": 32}},
-    "OpenGVLab/InternVL3-38B-Instruct": {"model_type": "internvl_chat", "architectures": ["InternVLChatModel"],
-                                         "vision_config": {"model_type": "intern_vit_6b"},
-                                         "auto_map": {"AutoModel": "modeling_internvl_chat.InternVLChatModel"}},
-    "google/gemma-3-27b-it": {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
-                              "vision_config": {"model_type": "siglip_vision_model"}},
-    "llava-hf/llava-1.5-7b-hf": {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"],
-                                 "vision_config": {"model_type": "clip_vision_model"}},
+    "Qwen/Qwen2.5-VL-32B-Instruct": {
+        "model_type": "qwen2_5_vl",
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "vision_config": {"depth": 32},
+    },
+    "OpenGVLab/InternVL3-38B-Instruct": {
+        "model_type": "internvl_chat",
+        "architectures": ["InternVLChatModel"],
+        "vision_config": {"model_type": "intern_vit_6b"},
+        "auto_map": {"AutoModel": "modeling_internvl_chat.InternVLChatModel"},
+    },
+    "google/gemma-3-27b-it": {
+        "model_type": "gemma3",
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "vision_config": {"model_type": "siglip_vision_model"},
+    },
+    "llava-hf/llava-1.5-7b-hf": {
+        "model_type": "llava",
+        "architectures": ["LlavaForConditionalGeneration"],
+        "vision_config": {"model_type": "clip_vision_model"},
+    },
     "Qwen/Qwen2.5-7B-Instruct": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]},
     "meta-llama/Llama-3.1-8B-Instruct": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
     "google/gemma-3-1b-it": {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"]},
     # a VLM whose config has no vision part: the verdict cannot tell
-    "microsoft/Phi-3-vision-128k-instruct": {"model_type": "phi3_v", "architectures": ["Phi3VForCausalLM"],
-                                             "img_processor": {"name": "clip_vision_model"}},
-}  # fmt: skip
+    "microsoft/Phi-3-vision-128k-instruct": {
+        "model_type": "phi3_v",
+        "architectures": ["Phi3VForCausalLM"],
+        "img_processor": {"name": "clip_vision_model"},
+    },
+}
 
 
 def test_the_tiny_presets_roles_all_fit_and_each_verdict_is_what_its_loader_does(built_config, tmp_path):
@@ -45,9 +59,12 @@ def test_the_tiny_presets_roles_all_fit_and_each_verdict_is_what_its_loader_does
     assert all(fit.takes for fit in fits), [roles.misplaced(fit) for fit in fits if not fit.takes]
     by_model = {(fit.name, fit.needs): fit for fit in fits}
     assert by_model["tiny-qwen2.5-vl", "images"].keys == (
-        "image_stage.vlms", "humblebench.vlms", "evaluation.metrics.alignscore.models.captioner",
-        "evaluation.metrics.vqascore-vlm.model", "evaluation.metrics.vlm-judge.model",
-    )  # fmt: skip
+        "image_stage.vlms",
+        "humblebench.vlms",
+        "evaluation.metrics.alignscore.models.captioner",
+        "evaluation.metrics.vqascore-vlm.model",
+        "evaluation.metrics.vlm-judge.model",
+    )
     assert by_model["tiny-qwen3-vl", "images"].keys == ("protoscore.model", "evaluation.metrics.protoscore.model")
     assert {name for name, needs in by_model if needs == "text"} == {"smollm2-135m", "tiny-qwen2"}
     # swapped: the VLMs where text is generated, the LLMs where images go; each verdict against the real loader
@@ -82,9 +99,15 @@ def test_a_cached_vllm_model_reads_images_when_its_config_has_a_vision_part(tiny
     cache = tmp_path / "hub"
     for repo, model in RELEASES.items():
         lay_out(cache, repo, {"config.json": json.dumps(model).encode()})
-    config = hub_config(tiny_config, {"tiny-qwen2.5-vl": "OpenGVLab/InternVL3-38B-Instruct",
-                                      "tiny-internvl3": "Qwen/Qwen2.5-7B-Instruct",
-                                      "phi-3-vision": "microsoft/Phi-3-vision-128k-instruct"}, "vllm")  # fmt: skip
+    config = hub_config(
+        tiny_config,
+        {
+            "tiny-qwen2.5-vl": "OpenGVLab/InternVL3-38B-Instruct",
+            "tiny-internvl3": "Qwen/Qwen2.5-7B-Instruct",
+            "phi-3-vision": "microsoft/Phi-3-vision-128k-instruct",
+        },
+        "vllm",
+    )
     config["resources_dir"] = str(tmp_path / "resources")  # nothing built: only the hub models have a config.json
     config["models"]["tiny-qwen2.5-vl"]["trust_remote_code"] = True
     config["image_stage"]["vlms"] = ["phi-3-vision"]
@@ -102,8 +125,12 @@ def test_a_cached_vllm_model_reads_images_when_its_config_has_a_vision_part(tiny
     assert roles.vllm_reads_images(text_model)[0] is False
     assert fits["tiny-internvl3", "vllm"].takes is False
     assert fits["phi-3-vision", "vllm"].takes is None
-    assert set(fits) == {("tiny-qwen2.5-vl", "vllm"), ("tiny-qwen2.5-vl", "transformers"),
-                         ("tiny-internvl3", "vllm"), ("phi-3-vision", "vllm")}  # fmt: skip
+    assert set(fits) == {
+        ("tiny-qwen2.5-vl", "vllm"),
+        ("tiny-qwen2.5-vl", "transformers"),
+        ("tiny-internvl3", "vllm"),
+        ("phi-3-vision", "vllm"),
+    }
     checks = {(c.subject, c.verdict): c.reason for c in doctor_models.role_checks(config, cache)}
     assert checks == {
         ("tiny-qwen2.5-vl", OK): "humblebench.vlms, evaluation.metrics.vlm-judge.model through vllm: its "
@@ -128,16 +155,26 @@ def test_remote_code_counts_where_transformers_runs_it_and_vllms_text_roles_are_
         "architectures": ["Qwen2ForCausalLM"],
         "auto_map": {"AutoConfig": "configuration.MyConfig", "AutoModelForImageTextToText": "modeling.MyVLM"},
     }
-    layouts = {"org/remote-vlm": remote,
-               "org/remote-config": remote | {"auto_map": {"AutoConfig": "configuration.MyConfig"}},
-               "org/odd": {"model_type": ["qwen2"], "architectures": "Qwen2ForCausalLM"},
-               "org/vlm": RELEASES["Qwen/Qwen2.5-VL-32B-Instruct"]}  # fmt: skip
+    layouts = {
+        "org/remote-vlm": remote,
+        "org/remote-config": remote | {"auto_map": {"AutoConfig": "configuration.MyConfig"}},
+        "org/odd": {"model_type": ["qwen2"], "architectures": "Qwen2ForCausalLM"},
+        "org/vlm": RELEASES["Qwen/Qwen2.5-VL-32B-Instruct"],
+    }
     for repo, model in layouts.items():
         lay_out(cache, repo, {"config.json": json.dumps(model).encode()})
     lay_out(cache, "org/broken", {"config.json": b'{"model_type": '})
-    config = hub_config(tiny_config, {"trusted": "org/remote-vlm", "untrusted": "org/remote-vlm",
-                                      "own-config": "org/remote-config", "odd": "org/odd",
-                                      "broken": "org/broken"}, "transformers")  # fmt: skip
+    config = hub_config(
+        tiny_config,
+        {
+            "trusted": "org/remote-vlm",
+            "untrusted": "org/remote-vlm",
+            "own-config": "org/remote-config",
+            "odd": "org/odd",
+            "broken": "org/broken",
+        },
+        "transformers",
+    )
     config = with_hub_models(config, {"vlm-generator": {"id": "org/vlm", "backend": "vllm"}})
     for name in ("trusted", "own-config"):
         config["models"][name]["trust_remote_code"] = True
@@ -165,8 +202,9 @@ def test_remote_code_counts_where_transformers_runs_it_and_vllms_text_roles_are_
         "transformers: its config.json cannot be read: "
     )
     assert (fits["tiny-internvl3"].takes, fits["tiny-internvl3"].reason) == (
-        None, f"{tmp_path / 'local'} has no config.json, which transformers and vLLM read its kind from"
-    )  # fmt: skip
+        None,
+        f"{tmp_path / 'local'} has no config.json, which transformers and vLLM read its kind from",
+    )
 
 
 class Started(Exception):
@@ -210,8 +248,20 @@ def test_the_command_refuses_a_model_it_places_where_images_go_before_the_workfl
         "transformers' AutoModelForImageTextToText does not take model type qwen2 (Qwen2ForCausalLM)"
     )
     with pytest.raises(Started):
-        main(["evaluate", "humblebench", "--release", "release.jsonl", "--vlm", "tiny-qwen2.5-vl",
-              "--configfile", str(tmp_path / "base.yaml"), "--results-dir", str(results)])  # fmt: skip
+        main(
+            [
+                "evaluate",
+                "humblebench",
+                "--release",
+                "release.jsonl",
+                "--vlm",
+                "tiny-qwen2.5-vl",
+                "--configfile",
+                str(tmp_path / "base.yaml"),
+                "--results-dir",
+                str(results),
+            ]
+        )
     assert (results / "evaluate_config.yaml").is_file()  # written, then the workflow would start
 
 
@@ -233,8 +283,15 @@ def test_the_vllm_verdict_never_contradicts_vllms_own_registry(tmp_path):
         "print(json.dumps({a: a in registry._MULTIMODAL_MODELS for a in json.load(sys.stdin)}))"
     )
     architectures = [model["architectures"][0] for model in RELEASES.values()]
-    done = subprocess.run([str(VLLM_PYTHON), "-c", code], input=json.dumps(architectures), capture_output=True,
-                          text=True, cwd=REPO, timeout=600, check=True)  # fmt: skip
+    done = subprocess.run(
+        [str(VLLM_PYTHON), "-c", code],
+        input=json.dumps(architectures),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+        check=True,
+    )
     multimodal = json.loads(done.stdout.splitlines()[-1])
     verdicts = {repo: roles.vllm_reads_images(model)[0] for repo, model in RELEASES.items()}
     assert verdicts == {repo: multimodal[model["architectures"][0]] for repo, model in RELEASES.items()} | {

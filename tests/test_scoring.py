@@ -41,8 +41,9 @@ def test_the_identity_is_the_plugin_its_code_args_and_score_settings_as_sorted_j
     """The version is the string the score cache is keyed by: changing its form scores every cached
     image again (an API judge's replies are cached apart, by what was asked, so none is bought again)."""
     entry = {"plugin": "clip_similarity", "model": "tiny-clip", "args": {"weight": 2.5}, "label": "CLIPScore"}
-    registry = {"tiny-clip": {"build": {"recipe": "random_clip"}, "backend": "transformers", "gpus": 0,
-                              "dtype": "float32"}}  # fmt: skip
+    registry = {
+        "tiny-clip": {"build": {"recipe": "random_clip"}, "backend": "transformers", "gpus": 0, "dtype": "float32"}
+    }
     settings = metric_score_settings(registry, entry)
     # The run-only keys left out; a built model's recipe kept (its weights: `built:<name>` is all its id says).
     assert settings == {"model": {"backend": "transformers", "build": {"recipe": "random_clip"}, "dtype": "float32"}}
@@ -129,14 +130,21 @@ def judge_pairs(tmp_path):
         corr, adv = tmp_path / f"c{index}.png", tmp_path / f"a{index}.png"
         Image.new("RGB", (32, 32), colour).save(corr)
         Image.new("RGB", (32, 32), "gray").save(adv)
-        rows.append({"pair_id": f"p{index}", "domain": "objects", "neutral_prompt": f"a {colour} square",
-                     "corr_path": str(corr), "adv_path": str(adv)})  # fmt: skip
+        rows.append(
+            {
+                "pair_id": f"p{index}",
+                "domain": "objects",
+                "neutral_prompt": f"a {colour} square",
+                "corr_path": str(corr),
+                "adv_path": str(adv),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def test_a_judge_whose_key_the_rule_says_is_unset_is_skipped_before_its_plugin_loads(
     tiny_config, judge_pairs, tmp_path, monkeypatch
-):  # fmt: skip
+):
     """The rule's `api_key_is_set` decides, even where the variable is set in the job's environment."""
     monkeypatch.setenv(KEY_ENV, "sk-set-here")
     entry = tiny_config["evaluation"]["metrics"]["api-judge"]
@@ -224,18 +232,36 @@ def test_a_shard_scores_the_kept_test_pairs_of_its_own_seeds():
     test = [s for s in ids if split_of(s, seed, fraction) == "test"][:2]
     train = [s for s in ids if split_of(s, seed, fraction) == "train"][:1]
     triplets = pd.DataFrame({"triplet_id": ["t0", "t1", "t2"], "seed_id": [*test, *train]})
-    pairs = pd.DataFrame({
-        "pair_id": ["a", "b", "c", "d"], "triplet_id": ["t0", "t0", "t1", "t2"], "kept": [True, False, True, True],
-    })  # fmt: skip
+    pairs = pd.DataFrame(
+        {
+            "pair_id": ["a", "b", "c", "d"],
+            "triplet_id": ["t0", "t0", "t1", "t2"],
+            "kept": [True, False, True, True],
+        }
+    )
     chosen = shard_test_pairs(pairs, triplets, pd.Series([test[0], train[0]]), seed, fraction)
     assert list(chosen["pair_id"]) == ["a"]  # b is not kept, c is another shard's seed, d is a train pair
     assert list(shard_test_pairs(pairs, triplets, test, seed, fraction)["pair_id"]) == ["a", "c"]
 
 
 def write_scores(path, metric, pair_ids):
-    rows = [{"pair_id": p, "domain": "objects", "metric": metric, "model_id": "m", "model_revision": "", "prompt": "x",
-             "corr_raw": 1.0, "adv_raw": 0.0, "corr_score": 1.0, "adv_score": 0.0, "corr_detail": "",
-             "adv_detail": ""} for p in pair_ids]  # fmt: skip
+    rows = [
+        {
+            "pair_id": p,
+            "domain": "objects",
+            "metric": metric,
+            "model_id": "m",
+            "model_revision": "",
+            "prompt": "x",
+            "corr_raw": 1.0,
+            "adv_raw": 0.0,
+            "corr_score": 1.0,
+            "adv_score": 0.0,
+            "corr_detail": "",
+            "adv_detail": "",
+        }
+        for p in pair_ids
+    ]
     write_table(path, pd.DataFrame(rows, columns=schemas.METRIC_SCORES.names), schemas.METRIC_SCORES)
     return str(path)
 
@@ -263,22 +289,42 @@ def test_a_job_importing_other_plugin_code_than_planned_stops_before_scoring(tin
     version would cache its scores under the planned code's key, so it stops in one line instead."""
     entry = tiny_config["evaluation"]["metrics"]["clipscore"]
     planned = plugin_code(entry["plugin"]) | {"version": "SCORE_VERSION 0"}
-    with pytest.raises(ValueError, match=(
-        r"^metric clipscore: the job imports blindspot.metrics.clip_similarity as SCORE_VERSION \d+, the workflow "
-        r"planned with SCORE_VERSION 0: install the same version where Snakemake runs and in the job's env$"
-    )):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"^metric clipscore: the job imports blindspot.metrics.clip_similarity as SCORE_VERSION \d+, the workflow "
+            r"planned with SCORE_VERSION 0: install the same version where Snakemake runs and in the job's env$"
+        ),
+    ):
         score_metric(
-            domain="objects", metric="clipscore", shard="00000", pairs="unread", triplets="unread", seeds="unread",
-            template=[], trained=[], annotated=[], out=str(tmp_path / "out.parquet"),
+            domain="objects",
+            metric="clipscore",
+            shard="00000",
+            pairs="unread",
+            triplets="unread",
+            seeds="unread",
+            template=[],
+            trained=[],
+            annotated=[],
+            out=str(tmp_path / "out.parquet"),
             counters_out=str(tmp_path / "out.json"),
-            cache=str(tmp_path / "cache"), metric_entry=entry, model={}, models={}, score_settings={},
-            plugin_code=planned, api_key_is_set=True, split={}, batch_size=1, shard_size=10,
-        )  # fmt: skip
+            cache=str(tmp_path / "cache"),
+            metric_entry=entry,
+            model={},
+            models={},
+            score_settings={},
+            plugin_code=planned,
+            api_key_is_set=True,
+            split={},
+            batch_size=1,
+            shard_size=10,
+        )
     assert not (tmp_path / "out.parquet").exists()
 
 
-def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(tiny_config, judge_pairs, tmp_path,
-                                                                           monkeypatch):  # fmt: skip
+def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(
+    tiny_config, judge_pairs, tmp_path, monkeypatch
+):
     """score_metric from the values its rule passes: a kept test pair of its shard, a judge whose key is
     not set, an empty table and the reason in the counters."""
     monkeypatch.delenv(KEY_ENV, raising=False)
@@ -294,29 +340,48 @@ def test_the_step_skips_a_judge_without_its_key_and_writes_an_empty_shard(tiny_c
     }
     write_table(tmp_path / "triplets.parquet", pd.DataFrame([triplet]), schemas.TRIPLETS)
     pair = {f.name: "x" for f in schemas.PAIRS} | {
-        "triplet_id": triplet_id, "seed": 1, "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True,
-        "corr_path": judge_pairs["corr_path"][0], "adv_path": judge_pairs["adv_path"][0],
-    }  # fmt: skip
+        "triplet_id": triplet_id,
+        "seed": 1,
+        "min_corr_score": 9.0,
+        "min_adv_score": 9.0,
+        "kept": True,
+        "corr_path": judge_pairs["corr_path"][0],
+        "adv_path": judge_pairs["adv_path"][0],
+    }
     write_table(tmp_path / "pairs.parquet", pd.DataFrame([pair]), schemas.PAIRS)
     entry = tiny_config["evaluation"]["metrics"]["api-judge"]
     score_metric(
-        domain="objects", metric="api-judge", shard="00000", pairs=str(tmp_path / "pairs.parquet"),
-        triplets=str(tmp_path / "triplets.parquet"), seeds=str(tmp_path / "seeds.parquet"),
-        template=[str(REPO / entry["args"]["template"])], trained=[], annotated=[], out=str(tmp_path / "out.parquet"),
-        counters_out=str(tmp_path / "out.json"), cache=str(tmp_path / "cache"), metric_entry=entry,
-        model=dataclasses.asdict(model_spec(tiny_config, entry["model"])), models={},
-        score_settings=metric_score_settings(tiny_config["models"], entry), plugin_code=plugin_code(entry["plugin"]),
-        api_key_is_set=False, split=split,
-        batch_size=1, shard_size=10,
-    )  # fmt: skip
+        domain="objects",
+        metric="api-judge",
+        shard="00000",
+        pairs=str(tmp_path / "pairs.parquet"),
+        triplets=str(tmp_path / "triplets.parquet"),
+        seeds=str(tmp_path / "seeds.parquet"),
+        template=[str(REPO / entry["args"]["template"])],
+        trained=[],
+        annotated=[],
+        out=str(tmp_path / "out.parquet"),
+        counters_out=str(tmp_path / "out.json"),
+        cache=str(tmp_path / "cache"),
+        metric_entry=entry,
+        model=dataclasses.asdict(model_spec(tiny_config, entry["model"])),
+        models={},
+        score_settings=metric_score_settings(tiny_config["models"], entry),
+        plugin_code=plugin_code(entry["plugin"]),
+        api_key_is_set=False,
+        split=split,
+        batch_size=1,
+        shard_size=10,
+    )
     assert read_table(tmp_path / "out.parquet", schemas.METRIC_SCORES).empty
     counters = json.loads((tmp_path / "out.json").read_text())
     assert f"{KEY_ENV} is not set" in counters["skipped"]
     assert "provenance" in counters
 
 
-def test_an_api_metrics_job_stops_in_one_line_before_it_sends_more_than_planned(tiny_config, judge_pairs, tmp_path,
-                                                                                 monkeypatch):  # fmt: skip
+def test_an_api_metrics_job_stops_in_one_line_before_it_sends_more_than_planned(
+    tiny_config, judge_pairs, tmp_path, monkeypatch
+):
     """A job planned for no request sends none: the step stops naming the metric and the planned number."""
     from blindspot.models.api.client import RequestsExhausted
 
@@ -328,22 +393,41 @@ def test_an_api_metrics_job_stops_in_one_line_before_it_sends_more_than_planned(
     triplet = {f.name: "x" for f in schemas.TRIPLETS} | {"triplet_id": "t0", "seed_id": seed_id, "domain": "objects"}
     write_table(tmp_path / "triplets.parquet", pd.DataFrame([triplet]), schemas.TRIPLETS)
     pair = {f.name: "x" for f in schemas.PAIRS} | {
-        "triplet_id": "t0", "seed": 1, "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True,
-        "corr_path": judge_pairs["corr_path"][0], "adv_path": judge_pairs["adv_path"][0],
-    }  # fmt: skip
+        "triplet_id": "t0",
+        "seed": 1,
+        "min_corr_score": 9.0,
+        "min_adv_score": 9.0,
+        "kept": True,
+        "corr_path": judge_pairs["corr_path"][0],
+        "adv_path": judge_pairs["adv_path"][0],
+    }
     write_table(tmp_path / "pairs.parquet", pd.DataFrame([pair]), schemas.PAIRS)
     entry = tiny_config["evaluation"]["metrics"]["api-judge"]
     with pytest.raises(RequestsExhausted, match=r"^metric api-judge: .*0 requests x client\.max_attempts") as stopped:
         score_metric(
-            domain="objects", metric="api-judge", shard="00000", pairs=str(tmp_path / "pairs.parquet"),
-            triplets=str(tmp_path / "triplets.parquet"), seeds=str(tmp_path / "seeds.parquet"),
-            template=[str(REPO / entry["args"]["template"])], trained=[], annotated=[],
-            out=str(tmp_path / "out.parquet"), counters_out=str(tmp_path / "out.json"), cache=str(tmp_path / "cache"),
-            metric_entry=entry, model=dataclasses.asdict(model_spec(tiny_config, entry["model"])), models={},
+            domain="objects",
+            metric="api-judge",
+            shard="00000",
+            pairs=str(tmp_path / "pairs.parquet"),
+            triplets=str(tmp_path / "triplets.parquet"),
+            seeds=str(tmp_path / "seeds.parquet"),
+            template=[str(REPO / entry["args"]["template"])],
+            trained=[],
+            annotated=[],
+            out=str(tmp_path / "out.parquet"),
+            counters_out=str(tmp_path / "out.json"),
+            cache=str(tmp_path / "cache"),
+            metric_entry=entry,
+            model=dataclasses.asdict(model_spec(tiny_config, entry["model"])),
+            models={},
             score_settings=metric_score_settings(tiny_config["models"], entry),
-            plugin_code=plugin_code(entry["plugin"]), api_key_is_set=True, split=split, batch_size=1, shard_size=10,
+            plugin_code=plugin_code(entry["plugin"]),
+            api_key_is_set=True,
+            split=split,
+            batch_size=1,
+            shard_size=10,
             planned_requests=0,
-        )  # fmt: skip
+        )
     assert "\n" not in str(stopped.value)
     assert not (tmp_path / "out.parquet").exists()
 
@@ -364,11 +448,27 @@ def test_an_api_metric_scores_only_the_annotated_pairs_of_its_shard_unless_asked
     seed_ids = [s for s in (f"s{i}" for i in range(100)) if split_of(s, split["seed"], 0.5) == "test"][:3]
     seeds = pd.DataFrame({c: seed_ids if c == "seed_id" else "x" for c in schemas.SEEDS.names}).assign(sample_seed=1)
     write_table(tmp_path / "seeds.parquet", seeds, schemas.SEEDS)
-    triplets = pd.DataFrame([{f.name: "x" for f in schemas.TRIPLETS} | {"triplet_id": f"t{i}", "seed_id": seed_id,
-                              "domain": "objects"} for i, seed_id in enumerate(seed_ids)])  # fmt: skip
+    triplets = pd.DataFrame(
+        [
+            {f.name: "x" for f in schemas.TRIPLETS} | {"triplet_id": f"t{i}", "seed_id": seed_id, "domain": "objects"}
+            for i, seed_id in enumerate(seed_ids)
+        ]
+    )
     write_table(tmp_path / "triplets.parquet", triplets, schemas.TRIPLETS)
-    pairs = pd.DataFrame([{f.name: "x" for f in schemas.PAIRS} | {"pair_id": f"p{i}", "triplet_id": f"t{i}", "seed": 1,
-                          "min_corr_score": 9.0, "min_adv_score": 9.0, "kept": True} for i in range(3)])  # fmt: skip
+    pairs = pd.DataFrame(
+        [
+            {f.name: "x" for f in schemas.PAIRS}
+            | {
+                "pair_id": f"p{i}",
+                "triplet_id": f"t{i}",
+                "seed": 1,
+                "min_corr_score": 9.0,
+                "min_adv_score": 9.0,
+                "kept": True,
+            }
+            for i in range(3)
+        ]
+    )
     write_table(tmp_path / "pairs.parquet", pairs, schemas.PAIRS)
     # p1 is annotated; q9, another shard's (or domain's) annotated pair, is not among this shard's
     preference = pd.DataFrame([{f.name: "x" for f in schemas.ANNOTATION_PAIRS} | {"pair_id": p} for p in ("p1", "q9")])
@@ -387,13 +487,26 @@ def test_an_api_metric_scores_only_the_annotated_pairs_of_its_shard_unless_asked
     assert not targets.scores_annotated_only(tiny_config, "clipscore")  # not an API metric
     assert not targets.scores_annotated_only(tiny_config | {"dataset": {"path": "x"}}, "api-judge")
     score_metric(
-        domain="objects", metric="api-judge", shard="00000", pairs=str(tmp_path / "pairs.parquet"),
-        triplets=str(tmp_path / "triplets.parquet"), seeds=str(tmp_path / "seeds.parquet"),
-        template=[str(REPO / entry["args"]["template"])], trained=[],
-        annotated=[str(tmp_path / "preference.parquet")] if filters else [], out=str(tmp_path / "out.parquet"),
-        counters_out=str(tmp_path / "out.json"), cache=str(tmp_path / "cache"), metric_entry=entry,
-        model=dataclasses.asdict(model_spec(tiny_config, entry["model"])), models={},
-        score_settings=metric_score_settings(tiny_config["models"], entry), plugin_code=plugin_code(entry["plugin"]),
-        api_key_is_set=True, split=split, batch_size=1, shard_size=10,
-    )  # fmt: skip
+        domain="objects",
+        metric="api-judge",
+        shard="00000",
+        pairs=str(tmp_path / "pairs.parquet"),
+        triplets=str(tmp_path / "triplets.parquet"),
+        seeds=str(tmp_path / "seeds.parquet"),
+        template=[str(REPO / entry["args"]["template"])],
+        trained=[],
+        annotated=[str(tmp_path / "preference.parquet")] if filters else [],
+        out=str(tmp_path / "out.parquet"),
+        counters_out=str(tmp_path / "out.json"),
+        cache=str(tmp_path / "cache"),
+        metric_entry=entry,
+        model=dataclasses.asdict(model_spec(tiny_config, entry["model"])),
+        models={},
+        score_settings=metric_score_settings(tiny_config["models"], entry),
+        plugin_code=plugin_code(entry["plugin"]),
+        api_key_is_set=True,
+        split=split,
+        batch_size=1,
+        shard_size=10,
+    )
     assert scored == [["p1"] if filters else ["p0", "p1", "p2"]]

@@ -29,8 +29,17 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.integration]
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
 # GPUs per model in the test run: several counts, so a job asking for the wrong model's GPUs shows.
-TEST_GPUS = {"smollm2-135m": 1, "tiny-qwen2": 2, "tiny-flux": 1, "tiny-sd3": 2, "tiny-sana": 1,
-             "tiny-qwen2.5-vl": 2, "tiny-internvl3": 1, "tiny-deberta-v2-nli": 1, "tiny-qwen3-vl": 1}  # fmt: skip
+TEST_GPUS = {
+    "smollm2-135m": 1,
+    "tiny-qwen2": 2,
+    "tiny-flux": 1,
+    "tiny-sd3": 2,
+    "tiny-sana": 1,
+    "tiny-qwen2.5-vl": 2,
+    "tiny-internvl3": 1,
+    "tiny-deberta-v2-nli": 1,
+    "tiny-qwen3-vl": 1,
+}
 
 
 def cluster_gpu_model() -> str:
@@ -99,8 +108,11 @@ def slurm_run(cluster, built_config, tmp_path_factory):
     config["benchmark"]["test_fraction"] = 0.85
     # HumbleBench in one setting with one VLM: its jobs go through SLURM like the others.
     humble = config["humblebench"]
-    humble |= {"vlms": humble["vlms"][:1], "settings": {"original": humble["settings"]["original"]},
-               "tables": {"original": "original", "stress": "original"}}  # fmt: skip
+    humble |= {
+        "vlms": humble["vlms"][:1],
+        "settings": {"original": humble["settings"]["original"]},
+        "tables": {"original": "original", "stress": "original"},
+    }
     config |= {"results_dir": str(work / "results"), "resources_dir": str(work / "resources")}
     for name, gpus in TEST_GPUS.items():
         config["models"][name]["gpus"] = gpus
@@ -110,8 +122,9 @@ def slurm_run(cluster, built_config, tmp_path_factory):
     command = [sys.executable, "-m", "snakemake", "--profile", str(profile), "--configfile", "config.yaml"]
     # The profile passes the hub cache on to every job, and Snakemake refuses to start without it.
     hub = os.environ | {"HF_HOME": str(work / "huggingface"), "HF_HUB_OFFLINE": "1"}
-    with subprocess.Popen(command, cwd=work, env=hub, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as run:  # fmt: skip
+    with subprocess.Popen(
+        command, cwd=work, env=hub, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as run:
         try:
             log, _ = run.communicate(timeout=1500)
         except subprocess.TimeoutExpired:
@@ -132,8 +145,9 @@ def test_the_tiny_preset_runs_through_the_slurm_profile(slurm_run):
 
 def test_each_job_asked_slurm_for_its_models_gpus(slurm_run):
     _, config, jobs = slurm_run
-    submitted = Counter((job["Comment"].split("_wildcards_")[0].removeprefix("rule_"), requested_gpus(job))
-                        for job in jobs)  # fmt: skip
+    submitted = Counter(
+        (job["Comment"].split("_wildcards_")[0].removeprefix("rule_"), requested_gpus(job)) for job in jobs
+    )
     plan = job_table(config)
     expected = Counter(zip(plan["rule"], plan["gpus"], strict=True))
     assert submitted == Counter({key: n for key, n in expected.items() if key[0] not in local_rules()})
@@ -159,8 +173,11 @@ def test_each_job_asked_slurm_for_the_cpus_memory_and_time_it_needs(slurm_run):
         assert job["TimeLimit"] == time.strftime("%H:%M:%S", time.gmtime(60 * need["runtime"])), job["Comment"]
         assert job["NumCPUs"] == str(need["threads"]), job["Comment"]
     # The 2-GPU render jobs (tiny-sd3) get a CPU per GPU, the 1-GPU ones one.
-    cpus = {job["Comment"].split("_wildcards_")[1]: job["NumCPUs"] for job in jobs
-            if job["Comment"].startswith("rule_render_images")}  # fmt: skip
+    cpus = {
+        job["Comment"].split("_wildcards_")[1]: job["NumCPUs"]
+        for job in jobs
+        if job["Comment"].startswith("rule_render_images")
+    }
     assert cpus == {"animals_tiny-flux_00000": "1", "animals_tiny-sd3_00000": "2", "animals_tiny-sana_00000": "1"}
 
 
@@ -170,10 +187,22 @@ def test_a_job_that_outgrows_its_memory_is_killed(cluster, tmp_path):
     hog.write_text("import time\nheld = [bytearray(50 * 2**20) for _ in range(12)]\ntime.sleep(4)\nprint('survived')\n")
     out = tmp_path / "hog.out"
     submitted = subprocess.run(
-        ["sbatch", "--parsable", "--wait", "--mem=200M", "-t", "2", "-o", str(out),
-         "--wrap", f"{sys.executable} {hog}"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            "sbatch",
+            "--parsable",
+            "--wait",
+            "--mem=200M",
+            "-t",
+            "2",
+            "-o",
+            str(out),
+            "--wrap",
+            f"{sys.executable} {hog}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert submitted.returncode != 0
     deadline = time.monotonic() + 60
     while True:  # `sbatch --wait` returns while SLURM may still be COMPLETING the killed job
@@ -191,10 +220,15 @@ def test_submitit_runs_one_stage_with_the_profiles_resources(slurm_run, tmp_path
     monkeypatch.chdir(work)  # where the workflow ran: the job's inputs are the workflow's
     fields = {"domain": "animals", "t2i": "tiny-sd3", "shard": "00000"}
     job = submit_stage(
-        "render_images", work / "config.yaml", folder=tmp_path / "submitit", profile=work / "profile" / "config.yaml",
-        images_dir=str(tmp_path / "images"), out=str(tmp_path / "renders.parquet"),
-        counters_out=str(tmp_path / "renders.json"), **fields,
-    )  # fmt: skip
+        "render_images",
+        work / "config.yaml",
+        folder=tmp_path / "submitit",
+        profile=work / "profile" / "config.yaml",
+        images_dir=str(tmp_path / "images"),
+        out=str(tmp_path / "renders.parquet"),
+        counters_out=str(tmp_path / "renders.json"),
+        **fields,
+    )
     deadline = time.monotonic() + 600
     while not job.done() and time.monotonic() < deadline:
         time.sleep(2)

@@ -54,16 +54,19 @@ def test_the_list_form_of_a_profile_reads_as_its_mapping_form(tmp_path):
     )
     for profile in (mappings, lists):
         assert profile_resources("render_images", 2, profile) == {
-            "slurm_partition": "big", "slurm_account": "lab", "mem_mb": 16000,
-        }  # fmt: skip
+            "slurm_partition": "big",
+            "slurm_account": "lab",
+            "mem_mb": 16000,
+        }
         assert profile_resources("judge_images", 1, profile) == {"slurm_partition": "gpu", "slurm_account": "lab"}
         assert (profile_threads("render_images", profile), profile_threads("judge_images", profile)) == (4, None)
     # As in Snakemake, a rule's own resources beat the defaults and lose to the rule's set-resources.
     site = tmp_path / "site.yaml"
     site.write_text("default-resources: [mem_mb=4000, runtime=60]\nset-resources: [render_images:runtime=600]\n")
     assert profile_resources("render_images", 1, site, own={"mem_mb": 9000, "runtime": 30}) == {
-        "mem_mb": 9000, "runtime": 600,
-    }  # fmt: skip
+        "mem_mb": 9000,
+        "runtime": 600,
+    }
     bad = tmp_path / "bad.yaml"
     bad.write_text("set-resources: [slurm_partition=big]\n")
     with pytest.raises(ValueError, match=r"set-resources entry 'slurm_partition=big' is not RULE:NAME=VALUE$"):
@@ -82,11 +85,18 @@ def test_sizes_and_times_in_a_profile_are_read_in_snakemakes_units(tmp_path):
     )
     own = {"mem_mb": 9000, "runtime": 45}
     assert profile_resources("render_images", 1, site, own=own) == {
-        "slurm_partition": "gpu", "disk_mb": 1000000, "mem_mb": 100000, "runtime": 120,
-    }  # fmt: skip
+        "slurm_partition": "gpu",
+        "disk_mb": 1000000,
+        "mem_mb": 100000,
+        "runtime": 120,
+    }
     assert profile_resources("judge_images", 2, site, own=own)["mem_mb"] == 4194  # 4000 MiB, as Snakemake rounds it
-    assert profile_resources("make_seeds", 1, site) == {"slurm_partition": "gpu", "disk_mb": 1000000,
-                                                        "mem_mb": 1048, "runtime": 30}  # fmt: skip
+    assert profile_resources("make_seeds", 1, site) == {
+        "slurm_partition": "gpu",
+        "disk_mb": 1000000,
+        "mem_mb": 1048,
+        "runtime": 30,
+    }
     bad = tmp_path / "bad.yaml"
     bad.write_text("set-resources: {render_images: {mem: lots}}\n")
     with pytest.raises(ValueError, match=r"^profile .*bad.yaml: set-resources of render_images: Resource 'mem'.*"):
@@ -125,29 +135,47 @@ def test_a_submitted_stage_runs_in_its_envs_python_after_removing_what_a_killed_
     monkeypatch.setattr(submitit, "AutoExecutor", RunsHere)
     monkeypatch.setattr(steps, "setup_logging", lambda log_path=None: None)  # the test's stderr stays
     monkeypatch.chdir(REPO)  # the tiny config's paths start there
-    submit_stage("make_seeds", "config/tiny.yaml", folder=tmp_path / "submitit", python=sys.executable,
-                 domain="animals", out=str(out))  # fmt: skip
+    submit_stage(
+        "make_seeds",
+        "config/tiny.yaml",
+        folder=tmp_path / "submitit",
+        python=sys.executable,
+        domain="animals",
+        out=str(out),
+    )
     assert sorted(tmp_path.iterdir()) == [others, out, tmp_path / "submitit"]
     assert len(read_table(out, schemas.SEEDS)) > 0
     # a stage whose env this Python does not meet is refused before it waits for a GPU
     config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
     config["models"]["smollm2-135m"] |= {"backend": "vllm", "max_model_len": 2048}
     (tmp_path / "vllm.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(ValueError, match=r"^stage generate_triplets runs in workflow/envs/llm\.yaml, whose pins "
-                       rf"{re.escape(sys.executable)} does not meet: vllm==0\.32\.0 \(not installed\), "):  # fmt: skip
-        submit_stage("generate_triplets", tmp_path / "vllm.yaml", folder=tmp_path / "submitit", domain="animals",
-                     generator="smollm2-135m", shard="00000")  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"^stage generate_triplets runs in workflow/envs/llm\.yaml, whose pins "
+        rf"{re.escape(sys.executable)} does not meet: vllm==0\.32\.0 \(not installed\), ",
+    ):
+        submit_stage(
+            "generate_triplets",
+            tmp_path / "vllm.yaml",
+            folder=tmp_path / "submitit",
+            domain="animals",
+            generator="smollm2-135m",
+            shard="00000",
+        )
     assert len(submitted) == 1
     with pytest.raises(ValueError, match=r"^python /nowhere/python: cannot run it to read its packages"):
         submit_stage("make_seeds", "config/tiny.yaml", python="/nowhere/python", domain="animals")
     # an interpreter that prints no versions, or fails, is one line naming it
-    for python, problem in (("/bin/true", "its package versions do not read"),
-                            ("/bin/false", r"reading its packages failed \(exit 1\)")):  # fmt: skip
+    for python, problem in (
+        ("/bin/true", "its package versions do not read"),
+        ("/bin/false", r"reading its packages failed \(exit 1\)"),
+    ):
         with pytest.raises(ValueError, match=rf"^python {python}: {problem}"):
             submit_stage("make_seeds", "config/tiny.yaml", python=python, domain="animals")
     # a job named by a wildcard that names nothing, or without one, is one line before the env is looked up
     for wildcards in ({"vlm": "typo"}, {}):
         with pytest.raises(ValueError, match=r"^no job of judge_images"):
-            submit_stage("judge_images", "config/tiny.yaml", python=sys.executable, domain="animals", shard="00000",
-                         **wildcards)  # fmt: skip
+            submit_stage(
+                "judge_images", "config/tiny.yaml", python=sys.executable, domain="animals", shard="00000", **wildcards
+            )
     assert len(submitted) == 1

@@ -28,11 +28,20 @@ def benchmark_pairs(n_triplets=30, models=("flux", "sana")):
         for t2i in models:
             corr, adv = 9 if i % 4 else 3, 8 if i % 5 else 2
             rows.append(
-                {"pair_id": f"p{i}-{t2i}", "triplet_id": f"t{i}", "seed_id": f"s{i // 3}", "domain": domain, "t2i": t2i,
-                 "corr_image_id": f"c{i}-{t2i}", "adv_image_id": f"a{i}-{t2i}", "corr_path": f"/c{i}{t2i}.png",
-                 "adv_path": f"/a{i}{t2i}.png", "kept": corr >= 8 and adv >= 8,
-                 "vlm_scores": json.dumps({"qwen": {"corr": corr, "adv": adv}, "intern": {"corr": corr, "adv": 9}})}
-            )  # fmt: skip
+                {
+                    "pair_id": f"p{i}-{t2i}",
+                    "triplet_id": f"t{i}",
+                    "seed_id": f"s{i // 3}",
+                    "domain": domain,
+                    "t2i": t2i,
+                    "corr_image_id": f"c{i}-{t2i}",
+                    "adv_image_id": f"a{i}-{t2i}",
+                    "corr_path": f"/c{i}{t2i}.png",
+                    "adv_path": f"/a{i}{t2i}.png",
+                    "kept": corr >= 8 and adv >= 8,
+                    "vlm_scores": json.dumps({"qwen": {"corr": corr, "adv": adv}, "intern": {"corr": corr, "adv": 9}}),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -102,11 +111,20 @@ def test_the_export_loads_with_datasets_as_pil_images_and_prompt_fields(tmp_path
             paths.append(str(path))
         pairs[column] = paths
     pairs = pairs.assign(
-        subcategory="birds", neutral_prompt=[f"a bird {i}" for i in range(6)], correct_description="a penguin",
-        adversarial_description="a robin", correct_instance="penguin", adversarial_instance="robin",
-        aux_element="stone", knob="count", correct_value="one", adversarial_value="two", seed=7, generator="g",
+        subcategory="birds",
+        neutral_prompt=[f"a bird {i}" for i in range(6)],
+        correct_description="a penguin",
+        adversarial_description="a robin",
+        correct_instance="penguin",
+        adversarial_instance="robin",
+        aux_element="stone",
+        knob="count",
+        correct_value="one",
+        adversarial_value="two",
+        seed=7,
+        generator="g",
         added_entries="",
-    )  # fmt: skip
+    )
     benchmark = assign_splits(pairs, 1, 0.5)
     benchmark.loc[benchmark["domain"] == "objects", "split"] = "train"  # a domain with no test pairs
     about = {"name": "Test", "run_name": "r", "threshold": 8, "models": [("text-to-image", "flux-id", "apache-2.0")]}
@@ -142,11 +160,20 @@ def noise_benchmark(folder: Path, n_pairs: int, side: int) -> pd.DataFrame:
         for path in pairs[column]:
             Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).save(path)
     return pairs.assign(
-        subcategory="birds", neutral_prompt=[f"a bird {i}" for i in range(n_pairs)], correct_description="d_c",
-        adversarial_description="d_a", correct_instance="penguin", adversarial_instance="robin", aux_element="stone",
-        knob="count", correct_value="one", adversarial_value="two", seed=range(n_pairs), generator="g",
+        subcategory="birds",
+        neutral_prompt=[f"a bird {i}" for i in range(n_pairs)],
+        correct_description="d_c",
+        adversarial_description="d_a",
+        correct_instance="penguin",
+        adversarial_instance="robin",
+        aux_element="stone",
+        knob="count",
+        correct_value="one",
+        adversarial_value="two",
+        seed=range(n_pairs),
+        generator="g",
         added_entries="",
-    )  # fmt: skip
+    )
 
 
 def test_the_export_writes_each_split_in_batches_of_rows_with_every_field_and_image_in_pair_order(
@@ -159,9 +186,12 @@ def test_the_export_writes_each_split_in_batches_of_rows_with_every_field_and_im
     export_dataset(benchmark, tmp_path / "dataset", ABOUT)
     # Only the files `datasets` reads: the Arrow files the export streams through are gone.
     assert sorted(str(p.relative_to(tmp_path / "dataset")) for p in (tmp_path / "dataset").rglob("*")) == [
-        "README.md", "data", "data/animals", "data/animals/test-00000-of-00001.parquet",
+        "README.md",
+        "data",
+        "data/animals",
+        "data/animals/test-00000-of-00001.parquet",
         "data/animals/train-00000-of-00001.parquet",
-    ]  # fmt: skip
+    ]
     for split, sizes in (("test", [3, 3, 3, 3, 1]), ("train", [3, 3, 1])):
         metadata = pq.ParquetFile(
             tmp_path / "dataset" / "data" / "animals" / f"{split}-00000-of-00001.parquet"

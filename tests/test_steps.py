@@ -86,12 +86,18 @@ def test_a_step_gets_its_arguments_from_the_job_by_name():
         """A step of four arguments."""
 
     job = SimpleNamespace(
-        rule="make_things", output=Named(out="o.parquet"), input=Named(taxonomy="t.yaml"),
-        params=Named(n_seeds=3, seed=1), wildcards=Named(domain="animals"),
-    )  # fmt: skip
+        rule="make_things",
+        output=Named(out="o.parquet"),
+        input=Named(taxonomy="t.yaml"),
+        params=Named(n_seeds=3, seed=1),
+        wildcards=Named(domain="animals"),
+    )
     assert step_arguments(make_things, job) == {
-        "taxonomy": "t.yaml", "domain": "animals", "n_seeds": 3, "out": "o.parquet"
-    }  # fmt: skip
+        "taxonomy": "t.yaml",
+        "domain": "animals",
+        "n_seeds": 3,
+        "out": "o.parquet",
+    }
     job.params = Named(seed=1)
     with pytest.raises(TypeError, match="needs 'n_seeds'"):
         step_arguments(make_things, job)
@@ -156,8 +162,9 @@ def test_a_new_step_is_a_rule_a_catalogue_entry_and_a_function(tmp_path, tiny_co
     assert (tmp_path / target).read_text() == f"{tiny_config['domains']['animals']['n_seeds']}\n"
     assert (tmp_path / tiny_config["results_dir"] / "logs" / "count_seeds" / "animals.log").exists()
     # The catalogue makes it a local job (the submit host's) in the base env.
-    parsed = subprocess.run([sys.executable, "-c", PARSED_RULE], cwd=tmp_path, env=environment, check=True,
-                            capture_output=True, text=True)  # fmt: skip
+    parsed = subprocess.run(
+        [sys.executable, "-c", PARSED_RULE], cwd=tmp_path, env=environment, check=True, capture_output=True, text=True
+    )
     assert parsed.stdout.split() == ["True", "../envs/base.yaml"]
 
 
@@ -237,8 +244,13 @@ def test_replaying_a_missing_or_broken_job_file_is_one_line(tmp_path, content, s
     path = tmp_path / "missing.job.json"
     if content is not None:
         path.write_text(content)
-    done = subprocess.run([sys.executable, "-m", "blindspot.steps", "replay", str(path)], capture_output=True,
-                          text=True, timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "blindspot.steps", "replay", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 1
     assert re.search(says, done.stderr)
     assert len(done.stderr.strip().splitlines()) == 1

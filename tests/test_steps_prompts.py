@@ -34,16 +34,26 @@ def test_make_seeds_writes_the_sampled_seeds(tmp_path):
 
 def raw_triplet(triplet_id, seed_id, status="ok"):
     return dict.fromkeys(schemas.RAW_TRIPLETS.names, "") | {
-        "triplet_id": triplet_id, "seed_id": seed_id, "domain": "objects", "generator": "g1",
-        "model_id": "hub/g1", "template_version": "generate/v1+ab", "status": status,
-    }  # fmt: skip
+        "triplet_id": triplet_id,
+        "seed_id": seed_id,
+        "domain": "objects",
+        "generator": "g1",
+        "model_id": "hub/g1",
+        "template_version": "generate/v1+ab",
+        "status": status,
+    }
 
 
 def verdict(triplet_id, judge, accept):
     return dict.fromkeys(schemas.JUDGMENTS.names, "") | {
-        "triplet_id": triplet_id, "domain": "objects", "generator": "g1", "judge": judge, "accept": accept,
-        "status": "ok", "verdict_reason": "ok" if accept else "wrong_domain",
-    }  # fmt: skip
+        "triplet_id": triplet_id,
+        "domain": "objects",
+        "generator": "g1",
+        "judge": judge,
+        "accept": accept,
+        "status": "ok",
+        "verdict_reason": "ok" if accept else "wrong_domain",
+    }
 
 
 def test_accept_triplets_pools_every_shard_and_judge_and_counts_with_the_judges(seeds_file, tmp_path):
@@ -77,12 +87,19 @@ def test_accept_triplets_pools_every_shard_and_judge_and_counts_with_the_judges(
 def quality_table(domain, similarity, n):
     return pd.DataFrame(
         {
-            "triplet_id": [f"{domain}{i}" for i in range(n)], "domain": domain,
-            "sim_t_dc": similarity, "sim_t_da": similarity, "sim_dc_da": similarity,
-            "nli_t_dc": "entailment", "nli_t_da": "neutral", "contradiction_dc_da": 0.9, "nli_dc_da": "contradiction",
-            "embedding_model_id": "e", "nli_model_id": "n",
+            "triplet_id": [f"{domain}{i}" for i in range(n)],
+            "domain": domain,
+            "sim_t_dc": similarity,
+            "sim_t_da": similarity,
+            "sim_dc_da": similarity,
+            "nli_t_dc": "entailment",
+            "nli_t_da": "neutral",
+            "contradiction_dc_da": 0.9,
+            "nli_dc_da": "contradiction",
+            "embedding_model_id": "e",
+            "nli_model_id": "n",
         }
-    )  # fmt: skip
+    )
 
 
 def test_make_table1_names_each_column_after_its_domain_folder(tmp_path):
@@ -105,9 +122,18 @@ def generate(config, generator, shard, seeds_file, out, counters_out):
     """The step as the rule runs it, with a shard of two seeds."""
     stage = config["prompt_stage"]
     generate_triplets(
-        str(seeds_file), str(REPO / stage["generate_template"]), dataclasses.asdict(model_spec(config, generator)),
-        2, stage["batch_size"], config["seed"], "objects", generator, shard, str(out), str(counters_out),
-    )  # fmt: skip
+        str(seeds_file),
+        str(REPO / stage["generate_template"]),
+        dataclasses.asdict(model_spec(config, generator)),
+        2,
+        stage["batch_size"],
+        config["seed"],
+        "objects",
+        generator,
+        shard,
+        str(out),
+        str(counters_out),
+    )
 
 
 @pytest.mark.slow

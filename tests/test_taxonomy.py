@@ -94,8 +94,10 @@ def test_enumeration_is_every_fitting_combination_once(domain):
     for name, entry in raw["subcategories"].items():
         for atypical in entry["atypical"]:
             for typical in entry["typical"]:
-                scenes, aux = (fitting(raw, name, atypical, k) & fitting(raw, name, typical, k) for k in
-                               ("scenes", "auxiliary_elements"))  # fmt: skip
+                scenes, aux = (
+                    fitting(raw, name, atypical, k) & fitting(raw, name, typical, k)
+                    for k in ("scenes", "auxiliary_elements")
+                )
                 expected += len(scenes) * len(aux)
     expected *= max(1, len(taxonomy["qualifiers"])) * knob_changes
     assert len(seeds) == expected
@@ -111,8 +113,9 @@ def test_appendix_a_taxonomy_is_there():
     assert {"tuk-tuk", "golf cart"} <= set(objects["subcategories"]["vehicles"]["atypical"])
     assert set(demography["subcategories"]) == {"religion", "nationality", "sexual_orientation"}
     attributes = {(q["attribute"], q["polarity"]) for q in demography["qualifiers"]}
-    assert attributes == {(a, p) for a in ("wealth", "intellect", "morality", "power", "civility")
-                          for p in ("positive", "negative")}  # fmt: skip
+    assert attributes == {
+        (a, p) for a in ("wealth", "intellect", "morality", "power", "civility") for p in ("positive", "negative")
+    }
     for taxonomy in (animals, objects, demography):
         assert set(taxonomy["knobs"]) == {"count", "colour_tone", "layout_relation", "spatial_placement", "scale"}
 
@@ -163,8 +166,7 @@ def test_demography_seeds_carry_the_realizations_of_their_own_members():
     assert set(poor["adversarial_realization"]) == set(jewish["correct_realization"])
     assert set(poor["qualifier_realization"]) == {"worn, faded clothes with patches (clothing)"}
     assert set(seeds[seeds["correct_instance"] == "heterosexual person"]["correct_realization"]) == {""}
-    assert (pd.DataFrame(seeds_of("animals"))[["correct_realization", "qualifier_realization"]]
-            == "").all().all()  # fmt: skip
+    assert (pd.DataFrame(seeds_of("animals"))[["correct_realization", "qualifier_realization"]] == "").all().all()
 
 
 @pytest.mark.parametrize("config_name", ["config.yaml", "tiny.yaml"])
@@ -197,8 +199,10 @@ def test_the_dataset_card_counts_paper_and_added_pairs():
     front = yaml.safe_load(card.split("---")[1])
     # The hub asks a licence "other" for its name and a link (huggingface/hub-docs, datasetcard.md).
     assert (front["license"], front["license_name"], front["license_link"]) == (
-        "other", "mixed-model-licences", "README.md",
-    )  # fmt: skip
+        "other",
+        "mixed-model-licences",
+        "README.md",
+    )
 
 
 def test_drafts_put_each_value_where_it_belongs():
@@ -352,25 +356,37 @@ def test_the_config_check_refuses_more_seeds_than_a_taxonomy_has(tiny_config):
 @pytest.mark.parametrize(
     ("old", "new", "says"),
     [
-        ('meadow: {template: "a {subject} in a grassy meadow with {aux}"',
-         'meadow: {template: "a {subject} in a grassy {place} with {aux}"',
-         "key 'scenes.meadow.template': unknown placeholder {place} (it may use {subject}, {aux})"),
-        ('meadow: {template: "a {subject} in a grassy meadow with {aux}"',
-         'meadow: {template: "a {subject} in a grassy meadow with {aux} and {value}"',
-         "key 'scenes.meadow.template': unknown placeholder {value} (it may use {subject}, {aux})"),
-        ('meadow: {template: "a {subject} in a grassy meadow with {aux}"',
-         'meadow: {template: "a {subject} in a {} meadow with {aux}"',
-         "key 'scenes.meadow.template': unknown placeholder {} (it may use {subject}, {aux})"),
-        ('colour_tone: {values: [red, blue, yellow, white, black], phrase: "a {value} {aux}"',
-         'colour_tone: {values: [red, blue, yellow, white, black], phrase: "a {value} {aux} in {colour}"',
-         "key 'knobs.colour_tone.phrase': unknown placeholder {colour} (it may use {value}, {aux}, {subject})"),
-        ('phrase: "{value} {aux}"', 'phrase: "{value} {aux}}"',
-         "key 'knobs.count.phrase': cannot fill in: Single '}' encountered in format string "
-         "(it may use {value}, {aux}, {subject})"),
+        (
+            'meadow: {template: "a {subject} in a grassy meadow with {aux}"',
+            'meadow: {template: "a {subject} in a grassy {place} with {aux}"',
+            "key 'scenes.meadow.template': unknown placeholder {place} (it may use {subject}, {aux})",
+        ),
+        (
+            'meadow: {template: "a {subject} in a grassy meadow with {aux}"',
+            'meadow: {template: "a {subject} in a grassy meadow with {aux} and {value}"',
+            "key 'scenes.meadow.template': unknown placeholder {value} (it may use {subject}, {aux})",
+        ),
+        (
+            'meadow: {template: "a {subject} in a grassy meadow with {aux}"',
+            'meadow: {template: "a {subject} in a {} meadow with {aux}"',
+            "key 'scenes.meadow.template': unknown placeholder {} (it may use {subject}, {aux})",
+        ),
+        (
+            'colour_tone: {values: [red, blue, yellow, white, black], phrase: "a {value} {aux}"',
+            'colour_tone: {values: [red, blue, yellow, white, black], phrase: "a {value} {aux} in {colour}"',
+            "key 'knobs.colour_tone.phrase': unknown placeholder {colour} (it may use {value}, {aux}, {subject})",
+        ),
+        (
+            'phrase: "{value} {aux}"',
+            'phrase: "{value} {aux}}"',
+            "key 'knobs.count.phrase': cannot fill in: Single '}' encountered in format string "
+            "(it may use {value}, {aux}, {subject})",
+        ),
     ],
-)  # fmt: skip
-def test_a_template_naming_an_unknown_placeholder_is_refused_when_the_config_is_checked(tiny_config, tmp_path, old,
-                                                                                         new, says):  # fmt: skip
+)
+def test_a_template_naming_an_unknown_placeholder_is_refused_when_the_config_is_checked(
+    tiny_config, tmp_path, old, new, says
+):
     text = taxonomy_path("animals").read_text()
     assert text.count(old) == 1
     path = tmp_path / "animals.yaml"

@@ -72,16 +72,22 @@ def test_every_failure_is_kept_with_its_reason(text, status):
         ("[" * 5000 + "]" * 5000, "invalid_json", "not valid JSON: nested too deeply"),
         (output(neutral_prompt=[[["x"]]]), "missing_field", "missing or empty: neutral_prompt"),
         ('{"neutral_prompt": ' + "9" * 4301 + "}", "invalid_json", "not valid JSON: Exceeds the limit (4300 digits)"),
-        (output(neutral_prompt="A bird " + "with exactly one branch " * 13), "schema_violation",
-         "neutral_prompt has 319 characters, over the schema's maxLength 300"),
-        (output(note="x"), "schema_violation",
-         "the output: Additional properties are not allowed ('note' was unexpected)"),
+        (
+            output(neutral_prompt="A bird " + "with exactly one branch " * 13),
+            "schema_violation",
+            "neutral_prompt has 319 characters, over the schema's maxLength 300",
+        ),
+        (
+            output(note="x"),
+            "schema_violation",
+            "the output: Additional properties are not allowed ('note' was unexpected)",
+        ),
         (output()[:-1] + ', "neutral_prompt": "A bird."}', "invalid_json", "not valid JSON: the key 'neutral_prompt'"),
         (output(correct_description="\ud800 penguin"), "invalid_json", "not valid JSON: a string holds a lone surro"),
         ('{"neutral_prompt": NaN}', "invalid_json", "not valid JSON: NaN is not JSON"),
         (None, "invalid_json", "expected text, got NoneType"),
     ],
-)  # fmt: skip
+)
 def test_output_that_breaks_a_json_reader_or_the_schema_is_a_failed_row(text, status, reason):
     checked = validate_triplet(text, SEED)
     assert (checked.status, checked.reason[: len(reason)]) == (status, reason)

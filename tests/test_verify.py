@@ -28,11 +28,25 @@ def run(tiny_config, tmp_path):
     for index, colour in enumerate(["red", "green", "blue"]):
         path = images / f"image{index}.png"
         digest = save_image(Image.new("RGB", (8, 8), colour), path)
-        rows.append({
-            "image_id": f"image{index}", "triplet_id": "t0", "role": "corr", "description": f"a {colour} cat",
-            "t2i": t2i, "model_id": f"built:{t2i}", "model_revision": "", "seed": index, "steps": 1,
-            "guidance": 0.0, "height": 8, "width": 8, "settings": "{}", "path": str(path), "sha256": digest,
-        })  # fmt: skip
+        rows.append(
+            {
+                "image_id": f"image{index}",
+                "triplet_id": "t0",
+                "role": "corr",
+                "description": f"a {colour} cat",
+                "t2i": t2i,
+                "model_id": f"built:{t2i}",
+                "model_revision": "",
+                "seed": index,
+                "steps": 1,
+                "guidance": 0.0,
+                "height": 8,
+                "width": 8,
+                "settings": "{}",
+                "path": str(path),
+                "sha256": digest,
+            }
+        )
     frame = pd.DataFrame(rows)
     write_table(table, frame, schemas.RENDERS)
     return str(configfile), table, [Path(row["path"]) for row in rows]

@@ -40,26 +40,45 @@ def vllm_run(built_config, vllm_python, tmp_path_factory):
     entry = config["models"]["smollm2-135m"]
     # Eager: on 2 cores, compiling the CPU graphs adds about 3 minutes to each of the three engine starts, and
     # it is not the code a GPU runs; what the tests check (outputs, scores) is the same either way.
-    entry |= {"backend": "vllm", "max_model_len": 2048,
-              "engine_args": {"gpu_memory_utilization": 0.25, "enforce_eager": True}}  # fmt: skip
+    entry |= {
+        "backend": "vllm",
+        "max_model_len": 2048,
+        "engine_args": {"gpu_memory_utilization": 0.25, "enforce_eager": True},
+    }
     (work / "config.yaml").write_text(yaml.safe_dump(config))  # the scorer test loads it
     seeds = sample_seeds(REPO / "config" / "taxonomy" / "objects.yaml", "objects", 4, 3)
     write_table(work / "seeds.parquet", seeds, schemas.SEEDS)
     stage = config["prompt_stage"]
     job = {
-        "domain": "objects", "shard": "00000", "generator": "smollm2-135m", "seeds": str(work / "seeds.parquet"),
-        "model": spec_of(config, "smollm2-135m"), "batch_size": stage["batch_size"], "seed": config["seed"],
-    }  # fmt: skip
+        "domain": "objects",
+        "shard": "00000",
+        "generator": "smollm2-135m",
+        "seeds": str(work / "seeds.parquet"),
+        "model": spec_of(config, "smollm2-135m"),
+        "batch_size": stage["batch_size"],
+        "seed": config["seed"],
+    }
 
     def run(step, **arguments):
         command = [vllm_python, *step_command(work, step, **job, **arguments)]
         result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, result.stderr[-5000:]
 
-    run("generate_triplets", template=stage["generate_template"], shard_size=4, out=str(work / "raw.parquet"),
-        counters_out=str(work / "raw.json"))  # fmt: skip
-    run("judge_triplets", template=stage["judge_template"], judge="smollm2-135m", triplets=str(work / "raw.parquet"),
-        out=str(work / "judged.parquet"), counters_out=str(work / "judged.json"))  # fmt: skip
+    run(
+        "generate_triplets",
+        template=stage["generate_template"],
+        shard_size=4,
+        out=str(work / "raw.parquet"),
+        counters_out=str(work / "raw.json"),
+    )
+    run(
+        "judge_triplets",
+        template=stage["judge_template"],
+        judge="smollm2-135m",
+        triplets=str(work / "raw.parquet"),
+        out=str(work / "judged.parquet"),
+        counters_out=str(work / "judged.json"),
+    )
     return work
 
 
@@ -119,15 +138,20 @@ def test_vllm_scorer_reads_the_same_score_distribution_as_transformers(vllm_run,
     from blindspot.models.vlm_scoring import ScoreTokens, score_distribution
 
     conversations = [
-        [{"role": "system", "content": "Rate how well the description fits, from 1 to 10. Answer with a number."},
-         {"role": "user", "content": f"Description: {text}"}]
+        [
+            {"role": "system", "content": "Rate how well the description fits, from 1 to 10. Answer with a number."},
+            {"role": "user", "content": f"Description: {text}"},
+        ]
         for text in ("a red apple on a wooden table", "three cats asleep on a blue sofa")
-    ]  # fmt: skip
+    ]
     out = vllm_run / "vllm_scores.json"
     result = subprocess.run(
         [vllm_python, "-c", SCORE_IN_VLLM, str(vllm_run / "config.yaml"), json.dumps(conversations), str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-5000:]
     served = json.loads(out.read_text())
     # the batch callers hand over is the config's, as with transformers, not vLLM's own max_num_seqs

@@ -93,9 +93,15 @@ def test_a_tiny_vlm_scores_images_against_their_descriptions(built_config, vlm, 
         Image.fromarray(np.full((96, 96, 3), 40 * i, dtype=np.uint8)).save(path)
         paths.append(str(path))
     renders = pd.DataFrame(
-        {"image_id": ["a", "b", "c"], "triplet_id": ["t", "t", "u"], "role": ["corr", "adv", "corr"],
-         "t2i": "tiny-flux", "description": ["a penguin", "a robin", "a tuk-tuk"], "path": paths}
-    )  # fmt: skip
+        {
+            "image_id": ["a", "b", "c"],
+            "triplet_id": ["t", "t", "u"],
+            "role": ["corr", "adv", "corr"],
+            "t2i": "tiny-flux",
+            "description": ["a penguin", "a robin", "a tuk-tuk"],
+            "path": paths,
+        }
+    )
     template = PromptTemplate.load(REPO / built_config["image_stage"]["judge_template"])
     scorer = TransformersVLMScorer(model_spec(built_config, vlm), batch_size=2)
     score, scored = scorer.score, []

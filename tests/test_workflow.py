@@ -79,8 +79,13 @@ def planned_job_details(output: str) -> list[tuple[str, dict, dict]]:
     return jobs
 
 
-MODEL_WILDCARDS = {"generate_triplets": "generator", "judge_triplets": "judge", "render_images": "t2i",
-                   "judge_images": "vlm", "answer_humble": "vlm"}  # fmt: skip
+MODEL_WILDCARDS = {
+    "generate_triplets": "generator",
+    "judge_triplets": "judge",
+    "render_images": "t2i",
+    "judge_images": "vlm",
+    "answer_humble": "vlm",
+}
 
 
 def test_gpu_requests_come_from_the_registry(paper_config):
@@ -320,20 +325,34 @@ def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run
     out = snakemake("-n", "--configfile", "added_t2i.yaml", cwd=work)
     shards = sum(n_shards(d["n_seeds"], config["shard_size"]) for d in config["domains"].values())
     jobs = planned_jobs(out)
-    assert jobs == Counter({
-        "build_model": 1, "render_images": shards, "judge_images": shards * len(config["image_stage"]["vlms"]),
-        "keep_consensus_pairs": len(config["domains"]), "measure_image_quality": shards, "make_table2": 1,
-        "split_benchmark": 1, "export_dataset": 1, "all": 1,
-        # The benchmark gains pairs, so every metric job runs again; the score cache makes that cheap.
-        "score_metric": shards * sum(not is_api_metric(config, m) for m in config["evaluation"]["metrics"]),
-        "score_api_metric": shards * sum(is_api_metric(config, m) for m in config["evaluation"]["metrics"]),
-        "make_table3": 1, "write_protobias_records": 1,
-        # HumbleBench asks about the benchmark's images: new questions, answered again in every setting.
-        "make_humble_questions": 1, "make_humble_tables": 1, "make_annotation_projects": 1, "make_report_items": 1,
-        "write_humble_records": 1,
-        "train_protoscore": 1, "sample_human_questions": 1, "describe_humble_questions": 1,
-        "answer_humble": len(config["humblebench"]["vlms"]) * len(config["humblebench"]["settings"]),
-    })  # fmt: skip
+    assert jobs == Counter(
+        {
+            "build_model": 1,
+            "render_images": shards,
+            "judge_images": shards * len(config["image_stage"]["vlms"]),
+            "keep_consensus_pairs": len(config["domains"]),
+            "measure_image_quality": shards,
+            "make_table2": 1,
+            "split_benchmark": 1,
+            "export_dataset": 1,
+            "all": 1,
+            # The benchmark gains pairs, so every metric job runs again; the score cache makes that cheap.
+            "score_metric": shards * sum(not is_api_metric(config, m) for m in config["evaluation"]["metrics"]),
+            "score_api_metric": shards * sum(is_api_metric(config, m) for m in config["evaluation"]["metrics"]),
+            "make_table3": 1,
+            "write_protobias_records": 1,
+            # HumbleBench asks about the benchmark's images: new questions, answered again in every setting.
+            "make_humble_questions": 1,
+            "make_humble_tables": 1,
+            "make_annotation_projects": 1,
+            "make_report_items": 1,
+            "write_humble_records": 1,
+            "train_protoscore": 1,
+            "sample_human_questions": 1,
+            "describe_humble_questions": 1,
+            "answer_humble": len(config["humblebench"]["vlms"]) * len(config["humblebench"]["settings"]),
+        }
+    )
     renders = [o for o in planned_outputs(out) if "/renders/" in o or "/vlm_scores/" in o]
     assert renders
     assert all("/tiny-flux-b/" in o for o in renders)
@@ -439,10 +458,13 @@ def test_a_job_runs_by_hand_with_the_arguments_the_workflow_gives_it(tiny_config
 def label_studio_export(items: list[str], result, people=("ann1", "ann2")) -> list[dict]:
     """People's labels in Label Studio's export format: `result(annotator, item)` gives one result."""
     return [
-        {"id": i + 1, "data": {"item_id": item},
-         "annotations": [{"completed_by": {"email": who}, "result": [result(who, item)]} for who in people]}
+        {
+            "id": i + 1,
+            "data": {"item_id": item},
+            "annotations": [{"completed_by": {"email": who}, "result": [result(who, item)]} for who in people],
+        }
         for i, item in enumerate(items)
-    ]  # fmt: skip
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -458,9 +480,10 @@ def labelled_run(tiny_run, run_config) -> str:
     # The filter validation is scored by its one designated evaluator (annotation.filter_evaluators).
     evaluators = tuple(run_config["annotation"]["filter_evaluators"])
     scores = label_studio_export(
-        list(images["image_id"]), lambda who, item: {"from_name": "score", "type": "rating", "value": {"rating": 9}},
+        list(images["image_id"]),
+        lambda who, item: {"from_name": "score", "type": "rating", "value": {"rating": 9}},
         evaluators,
-    )  # fmt: skip
+    )
     order = sorted(pairs["pair_id"])
     position = {pair: i for i, pair in enumerate(order)}
     corr_on_left = dict(zip(pairs["pair_id"], pairs["left_role"] == "corr", strict=True))
@@ -473,8 +496,10 @@ def labelled_run(tiny_run, run_config) -> str:
     choices = label_studio_export(order, choice)
     (work / "scores.json").write_text(json.dumps(scores))
     (work / "choices.json").write_text(json.dumps(choices))
-    config = run_config | {"annotation": run_config["annotation"] | {
-        "image_score_labels": "scores.json", "pairwise_labels": "choices.json"}}  # fmt: skip
+    config = run_config | {
+        "annotation": run_config["annotation"]
+        | {"image_score_labels": "scores.json", "pairwise_labels": "choices.json"}
+    }
     (work / "labelled.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     out = snakemake("-n", "--configfile", "labelled.yaml", cwd=work)
     snakemake("--configfile", "labelled.yaml", "--profile", "profiles/local", "-c2", cwd=work)
@@ -506,8 +531,11 @@ def test_peoples_labels_add_the_agreement_tables_and_the_human_row(tiny_run, run
     assert len(pairs)
     projects = results / "annotation_projects"
     assert {p.name for p in projects.iterdir() if not p.name.startswith(".")} == {
-        "image_score", "pairwise", "question_check", "humble_answer"
-    }  # fmt: skip
+        "image_score",
+        "pairwise",
+        "question_check",
+        "humble_answer",
+    }
     assert planned_jobs(labelled_run) == Counter(
         {"validate_filter": 1, "human_preferences": 1, "make_table3": 1, "all": 1}
     )
@@ -540,13 +568,18 @@ REPORTED = {
     "Prompt quality": ["tables/table1_prompt_quality.csv"],
     "Image quality": ["tables/table2_image_quality.csv"],
     "Metrics": ["tables/table3_metrics.csv", "tables/table3_test_split.csv", "tables/metric_accuracy.png"],
-    "HumbleBench": ["tables/table4_humblebench_original.csv", "tables/table5_humblebench_settings.csv",
-                    "tables/table6_humblebench_models.csv", "tables/humblebench_nota_tradeoff.png",
-                    "tables/figure2_humblebench_distributions.csv", "tables/figure2_humblebench_distributions.png",
-                    "tables/table9_humblebench_filtering.csv"],
+    "HumbleBench": [
+        "tables/table4_humblebench_original.csv",
+        "tables/table5_humblebench_settings.csv",
+        "tables/table6_humblebench_models.csv",
+        "tables/humblebench_nota_tradeoff.png",
+        "tables/figure2_humblebench_distributions.csv",
+        "tables/figure2_humblebench_distributions.png",
+        "tables/table9_humblebench_filtering.csv",
+    ],
     "Benchmark": ["tables/example_grid.png", "tables/stage_counters.csv", "benchmark/dataset_card.md"],
     "Human studies": ["tables/filter_validation_agreement.csv", "tables/annotator_agreement.csv"],
-}  # fmt: skip
+}
 
 
 @pytest.mark.slow
@@ -568,8 +601,19 @@ def test_the_report_holds_every_table_and_image(tiny_run, run_config, labelled_r
             assert found, name
             assert base64.b64decode(found[1]) == (results / name).read_bytes(), name
     counters = pd.read_csv(results / "tables" / "stage_counters.csv")
-    assert set(counters["stage"]) == {"raw", "judged", "triplets", "renders", "vlm_scores", "pairs", "metric_scores",
-                                      "split", "scene_graph_candidates", "questions", "answers"}  # fmt: skip
+    assert set(counters["stage"]) == {
+        "raw",
+        "judged",
+        "triplets",
+        "renders",
+        "vlm_scores",
+        "pairs",
+        "metric_scores",
+        "split",
+        "scene_graph_candidates",
+        "questions",
+        "answers",
+    }
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         page = browser.new_page()
@@ -598,19 +642,29 @@ def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, 
     results = work / run_config["results_dir"]
     sheet = pd.read_csv(results / "humblebench" / "scene_graph_verification.csv", dtype=str, keep_default_na=False)
     fixed = dict(zip("ABCDE", ["car", "tree", "table", "cup", "None of the above"], strict=True))
-    sheet = sheet.assign(decision="modify", question="Which object is in the picture?", label="A", type="Object",
-                         **fixed)  # fmt: skip
+    sheet = sheet.assign(
+        decision="modify", question="Which object is in the picture?", label="A", type="Object", **fixed
+    )
     sheet.to_csv(work / "verified.csv", index=False)
     labelled = yaml.safe_load((work / "labelled.yaml").read_text())
     labelled["humblebench"]["scene_graphs"]["verification"] = "verified.csv"
     (work / "verified.yaml").write_text(yaml.safe_dump(labelled, sort_keys=False))
     humble = run_config["humblebench"]
     jobs = planned_jobs(snakemake("-n", "--configfile", "verified.yaml", cwd=work))
-    assert jobs == Counter({"make_humble_questions": 1, "answer_humble": len(humble["vlms"]) * len(humble["settings"]),
-                            "make_humble_tables": 1, "describe_humble_questions": 1, "make_report_items": 1,
-                            "write_humble_records": 1, "all": 1,
-                            # the questions change: the human study is drawn again, and its project made
-                            "sample_human_questions": 1, "make_annotation_projects": 1})  # fmt: skip
+    assert jobs == Counter(
+        {
+            "make_humble_questions": 1,
+            "answer_humble": len(humble["vlms"]) * len(humble["settings"]),
+            "make_humble_tables": 1,
+            "describe_humble_questions": 1,
+            "make_report_items": 1,
+            "write_humble_records": 1,
+            "all": 1,
+            # the questions change: the human study is drawn again, and its project made
+            "sample_human_questions": 1,
+            "make_annotation_projects": 1,
+        }
+    )
     snakemake("--configfile", "verified.yaml", "--profile", "profiles/local", "-c2", cwd=work)
     questions = read_table(results / "humblebench" / "questions.parquet", schemas.HUMBLE_QUESTIONS)
     scene = questions[questions["source"] == "scene_graph"]
@@ -683,7 +737,7 @@ def test_two_annotators_answer_on_the_page_and_table7_sets_them_beside_the_model
     right = [
         (own["letters"].str[0 if who == people[0] else -1] == own["question_id"].map(label)).mean()
         for who, own in original.groupby("annotator")
-    ]  # fmt: skip
+    ]
     assert table.loc[0, "Overall"] == pytest.approx(100 * sum(right) / 2, abs=0.01)
     # on the stress questions NOTA is right: a hit where the letter chosen is NOTA's as shown
     stress = study[study["setting"] == run_config["humblebench"]["tables"]["stress"]]
@@ -711,8 +765,11 @@ def test_the_api_judge_scores_only_the_annotated_pairs_against_a_local_endpoint(
     with RateLimitedServer(rate=200, in_flight=8, delay_s=0.01) as server:
         config["models"][model]["endpoint"] = server.endpoint
         (work / "api_judge.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-        outputs = [out for domain in config["domains"]
-                   for out in targets.shard_targets(config, "metric_scores", domain, metric=[metric])]  # fmt: skip
+        outputs = [
+            out
+            for domain in config["domains"]
+            for out in targets.shard_targets(config, "metric_scores", domain, metric=[metric])
+        ]
         snakemake("--profile", "profiles/local", "-c2", "--configfile", "api_judge.yaml", "--", *outputs, cwd=work)
     annotated = read_table(work / targets.path(config, "preference_pairs"), schemas.ANNOTATION_PAIRS)
     scores = pd.concat([read_table(work / out, schemas.METRIC_SCORES) for out in outputs])
@@ -746,13 +803,17 @@ def test_an_api_vlm_answers_humblebench_beside_the_local_ones_and_is_never_asked
     monkeypatch.setenv(KEY_ENV, KEY)
     with serving(served, tmp_path) as server:
         config["models"]["api-vlm"] = {
-            "id": served, "backend": "openai_api", "endpoint": f"http://127.0.0.1:{server['port']}/v1",
-            "api_key_env": KEY_ENV, "gpus": 0,
+            "id": served,
+            "backend": "openai_api",
+            "endpoint": f"http://127.0.0.1:{server['port']}/v1",
+            "api_key_env": KEY_ENV,
+            "gpus": 0,
             "prices": {"input_per_million": 0, "output_per_million": 0, "read": "2026-01-01", "source": "local"},
             # One token, pushed towards the letters: the random-weight model then names an option (noise, but real).
             "request": {"max_tokens": 1, "temperature": 0, "logit_bias": _letter_bias(served)},
-            "client": {"concurrency": 2, "max_concurrency": 4, "timeout_s": 120}, "group": "proprietary",
-        }  # fmt: skip
+            "client": {"concurrency": 2, "max_concurrency": 4, "timeout_s": 120},
+            "group": "proprietary",
+        }
         humble = config["humblebench"]
         humble["vlms"] = [*humble["vlms"], "api-vlm"]
         (work / "api_vlm.yaml").write_text(yaml.safe_dump(config, sort_keys=False))

@@ -159,8 +159,17 @@ def test_the_tiny_presets_gpu_jobs_on_four_fake_gpus_never_share_one(tiny_run, r
     (work / "profiles" / "four_gpus").mkdir()
     (work / "profiles" / "four_gpus" / "config.yaml").write_text(yaml.safe_dump(profile))
     started = time.time()
-    snakemake("--profile", "profiles/four_gpus", "--configfile", "gpus.yaml", "--forcerun", "answer_humble",
-              "--until", "answer_humble", cwd=work)  # fmt: skip
+    snakemake(
+        "--profile",
+        "profiles/four_gpus",
+        "--configfile",
+        "gpus.yaml",
+        "--forcerun",
+        "answer_humble",
+        "--until",
+        "answer_humble",
+        cwd=work,
+    )
     spans = []
     for log in (work / config["results_dir"]).rglob("logs/answer_humble/**/*.log"):
         text = log.read_text()
@@ -186,9 +195,11 @@ def test_auto_reads_the_machines_gpus_and_their_memory_from_nvidia_smi(tmp_path,
     that answers the queries as nvidia-smi does); and none where there is no nvidia-smi."""
     fake = tmp_path / "bin" / "nvidia-smi"
     fake.parent.mkdir()
-    fake.write_text('#!/bin/sh\ncase "$1" in\n  --query-gpu=index) printf "0\\n1\\n" ;;\n'
-                    '  --query-gpu=index,name,memory.total) printf "0, NVIDIA H100 80GB HBM3, 81559\\n1, NVIDIA H100 '
-                    '80GB HBM3, 81559\\n" ;;\n  *) exit 9 ;;\nesac\n')  # fmt: skip
+    fake.write_text(
+        '#!/bin/sh\ncase "$1" in\n  --query-gpu=index) printf "0\\n1\\n" ;;\n'
+        '  --query-gpu=index,name,memory.total) printf "0, NVIDIA H100 80GB HBM3, 81559\\n1, NVIDIA H100 '
+        '80GB HBM3, 81559\\n" ;;\n  *) exit 9 ;;\nesac\n'
+    )
     fake.chmod(0o755)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")

@@ -139,13 +139,20 @@ def run_arm(settings: ClientSettings, requests: int = REQUESTS, server: RateLimi
         started = time.monotonic()
         answered = client.run_all(ask, [(i,) for i in range(requests)], "bench", "request", "bench")
         seconds = time.monotonic() - started
-        return Arm(seconds, server.sustained_share(), server.refused, client.limit.throttled, answered.count(False),
-                   client.limit.allowed)  # fmt: skip
+        return Arm(
+            seconds,
+            server.sustained_share(),
+            server.refused,
+            client.limit.throttled,
+            answered.count(False),
+            client.limit.allowed,
+        )
 
 
 def fast_retries(concurrency: int, max_concurrency: int) -> ClientSettings:
-    return ClientSettings(concurrency=concurrency, max_concurrency=max_concurrency, backoff_base_s=0.05,
-                          backoff_cap_s=1.0)  # fmt: skip
+    return ClientSettings(
+        concurrency=concurrency, max_concurrency=max_concurrency, backoff_base_s=0.05, backoff_cap_s=1.0
+    )
 
 
 def compare(config: dict, repeats: int) -> list[Row]:
@@ -161,12 +168,15 @@ def compare(config: dict, repeats: int) -> list[Row]:
         )
         rows.append(
             Row(
-                "API requests, adaptive concurrency", f"fixed concurrency {fixed}", peer.seconds, adaptive.seconds,
+                "API requests, adaptive concurrency",
+                f"fixed concurrency {fixed}",
+                peer.seconds,
+                adaptive.seconds,
                 met,
                 f"limit {RATE:g}/s and {IN_FLIGHT} in flight, {REQUESTS} requests; share of the limit sustained "
                 f"{adaptive.share:.2f} (fixed {fixed}: {peer.share:.2f}), 429s {adaptive.throttled} "
                 f"({peer.throttled}), items failed {adaptive.failed} ({peer.failed}), in flight at the end "
                 f"{adaptive.settled}; 'agree' is the issue's goal met",
             )
-        )  # fmt: skip
+        )
     return rows

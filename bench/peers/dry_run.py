@@ -37,8 +37,11 @@ def dry_run(configfile: Path, profile: Path | None = None) -> int:
     profiler = ["-m", "cProfile", "-o", str(profile)] if profile else []
     result = subprocess.run(
         [sys.executable, *profiler, "-m", "snakemake", "-n", "--quiet", "rules", "--configfile", str(configfile)],
-        cwd=REPO, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(re.search(r"^total\s+(\d+)$", result.stdout + result.stderr, flags=re.MULTILINE)[1])
 
 
@@ -69,13 +72,18 @@ def compare(config: dict, repeats: int) -> list[Row]:
             dry_run(configfile, profile)
             share = project_share(profile)
             within = seconds < LIMIT_SECONDS or share < SHARE_LIMIT
-            rows.append(Row(
-                what=f"snakemake -n, {label}", peer="Snakemake's own work",
-                peer_seconds=seconds * (1 - share), ours_seconds=seconds * share, agree=None,
-                detail=(
-                    f"{seeds:,} seeds, {jobs:,} jobs (shard size {base['shard_size']}) in {seconds:.1f} s; the "
-                    f"project's share {share:.0%} ({'within' if within else 'NOT within'} the goal: under "
-                    f"{LIMIT_SECONDS:.0f} s, or a share under {SHARE_LIMIT:.0%})"
-                ),
-            ))  # fmt: skip
+            rows.append(
+                Row(
+                    what=f"snakemake -n, {label}",
+                    peer="Snakemake's own work",
+                    peer_seconds=seconds * (1 - share),
+                    ours_seconds=seconds * share,
+                    agree=None,
+                    detail=(
+                        f"{seeds:,} seeds, {jobs:,} jobs (shard size {base['shard_size']}) in {seconds:.1f} s; the "
+                        f"project's share {share:.0%} ({'within' if within else 'NOT within'} the goal: under "
+                        f"{LIMIT_SECONDS:.0f} s, or a share under {SHARE_LIMIT:.0%})"
+                    ),
+                )
+            )
     return rows

@@ -73,9 +73,12 @@ PROBABILITY_RTOL, PROBABILITY_ATOL = 1e-4, 1e-9
 STEMS = (
     ("What colour is the car?", ("red", "green", "blue", "yellow", "white", "black"), "Attribute"),
     ("Which animal is in the image?", ("cat", "dog", "horse", "owl", "fox", "goat"), "Object"),
-    ("Where is the cup relative to the plate?", ("left of it", "right of it", "on it", "under it", "behind it"),
-     "Relation"),
-)  # fmt: skip
+    (
+        "Where is the cup relative to the plate?",
+        ("left of it", "right of it", "on it", "under it", "behind it"),
+        "Relation",
+    ),
+)
 IMAGE_SIZES = ((56, 56), (84, 56), (56, 84))  # multiples of 28 pixels: qwen_vl_utils leaves them unresized
 QWEN_VL_UTILS = importlib.util.find_spec("qwen_vl_utils") is not None
 
@@ -102,17 +105,29 @@ def official_samples(questions: pd.DataFrame, transforms: dict[str, Any], seed: 
     samples = []
     for row in questions.to_dict("records"):
         fields = present(row_question(row), SETTING, transforms, seed).prompt_fields()
-        samples.append({"question_id": row["question_id"], "question": f"{fields['question']}\n{fields['options']}",
-                        "label": row["label"], "type": row["type"], "image": {"path": row["image_path"]}})  # fmt: skip
+        samples.append(
+            {
+                "question_id": row["question_id"],
+                "question": f"{fields['question']}\n{fields['options']}",
+                "label": row["label"],
+                "type": row["type"],
+                "image": {"path": row["image_path"]},
+            }
+        )
     return samples
 
 
 def official_messages(sample: dict[str, Any]) -> list[dict[str, Any]]:
     """models/Qwen25_VL.py `infer`'s chat for one question."""
     return [
-        {"role": "user", "content": [{"type": "image", "image": sample["image"]["path"]},
-                                     {"type": "text", "text": sample["question"] + NOT_REASONING_POST_PROMPT}]},
-    ]  # fmt: skip
+        {
+            "role": "user",
+            "content": [
+                {"type": "image", "image": sample["image"]["path"]},
+                {"type": "text", "text": sample["question"] + NOT_REASONING_POST_PROMPT},
+            ],
+        },
+    ]
 
 
 def vision_inputs(messages: list[list[dict[str, Any]]]) -> tuple[list[Any], Any]:
@@ -258,27 +273,29 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
             for row in questions.to_dict("records")
         ]
         peer_prompts = [
-            processor.apply_chat_template(official_messages(s), tokenize=False,
-                                          add_generation_prompt=True)
+            processor.apply_chat_template(official_messages(s), tokenize=False, add_generation_prompt=True)
             for s in samples
-        ]  # fmt: skip
+        ]
         if ours_prompts != peer_prompts:
             raise ValueError("the two arms render different prompts; their answers could not be compared")
 
         def ours() -> pd.DataFrame:
             journal = Path(tempfile.mkdtemp(dir=scratch)) / "answers.journal.jsonl"  # a fresh job's, as the step's
-            return answer_shard(questions, SETTING, transforms, template, spec, lambda: scorer, ours_tokens, seed,
-                                journal)[0]  # fmt: skip
+            return answer_shard(
+                questions, SETTING, transforms, template, spec, lambda: scorer, ours_tokens, seed, journal
+            )[0]
 
         ours_seconds, answered = timed(ours, repeats)
         vision = "qwen_vl_utils" if QWEN_VL_UTILS else "PIL (qwen_vl_utils is not installed)"
         rows = []
         # The official loop as it runs (128 tokens; batch 4, and 1), and at our token budget, which leaves
         # only the two paths' own costs in the time.
-        for batch_size, tokens in ((OFFICIAL_BATCH_SIZE, OFFICIAL_MAX_NEW_TOKENS), (1, OFFICIAL_MAX_NEW_TOKENS),
-                                   (OFFICIAL_BATCH_SIZE, ours_tokens)):  # fmt: skip
-            infer = functools.partial(official_infer, model, processor,
-                                      max_new_tokens=tokens)  # fmt: skip
+        for batch_size, tokens in (
+            (OFFICIAL_BATCH_SIZE, OFFICIAL_MAX_NEW_TOKENS),
+            (1, OFFICIAL_MAX_NEW_TOKENS),
+            (OFFICIAL_BATCH_SIZE, ours_tokens),
+        ):
+            infer = functools.partial(official_infer, model, processor, max_new_tokens=tokens)
             peer_seconds, peer = timed(functools.partial(official_run, samples, batch_size, infer), repeats)
             batches = official_batches(samples, batch_size)
             probabilities = first_position_probabilities(model, processor, batches)

@@ -45,11 +45,13 @@ WRITE_BATCHES, WRITE_BATCH_SIZE = 8, 4  # 32 images of 96 px, as the tiny models
 
 
 def triplets() -> pd.DataFrame:
-    return pd.DataFrame({
-        "triplet_id": [f"t{i}" for i in range(TRIPLETS)],
-        "correct_description": [f"a penguin on a rock with exactly {i % 4 + 1} stones" for i in range(TRIPLETS)],
-        "adversarial_description": [f"a penguin on an ice floe beside {i % 3 + 2} fish" for i in range(TRIPLETS)],
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "triplet_id": [f"t{i}" for i in range(TRIPLETS)],
+            "correct_description": [f"a penguin on a rock with exactly {i % 4 + 1} stones" for i in range(TRIPLETS)],
+            "adversarial_description": [f"a penguin on an ice floe beside {i % 3 + 2} fish" for i in range(TRIPLETS)],
+        }
+    )
 
 
 def compare(config: dict, repeats: int) -> list[Row]:
@@ -88,17 +90,22 @@ def compare(config: dict, repeats: int) -> list[Row]:
             )
         overhead, median_overhead = overheads(ours_arm, plain_arm)
         saving_overhead, saving_median_overhead = overheads(saving_arm, plain_arm)
-        rows.append(Row(
-            what=f"render {name} ({len(jobs)} images)", peer="plain diffusers pipeline loop",
-            peer_seconds=plain_arm.seconds, ours_seconds=ours_arm.seconds, agree=same == len(jobs),
-            detail=(
-                f"{same}/{len(jobs)} PNGs hold the plain loop's pixels exactly; fastest of {len(plain_arm.rounds)} "
-                f"rounds against fastest: overhead {overhead:+.1%}, "
-                f"{'within' if overhead < OVERHEAD_LIMIT else 'NOT within'} the {OVERHEAD_LIMIT:.0%} goal "
-                f"(medians {median_overhead:+.1%}); the plain loop saving each PNG: {saving_overhead:+.1%} "
-                f"(medians {saving_median_overhead:+.1%})"
-            ),
-        ))  # fmt: skip
+        rows.append(
+            Row(
+                what=f"render {name} ({len(jobs)} images)",
+                peer="plain diffusers pipeline loop",
+                peer_seconds=plain_arm.seconds,
+                ours_seconds=ours_arm.seconds,
+                agree=same == len(jobs),
+                detail=(
+                    f"{same}/{len(jobs)} PNGs hold the plain loop's pixels exactly; fastest of {len(plain_arm.rounds)} "
+                    f"rounds against fastest: overhead {overhead:+.1%}, "
+                    f"{'within' if overhead < OVERHEAD_LIMIT else 'NOT within'} the {OVERHEAD_LIMIT:.0%} goal "
+                    f"(medians {median_overhead:+.1%}); the plain loop saving each PNG: {saving_overhead:+.1%} "
+                    f"(medians {saving_median_overhead:+.1%})"
+                ),
+            )
+        )
     return rows + writes_on_two_threads(repeats) + background_writes(repeats)
 
 
@@ -134,11 +141,18 @@ def writes_on_two_threads(repeats: int) -> list[Row]:
                     return list(pool.map(write, *zip(*jobs, strict=True)))
 
             one, two = timed_arms([lambda: on_threads(1), lambda: on_threads(2)], max(repeats, ROUNDS))
-            rows.append(Row(
-                what=f"32 {name} on two threads", peer="the same on one thread",
-                peer_seconds=one.seconds, ours_seconds=two.seconds, agree=one.result == two.result,
-                detail=f"fastest of {len(one.rounds)} rounds: two threads {min(one.rounds) / min(two.rounds):.2f}x one",
-            ))  # fmt: skip
+            rows.append(
+                Row(
+                    what=f"32 {name} on two threads",
+                    peer="the same on one thread",
+                    peer_seconds=one.seconds,
+                    ours_seconds=two.seconds,
+                    agree=one.result == two.result,
+                    detail=(
+                        f"fastest of {len(one.rounds)} rounds: two threads {min(one.rounds) / min(two.rounds):.2f}x one"
+                    ),
+                )
+            )
     return rows
 
 
@@ -183,8 +197,10 @@ def background_writes(repeats: int) -> list[Row]:
                     futures = []
                     for batch in range(WRITE_BATCHES):
                         batch_work()
-                        futures += [writes.submit(save_image, image, folder / f"{batch}-{i}.png")
-                                    for i, image in enumerate(images)]  # fmt: skip
+                        futures += [
+                            writes.submit(save_image, image, folder / f"{batch}-{i}.png")
+                            for i, image in enumerate(images)
+                        ]
                 return [future.result() for future in futures]
 
             def model_alone(batch_work=batch_work) -> None:
@@ -194,13 +210,19 @@ def background_writes(repeats: int) -> list[Row]:
             alone, line, ours = timed_arms([model_alone, in_line, background], max(repeats, ROUNDS))
             line_overhead, line_median_overhead = overheads(line, alone)
             overhead, median_overhead = overheads(ours, alone)
-            rows.append(Row(
-                what=f"32 PNG writes beside {model}", peer="the same writes in line",
-                peer_seconds=line.seconds, ours_seconds=ours.seconds, agree=ours.result == line.result,
-                detail=(
-                    f"the model alone {alone.seconds:.3f} s; fastest of {len(alone.rounds)} rounds against fastest, "
-                    f"the writes add {line_overhead:+.1%} in line and {overhead:+.1%} in the background "
-                    f"(medians {line_median_overhead:+.1%} and {median_overhead:+.1%})"
-                ),
-            ))  # fmt: skip
+            rows.append(
+                Row(
+                    what=f"32 PNG writes beside {model}",
+                    peer="the same writes in line",
+                    peer_seconds=line.seconds,
+                    ours_seconds=ours.seconds,
+                    agree=ours.result == line.result,
+                    detail=(
+                        f"the model alone {alone.seconds:.3f} s; "
+                        f"fastest of {len(alone.rounds)} rounds against fastest, "
+                        f"the writes add {line_overhead:+.1%} in line and {overhead:+.1%} in the background "
+                        f"(medians {line_median_overhead:+.1%} and {median_overhead:+.1%})"
+                    ),
+                )
+            )
     return rows

@@ -40,8 +40,17 @@ STEP = "score_api_metric"
 ANSWER_STEP = "answer_api_humble"
 QUESTION_CHARS = 120  # a HumbleBench question: a sentence
 OPTION_CHARS = 20  # an option: a few words
-COLUMNS = ["step", "metric", "model", "requests", "input_tokens", "image_tokens", "output_tokens", "cost_usd",
-           "prices_read"]  # fmt: skip
+COLUMNS = [
+    "step",
+    "metric",
+    "model",
+    "requests",
+    "input_tokens",
+    "image_tokens",
+    "output_tokens",
+    "cost_usd",
+    "prices_read",
+]
 NOTE = (
     f"Requests: one per image, two per pair scored (an API metric); one per question and setting (an API VLM). "
     f"Input tokens: the judge template filled with a prompt of {PROMPT_CHARS} characters (a question's template with "
@@ -117,8 +126,15 @@ def _priced(entry: dict[str, Any], model: str, requests: int, text: int, output:
             + requests * prices.get("per_image", 0)
         )
     read = str(prices["read"]) if prices else ""
-    return {"model": model, "requests": requests, "input_tokens": text, "image_tokens": images,
-            "output_tokens": output, "cost_usd": cost, "prices_read": read}  # fmt: skip
+    return {
+        "model": model,
+        "requests": requests,
+        "input_tokens": text,
+        "image_tokens": images,
+        "output_tokens": output,
+        "cost_usd": cost,
+        "prices_read": read,
+    }
 
 
 def _question_chars(config: Config, setting: str) -> int:

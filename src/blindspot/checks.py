@@ -209,8 +209,10 @@ def check_metric_model(name: str, metric: dict[str, Any]) -> None:
             f"registry entry ('{metric['model']}') sizes its jobs"
         )
     if "model" not in metric and metric["plugin"] in PLUGINS and model_free_resources(metric["plugin"]) is None:
-        raise ConfigError(f"config key 'evaluation.metrics.{name}.model': missing; {metric['plugin']} loads a "
-                          "registry model (name its entry under `models`)")  # fmt: skip
+        raise ConfigError(
+            f"config key 'evaluation.metrics.{name}.model': missing; {metric['plugin']} loads a "
+            "registry model (name its entry under `models`)"
+        )
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

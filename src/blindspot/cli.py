@@ -68,13 +68,19 @@ def render_bill(frame: pd.DataFrame) -> list[str]:
     how it was estimated."""
     if frame.empty:
         return []
-    shown = pd.DataFrame({
-        "step": frame["step"], "metric": frame["metric"], "model": frame["model"],
-        **{column: frame[column].map(lambda n: "n/a" if pd.isna(n) else f"{int(n):,}")
-           for column in ("requests", "input_tokens", "image_tokens", "output_tokens")},
-        "cost_usd": frame["cost_usd"].map(lambda c: "n/a" if pd.isna(c) else f"{c:,.2f}"),
-        "prices_read": frame["prices_read"].replace("", "no `prices`"),
-    })  # fmt: skip
+    shown = pd.DataFrame(
+        {
+            "step": frame["step"],
+            "metric": frame["metric"],
+            "model": frame["model"],
+            **{
+                column: frame[column].map(lambda n: "n/a" if pd.isna(n) else f"{int(n):,}")
+                for column in ("requests", "input_tokens", "image_tokens", "output_tokens")
+            },
+            "cost_usd": frame["cost_usd"].map(lambda c: "n/a" if pd.isna(c) else f"{c:,.2f}"),
+            "prices_read": frame["prices_read"].replace("", "no `prices`"),
+        }
+    )
     total = bill.total_cost(frame)
     return [
         "## API models: requests, tokens and cost",
@@ -161,8 +167,10 @@ def render_throughput(measured: pd.DataFrame, benchmark_dir: str) -> str:
     ]
     unread = measured["benchmark"][measured["seconds"].isna()]
     if len(unread):
-        header.append(f"# {len(unread)} benchmark files had no seconds (empty, or a header only): left out, e.g. "
-                      f"{unread.iloc[0]}.")  # fmt: skip
+        header.append(
+            f"# {len(unread)} benchmark files had no seconds (empty, or a header only): left out, e.g. "
+            f"{unread.iloc[0]}."
+        )
     table = plan.throughput_table(measured)
     body = (
         yaml.safe_dump({"throughput": table}, sort_keys=False, default_flow_style=False)
@@ -191,27 +199,42 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--domain", action="append", default=[], help="repeatable; default every domain")
     sub.add_argument("--model", action="append", default=[], help="repeatable; a job matches if it uses the model")
     sub.add_argument("--rule", action="append", default=[], help="repeatable; default every sharded rule")
-    sub = command("fetch-models", "download the files of every hub model the config uses into the Hugging Face "
-                  "cache (HF_HOME), on a machine with internet; resumes, skips what is cached")  # fmt: skip
+    sub = command(
+        "fetch-models",
+        "download the files of every hub model the config uses into the Hugging Face "
+        "cache (HF_HOME), on a machine with internet; resumes, skips what is cached",
+    )
     sub.add_argument("--dry-run", action="store_true", help="list what would be fetched, without the network")
     sub = command("doctor", "preflight checks before a run; one verdict per line, exit 1 if any FAILs")
-    sub.add_argument("--profile", help="the Snakemake profile the run will use, e.g. profiles/slurm: checks its "
-                     "envvars and conda, and on SLURM sends one canary job per GPU count")  # fmt: skip
+    sub.add_argument(
+        "--profile",
+        help="the Snakemake profile the run will use, e.g. profiles/slurm: checks its "
+        "envvars and conda, and on SLURM sends one canary job per GPU count",
+    )
     sub.add_argument("--canary-timeout", type=float, default=600, help="seconds to wait for the canary jobs")
-    command("verify", "check every rendered image against the sha256 recorded when it was written; exit 1 and print "
-            "the command that re-runs their jobs if any is missing or changed")  # fmt: skip
+    command(
+        "verify",
+        "check every rendered image against the sha256 recorded when it was written; exit 1 and print "
+        "the command that re-runs their jobs if any is missing or changed",
+    )
     evaluate_cli.add_parser(commands)
     annotate = commands.add_parser("annotate", help="human annotation: make a project, serve it, export labels")
     actions = annotate.add_subparsers(dest="action", required=True)
     make = actions.add_parser("make", help="a project folder: Label Studio tasks and config, and annotator links")
     make.add_argument("--task", required=True, choices=TASKS)
-    make.add_argument("--items", required=True, help="the subset's parquet table (filter_validation, preference_pairs, "
-                      "or a HumbleBench questions table)")  # fmt: skip
+    make.add_argument(
+        "--items",
+        required=True,
+        help="the subset's parquet table (filter_validation, preference_pairs, or a HumbleBench questions table)",
+    )
     make.add_argument("--annotators", required=True, help="comma-separated names")
     make.add_argument("--out", required=True, help="the project folder")
-    make.add_argument("--image-root", help="Label Studio image paths are relative to this folder (its "
-                      "LOCAL_FILES_DOCUMENT_ROOT), which must be above the deepest folder holding every image "
-                      "(Label Studio's storage); default: that folder's parent")  # fmt: skip
+    make.add_argument(
+        "--image-root",
+        help="Label Studio image paths are relative to this folder (its "
+        "LOCAL_FILES_DOCUMENT_ROOT), which must be above the deepest folder holding every image "
+        "(Label Studio's storage); default: that folder's parent",
+    )
     make.add_argument("--image-url-prefix", default="/data/local-files/?d=", help="Label Studio's local-file URL")
     make.add_argument(
         "--judge-template",
@@ -222,40 +245,67 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("project")
     serve.add_argument("--host", default="127.0.0.1", help="127.0.0.1 by default: reachable from this machine only")
     serve.add_argument("--port", type=_port, default=8765, help="0: any free port")
-    email = {"action": "append", "default": [], "metavar": "NAME=EMAIL",
-             "help": "an annotator's Label Studio user (repeatable); a name that is an email needs none"}  # fmt: skip
-    export = actions.add_parser("export", help="the built-in page's labels as Label Studio tasks with annotations, "
-                                "importable into Label Studio")  # fmt: skip
+    email = {
+        "action": "append",
+        "default": [],
+        "metavar": "NAME=EMAIL",
+        "help": "an annotator's Label Studio user (repeatable); a name that is an email needs none",
+    }
+    export = actions.add_parser(
+        "export", help="the built-in page's labels as Label Studio tasks with annotations, importable into Label Studio"
+    )
     export.add_argument("project")
     export.add_argument("out")
     export.add_argument("--email", **email)
-    push = actions.add_parser("push", help="make a Label Studio project from a project folder: label config, "
-                              "local-files storage, tasks (token in LABEL_STUDIO_API_KEY)")  # fmt: skip
+    push = actions.add_parser(
+        "push",
+        help="make a Label Studio project from a project folder: label config, "
+        "local-files storage, tasks (token in LABEL_STUDIO_API_KEY)",
+    )
     push.add_argument("project")
-    push.add_argument("--url", default=os.environ.get("LABEL_STUDIO_URL", "http://127.0.0.1:8080"),
-                      help="the Label Studio server (default: LABEL_STUDIO_URL, or port 8080 here)")  # fmt: skip
+    push.add_argument(
+        "--url",
+        default=os.environ.get("LABEL_STUDIO_URL", "http://127.0.0.1:8080"),
+        help="the Label Studio server (default: LABEL_STUDIO_URL, or port 8080 here)",
+    )
     push.add_argument("--title", help="the Label Studio project's title")
-    pull = actions.add_parser("pull", help="the pushed Label Studio project's labels, annotators named, checked "
-                              "against the label config (token in LABEL_STUDIO_API_KEY)")  # fmt: skip
+    pull = actions.add_parser(
+        "pull",
+        help="the pushed Label Studio project's labels, annotators named, checked "
+        "against the label config (token in LABEL_STUDIO_API_KEY)",
+    )
     pull.add_argument("project")
     pull.add_argument("out")
     pull.add_argument("--email", **email)
     pull.add_argument("--url", help="the Label Studio server, if not the one the push recorded")
     humble = commands.add_parser("humble", help="HumbleBench: score answers made elsewhere")
     humble_actions = humble.add_subparsers(dest="action", required=True)
-    score = humble_actions.add_parser("score", help="every metric, Tables 4-6 and the NOTA plot from the official "
-                                      "code's predictions or a question_id,setting,model,answer CSV")  # fmt: skip
-    score.add_argument("predictions", metavar="PREDICTIONS", help="the official results folder "
-                       "(<setting>/<Model>/<Model>.jsonl), one such .jsonl, or a .csv")  # fmt: skip
+    score = humble_actions.add_parser(
+        "score",
+        help="every metric, Tables 4-6 and the NOTA plot from the official "
+        "code's predictions or a question_id,setting,model,answer CSV",
+    )
+    score.add_argument(
+        "predictions",
+        metavar="PREDICTIONS",
+        help="the official results folder (<setting>/<Model>/<Model>.jsonl), one such .jsonl, or a .csv",
+    )
     score.add_argument("--questions", required=True, help="the release, in any format the workflow reads")
     score.add_argument("--out", required=True, help="the folder to write tables/ into")
-    score.add_argument("--configfile", help="whose humblebench settings to use (default: the checkout's "
-                       f"{CHECKOUT_CONFIG}, from any folder)")  # fmt: skip
+    score.add_argument(
+        "--configfile",
+        help=f"whose humblebench settings to use (default: the checkout's {CHECKOUT_CONFIG}, from any folder)",
+    )
     score.add_argument("--setting", help="the setting of a lone .jsonl (official or config name); default: its path")
-    score.add_argument("--human-answers", help="people's answers for Table 7: a CSV annotator,question_id,setting,"
-                       "answer or the humble_answer project's labels (.json)")  # fmt: skip
-    score.add_argument("--human-study", help="the annotators' question sets (human_study.parquet) that "
-                       "--human-answers' labels are checked against")  # fmt: skip
+    score.add_argument(
+        "--human-answers",
+        help="people's answers for Table 7: a CSV annotator,question_id,setting,"
+        "answer or the humble_answer project's labels (.json)",
+    )
+    score.add_argument(
+        "--human-study",
+        help="the annotators' question sets (human_study.parquet) that --human-answers' labels are checked against",
+    )
     return parser
 
 
@@ -266,8 +316,9 @@ def humble(args: argparse.Namespace) -> None:
 
     config = checkout_config(args.configfile, CHECKOUT_CONFIG)
     humans = read_human_answers(args.human_answers, args.human_study) if args.human_answers else None
-    table, caption = score(args.predictions, args.questions, config["humblebench"], config["seed"], args.out,
-                           args.setting, humans)  # fmt: skip
+    table, caption = score(
+        args.predictions, args.questions, config["humblebench"], config["seed"], args.out, args.setting, humans
+    )
     sys.stdout.write(f"{caption}\n\n{to_markdown(table)}")
 
 
@@ -286,9 +337,14 @@ def annotate(args: argparse.Namespace) -> None:
                 template = CHECKOUT / checkout_config(None, CHECKOUT_CONFIG)["image_stage"]["judge_template"]
             rubric = PromptTemplate.load(template).rubric
         project = make_project(
-            args.task, pd.read_parquet(args.items), [a.strip() for a in args.annotators.split(",") if a.strip()],
-            args.out, args.image_url_prefix, args.image_root, rubric,
-        )  # fmt: skip
+            args.task,
+            pd.read_parquet(args.items),
+            [a.strip() for a in args.annotators.split(",") if a.strip()],
+            args.out,
+            args.image_url_prefix,
+            args.image_root,
+            rubric,
+        )
         sys.stdout.write(f"{args.out}: {len(project['items'])} items for {len(project['annotators'])} annotators\n")
     elif args.action == "serve":
         server = annotation_server.serve(args.project, args.host, args.port)

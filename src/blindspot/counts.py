@@ -44,8 +44,19 @@ def measured_acceptance(config: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["domain", "triplets", "pairs"])
 
 
-COUNT_COLUMNS = ["domain", "seeds", "candidate_triplets", "triplets", "paper_triplets", "pairs", "paper_pairs",
-                 "pairs_per_triplet", "paper_pairs_per_triplet", "train_pairs", "paper_train_pairs"]  # fmt: skip
+COUNT_COLUMNS = [
+    "domain",
+    "seeds",
+    "candidate_triplets",
+    "triplets",
+    "paper_triplets",
+    "pairs",
+    "paper_pairs",
+    "pairs_per_triplet",
+    "paper_pairs_per_triplet",
+    "train_pairs",
+    "paper_train_pairs",
+]
 
 
 def expected_counts(config: dict[str, Any]) -> pd.DataFrame:

@@ -67,11 +67,13 @@ def _dag_jobs(config_yaml: str, folder: str) -> tuple[tuple[str, tuple[tuple[str
     with _jobs(config_yaml) as jobs:
         return tuple(
             (
-                job.rule.name, tuple(job.wildcards.items()), str(job.output[0]) if job.output else "",
+                job.rule.name,
+                tuple(job.wildcards.items()),
+                str(job.output[0]) if job.output else "",
                 str(job.output.get("counters_out", "")),  # the steps' name for it (`steps.write_counters`)
             )
             for job in jobs
-        )  # fmt: skip
+        )
 
 
 def job_arguments(config: dict[str, Any], rule: str, wildcards: dict[str, str]) -> dict[str, Any]:
@@ -100,6 +102,7 @@ def job_arguments_and_outputs(
 def output_paths(arguments: dict[str, Any], names: list[str]) -> list[str]:
     """The paths of the arguments named `names` (the job's outputs): each one path, or a list of them."""
     return [
-        str(path) for name in names
+        str(path)
+        for name in names
         for path in (arguments[name] if isinstance(arguments[name], list | tuple) else [arguments[name]])
-    ]  # fmt: skip
+    ]

@@ -158,9 +158,14 @@ class Journaled(NamedTuple):
 
 
 def journaled_batches(
-    items: Sequence[Item], batch_size: int, read: Callable[[Item], Any], work: Callable[[list[Item], list[Any]], list],
-    journal_path: str | Path, key: Any, desc: str | None = None,
-) -> Journaled:  # fmt: skip
+    items: Sequence[Item],
+    batch_size: int,
+    read: Callable[[Item], Any],
+    work: Callable[[list[Item], list[Any]], list],
+    journal_path: str | Path,
+    key: Any,
+    desc: str | None = None,
+) -> Journaled:
     """`work(batch, images)` over `image_batches` of `items`, its results (one JSON value per item) in
     the items' order. Each batch's results go to the journal at `journal_path` as it finishes, under a
     key of `key` (what else decides them: the model's `outputs`, its settings), the items and the batch
@@ -177,9 +182,11 @@ def journaled_batches(
         pending = [index for index in range(len(batches)) if index not in journal.done]
         if len(pending) < len(batches):
             logging.getLogger(__name__).info(
-                "resuming from %s: %d of %d batches done already", journal_path, len(batches) - len(pending),
+                "resuming from %s: %d of %d batches done already",
+                journal_path,
+                len(batches) - len(pending),
                 len(batches),
-            )  # fmt: skip
+            )
         # Every pending batch but the last is whole, so their items re-batch into the same batches.
         todo = [item for index in pending for item in batches[index]]
         for index, (batch, images) in zip(pending, image_batches(todo, batch_size, read, desc), strict=True):

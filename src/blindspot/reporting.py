@@ -13,9 +13,18 @@ from blindspot.io import write_text
 from blindspot.sampling import marked_caption, marked_table
 
 _LATEX_SPECIAL = {
-    "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\~{}", "^": r"\^{}",
-    "<->": r"$\leftrightarrow$", "->": r"$\rightarrow$",
-}  # fmt: skip
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\~{}",
+    "^": r"\^{}",
+    "<->": r"$\leftrightarrow$",
+    "->": r"$\rightarrow$",
+}
 
 
 def _cell(value: object, decimals: int) -> str:
@@ -73,9 +82,14 @@ def to_latex(table: pd.DataFrame, caption: str, decimals: int = 3, bold: Collect
 
 
 def write_report_table(
-    table: pd.DataFrame, csv: str | Path, markdown: str | Path, latex: str | Path, caption: str,
-    bold: Collection[Cell] = (), sample: str | None = None,
-) -> None:  # fmt: skip
+    table: pd.DataFrame,
+    csv: str | Path,
+    markdown: str | Path,
+    latex: str | Path,
+    caption: str,
+    bold: Collection[Cell] = (),
+    sample: str | None = None,
+) -> None:
     """The table as CSV (plain values), Markdown and LaTeX (the cells in `bold` set in bold); on a `sample` (its
     label, `sampling.sample_label`) the CSV's rows and the caption say so."""
     write_text(csv, marked_table(table, sample).to_csv(index=False))

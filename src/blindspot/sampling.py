@@ -48,8 +48,11 @@ def stratified_sample(frame: pd.DataFrame, strata: Sequence[str], id_column: str
         groups.setdefault(key, []).append(position)
     ordered = sorted(groups.items())
     shares = _shares([len(rows) for _, rows in ordered], n)
-    chosen = [row for (_, rows), share in zip(ordered, shares, strict=True)
-              for row in sorted(rows, key=rank.__getitem__)[:share]]  # fmt: skip
+    chosen = [
+        row
+        for (_, rows), share in zip(ordered, shares, strict=True)
+        for row in sorted(rows, key=rank.__getitem__)[:share]
+    ]
     return frame.iloc[sorted(chosen)]
 
 

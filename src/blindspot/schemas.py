@@ -7,12 +7,28 @@ _f = pa.float64()
 
 # A seed: one taxonomy entry in one scene, with the knob that the adversarial description changes.
 _SEED_COLUMNS = [
-    "seed_id", "domain", "subcategory", "label", "qualifier", "correct_instance", "adversarial_instance",
-    "scene", "aux_element", "knob", "correct_value", "adversarial_value",
-    "draft_neutral", "draft_correct", "draft_adversarial",
-    "qualifier_realization", "correct_realization", "adversarial_realization", "added_entries",
-    "taxonomy_sha256", "sample_seed",
-]  # fmt: skip
+    "seed_id",
+    "domain",
+    "subcategory",
+    "label",
+    "qualifier",
+    "correct_instance",
+    "adversarial_instance",
+    "scene",
+    "aux_element",
+    "knob",
+    "correct_value",
+    "adversarial_value",
+    "draft_neutral",
+    "draft_correct",
+    "draft_adversarial",
+    "qualifier_realization",
+    "correct_realization",
+    "adversarial_realization",
+    "added_entries",
+    "taxonomy_sha256",
+    "sample_seed",
+]
 SEEDS = pa.schema([(name, pa.int64() if name == "sample_seed" else _s) for name in _SEED_COLUMNS])
 
 # What every model-written row records about how it was made.

@@ -37,8 +37,14 @@ from blindspot.resources import job_resources
 
 DEFAULT_PROFILE = PROFILES_DIR / "slurm" / "config.yaml"
 # What Snakemake sets to a job's threads before running it (snakemake/shell.py).
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
 
 
@@ -157,8 +163,13 @@ def unmet_pins(python: str, env: str) -> list[str]:
 
     pins = [Requirement(line) for line in env_requirements(env)]
     try:
-        found = subprocess.run([python, "-c", _VERSIONS], input=json.dumps([pin.name for pin in pins]),
-                               capture_output=True, text=True, timeout=120)  # fmt: skip
+        found = subprocess.run(
+            [python, "-c", _VERSIONS],
+            input=json.dumps([pin.name for pin in pins]),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     except (OSError, subprocess.SubprocessError) as error:
         raise ValueError(f"python {python}: cannot run it to read its packages ({error})") from None
     said = (found.stderr.strip().splitlines() or [""])[-1]
@@ -194,9 +205,15 @@ def _run_stage(python: str, job: str, outputs: list[str], threads: int) -> None:
 
 
 def submit_stage(
-    step: str, config_path: str | Path, *, folder: str | Path = "results/submitit", attempt: int = 1,
-    profile: str | Path = DEFAULT_PROFILE, python: str | Path | None = None, **arguments: Any,
-) -> Any:  # fmt: skip
+    step: str,
+    config_path: str | Path,
+    *,
+    folder: str | Path = "results/submitit",
+    attempt: int = 1,
+    profile: str | Path = DEFAULT_PROFILE,
+    python: str | Path | None = None,
+    **arguments: Any,
+) -> Any:
     """Submit one job of `step` (a rule name), named by its wildcards as keywords; returns the submitit
     Job. The job runs with the arguments the workflow gives it (`blindspot.dag.job_arguments`, from
     the current folder), but for the other keywords, which replace them (e.g. `out=` elsewhere), in

@@ -164,8 +164,10 @@ def annotator_table(choices: pd.DataFrame) -> pd.DataFrame:
     """The annotators' kappa matrix (`annotator_kappas`) as a report table: a row per annotator, and a
     last row with the mean over annotator pairs (`mean_pairwise_kappa`)."""
     matrix = annotator_kappas(choices)
-    mean = pd.DataFrame([["mean (pairs)", mean_pairwise_kappa(matrix)] + [""] * (len(matrix) - 1)],
-                        columns=["Annotator", *matrix.columns])  # fmt: skip
+    mean = pd.DataFrame(
+        [["mean (pairs)", mean_pairwise_kappa(matrix)] + [""] * (len(matrix) - 1)],
+        columns=["Annotator", *matrix.columns],
+    )
     return pd.concat([matrix.reset_index(names="Annotator").astype(object), mean], ignore_index=True)
 
 
@@ -177,8 +179,14 @@ def majority_choices(choices: pd.DataFrame) -> pd.DataFrame:
     for pair_id, part in choices.groupby("pair_id", sort=True):
         counts = part["choice"].value_counts()
         top = counts[counts == counts.max()].index.tolist()
-        rows.append({"pair_id": pair_id, "choice": top[0] if len(top) == 1 else "neither", "votes": len(part),
-                     "tied": len(top) > 1})  # fmt: skip
+        rows.append(
+            {
+                "pair_id": pair_id,
+                "choice": top[0] if len(top) == 1 else "neither",
+                "votes": len(part),
+                "tied": len(top) > 1,
+            }
+        )
     return pd.DataFrame(rows, columns=["pair_id", "choice", "votes", "tied"])
 
 
@@ -190,6 +198,8 @@ def human_row(choices: pd.DataFrame, domains: pd.Series) -> dict[str, dict[str, 
     row = {}
     for domain, part in [*choices.groupby("domain", sort=True), ("overall", choices)]:
         majority = majority_choices(part)
-        row[domain] = {"accuracy": float((majority["choice"] == "corr").mean()),
-                       "kappa": mean_pairwise_kappa(annotator_kappas(part))}  # fmt: skip
+        row[domain] = {
+            "accuracy": float((majority["choice"] == "corr").mean()),
+            "kappa": mean_pairwise_kappa(annotator_kappas(part)),
+        }
     return row

@@ -116,17 +116,28 @@ def push(folder: str | Path, url: str, token: str, title: str | None = None) -> 
     project = load_project(folder)
     instructions = project_instructions(project, folder)
     client = Client(url, token)
-    created = client.call("POST", "/api/projects/", json={
-        "title": title or f"blindspot {project['task']} ({folder.resolve().name})",
-        "label_config": LABEL_CONFIGS[project["task"]],
-        "expert_instruction": instruction_html(instructions),
-        "show_instruction": True,  # shown to each annotator when they start labelling
-        "enable_empty_annotation": False,  # Label Studio's default lets an annotator submit nothing
-    })  # fmt: skip
+    created = client.call(
+        "POST",
+        "/api/projects/",
+        json={
+            "title": title or f"blindspot {project['task']} ({folder.resolve().name})",
+            "label_config": LABEL_CONFIGS[project["task"]],
+            "expert_instruction": instruction_html(instructions),
+            "show_instruction": True,  # shown to each annotator when they start labelling
+            "enable_empty_annotation": False,  # Label Studio's default lets an annotator submit nothing
+        },
+    )
     project_id = created["id"]
-    client.call("POST", "/api/storages/localfiles/", json={
-        "project": project_id, "title": "blindspot images", "path": project["storage_path"], "use_blob_urls": False,
-    })  # fmt: skip
+    client.call(
+        "POST",
+        "/api/storages/localfiles/",
+        json={
+            "project": project_id,
+            "title": "blindspot images",
+            "path": project["storage_path"],
+            "use_blob_urls": False,
+        },
+    )
     tasks = [{"data": entry["data"]} for entry in label_studio_tasks(project)]
     if tasks:
         client.call("POST", f"/api/projects/{project_id}/import", json=tasks)
@@ -147,8 +158,9 @@ def pull(folder: str | Path, out: str | Path, token: str, emails: Mapping[str, s
     if not {"url", "project_id"} <= link.keys():
         raise ValueError(f"{link_path}: no url or project_id: push again (blindspot annotate push {folder})")
     client = Client(url or link["url"], token)
-    tasks = client.call("GET", f"/api/projects/{link['project_id']}/export",
-                        params={"exportType": "JSON", "download_all_tasks": "true"})  # fmt: skip
+    tasks = client.call(
+        "GET", f"/api/projects/{link['project_id']}/export", params={"exportType": "JSON", "download_all_tasks": "true"}
+    )
     users = client.call("GET", "/api/users/")
     email_of = {user["id"]: user["email"] for user in (users["results"] if isinstance(users, Mapping) else users)}
     name_of = {email: name for name, email in emails.items()}

@@ -120,10 +120,21 @@ def labels_from_export(task: str, tasks: Sequence[Mapping[str, Any]], source: st
                 raise ValueError(f"{where}: the item is {owner}'s, not theirs")
             order = {field: _time(annotation, field, where) for field in ("updated_at", "created_at")}
             annotation_id = annotation.get("id")
-            rows.append({"annotator": who, "item_id": item, **_value(task, annotation.get("result", []), where),
-                         **order, "id": annotation_id if isinstance(annotation_id, int) else None})  # fmt: skip
-    values = {"image_score": ["score"], "pairwise": ["choice"], "question_check": ["decision", "edit"],
-              "humble_answer": ["answer"]}[task]  # fmt: skip
+            rows.append(
+                {
+                    "annotator": who,
+                    "item_id": item,
+                    **_value(task, annotation.get("result", []), where),
+                    **order,
+                    "id": annotation_id if isinstance(annotation_id, int) else None,
+                }
+            )
+    values = {
+        "image_score": ["score"],
+        "pairwise": ["choice"],
+        "question_check": ["decision", "edit"],
+        "humble_answer": ["answer"],
+    }[task]
     columns = ["annotator", "item_id", *values]
     frame = pd.DataFrame(rows, columns=[*columns, "updated_at", "created_at", "id"])
     latest = frame.sort_values(["updated_at", "created_at", "id"], kind="stable", na_position="first")
@@ -149,8 +160,13 @@ def pairwise_choices(labels: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
         left = left_role[row.item_id]
         return left if row.choice == "left" else other[left]
 
-    return pd.DataFrame({"annotator": labels["annotator"], "pair_id": labels["item_id"],
-                         "choice": [role(r) for r in labels.itertuples(index=False)]})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "annotator": labels["annotator"],
+            "pair_id": labels["item_id"],
+            "choice": [role(r) for r in labels.itertuples(index=False)],
+        }
+    )
 
 
 def scored_images(labels: pd.DataFrame, images: pd.DataFrame, source: str | Path) -> pd.DataFrame:
@@ -180,16 +196,28 @@ def label_studio_export(
                 {"from_name": "score", "to_name": "image", "type": "rating", "value": {"rating": int(row["score"])}}
             ]
         elif task == "humble_answer":
-            result = [{"from_name": "answer", "to_name": "question", "type": "choices",
-                       "value": {"choices": [row["answer"]]}}]  # fmt: skip
+            result = [
+                {"from_name": "answer", "to_name": "question", "type": "choices", "value": {"choices": [row["answer"]]}}
+            ]
         elif task == "pairwise":
-            result = [{"from_name": "choice", "to_name": "prompt", "type": "choices",
-                       "value": {"choices": [row["choice"]]}}]  # fmt: skip
+            result = [
+                {"from_name": "choice", "to_name": "prompt", "type": "choices", "value": {"choices": [row["choice"]]}}
+            ]
         else:
-            result = [{"from_name": "decision", "to_name": "question", "type": "choices",
-                       "value": {"choices": [row["decision"]]}},
-                      {"from_name": "edit", "to_name": "question", "type": "textarea",
-                       "value": {"text": [row.get("edit") or ""]}}]  # fmt: skip
+            result = [
+                {
+                    "from_name": "decision",
+                    "to_name": "question",
+                    "type": "choices",
+                    "value": {"choices": [row["decision"]]},
+                },
+                {
+                    "from_name": "edit",
+                    "to_name": "question",
+                    "type": "textarea",
+                    "value": {"text": [row.get("edit") or ""]},
+                },
+            ]
         name = row["annotator"]
         by_item.setdefault(row["item_id"], []).append(
             {

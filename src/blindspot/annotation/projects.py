@@ -65,8 +65,11 @@ HUMBLE_ANSWER_INSTRUCTIONS = (
     'If no option is supported by the image, choose "None of the above". Answer from the image alone.'
 )
 # Each task's instructions unless given: image_score's are its judge template's rubric, which a caller passes.
-INSTRUCTIONS = {"pairwise": PAIRWISE_INSTRUCTIONS, "question_check": QUESTION_CHECK_INSTRUCTIONS,
-                "humble_answer": HUMBLE_ANSWER_INSTRUCTIONS}  # fmt: skip
+INSTRUCTIONS = {
+    "pairwise": PAIRWISE_INSTRUCTIONS,
+    "question_check": QUESTION_CHECK_INSTRUCTIONS,
+    "humble_answer": HUMBLE_ANSWER_INSTRUCTIONS,
+}
 
 LABEL_CONFIGS = {
     "image_score": """<View>
@@ -175,32 +178,53 @@ def task_items(task: str, table: pd.DataFrame) -> list[dict[str, Any]]:
         column = empty.any().idxmax()
         raise ValueError(f"task {task}: row {empty[column].to_numpy().argmax()} of the table has no {column}")
     if task == "image_score":
-        return [{"id": r.image_id, "images": {"image": r.path}, "description": r.description}
-                for r in table.itertuples(index=False)]  # fmt: skip
+        return [
+            {"id": r.image_id, "images": {"image": r.path}, "description": r.description}
+            for r in table.itertuples(index=False)
+        ]
     if task == "pairwise":
         return [
-            {"id": r.pair_id, "images": {"left_image": r.left_path, "right_image": r.right_path},
-             "prompt": r.neutral_prompt, "left_role": r.left_role}
+            {
+                "id": r.pair_id,
+                "images": {"left_image": r.left_path, "right_image": r.right_path},
+                "prompt": r.neutral_prompt,
+                "left_role": r.left_role,
+            }
             for r in table.itertuples(index=False)
-        ]  # fmt: skip
+        ]
     if task == "humble_answer":
         return [
-            {"id": r.item_id, "images": {"image": r.image_path}, "annotator": r.annotator, "question": r.question,
-             "options": lettered(json.loads(r.options), r.letters), "letters": r.letters}
+            {
+                "id": r.item_id,
+                "images": {"image": r.image_path},
+                "annotator": r.annotator,
+                "question": r.question,
+                "options": lettered(json.loads(r.options), r.letters),
+                "letters": r.letters,
+            }
             for r in table.itertuples(index=False)
-        ]  # fmt: skip
+        ]
     return [  # question_check
-        {"id": r.question_id, "images": {"image": r.image_path}, "question": r.question,
-         "options": lettered(json.loads(r.options)),
-         "label": r.label}
+        {
+            "id": r.question_id,
+            "images": {"image": r.image_path},
+            "question": r.question,
+            "options": lettered(json.loads(r.options)),
+            "label": r.label,
+        }
         for r in table.itertuples(index=False)
-    ]  # fmt: skip
+    ]
 
 
 def make_project(
-    task: str, table: pd.DataFrame, annotators: Sequence[str], folder: str | Path, image_url_prefix: str,
-    image_root: str | Path | None = None, instructions: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    task: str,
+    table: pd.DataFrame,
+    annotators: Sequence[str],
+    folder: str | Path,
+    image_url_prefix: str,
+    image_root: str | Path | None = None,
+    instructions: str | None = None,
+) -> dict[str, Any]:
     """Write a project folder: `project.json` (with the task's instructions and a secret token per
     annotator, for the built-in page), and Label Studio's `tasks.json` and `label_config.xml`.
 
@@ -228,8 +252,10 @@ def make_project(
         )
     folder = Path(folder)
     # Images by absolute path: the page and Label Studio find them from any folder the project is served from.
-    items = [item | {"images": {field: str(Path(path).resolve()) for field, path in item["images"].items()}}
-             for item in items]  # fmt: skip
+    items = [
+        item | {"images": {field: str(Path(path).resolve()) for field, path in item["images"].items()}}
+        for item in items
+    ]
     images = [Path(path) for item in items for path in item["images"].values()]
     # an empty project (no candidates, say) shows no image: any storage will do
     storage = Path(os.path.commonpath([p.parent for p in images])) if images else folder.resolve()
@@ -240,9 +266,15 @@ def make_project(
             f"the images' folder {storage} must be below the image root {root}{at}"
             " (Label Studio refuses a local-files storage at its LOCAL_FILES_DOCUMENT_ROOT): choose a folder above it"
         )
-    project = {"task": task, "instructions": instructions, "items": items, "image_root": str(root),
-               "storage_path": str(storage), "image_url_prefix": image_url_prefix,
-               "annotators": {name: secrets.token_urlsafe(16) for name in annotators}}  # fmt: skip
+    project = {
+        "task": task,
+        "instructions": instructions,
+        "items": items,
+        "image_root": str(root),
+        "storage_path": str(storage),
+        "image_url_prefix": image_url_prefix,
+        "annotators": {name: secrets.token_urlsafe(16) for name in annotators},
+    }
     write_json(folder / "project.json", project)
     write_json(folder / "tasks.json", label_studio_tasks(project))
     write_text(folder / "label_config.xml", LABEL_CONFIGS[task])
@@ -262,26 +294,35 @@ def label_studio_tasks(project: Mapping[str, Any]) -> list[dict[str, Any]]:
         return project["image_url_prefix"] + quote(Path(path).resolve().relative_to(project["image_root"]).as_posix())
 
     return [
-        {"id": index + 1, "data": {"item_id": item["id"],
-                                   **{k: v for k, v in item.items() if k not in ("id", "images", "left_role")},
-                                   **{field: url(path) for field, path in item.get("images", {}).items()}}}
+        {
+            "id": index + 1,
+            "data": {
+                "item_id": item["id"],
+                **{k: v for k, v in item.items() if k not in ("id", "images", "left_role")},
+                **{field: url(path) for field, path in item.get("images", {}).items()},
+            },
+        }
         for index, item in enumerate(project["items"])
-    ]  # fmt: skip
+    ]
 
 
 def make_projects(
-    sources: Mapping[str, pd.DataFrame], annotators: Sequence[str], folder: str | Path, image_url_prefix: str,
+    sources: Mapping[str, pd.DataFrame],
+    annotators: Sequence[str],
+    folder: str | Path,
+    image_url_prefix: str,
     instructions: Mapping[str, str] | None = None,
-) -> dict[str, dict[str, Any]]:  # fmt: skip
+) -> dict[str, dict[str, Any]]:
     """A project per task (`make_project`), each in its own folder under `folder` named like the task;
     `sources` maps a task to its table, `instructions` a task to its instructions where they are not the
     task's own (image_score's: the judge template's rubric)."""
     instructions = instructions or {}
     return {
-        task: make_project(task, table, annotators, Path(folder) / task, image_url_prefix,
-                           instructions=instructions.get(task))
+        task: make_project(
+            task, table, annotators, Path(folder) / task, image_url_prefix, instructions=instructions.get(task)
+        )
         for task, table in sources.items()
-    }  # fmt: skip
+    }
 
 
 def load_project(folder: str | Path) -> dict[str, Any]:

@@ -121,11 +121,16 @@ document.addEventListener("keydown", (event) => {
 
 _KEYS = {
     "image_score": {str(n % 10): ["score", str(n)] for n in range(1, 11)},
-    "pairwise": {"ArrowLeft": ["choice", "left"], "l": ["choice", "left"], "ArrowRight": ["choice", "right"],
-                 "r": ["choice", "right"], "n": ["choice", "neither"]},
+    "pairwise": {
+        "ArrowLeft": ["choice", "left"],
+        "l": ["choice", "left"],
+        "ArrowRight": ["choice", "right"],
+        "r": ["choice", "right"],
+        "n": ["choice", "neither"],
+    },
     "question_check": {"k": ["decision", "keep"], "m": ["decision", "modify"], "d": ["decision", "delete"]},
     "humble_answer": {key: ["answer", letter] for letter in LETTERS for key in (letter, letter.lower())},
-}  # fmt: skip
+}
 
 
 class LabelStore:
@@ -268,9 +273,15 @@ def make_handler(
             else:
                 item = next((i for i in mine[annotator] if i["id"] not in done), None)
             page = _PAGE.render(
-                annotator=annotator, token=self._route_token(), task=project["task"], item=item, done=len(done),
-                total=len(own[annotator]), keys=_KEYS[project["task"]], instructions=instructions,
-            )  # fmt: skip
+                annotator=annotator,
+                token=self._route_token(),
+                task=project["task"],
+                item=item,
+                done=len(done),
+                total=len(own[annotator]),
+                keys=_KEYS[project["task"]],
+                instructions=instructions,
+            )
             self._send(HTTPStatus.OK, page.encode())
             return None
 

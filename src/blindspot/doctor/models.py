@@ -123,15 +123,17 @@ def api_checks(config: dict[str, Any]) -> list[Check]:
             if metrics or answers:
                 skipped = f"metric {', '.join(metrics)}" if metrics else "its HumbleBench answers"
                 skipped += f"{' and its HumbleBench answers' if metrics and answers else ''} will be skipped"
-                checks.append(Check("api key", name, WARN, f"${variable} is not set: {skipped} (its endpoint is "
-                                                           "not probed)"))  # fmt: skip
+                checks.append(
+                    Check("api key", name, WARN, f"${variable} is not set: {skipped} (its endpoint is not probed)")
+                )
             else:  # loaded by a metric as a helper: nothing skips that metric without the key
                 checks.append(Check("api key", name, FAIL, f"${variable} is not set, and a metric's jobs load {name}"))
             continue
         checks.append(Check("api key", name, OK, f"${variable} is set"))
         try:
-            answer = requests.get(f"{endpoint}/models", headers={"Authorization": f"Bearer {key}"},
-                                  timeout=PROBE_TIMEOUT_S)  # fmt: skip
+            answer = requests.get(
+                f"{endpoint}/models", headers={"Authorization": f"Bearer {key}"}, timeout=PROBE_TIMEOUT_S
+            )
         except requests.RequestException as error:
             checks.append(Check("api endpoint", name, FAIL, f"{endpoint} does not answer ({type(error).__name__})"))
             continue

@@ -24,8 +24,10 @@ def render(checks: list[Check]) -> str:
     """The checks as an aligned table, then a count of each verdict."""
     rows = [("check", "subject", "verdict", "reason"), *((c.check, c.subject, c.verdict, c.reason) for c in checks)]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)) + "  " + row[3]
-             for row in rows]  # fmt: skip
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)) + "  " + row[3]
+        for row in rows
+    ]
     counts = {verdict: sum(c.verdict == verdict for c in checks) for verdict in (FAIL, WARN, OK)}
     lines += ["", f"{counts[FAIL]} failed, {counts[WARN]} warnings, {counts[OK]} ok"]
     return "\n".join(lines) + "\n"

@@ -34,9 +34,12 @@ from blindspot.doctor.system import canary_checks, disk_checks, profile_checks, 
 
 
 def run_checks(
-    config: dict[str, Any], profile: str | Path | None = None, cache_dir: str | Path | None = None,
-    endpoint: str | None = None, canary_timeout_s: float = 600,
-) -> list[Check]:  # fmt: skip
+    config: dict[str, Any],
+    profile: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    endpoint: str | None = None,
+    canary_timeout_s: float = 600,
+) -> list[Check]:
     """Every check for a run of `config` (with `profile`, a Snakemake profile folder or file)."""
     from huggingface_hub import constants
 

@@ -198,8 +198,16 @@ def gpus_seen(output: str) -> tuple[int, str]:
 def canary_command(gpus: int, resources: dict[str, Any], name: str, output: Path) -> list[str]:
     """sbatch for a short job asking for `gpus`, spelled as the SLURM plugin spells the request."""
     request = f"{resources['gpu_model']}:{gpus}" if resources.get("gpu_model") else str(gpus)
-    command = ["sbatch", "--wait", f"--job-name={name}", f"--output={output}", "--time=5", "--mem=500",
-               "--cpus-per-task=1", f"--gpus={request}"]  # fmt: skip
+    command = [
+        "sbatch",
+        "--wait",
+        f"--job-name={name}",
+        f"--output={output}",
+        "--time=5",
+        "--mem=500",
+        "--cpus-per-task=1",
+        f"--gpus={request}",
+    ]
     for key, flag in (("slurm_partition", "--partition"), ("slurm_account", "--account")):
         if resources.get(key):
             command.append(f"{flag}={resources[key]}")

@@ -44,8 +44,9 @@ def model_free_entry(metric: str, known: Sequence[str]) -> dict[str, Any]:
         resources = model_free_resources(metric)
     except PluginError as error:
         if ":" not in metric:
-            raise ConfigError(f"--metric {metric}: not a metric of the config ({', '.join(known)}) nor "
-                              f"PLUGIN@MODEL ({error})") from None  # fmt: skip
+            raise ConfigError(
+                f"--metric {metric}: not a metric of the config ({', '.join(known)}) nor PLUGIN@MODEL ({error})"
+            ) from None
         raise ConfigError(f"--metric {metric}: {hint} ({error})") from None
     if resources is None:
         raise ConfigError(f"--metric {metric}: {hint}; its class does not say `registry_model = False`")
@@ -75,9 +76,13 @@ def metric_entries(config: dict[str, Any], metrics: Sequence[str]) -> dict[str, 
 
 
 def protobias_config(
-    base: dict[str, Any], dataset: str, metrics: Sequence[str], columns: Mapping[str, str], results_dir: str,
+    base: dict[str, Any],
+    dataset: str,
+    metrics: Sequence[str],
+    columns: Mapping[str, str],
+    results_dir: str,
     limit: int | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The base config scoring `metrics` on the ProtoBias pairs at `dataset` (the sample of `limit` that everyone
     draws, given one): its domains as the scored pairs' (each with as many seeds as their triplets), HumbleBench off."""
     from blindspot.protobias import released
@@ -99,9 +104,13 @@ def protobias_config(
 
 
 def humblebench_config(
-    base: dict[str, Any], release: str, vlms: Sequence[str], settings: Sequence[str], results_dir: str,
+    base: dict[str, Any],
+    release: str,
+    vlms: Sequence[str],
+    settings: Sequence[str],
+    results_dir: str,
     limit: int | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The base config answering HumbleBench's `release` (the sample of `limit` questions that everyone draws,
     given one) with `vlms` under `settings` (default all), and no ProtoBias. A local release is read here first,
     whole, as the workflow's job reads it before it samples (`load_release`: every record checked, every image
@@ -120,12 +129,19 @@ def humblebench_config(
     if settings:
         humble["settings"] = {name: humble["settings"][name] for name in settings}
         if any(humble["tables"][table] not in settings for table in ("original", "stress")):
-            raise ConfigError(f"--setting: Tables 4-6 need the settings {humble['tables']['original']} and "
-                              f"{humble['tables']['stress']}")  # fmt: skip
+            raise ConfigError(
+                f"--setting: Tables 4-6 need the settings {humble['tables']['original']} and "
+                f"{humble['tables']['stress']}"
+            )
         if humble["tables"].get("cautious") not in settings:  # the appendix table needs it; without, no table
             humble["tables"].pop("cautious", None)
-    humble |= {"release": release, "from_benchmark": None, "scene_graphs": None, "limit": limit,
-               "vlms": [registry_entry(config, vlm) for vlm in vlms]}  # fmt: skip
+    humble |= {
+        "release": release,
+        "from_benchmark": None,
+        "scene_graphs": None,
+        "limit": limit,
+        "vlms": [registry_entry(config, vlm) for vlm in vlms],
+    }
     config["dataset"] = {"path": None}
     config["results_dir"] = results_dir
     return config

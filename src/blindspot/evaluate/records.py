@@ -22,11 +22,32 @@ KINDS: dict[str, tuple[pa.Schema, ModuleType]] = {
 }
 # The columns `--show` prints, in this order; the file has every field.
 SHOWN = {
-    "protobias": ["outcome", "metric", "margin", "corr_score", "adv_score", "domain", "knob", "prompt", "pair_id",
-                  "corr_image", "adv_image"],
-    "humblebench": ["outcome", "vlm", "setting", "question_id", "type", "question", "label", "prediction", "reading",
-                    "answer"],
-}  # fmt: skip
+    "protobias": [
+        "outcome",
+        "metric",
+        "margin",
+        "corr_score",
+        "adv_score",
+        "domain",
+        "knob",
+        "prompt",
+        "pair_id",
+        "corr_image",
+        "adv_image",
+    ],
+    "humblebench": [
+        "outcome",
+        "vlm",
+        "setting",
+        "question_id",
+        "type",
+        "question",
+        "label",
+        "prediction",
+        "reading",
+        "answer",
+    ],
+}
 
 
 def _kind(record: dict, path: Path, number: int) -> str:

@@ -71,9 +71,13 @@ def provenance(config: dict[str, Any], benchmark: str) -> dict[str, Any]:
     from blindspot.protobias.released import fingerprint
 
     source = config["dataset"]["path"] if benchmark == "protobias" else config["humblebench"]["release"]
-    about: dict[str, Any] = {"dataset": source, "dataset_fingerprint": fingerprint(source),
-                             "sample": run_sample(config, benchmark),
-                             "blindspot": version("blindspot"), "seed": config["seed"]}  # fmt: skip
+    about: dict[str, Any] = {
+        "dataset": source,
+        "dataset_fingerprint": fingerprint(source),
+        "sample": run_sample(config, benchmark),
+        "blindspot": version("blindspot"),
+        "seed": config["seed"],
+    }
     if benchmark == "protobias":
         evaluation = config["evaluation"]
         about["metrics"] = {
@@ -115,9 +119,13 @@ def record_rows(config: dict[str, Any], benchmark: str, rows: pd.DataFrame) -> p
     the models' identity, the settings) as columns, written as CSV with the JSON of the whole provenance beside it."""
     about = provenance(config, benchmark)
     scored = sample_label(about["sample"], SAMPLED[benchmark][0]) or (ALL if about["sample"] else "")
-    stamped = rows.assign(sample=scored, dataset_fingerprint=about["dataset_fingerprint"], blindspot=about["blindspot"],
-                          identity=_flow({k: about[k] for k in ("metrics", "vlms") if k in about}),
-                          settings=_flow(about["settings"]))  # fmt: skip
+    stamped = rows.assign(
+        sample=scored,
+        dataset_fingerprint=about["dataset_fingerprint"],
+        blindspot=about["blindspot"],
+        identity=_flow({k: about[k] for k in ("metrics", "vlms") if k in about}),
+        settings=_flow(about["settings"]),
+    )
     stem = Path(targets.path(config, "table3", ext="csv")).parent / ROWS[benchmark]
     write_text(f"{stem}.csv", stamped.to_csv(index=False))
     write_json(f"{stem}.json", about)
@@ -180,9 +188,20 @@ def run_workflow(configfile: Path, profile: str | None, cores: int) -> None:
     the jobs that finished stay done, and the one cut off runs again (`--rerun-incomplete`). The conda envs
     are the checkout's, shared by every run."""
     results_dir = configfile.parent
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--configfile", str(configfile),
-               "--directory", str(results_dir), "--conda-prefix", str(CHECKOUT / ".snakemake" / "conda"),
-               "--rerun-incomplete"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(SNAKEFILE),
+        "--configfile",
+        str(configfile),
+        "--directory",
+        str(results_dir),
+        "--conda-prefix",
+        str(CHECKOUT / ".snakemake" / "conda"),
+        "--rerun-incomplete",
+    ]
     command += ["--profile", profile] if profile else ["--cores", str(cores)]
     # an outside plug-in's folder named relative to where the command runs; the jobs run in the results folder
     paths = [str(Path(path).resolve()) for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
@@ -210,11 +229,21 @@ def _refused_as_config_error() -> Iterator[None]:
 
 @_refused_as_config_error()
 def evaluate(
-    benchmark: str, *, dataset: str | None = None, metrics: Sequence[str] = (),
-    columns: Mapping[str, str] | None = None, release: str | None = None, vlms: Sequence[str] = (),
-    settings: Sequence[str] = (), results_dir: str | None = None, configfile: str | None = None,
-    profile: str | None = None, cores: int = 1, compare: Sequence[str] = (), limit: int | None = None,
-) -> pd.DataFrame:  # fmt: skip
+    benchmark: str,
+    *,
+    dataset: str | None = None,
+    metrics: Sequence[str] = (),
+    columns: Mapping[str, str] | None = None,
+    release: str | None = None,
+    vlms: Sequence[str] = (),
+    settings: Sequence[str] = (),
+    results_dir: str | None = None,
+    configfile: str | None = None,
+    profile: str | None = None,
+    cores: int = 1,
+    compare: Sequence[str] = (),
+    limit: int | None = None,
+) -> pd.DataFrame:
     """Score `metrics` on the ProtoBias pairs at `dataset` (benchmark "protobias"), or `vlms` on HumbleBench's
     `release` under `settings` (default all; benchmark "humblebench"), and return the table's rows with their
     provenance, after the rows of each `compare` CSV. What `blindspot evaluate` runs, its options as keywords.
@@ -248,8 +277,11 @@ def evaluate(
         validate_config(config)
         # the models the command placed (the base's others run elsewhere), checked before a compute node loads them
         placed = {"protobias": "evaluation.metrics.", "humblebench": "humblebench.vlms"}[benchmark]
-        unfit = [fit for fit in role_fits(config, constants.HF_HUB_CACHE)
-                 if fit.takes is False and any(key.startswith(placed) for key in fit.keys)]  # fmt: skip
+        unfit = [
+            fit
+            for fit in role_fits(config, constants.HF_HUB_CACHE)
+            if fit.takes is False and any(key.startswith(placed) for key in fit.keys)
+        ]
         if unfit:
             raise ConfigError(misplaced(unfit[0]))
         written = Path(results_dir) / "evaluate_config.yaml"

@@ -36,8 +36,10 @@ def _loaded(config: dict[str, Any], name: str, batch_size: int) -> Metric:
     helpers = {arg: model_spec(config, model) for arg, model in entry.get("models", {}).items()}
     trained = next(iter(targets.trained_metric_input(config, name)), None)
     if trained is not None and not Path(trained).is_dir():
-        raise ConfigError(f"metric {name}: scores with the workflow's trained ProtoScore, {trained}, which is "
-                          "not there: run the workflow's train_protoscore first")  # fmt: skip
+        raise ConfigError(
+            f"metric {name}: scores with the workflow's trained ProtoScore, {trained}, which is "
+            "not there: run the workflow's train_protoscore first"
+        )
     key = spec.api_key_env if spec else None
     if key and not os.environ.get(key):  # a job would skip the metric; here there is nothing to go on with
         raise ConfigError(f"metric {name}: its model '{spec.name}' reads its API key from ${key}, which is not set")
@@ -80,8 +82,12 @@ class Scorer:
         for batch_prompts, batch_images in batches(self.name, prompts, images, self.batch_size):
             scores = self.metric.score(batch_prompts, [_rgb(image, self.name) for image in batch_images])
             rows += [
-                {"prompt": prompt, "raw": score.raw, "score": normalise(score.raw, self.metric.bounds),
-                 "detail": score.detail}
+                {
+                    "prompt": prompt,
+                    "raw": score.raw,
+                    "score": normalise(score.raw, self.metric.bounds),
+                    "detail": score.detail,
+                }
                 for prompt, score in zip(batch_prompts, scores, strict=True)
-            ]  # fmt: skip
+            ]
         return pd.DataFrame(rows, columns=COLUMNS)

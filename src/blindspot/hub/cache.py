@@ -87,8 +87,11 @@ def _model_folders(model: HubModel, listing: Collection[str], read_json: Callabl
     """The folders a backend reads, each with whether it holds weights."""
     if model.layout == "diffusers":
         components = read_json("model_index.json")
-        folders = {name: f"{name}/config.json" in listing for name, value in components.items()
-                   if isinstance(value, list) and value[0] is not None}  # fmt: skip
+        folders = {
+            name: f"{name}/config.json" in listing
+            for name, value in components.items()
+            if isinstance(value, list) and value[0] is not None
+        }
         return {"": False} | folders
     if model.layout == "sentence_transformers" and "modules.json" in listing:
         # A module without settings (Normalize) has no folder in the repository.

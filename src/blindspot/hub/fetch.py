@@ -61,8 +61,12 @@ def fetch(model: HubModel, cache_dir: str | Path, endpoint: str | None = None) -
     endpoint = endpoint or constants.ENDPOINT
     if model.gated and not has_token():
         raise HubError(gated_advice(model, endpoint) + " (no token found)")
-    where = {"cache_dir": str(cache_dir), "endpoint": endpoint, "revision": model.revision,
-             "repo_type": model.repo_type}  # fmt: skip
+    where = {
+        "cache_dir": str(cache_dir),
+        "endpoint": endpoint,
+        "revision": model.revision,
+        "repo_type": model.repo_type,
+    }
     try:
         listing = HfApi(endpoint=endpoint).list_repo_files(
             model.repo_id, revision=model.revision, repo_type=model.repo_type
@@ -103,9 +107,12 @@ def skipped_reason(config: dict[str, Any], name: str) -> str | None:
 
 
 def fetch_models(
-    config: dict[str, Any], cache_dir: str | Path | None = None, dry_run: bool = False, endpoint: str | None = None,
+    config: dict[str, Any],
+    cache_dir: str | Path | None = None,
+    dry_run: bool = False,
+    endpoint: str | None = None,
     out: TextIO | None = None,
-) -> int:  # fmt: skip
+) -> int:
     """`blindspot fetch-models`: one line per model, fetch what the cache (by default HF_HOME's)
     lacks; 1 if any failed."""
     from huggingface_hub import constants

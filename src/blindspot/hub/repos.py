@@ -65,15 +65,19 @@ def _reads(config: dict[str, Any]) -> list[tuple[str, str]]:
         own = metric.get("model")  # none for a plug-in that loads no registry model
         if own and hub_files.checkpoint:
             reads.append((own, args.get("checkpoint", hub_files.checkpoint)))
-            reads.extend((own, str(args[arg])) for arg in hub_files.file_args
-                         if str(args.get(arg, "")).endswith(".json"))  # fmt: skip
+            reads.extend(
+                (own, str(args[arg])) for arg in hub_files.file_args if str(args.get(arg, "")).endswith(".json")
+            )
         elif own:
             reads.append((own, "model"))
         reads.extend((name, "model") for name in metric.get("models", {}).values())
     # build recipes that borrow another registry model's tokenizer
     loaded = {name for name, _ in reads}
-    reads.extend((entry["build"]["tokenizer_from"], "model") for name, entry in config["models"].items()
-                 if name in loaded and "tokenizer_from" in entry.get("build", {}))  # fmt: skip
+    reads.extend(
+        (entry["build"]["tokenizer_from"], "model")
+        for name, entry in config["models"].items()
+        if name in loaded and "tokenizer_from" in entry.get("build", {})
+    )
     return reads
 
 
@@ -115,12 +119,16 @@ def hub_models(config: dict[str, Any]) -> list[HubModel]:
             continue
         found.append(
             HubModel(
-                names=(name,), repo_id=entry["id"], revision=entry.get("revision"),
+                names=(name,),
+                repo_id=entry["id"],
+                revision=entry.get("revision"),
                 layout=BACKENDS[entry["backend"]].layout if "model" in read else None,
-                files=tuple(sorted(read - {"model"})), gated=entry.get("gated", False),
-                trust_remote_code=entry.get("trust_remote_code", False), weights_gb=entry.get("weights_gb", 0.0),
+                files=tuple(sorted(read - {"model"})),
+                gated=entry.get("gated", False),
+                trust_remote_code=entry.get("trust_remote_code", False),
+                weights_gb=entry.get("weights_gb", 0.0),
             )
-        )  # fmt: skip
+        )
     found.extend(
         HubModel((key,), repo_id, None, "dataset", repo_type="dataset") for key, repo_id in hub_datasets(config).items()
     )
@@ -134,7 +142,11 @@ def hub_models(config: dict[str, Any]) -> list[HubModel]:
         key = (model.repo_id, model.revision, model.layout, model.weights)
         if key in merged:
             known = merged[key]
-            model = replace(known, names=known.names + model.names, files=tuple(sorted({*known.files, *model.files})),
-                            gated=known.gated or model.gated)  # fmt: skip
+            model = replace(
+                known,
+                names=known.names + model.names,
+                files=tuple(sorted({*known.files, *model.files})),
+                gated=known.gated or model.gated,
+            )
         merged[key] = model
     return list(merged.values())

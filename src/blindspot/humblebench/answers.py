@@ -28,9 +28,16 @@ def shard_questions(questions: pd.DataFrame, shard: int, shards: int) -> pd.Data
 
 
 def answer_shard(
-    questions: pd.DataFrame, setting: str, transforms: Mapping[str, Any], template: PromptTemplate, spec: ModelSpec,
-    load_scorer: Callable[[], Any], max_new_tokens: int, seed: int, journal_path: str | Path,
-) -> tuple[pd.DataFrame, dict[str, int]]:  # fmt: skip
+    questions: pd.DataFrame,
+    setting: str,
+    transforms: Mapping[str, Any],
+    template: PromptTemplate,
+    spec: ModelSpec,
+    load_scorer: Callable[[], Any],
+    max_new_tokens: int,
+    seed: int,
+    journal_path: str | Path,
+) -> tuple[pd.DataFrame, dict[str, int]]:
     """The answers of the VLM `spec` to `questions` as the setting shows them (`settings.present`), one
     row per question (`schemas.HUMBLE_ANSWERS`), and counters: questions, answers whose text names no
     option, answers whose two readings agree, answers read after a reasoning model's reasoning
@@ -98,24 +105,38 @@ def answer_questions(
         from_text = parse_answer(text, dict(zip(shown.letters, shown.options, strict=True))) or ""
         # An API without logprobs has no letter distribution (NaN): its letter reading is the text's.
         has_letters = bool(np.isfinite(offered).all())
-        rows.append({
-            "question_id": shown.question_id, "setting": shown.setting, "type": shown.type,
-            "options": json.dumps(list(shown.options)), "label": shown.label, "nota": shown.nota,
-            "letter_map": json.dumps(shown.letter_map, sort_keys=True), "noise_image": shown.noise_image,
-            "letter_probabilities": json.dumps([p if has_letters else None for p in offered]),
-            "letter_mass": float(sum(offered)),
-            "prediction_logits": shown.letters[int(np.argmax(offered))] if has_letters else from_text, "text": text,
-            "prediction_text": from_text,
-            "reasoning": split.reasoning, "stopped": bool(stopped), "cut_off": cut_off(stopped, split),
-            "template_version": templates[shown.setting].version,
-        })  # fmt: skip
+        rows.append(
+            {
+                "question_id": shown.question_id,
+                "setting": shown.setting,
+                "type": shown.type,
+                "options": json.dumps(list(shown.options)),
+                "label": shown.label,
+                "nota": shown.nota,
+                "letter_map": json.dumps(shown.letter_map, sort_keys=True),
+                "noise_image": shown.noise_image,
+                "letter_probabilities": json.dumps([p if has_letters else None for p in offered]),
+                "letter_mass": float(sum(offered)),
+                "prediction_logits": shown.letters[int(np.argmax(offered))] if has_letters else from_text,
+                "text": text,
+                "prediction_text": from_text,
+                "reasoning": split.reasoning,
+                "stopped": bool(stopped),
+                "cut_off": cut_off(stopped, split),
+                "template_version": templates[shown.setting].version,
+            }
+        )
     return rows
 
 
 def answer_in_batches(
-    questions: Sequence[tuple[Presented, str]], scorer: Any, templates: Mapping[str, PromptTemplate],
-    max_new_tokens: int, seed: int, journal_path: str | Path,
-) -> Journaled:  # fmt: skip
+    questions: Sequence[tuple[Presented, str]],
+    scorer: Any,
+    templates: Mapping[str, PromptTemplate],
+    max_new_tokens: int,
+    seed: int,
+    journal_path: str | Path,
+) -> Journaled:
     """`answer_questions` for each (shown question, image file), a batch of the scorer's at a time: the
     next batch's images (or their noise) are made while the model answers this one. Each batch's
     answers go to the journal at `journal_path` (`images.journaled_batches`): a job killed midway
@@ -129,6 +150,11 @@ def answer_in_batches(
     versions = {setting: template.version for setting, template in templates.items()}
     key = ("answers", spec.outputs, versions, max_new_tokens, seed, "reasoning")  # rows with the reasoning
     return journaled_batches(
-        questions, scorer.batch_size, lambda question: shown_image(*question, seed), answer, journal_path, key,
+        questions,
+        scorer.batch_size,
+        lambda question: shown_image(*question, seed),
+        answer,
+        journal_path,
+        key,
         desc=f"answer {spec.name}",
-    )  # fmt: skip
+    )

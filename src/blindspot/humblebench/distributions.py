@@ -46,10 +46,15 @@ def figure2_table(questions: pd.DataFrame) -> pd.DataFrame:
     ):
         counts = values.value_counts()
         rows += [
-            {"panel": PANELS[panel], "value": value, "questions": int(counts[value]),
-             "percent": round(100 * counts[value] / len(values), 2)}
-            for value in order if value in counts
-        ]  # fmt: skip
+            {
+                "panel": PANELS[panel],
+                "value": value,
+                "questions": int(counts[value]),
+                "percent": round(100 * counts[value] / len(values), 2),
+            }
+            for value in order
+            if value in counts
+        ]
     return _conform(pd.DataFrame(rows), schemas.HUMBLE_DISTRIBUTIONS)
 
 
@@ -73,8 +78,15 @@ def plot_figure2(table: pd.DataFrame, path: str | Path) -> None:
         figure.savefig(tmp, format="png")
 
 
-TABLE9_ROWS = {"candidates": "Candidates", "keep": "Kept", "modify": "Modified", "delete": "Deleted",
-               "undecided": "Undecided", "final": "Final", "final_share": "Final (%)"}  # fmt: skip
+TABLE9_ROWS = {
+    "candidates": "Candidates",
+    "keep": "Kept",
+    "modify": "Modified",
+    "delete": "Deleted",
+    "undecided": "Undecided",
+    "final": "Final",
+    "final_share": "Final (%)",
+}
 
 
 def table9(filtering: Mapping[str, Mapping[str, int]]) -> pd.DataFrame:

@@ -86,16 +86,28 @@ def _question(questions: Mapping[str, Question], question_id: Any, where: str) -
 
 
 def _answer_row(
-    model: str, setting: str, question: Question, shown: Mapping[str, str], label: str, nota: str,
-    letter_map: Mapping[str, str], answer: Any,
-) -> dict[str, Any]:  # fmt: skip
+    model: str,
+    setting: str,
+    question: Question,
+    shown: Mapping[str, str],
+    label: str,
+    nota: str,
+    letter_map: Mapping[str, str],
+    answer: Any,
+) -> dict[str, Any]:
     """One answer row as `tables.metrics_table` reads it; `shown` maps each shown letter to its text."""
     prediction = parse_answer(answer, shown) if isinstance(answer, str) else None
     return {
-        "vlm": model, "setting": setting, "question_id": question.question_id, "type": question.type,
-        "label": label, "nota": nota, "letter_map": json.dumps(dict(letter_map), sort_keys=True),
-        "answer": answer, f"prediction_{READING}": prediction or "",
-    }  # fmt: skip
+        "vlm": model,
+        "setting": setting,
+        "question_id": question.question_id,
+        "type": question.type,
+        "label": label,
+        "nota": nota,
+        "letter_map": json.dumps(dict(letter_map), sort_keys=True),
+        "answer": answer,
+        f"prediction_{READING}": prediction or "",
+    }
 
 
 def shown_options(question: Question, text: str, where: str) -> dict[str, str]:
@@ -122,9 +134,13 @@ def shown_options(question: Question, text: str, where: str) -> dict[str, str]:
 
 
 def official_rows(
-    records: Iterator[tuple[int, dict[str, Any]]], model: str, setting: str, transforms: Mapping[str, Any],
-    questions: Mapping[str, Question], where: str,
-) -> list[dict[str, Any]]:  # fmt: skip
+    records: Iterator[tuple[int, dict[str, Any]]],
+    model: str,
+    setting: str,
+    transforms: Mapping[str, Any],
+    questions: Mapping[str, Question],
+    where: str,
+) -> list[dict[str, Any]]:
     """Answer rows from the official code's prediction lines (line number, record) of one model and
     setting."""
     rows = []
@@ -198,8 +214,9 @@ def plain_rows(
             raise ValueError(f"{at}: {error}") from None
         shown = present(question, setting, setting_transforms(settings[setting]), seed)
         options = dict(zip(shown.letters, shown.options, strict=True))
-        row = _answer_row(record["model"], setting, question, options, shown.label, shown.nota, shown.letter_map,
-                          record["answer"])  # fmt: skip
+        row = _answer_row(
+            record["model"], setting, question, options, shown.label, shown.nota, shown.letter_map, record["answer"]
+        )
         rows.append(row | {"where": at})
     return rows
 
@@ -219,9 +236,12 @@ def refuse_twice(rows: list[dict[str, Any]]) -> None:
 
 
 def read_predictions(
-    predictions: str, questions: Mapping[str, Question], settings: Mapping[str, Any], seed: int,
+    predictions: str,
+    questions: Mapping[str, Question],
+    settings: Mapping[str, Any],
+    seed: int,
     setting: str | None = None,
-) -> pd.DataFrame:  # fmt: skip
+) -> pd.DataFrame:
     """Answer rows from a plain CSV (`.csv`) or the official code's prediction files. A question
     answered twice by one model in one setting is an error naming the question and both places
     (`refuse_twice`), where the official reader (`load_saved_results`) keeps the last line silently.
@@ -236,8 +256,9 @@ def read_predictions(
         rows = []
         for file, model, name in official_files(path, setting):
             ours = file_setting(file, name, settings, given=bool(setting))
-            rows += official_rows(jsonl_records(file), model, ours, setting_transforms(settings[ours]), questions,
-                                  str(file))  # fmt: skip
+            rows += official_rows(
+                jsonl_records(file), model, ours, setting_transforms(settings[ours]), questions, str(file)
+            )
     if not rows:
         raise ValueError(f"{predictions}: no predictions")
     refuse_twice(rows)
@@ -273,6 +294,13 @@ def score(
         answers, humans, READING, used, original, named["stress"], named.get("cautious"), readings=(READING,)
     )
     files = {name: [PATHS[name].format(results=out, ext=ext) for ext in TABLE_FORMATS] for name in report}
-    write_report(found, report, READING, used, PATHS["humble_metrics"].format(results=out), files,
-                 PATHS["nota_plot"].format(results=out))  # fmt: skip
+    write_report(
+        found,
+        report,
+        READING,
+        used,
+        PATHS["humble_metrics"].format(results=out),
+        files,
+        PATHS["nota_plot"].format(results=out),
+    )
     return report["table4"]

@@ -37,9 +37,14 @@ def _rank(seed: int, *parts: str) -> str:
 
 
 def sample_question_sets(
-    questions: pd.DataFrame, annotators: Sequence[str], study: Mapping[str, Any], original: str, stress: str,
-    settings: Mapping[str, Mapping[str, Any]], seed: int,
-) -> pd.DataFrame:  # fmt: skip
+    questions: pd.DataFrame,
+    annotators: Sequence[str],
+    study: Mapping[str, Any],
+    original: str,
+    stress: str,
+    settings: Mapping[str, Mapping[str, Any]],
+    seed: int,
+) -> pd.DataFrame:
     """Each annotator's items (`schemas.HUMAN_STUDY`): `study["questions"]` original questions, of which
     `study["nota_questions"]` have NOTA correct, and `study["stress_questions"]` questions as the
     `stress` setting shows them, drawn as the module says with `study["seed"]`; `settings` holds the
@@ -56,10 +61,11 @@ def sample_question_sets(
     rows = questions.to_dict("records")
     is_nota = {row["question_id"]: row["label"] == nota_letter(json.loads(row["options"])) for row in rows}
     pools = {
-        kind: sorted((r for r in rows if is_nota[r["question_id"]] == kind),
-                     key=lambda r: _rank(study["seed"], r["question_id"]))
+        kind: sorted(
+            (r for r in rows if is_nota[r["question_id"]] == kind), key=lambda r: _rank(study["seed"], r["question_id"])
+        )
         for kind in (True, False)
-    }  # fmt: skip
+    }
     count = len(annotators)
     need = {True: count * nota, False: count * (per - nota + stressed)}
     for kind, what in ((True, "NOTA correct"), (False, "an option correct")):
@@ -76,12 +82,20 @@ def sample_question_sets(
         for setting, row in chosen:
             shown = present(row_question(row), setting, settings[setting], seed)
             key = item_id(setting, row["question_id"])
-            items.append({
-                "annotator": annotator, "item_id": key, "setting": setting,
-                "question_id": row["question_id"], "type": row["type"], "image_path": row["image_path"],
-                "question": shown.question, "options": json.dumps(list(shown.options)),
-                "letters": "".join(shown.letters), "order": _rank(study["seed"], annotator, key),
-            })  # fmt: skip
+            items.append(
+                {
+                    "annotator": annotator,
+                    "item_id": key,
+                    "setting": setting,
+                    "question_id": row["question_id"],
+                    "type": row["type"],
+                    "image_path": row["image_path"],
+                    "question": shown.question,
+                    "options": json.dumps(list(shown.options)),
+                    "letters": "".join(shown.letters),
+                    "order": _rank(study["seed"], annotator, key),
+                }
+            )
     frame = pd.DataFrame(items, columns=[*schemas.HUMAN_STUDY.names, "order"])
     return frame.sort_values(["annotator", "order"], kind="stable").drop(columns="order").reset_index(drop=True)
 
@@ -110,8 +124,15 @@ def answers_from_labels(labels: pd.DataFrame, study: pd.DataFrame | None, source
                     f"{source}: {row.annotator} answered {row.answer!r} to {row.item_id}, showing {', '.join(letters)}"
                 )
         keys = list(zip(labels["annotator"], labels["item_id"], strict=True))
-        found = pd.DataFrame([shown.loc[key, ["setting", "question_id"]] for key in keys],
-                             columns=["setting", "question_id"])  # fmt: skip
-    frame = pd.DataFrame({"annotator": labels["annotator"].to_numpy(), "question_id": found["question_id"].to_numpy(),
-                          "setting": found["setting"].to_numpy(), "answer": labels["answer"].to_numpy()})  # fmt: skip
+        found = pd.DataFrame(
+            [shown.loc[key, ["setting", "question_id"]] for key in keys], columns=["setting", "question_id"]
+        )
+    frame = pd.DataFrame(
+        {
+            "annotator": labels["annotator"].to_numpy(),
+            "question_id": found["question_id"].to_numpy(),
+            "setting": found["setting"].to_numpy(),
+            "answer": labels["answer"].to_numpy(),
+        }
+    )
     return frame[list(schemas.HUMAN_ANSWERS.names)].astype(str)

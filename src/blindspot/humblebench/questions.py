@@ -31,10 +31,16 @@ def question_row(
     """A row of the questions table; `question` is checked (a Question), or a flawed candidate's fields
     kept as written for people to fix."""
     return {
-        "question_id": question.question_id, "source": source, "question": question.question,
-        "options": json.dumps(list(question.options)), "label": question.label, "type": question.type,
-        "image_path": image_path, "origin": json.dumps(origin, sort_keys=True), "verified": verified,
-    }  # fmt: skip
+        "question_id": question.question_id,
+        "source": source,
+        "question": question.question,
+        "options": json.dumps(list(question.options)),
+        "label": question.label,
+        "type": question.type,
+        "image_path": image_path,
+        "origin": json.dumps(origin, sort_keys=True),
+        "verified": verified,
+    }
 
 
 def row_question(row: Mapping[str, Any]) -> Question:
@@ -63,9 +69,12 @@ def _options(truth: str, pool: Sequence[str], nota_correct: bool, rng: Any) -> t
 
 
 def questions_from_benchmark(
-    pairs: pd.DataFrame, taxonomies: Mapping[str, Mapping[str, Any]], kinds: Mapping[str, Mapping[str, str]],
-    nota_share: float, seed: int,
-) -> tuple[list[dict[str, Any]], dict[str, int]]:  # fmt: skip
+    pairs: pd.DataFrame,
+    taxonomies: Mapping[str, Mapping[str, Any]],
+    kinds: Mapping[str, Mapping[str, str]],
+    nota_share: float,
+    seed: int,
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Questions about each kept image of the benchmark, from the facts its generation controlled and the
     VLM filter verified: the subject instance (kind `subject`) and the value of the triplet's knob
     (a kind named like the knob). `kinds` gives each kind's type and question text ({subject},
@@ -136,8 +145,11 @@ class SceneObject(NamedTuple):
 
 def scene_objects(graphs: Sequence[Mapping[str, Any]]) -> list[SceneObject]:
     """Every object of every scene graph, in order."""
-    return [SceneObject(graph["image_id"], obj["id"], obj["category"], graph["file_name"], tuple(obj["bbox"]))
-            for graph in graphs for obj in graph["objects"]]  # fmt: skip
+    return [
+        SceneObject(graph["image_id"], obj["id"], obj["category"], graph["file_name"], tuple(obj["bbox"]))
+        for graph in graphs
+        for obj in graph["objects"]
+    ]
 
 
 def read_crop(obj: SceneObject) -> Any:
@@ -183,7 +195,9 @@ QUESTIONS_SCHEMA = {
                     "type": {"enum": list(TYPES)},
                     "question": {"type": "string", "minLength": 1, "maxLength": 200},
                     "options": {
-                        "type": "array", "minItems": 4, "maxItems": 4,
+                        "type": "array",
+                        "minItems": 4,
+                        "maxItems": 4,
                         "items": {"type": "string", "minLength": 1, "maxLength": 80},
                     },
                     "answer": {"enum": ["A", "B", "C", "D", "none"]},
@@ -193,7 +207,7 @@ QUESTIONS_SCHEMA = {
         }
     },
     "required": ["questions"],
-}  # fmt: skip
+}
 
 
 def scene_description(graph: Mapping[str, Any], cues: Mapping[tuple[str, int], str]) -> dict[str, str]:
@@ -231,8 +245,9 @@ def parse_scene_questions(text: str, graph: Mapping[str, Any]) -> tuple[list[dic
         flaw = "bad_options" if bad_options else "" if fields[1] else "bad_question"  # blank after stripping
         if flaw:
             flawed = SimpleNamespace(**dict(zip(Question.__dataclass_fields__, fields, strict=True)))
-            rows.append(question_row(flawed, "scene_graph", graph["file_name"], origin | {"problem": flaw},
-                                     verified=False))  # fmt: skip
+            rows.append(
+                question_row(flawed, "scene_graph", graph["file_name"], origin | {"problem": flaw}, verified=False)
+            )
             continue
         rows.append(question_row(Question(*fields), "scene_graph", graph["file_name"], origin, verified=False))
     return rows, "ok"
@@ -253,13 +268,20 @@ def export_for_verification(rows: Sequence[Mapping[str, Any]], path: str | Path)
     modified row's question, options A-E and label are read back as edited."""
     table = pd.DataFrame(
         [
-            {"question_id": r["question_id"], "image_path": r["image_path"], "type": r["type"],
-             "question": r["question"], **dict(zip(LETTERS, json.loads(r["options"]), strict=False)),
-             "label": r["label"], "problem": problem(r), "decision": ""}
+            {
+                "question_id": r["question_id"],
+                "image_path": r["image_path"],
+                "type": r["type"],
+                "question": r["question"],
+                **dict(zip(LETTERS, json.loads(r["options"]), strict=False)),
+                "label": r["label"],
+                "problem": problem(r),
+                "decision": "",
+            }
             for r in rows
         ],
         columns=VERIFICATION_COLUMNS,
-    )  # fmt: skip
+    )
     write_text(path, table.to_csv(index=False))
 
 
@@ -281,8 +303,14 @@ def decisions_from_labels(labels: pd.DataFrame, path: str | Path) -> Decisions:
         raise ValueError(f"{path}: people disagree on question(s) {', '.join(split[split > 1].index[:5])}")
     rows = []
     for label in labels.drop_duplicates("item_id").itertuples(index=False):
-        row = {"question_id": label.item_id, "decision": label.decision, "question": "", "label": "", "type": "",
-               **dict.fromkeys(LETTERS, "")}  # fmt: skip
+        row = {
+            "question_id": label.item_id,
+            "decision": label.decision,
+            "question": "",
+            "label": "",
+            "type": "",
+            **dict.fromkeys(LETTERS, ""),
+        }
         if label.decision == "modify":
             try:
                 edit = json.loads(label.edit)

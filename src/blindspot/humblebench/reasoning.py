@@ -21,14 +21,26 @@ class Marker:
 
 
 MARKERS = (
-    Marker("</think>", "", "R1-Onevision, GLM-4.1V-Thinking, Visionary-R1 (`<think>...</think>`; the official "
-           "R1-Onevision and GLM-4.1V wrappers answer after `</think>`), templates that open `<think>`"),
+    Marker(
+        "</think>",
+        "",
+        "R1-Onevision, GLM-4.1V-Thinking, Visionary-R1 (`<think>...</think>`; the official "
+        "R1-Onevision and GLM-4.1V wrappers answer after `</think>`), templates that open `<think>`",
+    ),
     Marker("\u25c1/think\u25b7", "", "Kimi-VL-Thinking (`\u25c1think\u25b7...\u25c1/think\u25b7`)"),
-    Marker("<CONCLUSION>", "</CONCLUSION>", "LLaVA-CoT (`<SUMMARY>`, `<CAPTION>`, `<REASONING>`, then "
-           "`<CONCLUSION>`; the official wrapper answers after `<CONCLUSION>`)"),
-    Marker("final answer is:", "", "Mulberry and R1-VL (their prompts ask for 'The final answer is: xxx'; the "
-           "official wrappers answer after 'final answer is:' and 'answer is:')"),
-)  # fmt: skip
+    Marker(
+        "<CONCLUSION>",
+        "</CONCLUSION>",
+        "LLaVA-CoT (`<SUMMARY>`, `<CAPTION>`, `<REASONING>`, then "
+        "`<CONCLUSION>`; the official wrapper answers after `<CONCLUSION>`)",
+    ),
+    Marker(
+        "final answer is:",
+        "",
+        "Mulberry and R1-VL (their prompts ask for 'The final answer is: xxx'; the "
+        "official wrappers answer after 'final answer is:' and 'answer is:')",
+    ),
+)
 # Wrapping inside an answer that says nothing: GLM-4.1V-Thinking boxes its answer,
 # `<answer><|begin_of_box|>C<|end_of_box|></answer>`.
 DROPPED = ("<|begin_of_box|>", "<|end_of_box|>")

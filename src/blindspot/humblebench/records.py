@@ -34,21 +34,33 @@ def answer_records(answers: pd.DataFrame, questions: pd.DataFrame, reading: str)
         raise ValueError(f"HumbleBench answers: question {unknown.iloc[0]} is not among the questions")
     outcomes = answer_outcomes(answers.assign(prediction=answers[f"prediction_{reading}"]))
     outcome = outcomes["correct"].map({True: RIGHT, False: WRONG}).where(outcomes["prediction"] != "", UNREADABLE)
-    records = pd.DataFrame({
-        "vlm": answers["vlm"], "setting": answers["setting"], "question_id": answers["question_id"],
-        "type": answers["type"], "question": answers["question_id"].map(asked["question"]),
-        "image": answers["question_id"].map(asked["image_path"]), "noise_image": answers["noise_image"].astype(bool),
-        "options": [_shown(o, m) for o, m in zip(answers["options"], answers["letter_map"], strict=True)],
-        "label": answers["label"], "nota": answers["nota"], "answer": answers["text"],
-        "reasoning": answers["reasoning"], "stopped": answers["stopped"].astype(bool),
-        "cut_off": answers["cut_off"].astype(bool),
-        "letter_probabilities": [
-            _shown(p, m) for p, m in zip(answers["letter_probabilities"], answers["letter_map"], strict=True)
-        ],
-        "prediction_text": answers["prediction_text"], "prediction_logits": answers["prediction_logits"],
-        "reading": reading, "prediction": outcomes["prediction"], "correct": outcomes["correct"].astype(bool),
-        "outcome": outcome,
-    })  # fmt: skip
+    records = pd.DataFrame(
+        {
+            "vlm": answers["vlm"],
+            "setting": answers["setting"],
+            "question_id": answers["question_id"],
+            "type": answers["type"],
+            "question": answers["question_id"].map(asked["question"]),
+            "image": answers["question_id"].map(asked["image_path"]),
+            "noise_image": answers["noise_image"].astype(bool),
+            "options": [_shown(o, m) for o, m in zip(answers["options"], answers["letter_map"], strict=True)],
+            "label": answers["label"],
+            "nota": answers["nota"],
+            "answer": answers["text"],
+            "reasoning": answers["reasoning"],
+            "stopped": answers["stopped"].astype(bool),
+            "cut_off": answers["cut_off"].astype(bool),
+            "letter_probabilities": [
+                _shown(p, m) for p, m in zip(answers["letter_probabilities"], answers["letter_map"], strict=True)
+            ],
+            "prediction_text": answers["prediction_text"],
+            "prediction_logits": answers["prediction_logits"],
+            "reading": reading,
+            "prediction": outcomes["prediction"],
+            "correct": outcomes["correct"].astype(bool),
+            "outcome": outcome,
+        }
+    )
     return records[schemas.HUMBLE_RECORDS.names].reset_index(drop=True)
 
 

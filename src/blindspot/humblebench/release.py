@@ -59,13 +59,15 @@ def release_question(record: Mapping[str, Any], source: str, number: int | None 
     question_id = record["question_id"]
     if not isinstance(question_id, str | int) or isinstance(question_id, bool):
         record_named = f"record {number}'s" if number else "a"
-        raise ValueError(f"release {source}: {record_named} question_id is {reprlib.repr(question_id)}, "
-                         "not text or a number")  # fmt: skip
+        raise ValueError(
+            f"release {source}: {record_named} question_id is {reprlib.repr(question_id)}, not text or a number"
+        )
     where = f"release {source}, question {question_id}"
     for field in ("question", "label", "type"):
         if not isinstance(record[field], str):
-            raise ValueError(f"{where}: its {field} is {type(record[field]).__name__} "
-                             f"{reprlib.repr(record[field])}, not text")  # fmt: skip
+            raise ValueError(
+                f"{where}: its {field} is {type(record[field]).__name__} {reprlib.repr(record[field])}, not text"
+            )
     stem, options = split_release_question(record["question"], where)
     try:
         return Question(str(question_id), stem, options, record["label"].strip(), record["type"])

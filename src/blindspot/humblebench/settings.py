@@ -161,10 +161,17 @@ def present(question: Question, setting: str, transforms: Mapping[str, Any], see
     if transforms.get("noise_image"):
         noise = "per_question" if transforms.get("noise_per_question") else "official"
     return Presented(
-        question_id=question.question_id, setting=setting, question=question.question, options=tuple(options),
-        letters=tuple(shown), label=letter_map[label], nota=letter_map[nota], type=question.type, noise=noise,
+        question_id=question.question_id,
+        setting=setting,
+        question=question.question,
+        options=tuple(options),
+        letters=tuple(shown),
+        label=letter_map[label],
+        nota=letter_map[nota],
+        type=question.type,
+        noise=noise,
         letter_map=letter_map,
-    )  # fmt: skip
+    )
 
 
 def setting_transforms(setting: Mapping[str, Any]) -> dict[str, Any]:

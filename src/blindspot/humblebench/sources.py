@@ -22,10 +22,16 @@ log = logging.getLogger(__name__)
 
 
 def collect_questions(
-    release: str | None, image_dir: str | Path, pairs: pd.DataFrame | None, taxonomies: Mapping[str, Mapping[str, Any]],
-    from_benchmark: Mapping[str, Any] | None, seed: int, candidates: pd.DataFrame | None, decisions: Decisions | None,
+    release: str | None,
+    image_dir: str | Path,
+    pairs: pd.DataFrame | None,
+    taxonomies: Mapping[str, Mapping[str, Any]],
+    from_benchmark: Mapping[str, Any] | None,
+    seed: int,
+    candidates: pd.DataFrame | None,
+    decisions: Decisions | None,
     limit: int | None = None,
-) -> tuple[pd.DataFrame, dict[str, Any]]:  # fmt: skip
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The questions of each given source, in this order: the `release` (its images that come as bytes
     written to `image_dir`); questions about the benchmark's kept `pairs` (`from_benchmark` is the
     config's kinds and NOTA share; `taxonomies` by domain give the distractors); the scene-graph
@@ -55,8 +61,11 @@ def collect_questions(
             flawed = [row for row in written if problem(row)]
             used = [row for row in written if not problem(row)]
             counters["scene_graph_left_out_with_problems"] = len(flawed)
-            log.warning("%d scene-graph questions are used unverified (no verification file); %d with problems are "
-                        "left out", len(used), len(flawed))  # fmt: skip
+            log.warning(
+                "%d scene-graph questions are used unverified (no verification file); %d with problems are left out",
+                len(used),
+                len(flawed),
+            )
         counters["scene_graph_filtering"] = filtering_by_type(written, decisions)
         rows += used
         counters["scene_graph"] = len(used)
@@ -74,8 +83,10 @@ def collect_questions(
 def question_sample(questions: pd.DataFrame, limit: int | None) -> pd.DataFrame:
     """The `limit` questions everyone answers (`humblebench.limit`; all of them when None), stratified by type
     and by whether NOTA is the answer, drawn by the hash of the question id (`sampling.stratified_sample`)."""
-    nota = [is_nota(json.loads(options)[LETTERS.index(label)])
-            for options, label in zip(questions["options"], questions["label"], strict=True)]  # fmt: skip
+    nota = [
+        is_nota(json.loads(options)[LETTERS.index(label)])
+        for options, label in zip(questions["options"], questions["label"], strict=True)
+    ]
     sample = stratified_sample(questions.assign(nota_answer=nota), ("type", "nota_answer"), "question_id", limit)
     return sample.drop(columns="nota_answer")
 

@@ -27,9 +27,15 @@ from blindspot.schemas import HUMAN_ANSWERS
 READINGS = ("text", "logits")
 HEADLINES = {"overall": "Overall", "nota_selection": "NOTA sel.", "nota_hit": "NOTA hit"}
 TABLE4_COLUMNS = {
-    "object": "Object", "relation": "Relation", "attribute": "Attribute", "overall": "Overall",
-    "non_nota_accuracy": "Non-NOTA", "nota_hit": "NOTA hit", "false_nota": "False-NOTA", "humility": "HS",
-}  # fmt: skip
+    "object": "Object",
+    "relation": "Relation",
+    "attribute": "Attribute",
+    "overall": "Overall",
+    "non_nota_accuracy": "Non-NOTA",
+    "nota_hit": "NOTA hit",
+    "false_nota": "False-NOTA",
+    "humility": "HS",
+}
 
 
 def _require_answers(answers: pd.DataFrame, readings: Sequence[str]) -> None:
@@ -151,12 +157,17 @@ def table5(metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[s
             if headline == "overall"
             else f"{HEADLINES[headline]}: {_best(cells, headline)}"
         )
-        rows.append({
-            "Setting": setting["label"], "# Models": len(cells),
-            "Avg. Overall": _percent(cells["overall"].mean()), "Avg. HS": _percent(cells["humility"].mean()),
-            "Avg. Macro-F1": _percent(cells["macro_f1"].mean()),
-            "Avg. NOTA Sel.": _percent(cells["nota_selection"].mean()), "Best Model(s)": best,
-        })  # fmt: skip
+        rows.append(
+            {
+                "Setting": setting["label"],
+                "# Models": len(cells),
+                "Avg. Overall": _percent(cells["overall"].mean()),
+                "Avg. HS": _percent(cells["humility"].mean()),
+                "Avg. Macro-F1": _percent(cells["macro_f1"].mean()),
+                "Avg. NOTA Sel.": _percent(cells["nota_selection"].mean()),
+                "Best Model(s)": best,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -174,8 +185,13 @@ def table6(
     return grouped(table, groups)
 
 
-SHIFT_COLUMNS = {"nota_selection": "NOTA Selection", "nota_hit": "NOTA Hit", "false_nota": "False-NOTA",
-                 "non_nota_accuracy": "Non-NOTA Acc.", "d_prime": "d'"}  # fmt: skip
+SHIFT_COLUMNS = {
+    "nota_selection": "NOTA Selection",
+    "nota_hit": "NOTA Hit",
+    "false_nota": "False-NOTA",
+    "non_nota_accuracy": "Non-NOTA Acc.",
+    "d_prime": "d'",
+}
 
 
 def shift_table(metrics: pd.DataFrame, reading: str, before: str, after: str) -> pd.DataFrame:
@@ -199,10 +215,15 @@ def shift_table(metrics: pd.DataFrame, reading: str, before: str, after: str) ->
         return "-" if math.isnan(number) else f"{number:.2f}" if metric == "d_prime" else f"{100 * number:.2f}"
 
     rows = [
-        {"Model": model or "Average", **{title: f"{shown(before, model, metric)} → {shown(after, model, metric)}"
-                                         for metric, title in SHIFT_COLUMNS.items()}}
+        {
+            "Model": model or "Average",
+            **{
+                title: f"{shown(before, model, metric)} → {shown(after, model, metric)}"
+                for metric, title in SHIFT_COLUMNS.items()
+            },
+        }
         for model in [*models, None]
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows, columns=["Model", *SHIFT_COLUMNS.values()])
 
 
@@ -220,8 +241,13 @@ def read_human_answers(path: str | Path) -> pd.DataFrame:
     return frame[list(HUMAN_ANSWERS.names)]
 
 
-TABLE7_COLUMNS = {"overall": "Overall", "non_nota_accuracy": "Non-NOTA", "nota_hit": "NOTA hit",
-                  "false_nota": "False-NOTA", "humility": "HS"}  # fmt: skip
+TABLE7_COLUMNS = {
+    "overall": "Overall",
+    "non_nota_accuracy": "Non-NOTA",
+    "nota_hit": "NOTA hit",
+    "false_nota": "False-NOTA",
+    "humility": "HS",
+}
 
 
 def _table7_cells(frame: pd.DataFrame, original: str, stress: str) -> dict[str, float]:
@@ -268,10 +294,16 @@ MARKED = ("table4", "table6")  # the tables that set each group's best value in 
 
 
 def report_tables(
-    answers: pd.DataFrame, humans: pd.DataFrame | None, reading: str, settings: Mapping[str, Mapping[str, Any]],
-    original: str, stress: str, cautious: str | None = None, readings: Sequence[str] = READINGS,
+    answers: pd.DataFrame,
+    humans: pd.DataFrame | None,
+    reading: str,
+    settings: Mapping[str, Mapping[str, Any]],
+    original: str,
+    stress: str,
+    cautious: str | None = None,
+    readings: Sequence[str] = READINGS,
     groups: Groups | None = None,
-) -> tuple[pd.DataFrame, dict[str, tuple[pd.DataFrame, str]]]:  # fmt: skip
+) -> tuple[pd.DataFrame, dict[str, tuple[pd.DataFrame, str]]]:
     """Every metric per VLM x setting x reading of `readings` (`metrics_table`), and by name Tables 4 to
     6 of `reading`, 7 given people's answers (`read_human_answers`) and, given a `cautious` setting among
     `settings`, the appendix's Original -> Cautious table, each with its caption; `original` is the setting of Table 4,
@@ -308,18 +340,24 @@ def report_tables(
 
 
 def write_report(
-    found: pd.DataFrame, report: Mapping[str, tuple[pd.DataFrame, str]], reading: str,
-    settings: Mapping[str, Mapping[str, str]], metrics: str | Path, tables: Mapping[str, Sequence[str]],
-    plot: str | Path, sample: str | None = None,
-) -> None:  # fmt: skip
+    found: pd.DataFrame,
+    report: Mapping[str, tuple[pd.DataFrame, str]],
+    reading: str,
+    settings: Mapping[str, Mapping[str, str]],
+    metrics: str | Path,
+    tables: Mapping[str, Sequence[str]],
+    plot: str | Path,
+    sample: str | None = None,
+) -> None:
     """Write every metric (CSV), each report table to its files (`tables[name]`: CSV, Markdown, LaTeX; in
     Tables 4 and 6 each group's best in bold, `best_cells`) and the NOTA plot: what the workflow and
     `blindspot humble score` both write. On a `sample` of the questions (its label, `sampling.sample_label`)
     the CSVs' rows, the captions and the plot's title say so."""
     write_text(metrics, marked_table(found, sample).to_csv(index=False))
     for name, (table, caption) in report.items():
-        write_report_table(table, *tables[name], caption=caption, bold=best_cells(table) if name in MARKED else (),
-                           sample=sample)  # fmt: skip
+        write_report_table(
+            table, *tables[name], caption=caption, bold=best_cells(table) if name in MARKED else (), sample=sample
+        )
     plot_nota_tradeoff(found, reading, settings, plot, sample)
 
 
@@ -333,9 +371,12 @@ def tradeoff_points(metrics: pd.DataFrame, reading: str, settings: Mapping[str, 
 
 
 def plot_nota_tradeoff(
-    metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]], path: str | Path,
+    metrics: pd.DataFrame,
+    reading: str,
+    settings: Mapping[str, Mapping[str, Any]],
+    path: str | Path,
     sample: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """NOTA hit rate (y) against false-NOTA rate (x), one marker per model and setting (`tradeoff_points`);
     the diagonal is a model that picks NOTA at random. The title says when the answers are on a `sample`."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -86,9 +86,15 @@ class AlignScore:
     bounds = (0.0, 1.0)
 
     def __init__(
-        self, spec: ModelSpec, batch_size: int, captioner: ModelSpec, checkpoint: str = HUB_CHECKPOINT,
-        base: str | None = None, instruction: str = CAPTION_INSTRUCTION, caption_tokens: int = 40,
-    ):  # fmt: skip
+        self,
+        spec: ModelSpec,
+        batch_size: int,
+        captioner: ModelSpec,
+        checkpoint: str = HUB_CHECKPOINT,
+        base: str | None = None,
+        instruction: str = CAPTION_INSTRUCTION,
+        caption_tokens: int = 40,
+    ):
         """`spec.path` is the checkpoint file, a folder holding exactly one (with the config and
         tokenizer of a tiny model), or the hub id `yzha/AlignScore`, whose `checkpoint` file must be
         in the local hub cache. `base` is the model the release was fine-tuned from (the metric entry's
@@ -131,9 +137,13 @@ class AlignScore:
         for start in range(0, len(cells), self.batch_size):
             chunk = cells[start : start + self.batch_size]
             inputs = self.tokenizer(
-                [c for c, _ in chunk], [s for _, s in chunk], truncation="only_first", max_length=self.max_tokens,
-                padding=True, return_tensors="pt",
-            ).to(self.device)  # fmt: skip
+                [c for c, _ in chunk],
+                [s for _, s in chunk],
+                truncation="only_first",
+                max_length=self.max_tokens,
+                padding=True,
+                return_tensors="pt",
+            ).to(self.device)
             with torch.inference_mode():
                 pooled = self.encoder(**inputs).pooler_output
                 aligned.extend(torch.softmax(self.head(pooled).float(), dim=-1)[:, ALIGNED].tolist())

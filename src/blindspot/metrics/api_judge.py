@@ -197,28 +197,40 @@ class APIJudgeMetric:
 
     def cache_key(self, prompt: str, image_sha256: str) -> str:
         return stable_id(
-            "api_judge/v1", self.model_id, self.revision, self.template.version, self.request_settings, image_sha256,
+            "api_judge/v1",
+            self.model_id,
+            self.revision,
+            self.template.version,
+            self.request_settings,
+            image_sha256,
             prompt,
-        )  # fmt: skip
+        )
 
     def body(self, prompt: str, png: bytes) -> dict[str, Any]:
         """The chat-completions request for one (prompt, image) pair."""
         *system, user = self.template.render(prompt=prompt)
         messages = [
             *system,
-            {"role": "user", "content": [
-                image_part(png),
-                {"type": "text", "text": user["content"]},
-            ]},
-        ]  # fmt: skip
+            {
+                "role": "user",
+                "content": [
+                    image_part(png),
+                    {"type": "text", "text": user["content"]},
+                ],
+            },
+        ]
         return {**self.request_settings, "model": self.model_id, "messages": messages}
 
     def _judge(self, prompt: str, png: bytes, key: str) -> Score:
         """Ask until a reply holds an answer, which is cached; after the last try, an Unanswered score."""
         record = {
-            "model_id": self.model_id, "revision": self.revision, "template_version": self.template.version,
-            "request": self.request_settings, "image_sha256": hashlib.sha256(png).hexdigest(), "prompt": prompt,
-        }  # fmt: skip
+            "model_id": self.model_id,
+            "revision": self.revision,
+            "template_version": self.template.version,
+            "request": self.request_settings,
+            "image_sha256": hashlib.sha256(png).hexdigest(),
+            "prompt": prompt,
+        }
         asked = self.replies.ask(self.body(prompt, png), record, key)
         if asked.response is None:
             return Unanswered(math.nan, asked.detail, asked.failure or "")
@@ -250,13 +262,20 @@ class APIJudgeMetric:
                 log.info("%s: removed %d temporary file(s) a killed run left in the cache", self.name, len(stale))
             # Each answer is cached as it arrives, so after a failure those received are kept.
             tasks = [(prompt, png, key) for _, prompt, png, key in todo]
-            answers = self.client.run_all(self._judge, tasks, desc=f"judge {self.name}", unit="image",
-                                          thread_name_prefix="api-judge")  # fmt: skip
+            answers = self.client.run_all(
+                self._judge, tasks, desc=f"judge {self.name}", unit="image", thread_name_prefix="api-judge"
+            )
             for (i, *_), answer in zip(todo, answers, strict=True):
                 scores[i] = answer
         unanswered = sum(isinstance(score, Unanswered) for score in scores)
-        log.info("%s: %d scored, %d from the cache, %d without an answer, %d HTTP requests", self.name,
-                 len(scores) - unanswered, self.cache_hits, unanswered, self.client.requests_sent)  # fmt: skip
+        log.info(
+            "%s: %d scored, %d from the cache, %d without an answer, %d HTTP requests",
+            self.name,
+            len(scores) - unanswered,
+            self.cache_hits,
+            unanswered,
+            self.client.requests_sent,
+        )
         return scores  # type: ignore[return-value]
 
 

@@ -64,9 +64,11 @@ VISION_PREFIX, PROJECTOR_PREFIX = TOWER_PREFIX + "vision_model.", "mm_projector.
 # Keys a release may hold that the port does not read: CLIPT5's own alias of the shared embedding,
 # T5's tied copies of it, and CLIP's position-id buffer (persistent before transformers 4.31).
 ALIAS_KEYS = (
-    "embed_tokens.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
+    "embed_tokens.weight",
+    "encoder.embed_tokens.weight",
+    "decoder.embed_tokens.weight",
     VISION_PREFIX + "embeddings.position_ids",
-)  # fmt: skip
+)
 # The config keys the official model reads to build its vision side (LLaVA's ModelArguments).
 VISION_KEYS = ("mm_vision_tower", "mm_hidden_size", "mm_projector_type", "mm_vision_select_layer")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -190,9 +192,14 @@ class CLIPFlanT5:
     bounds = (0.0, 1.0)
 
     def __init__(
-        self, spec: ModelSpec, batch_size: int, question: str = QUESTION, answer: str = ANSWER,
-        tokenizer: str | None = None, vision_tower: str | None = None,
-    ):  # fmt: skip
+        self,
+        spec: ModelSpec,
+        batch_size: int,
+        question: str = QUESTION,
+        answer: str = ANSWER,
+        tokenizer: str | None = None,
+        vision_tower: str | None = None,
+    ):
         """`spec.path` is the model's folder or hub id (`zhiqiulin/clip-flant5-xxl`). `tokenizer` is a
         folder or hub id of FlanT5's tokenizer: by default the model's folder when it holds one, else
         `google/flan-t5-xxl`, as officially. `vision_tower` overrides the config's `mm_vision_tower` (a

@@ -15,9 +15,13 @@ HUB_FILES = HubFiles(repo_args={"processor": False})
 
 class ClipSimilarity:
     def __init__(
-        self, spec: ModelSpec, batch_size: int, weight: float | None = None, floor_at_zero: bool = False,
+        self,
+        spec: ModelSpec,
+        batch_size: int,
+        weight: float | None = None,
+        floor_at_zero: bool = False,
         processor: str | None = None,
-    ):  # fmt: skip
+    ):
         """`weight` multiplies the cosine; without one, the model's own logit scale does (PickScore).
         `processor` names another repository for the tokenizer and image processor (PickScore's
         checkpoint uses those of LAION's CLIP-H)."""

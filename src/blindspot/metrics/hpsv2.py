@@ -80,9 +80,13 @@ def letterbox(pixels: Any, size: int, mean: tuple[float, ...], std: tuple[float,
 
 class HPSv2:
     def __init__(
-        self, spec: ModelSpec, batch_size: int, architecture: str = "ViT-H-14", scale: float = 100.0,
+        self,
+        spec: ModelSpec,
+        batch_size: int,
+        architecture: str = "ViT-H-14",
+        scale: float = 100.0,
         checkpoint: str = HUB_CHECKPOINT,
-    ):  # fmt: skip
+    ):
         """`spec.path` is a checkpoint file, a folder holding exactly one (with a tiny model's config
         file), or the hub id `xswu/HPSv2`, whose `checkpoint` file must be in the local hub cache.
         `architecture` is an open_clip model name, or a `.json` config file in the model's folder.

@@ -53,10 +53,19 @@ BOUNDS = (-3.0, 3.0)
 # The release: BLIP_Pretrain(image_size=224, vit="large") and BLIP's med_config.json (BERT-base with
 # cross-attention; 30,522 WordPiece tokens plus [DEC] and [ENC]).
 RELEASE_SIZES: dict[str, int] = {
-    "image_size": 224, "patch_size": 16, "vision_width": 1024, "vision_layers": 24, "vision_heads": 16,
-    "vision_mlp": 4096, "text_width": 768, "text_layers": 12, "text_heads": 12, "text_mlp": 3072,
-    "vocab_size": 30524, "max_positions": 512,
-}  # fmt: skip
+    "image_size": 224,
+    "patch_size": 16,
+    "vision_width": 1024,
+    "vision_layers": 24,
+    "vision_heads": 16,
+    "vision_mlp": 4096,
+    "text_width": 768,
+    "text_layers": 12,
+    "text_heads": 12,
+    "text_mlp": 3072,
+    "vocab_size": 30524,
+    "max_positions": 512,
+}
 HEAD_WIDTHS = (1024, 128, 64, 16, 1)  # ImageReward's MLP: linear layers only (its ReLUs are commented out)
 HEAD_DROPOUTS = (0.2, 0.2, 0.1, 0.0, 0.0)  # after each linear layer (none after the last two)
 PROJECTION_WIDTH = 256  # BLIP_Pretrain's embed_dim: the ITC projections, which the reward does not use
@@ -80,13 +89,16 @@ PORT_TO_OFFICIAL: tuple[tuple[str, str], ...] = (
     (r"text\.(encoder\.layer\.\d+\.(?:attention|crossattention)\.output\.(?:dense|LayerNorm)" + _WB, _T),
     (r"text\.(encoder\.layer\.\d+\.(?:intermediate\.dense|output\.(?:dense|LayerNorm))" + _WB, _T),
     (r"head\.(\d+)\.(weight|bias)", r"mlp.layers.\1.\2"),
-)  # fmt: skip
+)
 # Keys of ImageReward.pt that the reward never reads: BLIP's ITC projections, and med.py's position-id
 # buffer (0, 1, 2, ...), which transformers rebuilds itself.
 UNUSED_KEYS = (
-    "blip.vision_proj.weight", "blip.vision_proj.bias", "blip.text_proj.weight", "blip.text_proj.bias",
+    "blip.vision_proj.weight",
+    "blip.vision_proj.bias",
+    "blip.text_proj.weight",
+    "blip.text_proj.bias",
     "blip.text_encoder.embeddings.position_ids",
-)  # fmt: skip
+)
 
 
 def official_key(port_key: str) -> str:
@@ -113,18 +125,28 @@ def build_model(sizes: Mapping[str, int]) -> Any:
     from transformers import BlipTextConfig, BlipTextModel, BlipVisionConfig, BlipVisionModel
 
     vision = BlipVisionConfig(
-        hidden_size=sizes["vision_width"], intermediate_size=sizes["vision_mlp"],
-        num_hidden_layers=sizes["vision_layers"], num_attention_heads=sizes["vision_heads"],
-        image_size=sizes["image_size"], patch_size=sizes["patch_size"],
-        hidden_act="gelu", layer_norm_eps=1e-6,  # timm's ViT: exact GELU, LayerNorm eps 1e-6
-    )  # fmt: skip
+        hidden_size=sizes["vision_width"],
+        intermediate_size=sizes["vision_mlp"],
+        num_hidden_layers=sizes["vision_layers"],
+        num_attention_heads=sizes["vision_heads"],
+        image_size=sizes["image_size"],
+        patch_size=sizes["patch_size"],
+        hidden_act="gelu",
+        layer_norm_eps=1e-6,  # timm's ViT: exact GELU, LayerNorm eps 1e-6
+    )
     text = BlipTextConfig(
-        vocab_size=sizes["vocab_size"], hidden_size=sizes["text_width"], intermediate_size=sizes["text_mlp"],
-        num_hidden_layers=sizes["text_layers"], num_attention_heads=sizes["text_heads"],
-        max_position_embeddings=sizes["max_positions"], encoder_hidden_size=sizes["vision_width"],
-        hidden_act="gelu", layer_norm_eps=1e-12, pad_token_id=0,  # med_config.json
+        vocab_size=sizes["vocab_size"],
+        hidden_size=sizes["text_width"],
+        intermediate_size=sizes["text_mlp"],
+        num_hidden_layers=sizes["text_layers"],
+        num_attention_heads=sizes["text_heads"],
+        max_position_embeddings=sizes["max_positions"],
+        encoder_hidden_size=sizes["vision_width"],
+        hidden_act="gelu",
+        layer_norm_eps=1e-12,
+        pad_token_id=0,  # med_config.json
         is_decoder=True,  # builds the cross-attention layers; the forward pass stays bidirectional
-    )  # fmt: skip
+    )
     widths = (sizes["text_width"], *HEAD_WIDTHS)
     layers: list[nn.Module] = []
     for width_in, width_out, dropout in zip(widths[:-1], widths[1:], HEAD_DROPOUTS, strict=True):
@@ -168,13 +190,15 @@ def official_transform(size: int) -> Any:
     """ImageReward's `_transform`: short side to `size` (bicubic), centre crop, RGB, CLIP's normalisation."""
     from torchvision.transforms import CenterCrop, Compose, InterpolationMode, Normalize, Resize, ToTensor
 
-    return Compose([
-        Resize(size, interpolation=InterpolationMode.BICUBIC),
-        CenterCrop(size),
-        lambda image: image.convert("RGB"),
-        ToTensor(),
-        Normalize(CLIP_MEAN, CLIP_STD),
-    ])  # fmt: skip
+    return Compose(
+        [
+            Resize(size, interpolation=InterpolationMode.BICUBIC),
+            CenterCrop(size),
+            lambda image: image.convert("RGB"),
+            ToTensor(),
+            Normalize(CLIP_MEAN, CLIP_STD),
+        ]
+    )
 
 
 class ImageReward:

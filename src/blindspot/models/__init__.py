@@ -1,2 +1,2 @@
-"""Models: text generation and VLM scoring through vLLM or transformers, the hub cache, and the
-tiny random-weight recipes (`tiny`) that tests and the tiny preset build."""
+"""Models behind one interface per kind: text generation and VLM scoring through vLLM or transformers,
+ProtoScore's model, devices and GPU slots, checkpoints and tokenizers; endpoints in `models.api`."""

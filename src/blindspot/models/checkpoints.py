@@ -12,9 +12,14 @@ from typing import Any
 
 
 def load_mapped_state_dict(
-    model: Any, state_dict: Mapping[str, Any], wanted: Mapping[str, str], ignored: Collection[str], what: str,
-    source: str | Path, strict: bool,
-) -> None:  # fmt: skip
+    model: Any,
+    state_dict: Mapping[str, Any],
+    wanted: Mapping[str, str],
+    ignored: Collection[str],
+    what: str,
+    source: str | Path,
+    strict: bool,
+) -> None:
     """Load `state_dict[wanted[name]]` into each weight `name` of `model`; `ignored` release keys may be
     left over. `strict` as `load_state_dict` takes it (False where the port has tied copies)."""
     missing = [key for key in wanted.values() if key not in state_dict]

@@ -45,8 +45,11 @@ def nvidia_smi(query: str) -> tuple[list[str], str | None]:
     try:
         done = subprocess.run(
             ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return [], None
     lines = (done.stdout + done.stderr).strip().splitlines()

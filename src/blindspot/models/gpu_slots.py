@@ -65,14 +65,17 @@ def _try_lock(gpu: str, folder: Path) -> IO[str] | None:
     return handle
 
 
-def claim(count: int, pool: Sequence[str], wait_s: float = WAIT_S,
-          sleep: Callable[[float], None] = time.sleep) -> list[str]:  # fmt: skip
+def claim(
+    count: int, pool: Sequence[str], wait_s: float = WAIT_S, sleep: Callable[[float], None] = time.sleep
+) -> list[str]:
     """Take `count` ids of `pool` that no other process holds, waiting for them up to `wait_s`
     seconds; held until this process ends. All or none: a job never sits on part of its GPUs."""
     if count > len(pool):
         have = f"{len(pool)} ({', '.join(pool) or 'none'})"
-        raise NoFreeGPUs(f"a job asks for {count} GPU(s) and this machine has {have}: set workstation_gpus in the "
-                         "profile, or lower the model's gpus")  # fmt: skip
+        raise NoFreeGPUs(
+            f"a job asks for {count} GPU(s) and this machine has {have}: set workstation_gpus in the "
+            "profile, or lower the model's gpus"
+        )
     folder = lock_dir()
     folder.mkdir(mode=0o777, parents=True, exist_ok=True)
     deadline = time.monotonic() + wait_s
@@ -88,8 +91,10 @@ def claim(count: int, pool: Sequence[str], wait_s: float = WAIT_S,
         for _, handle in taken:
             handle.close()  # closing the file releases its lock
         if time.monotonic() >= deadline:
-            raise NoFreeGPUs(f"no {count} of GPUs {', '.join(pool)} came free in {wait_s:.0f} s: another run, or a "
-                             f"program outside Snakemake, holds them (locks in {folder})")  # fmt: skip
+            raise NoFreeGPUs(
+                f"no {count} of GPUs {', '.join(pool)} came free in {wait_s:.0f} s: another run, or a "
+                f"program outside Snakemake, holds them (locks in {folder})"
+            )
         sleep(1.0)
 
 

@@ -74,9 +74,7 @@ class PairwiseScorer:
     def scores(self, prompts: Sequence[str], images: Sequence[Any]) -> Any:
         import torch
 
-        autocast = torch.autocast(
-            self.device.type, dtype=torch.bfloat16, enabled=self.settings.precision == "bf16"
-        )  # fmt: skip
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.settings.precision == "bf16")
         with autocast:
             # the head reads hidden states: the vocabulary projection is made for the last position only
             output = self.model(**self.inputs(prompts, images), output_hidden_states=True, logits_to_keep=1)
@@ -101,16 +99,22 @@ def load_scorer(spec: Any, settings: TrainSettings, trained: str | Path | None =
     # The frozen base loads straight onto its device in the training's precision (bf16 halves its memory);
     # what is trained, the LoRA adapters (peft's autocast_adapter_dtype) and the head, stays in float32.
     base = AutoModelForImageTextToText.from_pretrained(
-        spec.path, revision=spec.revision, trust_remote_code=remote, device_map=device_map,
+        spec.path,
+        revision=spec.revision,
+        trust_remote_code=remote,
+        device_map=device_map,
         dtype=torch.bfloat16 if settings.precision == "bf16" else torch.float32,
-    )  # fmt: skip
+    )
     hidden = base.config.get_text_config().hidden_size
     head = torch.nn.Linear(hidden, 1)
     if trained is None:
         lora = LoraConfig(
-            r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
-            target_modules=list(settings.target_modules), bias="none",
-        )  # fmt: skip
+            r=settings.lora_r,
+            lora_alpha=settings.lora_alpha,
+            lora_dropout=settings.lora_dropout,
+            target_modules=list(settings.target_modules),
+            bias="none",
+        )
         model = get_peft_model(base, lora, autocast_adapter_dtype=True)
     else:
         model = PeftModel.from_pretrained(base, Path(trained) / ADAPTER_DIR, autocast_adapter_dtype=True)

@@ -108,8 +108,10 @@ def transformers_takes(model: dict[str, Any], needs: str, trust_remote_code: boo
     from transformers.models.auto import modeling_auto
 
     auto_class = TRANSFORMERS_CLASSES[needs]
-    mapping = {"images": modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
-               "text": modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES}[needs]  # fmt: skip
+    mapping = {
+        "images": modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        "text": modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    }[needs]
     model_type, _, auto_map = _fields(model)
     if trust_remote_code and auto_class in auto_map:
         return True, f"its remote code maps {auto_class}"

@@ -81,9 +81,13 @@ def scored(first: np.ndarray, after_one: np.ndarray, text: str, tokens: ScoreTok
     probabilities, mass = score_distribution(first, after_one, tokens)
     expected, best = summarise(probabilities)
     return {
-        "expected_score": expected, "argmax_score": best, "valid_mass": mass,
-        "probabilities": probabilities.tolist(), "text": text.strip(), "text_score": text_score(text),
-    }  # fmt: skip
+        "expected_score": expected,
+        "argmax_score": best,
+        "valid_mass": mass,
+        "probabilities": probabilities.tolist(),
+        "text": text.strip(),
+        "text_score": text_score(text),
+    }
 
 
 def text_score(text: str) -> int | None:
@@ -112,8 +116,12 @@ class TransformersVLMScorer:
     def batches(self, texts: list[Any], images: list[Any], what: str) -> Iterator[tuple[list[Any], list[Any]]]:
         """The texts (or conversations) and their images a batch of the model's at a time; a progress bar
         when there are several (callers that read images hand over one batch at a time, and show their own)."""
-        starts = tqdm(range(0, len(images), self.batch_size), desc=f"{what} {self.spec.name}", unit="batch",
-                      disable=len(images) <= self.batch_size)  # fmt: skip
+        starts = tqdm(
+            range(0, len(images), self.batch_size),
+            desc=f"{what} {self.spec.name}",
+            unit="batch",
+            disable=len(images) <= self.batch_size,
+        )
         for start in starts:
             yield texts[start : start + self.batch_size], images[start : start + self.batch_size]
 
@@ -136,8 +144,13 @@ class TransformersVLMScorer:
         for batch_conv, batch_images in self.batches(conversations, images, "answer"):
             prompt = self.inputs(batch_conv, batch_images)
             with torch.inference_mode():
-                out = self.model.generate(**prompt, max_new_tokens=max_new_tokens, do_sample=False,
-                                          output_logits=True, return_dict_in_generate=True)  # fmt: skip
+                out = self.model.generate(
+                    **prompt,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    output_logits=True,
+                    return_dict_in_generate=True,
+                )
                 # raw logits (before any logits processor), so the probabilities are the model's own
                 probabilities = torch.softmax(out.logits[0].float(), dim=-1)[:, candidates]
             new = out.sequences[:, prompt["input_ids"].shape[1] :]
@@ -177,8 +190,10 @@ class TransformersVLMScorer:
                 then = self.model.generate(
                     input_ids=torch.cat([ids, torch.full_like(ids[:, :1], self.one)], dim=1),
                     attention_mask=torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1),
-                    cache=answer.cache, max_new_tokens=1, **greedy,
-                )  # fmt: skip
+                    cache=answer.cache,
+                    max_new_tokens=1,
+                    **greedy,
+                )
                 # raw logits (before any logits processor), so the probabilities are the model's own
                 logits = torch.stack([answer.logits[0], then.logits[0]], dim=1).float()
                 logprobs = torch.log_softmax(logits, dim=-1).cpu().numpy()
@@ -223,9 +238,12 @@ class VLLMVLMScorer:
         greedy = {"temperature": 0.0, "logprob_token_ids": self.candidates}
         answers = self.llm.chat(messages, SamplingParams(max_tokens=self.max_new_tokens, **greedy), use_tqdm=True)
         after_one = self.llm.chat(
-            [[*m, {"role": "assistant", "content": "1"}] for m in messages], SamplingParams(max_tokens=1, **greedy),
-            add_generation_prompt=False, continue_final_message=True, use_tqdm=True,
-        )  # fmt: skip
+            [[*m, {"role": "assistant", "content": "1"}] for m in messages],
+            SamplingParams(max_tokens=1, **greedy),
+            add_generation_prompt=False,
+            continue_final_message=True,
+            use_tqdm=True,
+        )
         results = []
         for answer, continued in zip(answers, after_one, strict=True):
             if continued.prompt_token_ids[-1] != self.one:
@@ -290,9 +308,11 @@ def image_conversation(template: PromptTemplate, **fields: str) -> list[dict]:
 
 
 def judge_images(
-    renders: pd.DataFrame, scorer: TransformersVLMScorer | VLLMVLMScorer, template: PromptTemplate,
+    renders: pd.DataFrame,
+    scorer: TransformersVLMScorer | VLLMVLMScorer,
+    template: PromptTemplate,
     journal_path: str | Path,
-) -> tuple[pd.DataFrame, dict[str, Any]]:  # fmt: skip
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Score each image against its own description only (I_corr with D_c, I_adv with D_a), a batch of
     the scorer's at a time: the next batch decodes while the model scores this one. Each batch's scores
     go to the journal at `journal_path` (`images.journaled_batches`): a job killed midway scores only
@@ -308,19 +328,30 @@ def judge_images(
     # The images' sha256 (in the records) are in the key: a re-rendered image is scored again.
     key = ("image scores", spec.outputs, template.version)
     scores, computed = journaled_batches(
-        records, scorer.batch_size, lambda record: read_rgb(record["path"]), score, journal_path, key,
+        records,
+        scorer.batch_size,
+        lambda record: read_rgb(record["path"]),
+        score,
+        journal_path,
+        key,
         desc=f"judge {spec.name}",
-    )  # fmt: skip
+    )
     frame = pd.DataFrame(
         [
             {
-                "image_id": record["image_id"], "triplet_id": record["triplet_id"], "role": record["role"],
-                "t2i": record["t2i"], "vlm": spec.name, "model_id": spec.model_id,
-                "model_revision": spec.revision or "", "template_version": template.version, **score,
+                "image_id": record["image_id"],
+                "triplet_id": record["triplet_id"],
+                "role": record["role"],
+                "t2i": record["t2i"],
+                "vlm": spec.name,
+                "model_id": spec.model_id,
+                "model_revision": spec.revision or "",
+                "template_version": template.version,
+                **score,
             }
             for record, score in zip(records, scores, strict=True)
         ]
-    )  # fmt: skip
+    )
     parsed = frame["text_score"].notna() if len(frame) else pd.Series(dtype=bool)
     counters = {
         "images": len(frame),

@@ -40,9 +40,20 @@ OVERALL = "overall"
 ANNOTATED, TEST_SPLIT, SCORED_ONLY = "annotated", "test split", "scored pairs only"
 BREAKDOWNS = (OVERALL, "domain", "knob", "t2i", "subcategory")  # the paper reports overall and domain only
 BREAKDOWN_COLUMNS = [
-    "population", "metric", "breakdown", "group", "n", "accuracy", "ci_low", "ci_high", "kappa", "kappa_low",
-    "kappa_high", "n_kappa", "n_unscored",
-]  # fmt: skip
+    "population",
+    "metric",
+    "breakdown",
+    "group",
+    "n",
+    "accuracy",
+    "ci_low",
+    "ci_high",
+    "kappa",
+    "kappa_low",
+    "kappa_high",
+    "n_kappa",
+    "n_unscored",
+]
 
 # --- pairwise correctness ---------------------------------------------------------------------------------------
 
@@ -214,8 +225,19 @@ def accuracy_breakdown(
                 kappa = (
                     bootstrap_kappa(right[on], human_corr[idx][on], n_boot, rng, level) if on.any() else NAN_ESTIMATE
                 )
-                rows.append([population, metric, breakdown, group, len(idx), *acc, *kappa, int(on.sum()),
-                             int(unscored[metric].to_numpy()[idx].sum())])  # fmt: skip
+                rows.append(
+                    [
+                        population,
+                        metric,
+                        breakdown,
+                        group,
+                        len(idx),
+                        *acc,
+                        *kappa,
+                        int(on.sum()),
+                        int(unscored[metric].to_numpy()[idx].sum()),
+                    ]
+                )
             if humans is not None:
                 acc = bootstrap_accuracy(human_corr[idx][on], n_boot, _cell_seed(seed, HUMAN, breakdown, group), level)
                 rows.append([population, HUMAN, breakdown, group, int(on.sum()), *acc, *NAN_ESTIMATE, 0, 0])

@@ -20,9 +20,13 @@ def pair_images(renders: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("renders do not pair up: every I_corr needs its I_adv with the same triplet, model and seed")
     pairs = corr[["image_id", "path"]].join(adv[["image_id", "path"]], suffixes=("_corr", "_adv")).reset_index()
     pairs = pairs.rename(
-        columns={"image_id_corr": "corr_image_id", "image_id_adv": "adv_image_id", "path_corr": "corr_path",
-                 "path_adv": "adv_path"}
-    )  # fmt: skip
+        columns={
+            "image_id_corr": "corr_image_id",
+            "image_id_adv": "adv_image_id",
+            "path_corr": "corr_path",
+            "path_adv": "adv_path",
+        }
+    )
     pairs.insert(
         0, "pair_id", [stable_id(c, a) for c, a in zip(pairs["corr_image_id"], pairs["adv_image_id"], strict=True)]
     )

@@ -18,9 +18,7 @@ def example_pairs(pairs: pd.DataFrame, per_domain: int) -> pd.DataFrame:
     return test.groupby("domain", sort=True).head(per_domain).reset_index(drop=True)
 
 
-def example_grid(
-    examples: pd.DataFrame, scores: pd.DataFrame, labels: Mapping[str, str], path: str | Path
-) -> None:  # fmt: skip
+def example_grid(examples: pd.DataFrame, scores: pd.DataFrame, labels: Mapping[str, str], path: str | Path) -> None:
     """One row per example: the neutral prompt T, I_corr, I_adv, and each metric's verdict: a check
     when it scores I_corr strictly above I_adv, a cross otherwise (ties and NaN scores fail), a dash on a
     pair it was not asked about (an API metric scores only the annotated pairs by default). `labels` maps

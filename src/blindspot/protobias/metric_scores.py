@@ -101,16 +101,22 @@ def metric_score_settings(registry: Mapping[str, Mapping[str, Any]], entry: Mapp
 
 
 def metric_identity(
-    entry: Mapping[str, Any], spec: ModelSpec | None, score_settings: Mapping[str, Any], code: Mapping[str, str],
-    template: str | None = None, trained: str | None = None,
-) -> dict[str, str]:  # fmt: skip
+    entry: Mapping[str, Any],
+    spec: ModelSpec | None,
+    score_settings: Mapping[str, Any],
+    code: Mapping[str, str],
+    template: str | None = None,
+    trained: str | None = None,
+) -> dict[str, str]:
     """What the cache knows a metric by, with no model loaded: its model's id and revision (empty for a
     plug-in that loads no registry model, `spec` None: its code is what it is known by); as its
     version, its plug-in, `args` and `code` (`plugin_code`), its models' `score_settings`
     (`metric_score_settings`), the version of its prompt `template` and the weights of a `trained`
     scorer (a retrained scorer is another metric)."""
-    version = json.dumps({"plugin": entry["plugin"], "args": entry.get("args", {}), "plugin_code": dict(code)}
-                         | dict(score_settings), sort_keys=True)  # fmt: skip
+    version = json.dumps(
+        {"plugin": entry["plugin"], "args": entry.get("args", {}), "plugin_code": dict(code)} | dict(score_settings),
+        sort_keys=True,
+    )
     if template:
         version += " " + PromptTemplate.load(template).version
     if trained:
@@ -123,9 +129,14 @@ def metric_identity(
 
 
 def metric_loader(
-    entry: Mapping[str, Any], spec: ModelSpec | None, helpers: Mapping[str, ModelSpec], batch_size: int,
-    cache_dir: str, trained: str | None, api_key_is_set: bool,
-) -> Callable[[], Metric]:  # fmt: skip
+    entry: Mapping[str, Any],
+    spec: ModelSpec | None,
+    helpers: Mapping[str, ModelSpec],
+    batch_size: int,
+    cache_dir: str,
+    trained: str | None,
+    api_key_is_set: bool,
+) -> Callable[[], Metric]:
     """How `score_pairs` builds a metric when it has something to score: its plug-in with its model (None
     for one that loads no registry model), its `args` and helper models, and a `trained` scorer's folder.
     A metric whose model needs an API key that is not set is skipped (MetricSkipped), as its plug-in would be."""
@@ -136,9 +147,7 @@ def metric_loader(
 
             raise key_not_set(spec.name, spec.api_key_env)
         learned = {"trained": trained} if trained else {}
-        return load_metric(
-            entry["plugin"], spec, batch_size, cache_dir, **entry.get("args", {}), **helpers, **learned
-        )  # fmt: skip
+        return load_metric(entry["plugin"], spec, batch_size, cache_dir, **entry.get("args", {}), **helpers, **learned)
 
     return load
 
@@ -155,9 +164,13 @@ def shard_test_pairs(
 
 
 def score_pairs(
-    pairs: pd.DataFrame, name: str, identity: dict[str, str], load: Callable[[], Metric], cache: ScoreCache,
+    pairs: pd.DataFrame,
+    name: str,
+    identity: dict[str, str],
+    load: Callable[[], Metric],
+    cache: ScoreCache,
     batch_size: int = 8,
-) -> tuple[pd.DataFrame, dict[str, Any]]:  # fmt: skip
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """M(T, I_corr) and M(T, I_adv) for each pair (`pair_id`, `domain`, `neutral_prompt`,
     `corr_path`, `adv_path`). `identity` is the metric's model_id, revision and version as the
     cache knows them before loading; `load` builds the metric, and is called only on a cache miss.
@@ -167,8 +180,14 @@ def score_pairs(
     for pair in pairs.itertuples(index=False):
         for role in ROLES:
             image = getattr(pair, f"{role}_path")
-            key = ScoreCache.key(name, identity["model_id"], identity["revision"], identity["version"],
-                                 image_sha256(image), pair.neutral_prompt)  # fmt: skip
+            key = ScoreCache.key(
+                name,
+                identity["model_id"],
+                identity["revision"],
+                identity["version"],
+                image_sha256(image),
+                pair.neutral_prompt,
+            )
             keys[pair.pair_id, role] = key
             cached = cache.get(key)
             if cached is None:
@@ -197,12 +216,21 @@ def score_pairs(
             )
     rows = []
     for pair in pairs.itertuples(index=False):
-        row = {"pair_id": pair.pair_id, "domain": pair.domain, "metric": name, "model_id": identity["model_id"],
-               "model_revision": identity["revision"], "prompt": pair.neutral_prompt}  # fmt: skip
+        row = {
+            "pair_id": pair.pair_id,
+            "domain": pair.domain,
+            "metric": name,
+            "model_id": identity["model_id"],
+            "model_revision": identity["revision"],
+            "prompt": pair.neutral_prompt,
+        }
         for role in ROLES:
             score, bounds = scores[keys[pair.pair_id, role]]
-            row |= {f"{role}_raw": score.raw, f"{role}_score": normalise(score.raw, bounds),
-                    f"{role}_detail": score.detail}  # fmt: skip
+            row |= {
+                f"{role}_raw": score.raw,
+                f"{role}_score": normalise(score.raw, bounds),
+                f"{role}_detail": score.detail,
+            }
         rows.append(row)
     frame = pd.DataFrame(rows, columns=[field.name for field in schemas.METRIC_SCORES])
     computed = len({key for key, _, _ in missing})
@@ -218,9 +246,13 @@ def score_pairs(
 
 
 def score_or_skip(
-    pairs: pd.DataFrame, name: str, identity: dict[str, str], load: Callable[[], Metric], cache: ScoreCache,
+    pairs: pd.DataFrame,
+    name: str,
+    identity: dict[str, str],
+    load: Callable[[], Metric],
+    cache: ScoreCache,
     batch_size: int,
-) -> tuple[pd.DataFrame, dict[str, Any]]:  # fmt: skip
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """`score_pairs`, or for a metric that cannot run here (an API judge without its key) no rows and
     the reason as the counters: the run goes on without it."""
     try:

@@ -85,8 +85,9 @@ def _trainable(scorer: PairwiseScorer) -> list[Any]:
     return [p for p in scorer.model.parameters() if p.requires_grad] + list(scorer.head.parameters())
 
 
-def _save_checkpoint(scorer: PairwiseScorer, optimizer: Any, scheduler: Any, position: int, history: list,
-                     checkpoint: Path, run_key: str) -> None:  # fmt: skip
+def _save_checkpoint(
+    scorer: PairwiseScorer, optimizer: Any, scheduler: Any, position: int, history: list, checkpoint: Path, run_key: str
+) -> None:
     """A new folder per checkpoint, then `latest` names it (both written atomically), then the older
     folders go: a kill at any moment leaves a complete checkpoint that `latest` names."""
     import shutil
@@ -97,12 +98,18 @@ def _save_checkpoint(scorer: PairwiseScorer, optimizer: Any, scheduler: Any, pos
     with atomic_dir(checkpoint / name) as tmp:
         save_trained(scorer, tmp)
         torch.save(
-            {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "position": position,
-             "rng": torch.get_rng_state(), "history": history, "run_key": run_key,
-             # LoRA dropout on a GPU draws from the CUDA generators
-             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+            {
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "position": position,
+                "rng": torch.get_rng_state(),
+                "history": history,
+                "run_key": run_key,
+                # LoRA dropout on a GPU draws from the CUDA generators
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
             tmp / "state.pt",
-        )  # fmt: skip
+        )
     write_text(checkpoint / "latest", name + "\n")
     for old in checkpoint.glob("position-*"):
         if old.name != name:
@@ -140,9 +147,12 @@ def _load_checkpoint(
 
 
 def train(
-    scorer: PairwiseScorer, pairs: pd.DataFrame, out: str | Path, checkpoint: str | Path,
+    scorer: PairwiseScorer,
+    pairs: pd.DataFrame,
+    out: str | Path,
+    checkpoint: str | Path,
     stop_after_steps: int | None = None,
-) -> pd.DataFrame:  # fmt: skip
+) -> pd.DataFrame:
     """Train on `pairs` (neutral_prompt, corr_path, adv_path, pair_id, seed_id), resuming from `checkpoint` when it
     holds one of this run; write the adapter, the head and the training log to `out`. `stop_after_steps` stops
     after that many optimizer steps in this call (a preemption, for the resume test). Returns the log:
@@ -198,9 +208,15 @@ def train(
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step = math.ceil(position / settings.accumulation)
-        history.append({"step": step, "loss": float(np.mean(running)), "learning_rate": scheduler.get_last_lr()[0],
-                        "pairs_per_second": pairs_done / max(time.monotonic() - started, 1e-9),
-                        "heldout_accuracy": math.nan})  # fmt: skip
+        history.append(
+            {
+                "step": step,
+                "loss": float(np.mean(running)),
+                "learning_rate": scheduler.get_last_lr()[0],
+                "pairs_per_second": pairs_done / max(time.monotonic() - started, 1e-9),
+                "heldout_accuracy": math.nan,
+            }
+        )
         log.info("step %d/%d: loss %.4f, lr %.2e", step, total_steps, history[-1]["loss"], history[-1]["learning_rate"])
         running, steps_this_call = [], steps_this_call + 1
         if step % settings.checkpoint_every == 0 or position == len(micro):
@@ -253,16 +269,26 @@ def transfer_accuracy(metric: Any, pairs: pd.DataFrame, n_boot: int, seed: int, 
 
     prompts = list(pairs["prompt"])
     preferred, other = (
-        [score for batch in score_batches(metric, "protoscore", prompts, list(pairs[column]), batch_size)
-         for score in batch]
+        [
+            score
+            for batch in score_batches(metric, "protoscore", prompts, list(pairs[column]), batch_size)
+            for score in batch
+        ]
         for column in ("preferred", "other")
-    )  # fmt: skip
+    )
     right = pd.Series([a.raw > b.raw for a, b in zip(preferred, other, strict=True)], index=pairs.index)
     rows = []
     for group, members in [("overall", pairs.index), *pairs.groupby("group", sort=True).groups.items()]:
         estimate = bootstrap_accuracy(right.loc[members], n_boot=n_boot, seed=seed)
-        rows.append({"group": group, "pairs": len(members), "accuracy": estimate.value,
-                     "ci_low": estimate.low, "ci_high": estimate.high})  # fmt: skip
+        rows.append(
+            {
+                "group": group,
+                "pairs": len(members),
+                "accuracy": estimate.value,
+                "ci_low": estimate.low,
+                "ci_high": estimate.high,
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -42,9 +42,12 @@ def nli_probabilities(pairs: Sequence[tuple[str, str]], spec: ModelSpec, batch_s
     device_map = spec.device_map  # first: a job without the GPUs its model asks for stops before reading weights
     tokenizer = AutoTokenizer.from_pretrained(spec.path, revision=spec.revision)
     model = AutoModelForSequenceClassification.from_pretrained(
-        spec.path, revision=spec.revision, dtype=getattr(torch, spec.dtype), trust_remote_code=spec.trust_remote_code,
+        spec.path,
+        revision=spec.revision,
+        dtype=getattr(torch, spec.dtype),
+        trust_remote_code=spec.trust_remote_code,
         device_map=device_map,
-    )  # fmt: skip
+    )
     model.eval()
     label_index = {str(name).lower(): int(i) for i, name in model.config.id2label.items()}
     if not set(NLI_LABELS) <= set(label_index):

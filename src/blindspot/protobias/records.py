@@ -23,15 +23,26 @@ def pair_records(scores: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     correct = pairwise_correct(scores)
     scored = scores["corr_raw"].notna() & scores["adv_raw"].notna()
     pair = test.reindex(scores["pair_id"])
-    records = pd.DataFrame({
-        "metric": scores["metric"], "pair_id": scores["pair_id"], "domain": pair["domain"].to_numpy(),
-        "knob": pair["knob"].to_numpy(), "prompt": scores["prompt"], "corr_image": pair["corr_path"].to_numpy(),
-        "adv_image": pair["adv_path"].to_numpy(), "corr_raw": scores["corr_raw"], "adv_raw": scores["adv_raw"],
-        "corr_score": scores["corr_score"], "adv_score": scores["adv_score"],
-        "margin": scores["corr_score"] - scores["adv_score"], "correct": correct,
-        "outcome": correct.map({True: RIGHT, False: WRONG}).where(scored, UNSCORED),
-        "corr_detail": scores["corr_detail"].fillna(""), "adv_detail": scores["adv_detail"].fillna(""),
-    })  # fmt: skip
+    records = pd.DataFrame(
+        {
+            "metric": scores["metric"],
+            "pair_id": scores["pair_id"],
+            "domain": pair["domain"].to_numpy(),
+            "knob": pair["knob"].to_numpy(),
+            "prompt": scores["prompt"],
+            "corr_image": pair["corr_path"].to_numpy(),
+            "adv_image": pair["adv_path"].to_numpy(),
+            "corr_raw": scores["corr_raw"],
+            "adv_raw": scores["adv_raw"],
+            "corr_score": scores["corr_score"],
+            "adv_score": scores["adv_score"],
+            "margin": scores["corr_score"] - scores["adv_score"],
+            "correct": correct,
+            "outcome": correct.map({True: RIGHT, False: WRONG}).where(scored, UNSCORED),
+            "corr_detail": scores["corr_detail"].fillna(""),
+            "adv_detail": scores["adv_detail"].fillna(""),
+        }
+    )
     return records[schemas.PROTOBIAS_RECORDS.names].reset_index(drop=True)
 
 

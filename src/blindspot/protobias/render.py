@@ -128,9 +128,11 @@ class DiffusersRenderer:
         # Weights load straight onto the device in their dtype; a pipeline that asks for several GPUs
         # has its components spread over them ("balanced", diffusers' one strategy for that).
         self.pipeline = pipeline or pipeline_class.from_pretrained(
-            spec.path, revision=spec.revision, dtype=getattr(torch, spec.dtype),
+            spec.path,
+            revision=spec.revision,
+            dtype=getattr(torch, spec.dtype),
             device_map="balanced" if self.device == "cuda" and spec.gpus > 1 else self.device,
-        )  # fmt: skip
+        )
         modules = {name: part for name, part in self.pipeline.components.items() if isinstance(part, torch.nn.Module)}
         for name, dtype in spec.render.get("component_dtypes", {}).items():
             if name not in modules:

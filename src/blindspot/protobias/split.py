@@ -117,9 +117,11 @@ def preference_subset(
 def with_descriptions(images: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     """Each image with the description it was rendered from (D_c for I_corr, D_a for I_adv)."""
     descriptions = pd.concat(
-        [pairs[["corr_image_id", "correct_description"]].set_axis(["image_id", "description"], axis=1),
-         pairs[["adv_image_id", "adversarial_description"]].set_axis(["image_id", "description"], axis=1)]
-    ).drop_duplicates("image_id")  # fmt: skip
+        [
+            pairs[["corr_image_id", "correct_description"]].set_axis(["image_id", "description"], axis=1),
+            pairs[["adv_image_id", "adversarial_description"]].set_axis(["image_id", "description"], axis=1),
+        ]
+    ).drop_duplicates("image_id")
     return images.merge(descriptions, on="image_id", how="left", validate="many_to_one")
 
 
@@ -131,9 +133,15 @@ class Benchmark(NamedTuple):
 
 
 def split_benchmark(
-    pairs: pd.DataFrame, triplets: pd.DataFrame, domains: Sequence[str], test_fraction: float, threshold: float,
-    filter_validation_images: int, preference_pairs_per_domain: int, seed: int,
-) -> Benchmark:  # fmt: skip
+    pairs: pd.DataFrame,
+    triplets: pd.DataFrame,
+    domains: Sequence[str],
+    test_fraction: float,
+    threshold: float,
+    filter_validation_images: int,
+    preference_pairs_per_domain: int,
+    seed: int,
+) -> Benchmark:
     """Split the kept pairs by triplet, and draw the two disjoint annotation subsets: filter validation
     from every pair's images, preference from the kept test pairs."""
     all_pairs, kept = kept_with_splits(pairs, triplets, seed, test_fraction)

@@ -73,8 +73,11 @@ def table3(
             row: list[Any] = [_label(name, metrics)]
             for domain in [*domains, "Overall"]:
                 cell = cells.get((name, domain))
-                values = {"κ": float("nan"), "Acc.": float("nan")} if cell is None else {
-                    "κ": cell.kappa, "Acc.": cell.accuracy}  # fmt: skip
+                values = (
+                    {"κ": float("nan"), "Acc.": float("nan")}
+                    if cell is None
+                    else {"κ": cell.kappa, "Acc.": cell.accuracy}
+                )
                 row += [values[kind] for kind in kinds]
             rows.append(row)
     return pd.DataFrame(rows, columns=columns, dtype=object)
@@ -117,10 +120,11 @@ def marked_scored_only(
     """The config's metrics with the label of each of `scored` (metric -> the pairs it was scored on, fewer
     than the table's) saying so: "GPT-5 (900 annotated pairs)"."""
     return {
-        name: {**entry, "label": f"{entry.get('label', name)} ({scored[name]} annotated pairs)"} if name in scored
+        name: {**entry, "label": f"{entry.get('label', name)} ({scored[name]} annotated pairs)"}
+        if name in scored
         else entry
         for name, entry in metrics.items()
-    }  # fmt: skip
+    }
 
 
 def scored_only_note(scored: Mapping[str, int]) -> str:
@@ -205,9 +209,14 @@ def plot_accuracy(
             None,
         )
         axes.bar(
-            x + (j - (len(domains) - 1) / 2) * width, np.nan_to_num(accuracy), width, yerr=errors, capsize=2,
-            error_kw={"elinewidth": 0.8, "ecolor": "0.25"}, label=_domain_label(domain),
-        )  # fmt: skip
+            x + (j - (len(domains) - 1) / 2) * width,
+            np.nan_to_num(accuracy),
+            width,
+            yerr=errors,
+            capsize=2,
+            error_kw={"elinewidth": 0.8, "ecolor": "0.25"},
+            label=_domain_label(domain),
+        )
     axes.axhline(0.5, color="black", linestyle="--", linewidth=1, label="chance")
     axes.set_xticks(x, [_label(name, metrics) for name in names], rotation=30, ha="right")
     axes.set_ylim(0, 1)

@@ -61,8 +61,11 @@ def _check_fits(taxonomy: dict[str, Any], what: str) -> None:
     """Every fit names a scene or auxiliary element of the domain, and every member is drawn in some pair."""
     for name, entry in taxonomy["subcategories"].items():
         owners = [(f"subcategories.{name}", entry)]
-        owners += [(f"subcategories.{name}.{role}.{member}", entry[role][member])
-                   for role in ("atypical", "typical") for member in entry[role]]  # fmt: skip
+        owners += [
+            (f"subcategories.{name}.{role}.{member}", entry[role][member])
+            for role in ("atypical", "typical")
+            for member in entry[role]
+        ]
         for key, owner in owners:
             for kind in FIT_KINDS:
                 unknown = [item for item in owner.get(kind, []) if item not in taxonomy[kind]]

@@ -72,8 +72,10 @@ def require_planned_code(running: Any, planned: Any, running_said: str, planned_
     """Stop a job whose code is not what the workflow planned with (a param of its rule, from the env
     Snakemake runs in): its outputs would be keyed, or re-run, by the other code."""
     if running != planned:
-        raise ValueError(f"{running_said}, the workflow planned with {planned_said}: install the same version "
-                         "where Snakemake runs and in the job's env")  # fmt: skip
+        raise ValueError(
+            f"{running_said}, the workflow planned with {planned_said}: install the same version "
+            "where Snakemake runs and in the job's env"
+        )
 
 
 def shard_rows(frame: pd.DataFrame, shard: str, shard_size: int) -> pd.DataFrame:

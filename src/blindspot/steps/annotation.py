@@ -12,10 +12,17 @@ from blindspot.steps import log
 
 
 def make_annotation_projects(
-    filter_validation: str, preference_pairs: str, scene_candidates: Sequence[str], human_study: Sequence[str],
-    judge_template: str, annotators: Sequence[str], filter_evaluators: Sequence[str], study_annotators: Sequence[str],
-    image_url_prefix: str, out: str,
-) -> None:  # fmt: skip
+    filter_validation: str,
+    preference_pairs: str,
+    scene_candidates: Sequence[str],
+    human_study: Sequence[str],
+    judge_template: str,
+    annotators: Sequence[str],
+    filter_evaluators: Sequence[str],
+    study_annotators: Sequence[str],
+    image_url_prefix: str,
+    out: str,
+) -> None:
     """Annotation projects for the papers' human studies: Label Studio tasks and config, and a link per
     annotator for the built-in page (`blindspot annotate serve`). The filter validation images go to the
     designated evaluators only (the paper: "a trained human evaluator"), who are shown the VLM filter's
@@ -39,9 +46,12 @@ def make_annotation_projects(
         shared["question_check"] = read_table(scene_candidates[0], schemas.HUMBLE_QUESTIONS)
     with atomic_dir(out) as tmp:
         projects = make_projects(
-            {"image_score": read_table(filter_validation, schemas.ANNOTATION_IMAGES)}, filter_evaluators, tmp,
-            image_url_prefix, {"image_score": rubric},
-        ) | make_projects(shared, annotators, tmp, image_url_prefix)  # fmt: skip
+            {"image_score": read_table(filter_validation, schemas.ANNOTATION_IMAGES)},
+            filter_evaluators,
+            tmp,
+            image_url_prefix,
+            {"image_score": rubric},
+        ) | make_projects(shared, annotators, tmp, image_url_prefix)
         if human_study:
             study = read_table(human_study[0], schemas.HUMAN_STUDY)
             projects |= make_projects({"humble_answer": study}, study_annotators, tmp, image_url_prefix)
@@ -50,9 +60,14 @@ def make_annotation_projects(
 
 
 def validate_filter(
-    filter_validation: str, labels: str, evaluators: Sequence[str], threshold: float, csv: str, markdown: str,
+    filter_validation: str,
+    labels: str,
+    evaluators: Sequence[str],
+    threshold: float,
+    csv: str,
+    markdown: str,
     latex: str,
-) -> None:  # fmt: skip
+) -> None:
     """Appendix D: the designated evaluators' 1-10 scores against the VLM filter on the filter validation
     images (several evaluators' scores are averaged per image)."""
     from blindspot.annotation import agreement
@@ -81,9 +96,12 @@ def human_preferences(
     pairs = read_table(preference_pairs, schemas.ANNOTATION_PAIRS)
     choices = pairwise_choices(read_labels("pairwise", labels), pairs)
     write_report_table(
-        agreement.annotator_table(choices), csv, markdown, latex,
+        agreement.annotator_table(choices),
+        csv,
+        markdown,
+        latex,
         caption="Pairwise quadratic weighted kappa between annotators",
-    )  # fmt: skip
+    )
     votes = agreement.majority_choices(choices)
     write_text(majority, votes[["pair_id", "choice"]].to_csv(index=False))
     write_json(human_row, agreement.human_row(choices, pairs.set_index("pair_id")["domain"]))

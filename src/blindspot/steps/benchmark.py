@@ -15,18 +15,32 @@ from blindspot.steps import spec, write_counters
 
 
 def split_benchmark(
-    pairs: Sequence[str], triplets: Sequence[str], out: str, filter_validation: str, preference_pairs: str,
-    counters_out: str, domains: Sequence[str], test_fraction: float, threshold: float, filter_validation_images: int,
-    preference_pairs_per_domain: int, seed: int,
-) -> None:  # fmt: skip
+    pairs: Sequence[str],
+    triplets: Sequence[str],
+    out: str,
+    filter_validation: str,
+    preference_pairs: str,
+    counters_out: str,
+    domains: Sequence[str],
+    test_fraction: float,
+    threshold: float,
+    filter_validation_images: int,
+    preference_pairs_per_domain: int,
+    seed: int,
+) -> None:
     """Split the kept pairs by triplet; draw the two disjoint annotation subsets."""
     from blindspot.protobias import split
 
     benchmark = split.split_benchmark(
         pd.concat([read_table(p, schemas.PAIRS) for p in pairs], ignore_index=True),
         pd.concat([read_table(p, schemas.TRIPLETS) for p in triplets], ignore_index=True),
-        domains, test_fraction, threshold, filter_validation_images, preference_pairs_per_domain, seed,
-    )  # fmt: skip
+        domains,
+        test_fraction,
+        threshold,
+        filter_validation_images,
+        preference_pairs_per_domain,
+        seed,
+    )
     write_table(out, benchmark.pairs[schemas.BENCHMARK_PAIRS.names], schemas.BENCHMARK_PAIRS)
     write_table(filter_validation, benchmark.filter_validation, schemas.ANNOTATION_IMAGES)
     write_table(preference_pairs, benchmark.preference[schemas.ANNOTATION_PAIRS.names], schemas.ANNOTATION_PAIRS)
@@ -34,9 +48,14 @@ def split_benchmark(
 
 
 def export_dataset(
-    benchmark: str, out: str, card: str, name: str, run_name: str, threshold: float,
+    benchmark: str,
+    out: str,
+    card: str,
+    name: str,
+    run_name: str,
+    threshold: float,
     models: dict[str, list[dict[str, Any]]],
-) -> None:  # fmt: skip
+) -> None:
     """The benchmark as a `datasets`-loadable folder with a dataset card (also beside it, for the report)."""
     from blindspot.protobias.export import export_dataset as export
     from blindspot.protobias.export import model_rows

@@ -11,10 +11,18 @@ from blindspot.steps import log, write_counters
 
 
 def import_dataset(
-    source_copy: Sequence[str], source: str, columns: dict[str, str], n_seeds: dict[str, int], pairs: Sequence[str],
-    triplets: Sequence[str], seeds: Sequence[str], benchmark: str, images: str, counters_out: str,
+    source_copy: Sequence[str],
+    source: str,
+    columns: dict[str, str],
+    n_seeds: dict[str, int],
+    pairs: Sequence[str],
+    triplets: Sequence[str],
+    seeds: Sequence[str],
+    benchmark: str,
+    images: str,
+    counters_out: str,
     limit: int | None,
-) -> None:  # fmt: skip
+) -> None:
     """The dataset's test pairs (the `limit` of them everyone samples, given one) as the benchmark pairs Table 3
     reads, and each domain's pairs, triplets and seeds as `score_metric` reads them (`pairs`, `triplets` and
     `seeds` in the order of `n_seeds`' domains); the counters say how many of how many were sampled."""
@@ -30,7 +38,10 @@ def import_dataset(
         write_table(triplets_out, domain_triplets, schemas.TRIPLETS)
         write_table(seeds_out, domain_seeds, schemas.SEEDS)
     write_table(benchmark, frame[schemas.BENCHMARK_PAIRS.names], schemas.BENCHMARK_PAIRS)
-    counts: dict[str, Any] = {"test_pairs": len(frame), "per_domain": frame.groupby("domain").size().to_dict(),
-                              "sample": sample_record(limit, len(frame), len(every))}  # fmt: skip
+    counts: dict[str, Any] = {
+        "test_pairs": len(frame),
+        "per_domain": frame.groupby("domain").size().to_dict(),
+        "sample": sample_record(limit, len(frame), len(every)),
+    }
     write_counters(counters_out, counts, "dataset")
     log.info("imported %d test pairs of %d from %s", len(frame), len(every), source)

@@ -17,10 +17,20 @@ from blindspot.steps import log, require_planned_code, spec, write_counters
 
 
 def write_scene_questions(
-    scene_graphs: str, template: str, describer: dict[str, Any], writer: dict[str, Any], cue_instruction: str,
-    cue_tokens: int, writer_max_tokens: int, batch_size: int, seed: int, cues_journal: str, out: str,
-    verification_out: str, counters_out: str,
-) -> None:  # fmt: skip
+    scene_graphs: str,
+    template: str,
+    describer: dict[str, Any],
+    writer: dict[str, Any],
+    cue_instruction: str,
+    cue_tokens: int,
+    writer_max_tokens: int,
+    batch_size: int,
+    seed: int,
+    cues_journal: str,
+    out: str,
+    verification_out: str,
+    counters_out: str,
+) -> None:
     """HumbleBench's own construction: attribute cues from a VLM on each cropped object, then an LLM
     writing questions from the scene graph; candidates, with a CSV for people to verify them. The cues
     are journaled as they come (`cues_journal`), so a killed job describes only what it had not."""
@@ -46,10 +56,20 @@ def write_scene_questions(
 
 
 def make_humble_questions(
-    benchmark: Sequence[str], taxonomies: Sequence[str], scene_candidates: Sequence[str], verification: Sequence[str],
-    release_copy: Sequence[str], release: str | None, from_benchmark: dict[str, Any] | None, domains: Sequence[str],
-    seed: int, out: str, images: str, counters_out: str, limit: int | None,
-) -> None:  # fmt: skip
+    benchmark: Sequence[str],
+    taxonomies: Sequence[str],
+    scene_candidates: Sequence[str],
+    verification: Sequence[str],
+    release_copy: Sequence[str],
+    release: str | None,
+    from_benchmark: dict[str, Any] | None,
+    domains: Sequence[str],
+    seed: int,
+    out: str,
+    images: str,
+    counters_out: str,
+    limit: int | None,
+) -> None:
     """Every HumbleBench question the config asks for: the official release (its local copy, or its hub
     id), questions from our benchmark's images, and the scene-graph candidates (after people's
     decisions, when given: the verification sheet, or a `question_check` annotation project's labels,
@@ -84,10 +104,24 @@ def make_humble_questions(
 
 
 def answer_humble(
-    questions: str, template: str, model: dict[str, Any], transforms: dict[str, Any], answer_shards: int,
-    batch_size: int | None, max_new_tokens: int, seed: int, journal: str, vlm: str, setting: str, shard: str,
-    out: str, counters_out: str, cache: str = "", planned_requests: int | None = None, api_key_is_set: bool = True,
-) -> None:  # fmt: skip
+    questions: str,
+    template: str,
+    model: dict[str, Any],
+    transforms: dict[str, Any],
+    answer_shards: int,
+    batch_size: int | None,
+    max_new_tokens: int,
+    seed: int,
+    journal: str,
+    vlm: str,
+    setting: str,
+    shard: str,
+    out: str,
+    counters_out: str,
+    cache: str = "",
+    planned_requests: int | None = None,
+    api_key_is_set: bool = True,
+) -> None:
     """One VLM answers one shard of the questions as one setting shows them, its images read a batch at a
     time; the answers are journaled as they come (`journal`), so a killed job answers only what it had not.
     An API VLM's replies are cached in `cache` (`models.api.vlm`), and its client sends no more than its
@@ -102,23 +136,39 @@ def answer_humble(
     vlm_spec = spec(model)
     mine = humble_answers.shard_questions(read_table(questions, schemas.HUMBLE_QUESTIONS), int(shard), answer_shards)
     if vlm_spec.api_key_env and not api_key_is_set:
-        log.warning("%s: the API key variable %s is not set or empty; skipping its %d questions (setting the "
-                    "key runs this job again)", vlm, vlm_spec.api_key_env, len(mine))  # fmt: skip
+        log.warning(
+            "%s: the API key variable %s is not set or empty; skipping its %d questions (setting the "
+            "key runs this job again)",
+            vlm,
+            vlm_spec.api_key_env,
+            len(mine),
+        )
         mine = mine.iloc[:0]
     frame, counters = humble_answers.answer_shard(
-        mine, setting, transforms, PromptTemplate.load(template), vlm_spec,
-        lambda: load_answerer(vlm_spec, batch_size, cache), humble_answers.answer_budget(vlm_spec, max_new_tokens),
-        seed, journal,
-    )  # fmt: skip
+        mine,
+        setting,
+        transforms,
+        PromptTemplate.load(template),
+        vlm_spec,
+        lambda: load_answerer(vlm_spec, batch_size, cache),
+        humble_answers.answer_budget(vlm_spec, max_new_tokens),
+        seed,
+        journal,
+    )
     write_counters(counters_out, counters, f"{vlm}/{setting}/{shard}")
     write_table(out, frame, schemas.HUMBLE_ANSWERS)
     Path(journal).unlink(missing_ok=True)  # an empty shard never made one
 
 
 def sample_human_questions(
-    questions: str, study: dict[str, Any], original: str, stress: str, settings: dict[str, dict[str, Any]], seed: int,
+    questions: str,
+    study: dict[str, Any],
+    original: str,
+    stress: str,
+    settings: dict[str, dict[str, Any]],
+    seed: int,
     out: str,
-) -> None:  # fmt: skip
+) -> None:
     """Table 7's human study: each annotator's question set (`human_study.sample_question_sets`), the
     questions as their setting shows them."""
     from blindspot.humblebench.human_study import sample_question_sets
@@ -137,23 +187,38 @@ def todays_answers(answers: Sequence[str], parser_version: int) -> pd.DataFrame:
     from blindspot.humblebench.humility import with_todays_reading
     from blindspot.humblebench.parsing import PARSER_VERSION
 
-    require_planned_code(PARSER_VERSION, parser_version, f"the job's HumbleBench parser is version {PARSER_VERSION}",
-                         str(parser_version))  # fmt: skip
+    require_planned_code(
+        PARSER_VERSION, parser_version, f"the job's HumbleBench parser is version {PARSER_VERSION}", str(parser_version)
+    )
     frame = pd.concat([read_table(path, schemas.HUMBLE_ANSWERS) for path in answers], ignore_index=True)
     frame, changed = with_todays_reading(frame)
     if changed:
-        log.info("%d of %d answers read otherwise by today's parser than when answered: read as today's",
-                 changed, len(frame))  # fmt: skip
+        log.info(
+            "%d of %d answers read otherwise by today's parser than when answered: read as today's", changed, len(frame)
+        )
     return frame
 
 
 def make_humble_tables(
-    answers: Sequence[str], human_answers: Sequence[str], human_study: Sequence[str], reading: str,
-    settings: dict[str, dict[str, str]], original: str, stress: str, cautious: str | None, metrics: str,
-    table4: Sequence[str], table5: Sequence[str], table6: Sequence[str], table7: Sequence[str], table_a1: Sequence[str],
-    plot: str, parser_version: int,
-    groups: dict[str, str | None] | None, sample: Sequence[str],
-) -> None:  # fmt: skip
+    answers: Sequence[str],
+    human_answers: Sequence[str],
+    human_study: Sequence[str],
+    reading: str,
+    settings: dict[str, dict[str, str]],
+    original: str,
+    stress: str,
+    cautious: str | None,
+    metrics: str,
+    table4: Sequence[str],
+    table5: Sequence[str],
+    table6: Sequence[str],
+    table7: Sequence[str],
+    table_a1: Sequence[str],
+    plot: str,
+    parser_version: int,
+    groups: dict[str, str | None] | None,
+    sample: Sequence[str],
+) -> None:
     """Every metric per VLM x setting x reading, Tables 4-6 (7, given human answers; the appendix's
     Original -> Cautious table, given a `cautious` setting), and the NOTA plot; Tables 4 and 6 list the VLMs
     in their `groups` (name -> the registry entry's `group`). The answers' texts are read again by today's

@@ -17,9 +17,20 @@ from blindspot.steps import shard_rows, spec, write_counters
 
 
 def render_images(
-    domain: str, t2i: str, shard: str, triplets: str, seeds: str, out: str, counters_out: str, model: dict[str, Any],
-    images_dir: str, images_per_description: int, seed: int, batch_size: int, shard_size: int,
-) -> None:  # fmt: skip
+    domain: str,
+    t2i: str,
+    shard: str,
+    triplets: str,
+    seeds: str,
+    out: str,
+    counters_out: str,
+    model: dict[str, Any],
+    images_dir: str,
+    images_per_description: int,
+    seed: int,
+    batch_size: int,
+    shard_size: int,
+) -> None:
     """Render the accepted triplets of one seed shard with one text-to-image model."""
     from blindspot.protobias.render import render_triplets, triplets_of_seeds
 
@@ -31,9 +42,18 @@ def render_images(
 
 
 def judge_images(
-    domain: str, t2i: str, vlm: str, shard: str, renders: str, template: str, out: str, counters_out: str,
-    model: dict[str, Any], batch_size: int, journal: str,
-) -> None:  # fmt: skip
+    domain: str,
+    t2i: str,
+    vlm: str,
+    shard: str,
+    renders: str,
+    template: str,
+    out: str,
+    counters_out: str,
+    model: dict[str, Any],
+    batch_size: int,
+    journal: str,
+) -> None:
     """Score every image of one render shard against its own description with one VLM; the scores are
     journaled as they come (`journal`), so a killed job scores only what it had not."""
     from blindspot.models.vlm_scoring import judge_images as judge
@@ -48,9 +68,15 @@ def judge_images(
 
 
 def keep_consensus_pairs(
-    domain: str, renders: Sequence[str], scores: Sequence[str], out: str, counters_out: str, vlms: Sequence[str],
-    threshold: float, score: str,
-) -> None:  # fmt: skip
+    domain: str,
+    renders: Sequence[str],
+    scores: Sequence[str],
+    out: str,
+    counters_out: str,
+    vlms: Sequence[str],
+    threshold: float,
+    score: str,
+) -> None:
     """Pair each I_corr with its I_adv and keep the pairs that pass every VLM."""
     from blindspot.protobias.consensus import keep_consensus_pairs as keep
     from blindspot.protobias.consensus import pair_images
@@ -67,9 +93,16 @@ def keep_consensus_pairs(
 
 
 def measure_image_quality(
-    shard: str, pairs: str, triplets: str, seeds: str, out: str, models: Sequence[dict[str, Any]], batch_size: int,
-    shard_size: int, journals: str,
-) -> None:  # fmt: skip
+    shard: str,
+    pairs: str,
+    triplets: str,
+    seeds: str,
+    out: str,
+    models: Sequence[dict[str, Any]],
+    batch_size: int,
+    shard_size: int,
+    journals: str,
+) -> None:
     """MUSIQ, NIQE (or whatever `iqa_metrics` names) on both images of each kept pair of one shard; each
     metric's scores are journaled a batch at a time (`journals`), so a killed job scores only the rest."""
     from blindspot.protobias.iqa import measure_quality, pairs_to_measure

@@ -25,9 +25,18 @@ def make_seeds(taxonomy: str, domain: str, n_seeds: int, seed: int, out: str) ->
 
 
 def generate_triplets(
-    seeds: str, template: str, model: dict[str, Any], shard_size: int, batch_size: int, seed: int, domain: str,
-    generator: str, shard: str, out: str, counters_out: str,
-) -> None:  # fmt: skip
+    seeds: str,
+    template: str,
+    model: dict[str, Any],
+    shard_size: int,
+    batch_size: int,
+    seed: int,
+    domain: str,
+    generator: str,
+    shard: str,
+    out: str,
+    counters_out: str,
+) -> None:
     """Write one triplet per seed of a shard with one generator LLM."""
     from blindspot.models.textgen import load_text_generator
     from blindspot.protobias.triplets import generate_triplets as generate
@@ -39,9 +48,19 @@ def generate_triplets(
 
 
 def judge_triplets(
-    triplets: str, seeds: str, template: str, model: dict[str, Any], batch_size: int, seed: int, domain: str,
-    judge: str, generator: str, shard: str, out: str, counters_out: str,
-) -> None:  # fmt: skip
+    triplets: str,
+    seeds: str,
+    template: str,
+    model: dict[str, Any],
+    batch_size: int,
+    seed: int,
+    domain: str,
+    judge: str,
+    generator: str,
+    shard: str,
+    out: str,
+    counters_out: str,
+) -> None:
     """Judge the valid triplets of one generator shard with one judge LLM."""
     from blindspot.models.textgen import load_text_generator
     from blindspot.protobias.judging import judge_triplets as judge_all
@@ -57,9 +76,14 @@ def judge_triplets(
 
 
 def accept_triplets(
-    seeds: str, raw: Sequence[str], judgments: Sequence[str], judges: Sequence[str], domain: str, out: str,
+    seeds: str,
+    raw: Sequence[str],
+    judgments: Sequence[str],
+    judges: Sequence[str],
+    domain: str,
+    out: str,
     counters_out: str,
-) -> None:  # fmt: skip
+) -> None:
     """Keep a domain's triplets that every judge accepted."""
     from blindspot.protobias.judging import accept_unanimous
 

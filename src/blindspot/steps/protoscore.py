@@ -10,8 +10,9 @@ from blindspot.io import read_table, write_text
 from blindspot.steps import log, spec
 
 
-def train_protoscore(benchmark: str, out: str, checkpoint: str, settings: dict[str, Any], model: dict[str, Any],
-                     seed: int) -> None:  # fmt: skip
+def train_protoscore(
+    benchmark: str, out: str, checkpoint: str, settings: dict[str, Any], model: dict[str, Any], seed: int
+) -> None:
     """Train ProtoScore on the benchmark's train split; resumes from `checkpoint` after a kill."""
     from blindspot.models.protoscore_model import TrainSettings, load_scorer
     from blindspot.protobias import protoscore
@@ -26,7 +27,7 @@ def train_protoscore(benchmark: str, out: str, checkpoint: str, settings: dict[s
 
 def score_transfer(
     transfer: str, trained: str, out: str, model: dict[str, Any], batch_size: int, bootstrap_samples: int, seed: int
-) -> None:  # fmt: skip
+) -> None:
     """ProtoScore on an external pairwise set: pairwise accuracy (ties fail) with a bootstrap interval."""
     from blindspot.metrics.protoscore import ProtoScore
     from blindspot.protobias.protoscore import read_transfer_pairs, transfer_accuracy

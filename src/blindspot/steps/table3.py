@@ -16,12 +16,29 @@ from blindspot.steps import log, require_planned_code, shard_rows, spec, write_c
 
 
 def score_metric(
-    domain: str, metric: str, shard: str, pairs: str, triplets: str, seeds: str, template: Sequence[str],
-    trained: Sequence[str], annotated: Sequence[str], out: str, counters_out: str, cache: str,
-    metric_entry: dict[str, Any], model: dict[str, Any] | None, models: dict[str, Any], score_settings: dict[str, Any],
-    plugin_code: dict[str, str], api_key_is_set: bool, split: dict[str, Any], batch_size: int, shard_size: int,
+    domain: str,
+    metric: str,
+    shard: str,
+    pairs: str,
+    triplets: str,
+    seeds: str,
+    template: Sequence[str],
+    trained: Sequence[str],
+    annotated: Sequence[str],
+    out: str,
+    counters_out: str,
+    cache: str,
+    metric_entry: dict[str, Any],
+    model: dict[str, Any] | None,
+    models: dict[str, Any],
+    score_settings: dict[str, Any],
+    plugin_code: dict[str, str],
+    api_key_is_set: bool,
+    split: dict[str, Any],
+    batch_size: int,
+    shard_size: int,
     planned_requests: int | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Score the kept test pairs of one seed shard with one T2I metric, M(T, I_corr) and M(T, I_adv); with
     `annotated` (the preference pairs: an API metric, `accuracy.api_metrics_score: annotated`), only those
     of them that are annotated pairs. An API metric's job is given its `planned_requests` (`blindspot.bill`),
@@ -38,14 +55,20 @@ def score_metric(
     )
 
     running = code_of(metric_entry["plugin"])
-    require_planned_code(running, plugin_code,
-                         f"metric {metric}: the job imports {running['module']} as {running['version']}",
-                         plugin_code["version"])  # fmt: skip
+    require_planned_code(
+        running,
+        plugin_code,
+        f"metric {metric}: the job imports {running['module']} as {running['version']}",
+        plugin_code["version"],
+    )
     seed_ids = shard_rows(read_table(seeds, schemas.SEEDS), shard, shard_size)["seed_id"]
     test = shard_test_pairs(
-        read_table(pairs, schemas.PAIRS), read_table(triplets, schemas.TRIPLETS), seed_ids, split["seed"],
+        read_table(pairs, schemas.PAIRS),
+        read_table(triplets, schemas.TRIPLETS),
+        seed_ids,
+        split["seed"],
         split["test_fraction"],
-    )  # fmt: skip
+    )
     if annotated:
         shard_pairs = len(test)
         test = test[test["pair_id"].isin(read_table(annotated[0], schemas.ANNOTATION_PAIRS)["pair_id"])]
@@ -58,9 +81,14 @@ def score_metric(
         metric_entry, scorer, score_settings, plugin_code, template[0] if template else None, trained_folder
     )
     load = metric_loader(
-        metric_entry, scorer, {arg: spec(helper) for arg, helper in models.items()}, batch_size, cache,
-        trained_folder, api_key_is_set,
-    )  # fmt: skip
+        metric_entry,
+        scorer,
+        {arg: spec(helper) for arg, helper in models.items()},
+        batch_size,
+        cache,
+        trained_folder,
+        api_key_is_set,
+    )
     try:
         frame, counters = score_or_skip(test, metric, identity, load, ScoreCache(cache), batch_size)
     except RequestsExhausted as error:
@@ -70,11 +98,23 @@ def score_metric(
 
 
 def make_table3(
-    scores: Sequence[str], benchmark: str, human_choices: Sequence[str], human_row: Sequence[str], csv: str,
-    markdown: str, latex: str, test_split: Sequence[str], breakdown: str, plot: str, metrics: dict[str, Any],
-    domains: Sequence[str], annotated_only: Sequence[str], bootstrap_samples: int, seed: int,
+    scores: Sequence[str],
+    benchmark: str,
+    human_choices: Sequence[str],
+    human_row: Sequence[str],
+    csv: str,
+    markdown: str,
+    latex: str,
+    test_split: Sequence[str],
+    breakdown: str,
+    plot: str,
+    metrics: dict[str, Any],
+    domains: Sequence[str],
+    annotated_only: Sequence[str],
+    bootstrap_samples: int,
+    seed: int,
     sample: Sequence[str],
-) -> None:  # fmt: skip
+) -> None:
     """Table 3, its plot, and pairwise accuracy with CIs per metric, domain, knob, T2I model and subcategory.
 
     With human choices, Table 3 is computed on the annotated pairs, as in the paper ("All reported values in
@@ -126,19 +166,26 @@ def make_table3(
         table = table3.table3(shown, metrics, domains)
         if human_row:
             table = table3.with_human_kappa(table, json.loads(Path(human_row[0]).read_text()), domains)
-        table3.write_table3(table, csv, markdown, latex, table3.table3_caption(annotated, bool(human_row)),
-                            sample=drawn)  # fmt: skip
-        table3.write_table3(whole_table, *test_split, table3.whole_split_caption(n_test, annotated) + note,
-                            sample=drawn)  # fmt: skip
+        table3.write_table3(
+            table, csv, markdown, latex, table3.table3_caption(annotated, bool(human_row)), sample=drawn
+        )
+        table3.write_table3(
+            whole_table, *test_split, table3.whole_split_caption(n_test, annotated) + note, sample=drawn
+        )
     accuracy.write_breakdown(long, breakdown)
     table3.plot_accuracy(shown, labels, plot, domains, title=marked_caption(title, drawn))
     log.info("Table 3 over %d scored rows of %d metrics; %s", len(all_scores), len(metrics), title)
 
 
 def make_report_items(
-    benchmark: str, scores: Sequence[str], counters: Sequence[str], grid: str, csv: str, labels: dict[str, str],
+    benchmark: str,
+    scores: Sequence[str],
+    counters: Sequence[str],
+    grid: str,
+    csv: str,
+    labels: dict[str, str],
     examples_per_domain: int,
-) -> None:  # fmt: skip
+) -> None:
     """The report's example grid (Figure 3) and the table of every stage's counters."""
     from blindspot.protobias.accuracy import read_scores
     from blindspot.protobias.figures import example_grid, example_pairs, stage_counters

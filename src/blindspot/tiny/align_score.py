@@ -42,12 +42,21 @@ def build_random_align_score(out: Path, recipe: Mapping[str, Any], seed: int) ->
     out = Path(out)
     out.mkdir(parents=True)
     tokenizer = roberta_tokenizer(recipe["tokenizer_from"])
-    sizes = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
-             "max_position_embeddings": 514, "type_vocab_size": 1} | dict(recipe.get("config", {}))  # fmt: skip
+    sizes = {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 514,
+        "type_vocab_size": 1,
+    } | dict(recipe.get("config", {}))
     config = RobertaConfig(
-        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
-        eos_token_id=tokenizer.sep_token_id, **sizes,
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+        **sizes,
+    )
     torch.manual_seed(seed)
     heads = {"bin_layer": 2, "tri_layer": 3, "reg_layer": 1}
     parts = {

@@ -29,12 +29,16 @@ def build_random_blip2_itm(out: Path, recipe: Mapping[str, Any], seed: int) -> N
     tower = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
     config = Blip2Config(
         vision_config=tower | {"image_size": size, "patch_size": size // 4, "initializer_range": 0.02},
-        qformer_config=tower | {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
-                                "max_position_embeddings": tokenizer.model_max_length,
-                                "use_qformer_text_input": True},  # the text feed-forward that ITM and ITC run
+        qformer_config=tower
+        | {
+            "vocab_size": len(tokenizer),
+            "pad_token_id": tokenizer.pad_token_id,
+            "max_position_embeddings": tokenizer.model_max_length,
+            "use_qformer_text_input": True,
+        },  # the text feed-forward that ITM and ITC run
         num_query_tokens=4,
         image_text_hidden_size=16,
-    )  # fmt: skip
+    )
     torch.manual_seed(seed)
     model = Blip2ForImageTextRetrieval(config).eval()
     with torch.no_grad():

@@ -121,27 +121,47 @@ def _qwen2_5_vl(tokenizer: Any) -> tuple[Any, Any]:
         Qwen2_5_VLProcessor,
         Qwen2VLImageProcessor,
         Qwen2VLVideoProcessor,
-    )  # fmt: skip
+    )
 
     tokens = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
     tokenizer.add_special_tokens({"additional_special_tokens": tokens})
     ids = dict(zip(("start", "end", "image", "video"), tokenizer.convert_tokens_to_ids(tokens), strict=True))
-    special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
-               "pad_token_id": tokenizer.pad_token_id}  # fmt: skip
+    special = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
     config = Qwen2_5_VLConfig(
         text_config=dict(
-            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True,
-            rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, **special,
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=4096,
+            tie_word_embeddings=True,
+            rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+            **special,
         ),
         vision_config={
-            "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
             "patch_size": 14,
-            "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 56, "fullatt_block_indexes": [1],
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "window_size": 56,
+            "fullatt_block_indexes": [1],
         },
-        image_token_id=ids["image"], video_token_id=ids["video"], vision_start_token_id=ids["start"],
-        vision_end_token_id=ids["end"], **special,
-    )  # fmt: skip
+        image_token_id=ids["image"],
+        video_token_id=ids["video"],
+        vision_start_token_id=ids["start"],
+        vision_end_token_id=ids["end"],
+        **special,
+    )
     processor = Qwen2_5_VLProcessor(
         image_processor=Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=112 * 112),
         tokenizer=tokenizer,
@@ -159,25 +179,41 @@ def _internvl(tokenizer: Any) -> tuple[Any, Any]:
         InternVLForConditionalGeneration,
         InternVLProcessor,
         InternVLVideoProcessor,
-    )  # fmt: skip
+    )
 
-    extra = {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
-             "video_token": "<video>"}  # fmt: skip
+    extra = {
+        "start_image_token": "<img>",
+        "end_image_token": "</img>",
+        "context_image_token": "<IMG_CONTEXT>",
+        "video_token": "<video>",
+    }
     tokenizer = AutoTokenizer.from_pretrained(tokenizer.name_or_path, extra_special_tokens=extra)
     image_tokens = 4  # (56 / 14)^2 patches, halved twice by the pixel shuffle
     config = InternVLConfig(
         vision_config={
-            "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
-            "image_size": [56, 56], "patch_size": [14, 14],
+            "hidden_size": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+            "image_size": [56, 56],
+            "patch_size": [14, 14],
         },
         text_config={
-            "model_type": "qwen2", "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128,
-            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
-            "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+            "model_type": "qwen2",
+            "vocab_size": len(tokenizer),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 4096,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
             "pad_token_id": tokenizer.pad_token_id,
         },
-        image_token_id=tokenizer.context_image_token_id, image_seq_length=image_tokens,
-    )  # fmt: skip
+        image_token_id=tokenizer.context_image_token_id,
+        image_seq_length=image_tokens,
+    )
     processor = InternVLProcessor(
         image_processor=GotOcr2ImageProcessor(size={"height": 56, "width": 56}, crop_to_patches=False),
         tokenizer=tokenizer,
@@ -197,29 +233,53 @@ def _qwen3_vl(tokenizer: Any) -> tuple[Any, Any]:
     ids = dict(zip(("start", "end", "image", "video"), tokenizer.convert_tokens_to_ids(tokens), strict=True))
     config = Qwen3VLConfig(
         text_config={
-            "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [2, 3, 3],
-                             "mrope_interleaved": True},
+            "vocab_size": len(tokenizer),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "max_position_embeddings": 4096,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 5000000.0,
+                "mrope_section": [2, 3, 3],
+                "mrope_interleaved": True,
+            },
             "pad_token_id": tokenizer.pad_token_id,
         },
         vision_config={
-            "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
-            "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 16,
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": 16,
             "deepstack_visual_indexes": [0],
         },
-        image_token_id=ids["image"], video_token_id=ids["video"], vision_start_token_id=ids["start"],
-        vision_end_token_id=ids["end"], tie_word_embeddings=True,
-    )  # fmt: skip
+        image_token_id=ids["image"],
+        video_token_id=ids["video"],
+        vision_start_token_id=ids["start"],
+        vision_end_token_id=ids["end"],
+        tie_word_embeddings=True,
+    )
     processor = Qwen3VLProcessor(
         image_processor=Qwen2VLImageProcessor(
-            patch_size=16, merge_size=2, min_pixels=64 * 64, max_pixels=128 * 128, image_mean=[0.5] * 3,
+            patch_size=16,
+            merge_size=2,
+            min_pixels=64 * 64,
+            max_pixels=128 * 128,
+            image_mean=[0.5] * 3,
             image_std=[0.5] * 3,
         ),
         tokenizer=tokenizer,
         video_processor=Qwen3VLVideoProcessor(patch_size=16, merge_size=2),
         chat_template=_CHAT_TEMPLATE.replace("{{ image_placeholder }}", "<|vision_start|><|image_pad|><|vision_end|>"),
-    )  # fmt: skip
+    )
     return Qwen3VLForConditionalGeneration(config), processor
 
 
@@ -262,12 +322,17 @@ def build_random_clip(out: Path, recipe: Mapping[str, Any], seed: int) -> None:
     size = recipe.get("image_size", 32)
     tower = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
     config = CLIPConfig(
-        text_config=tower | {"vocab_size": len(tokenizer), "max_position_embeddings": 77,
-                             "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
-                             "pad_token_id": tokenizer.pad_token_id},
+        text_config=tower
+        | {
+            "vocab_size": len(tokenizer),
+            "max_position_embeddings": 77,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        },
         vision_config=tower | {"image_size": size, "patch_size": size // 4},
         projection_dim=32,
-    )  # fmt: skip
+    )
     torch.manual_seed(seed)
     CLIPModel(config).eval().save_pretrained(out)
     image_processor = CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})

@@ -29,27 +29,62 @@ from blindspot.tiny.image_reward import random_tensor
 VISION_FOLDER = "vision_tower"
 EXTRA_ROWS = 28  # FlanT5's embedding has 32,128 rows for a tokenizer of 32,100 tokens
 TINY_LANGUAGE = {
-    "d_model": 32, "d_ff": 64, "d_kv": 8, "num_heads": 4, "num_layers": 2, "num_decoder_layers": 2,
-    "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128,
-}  # fmt: skip
+    "d_model": 32,
+    "d_ff": 64,
+    "d_kv": 8,
+    "num_heads": 4,
+    "num_layers": 2,
+    "num_decoder_layers": 2,
+    "relative_attention_num_buckets": 32,
+    "relative_attention_max_distance": 128,
+}
 # The release's settings (FlanT5-XXL's config.json and LLaVA's ModelArguments) that the sizes leave alone.
 RELEASE_LANGUAGE = {
-    "model_type": "clip_t5", "architectures": ["CLIPT5ForConditionalGeneration"], "feed_forward_proj": "gated-gelu",
-    "is_gated_act": True, "dense_act_fn": "gelu_new", "tie_word_embeddings": False, "layer_norm_epsilon": 1e-6,
-    "dropout_rate": 0.1, "pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0, "use_cache": False,
-    "mm_projector_type": "mlp2x_gelu", "mm_vision_select_layer": -2, "mm_vision_select_feature": "patch",
-    "use_mm_proj": True, "mm_vision_tower": VISION_FOLDER,
-}  # fmt: skip
+    "model_type": "clip_t5",
+    "architectures": ["CLIPT5ForConditionalGeneration"],
+    "feed_forward_proj": "gated-gelu",
+    "is_gated_act": True,
+    "dense_act_fn": "gelu_new",
+    "tie_word_embeddings": False,
+    "layer_norm_epsilon": 1e-6,
+    "dropout_rate": 0.1,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "decoder_start_token_id": 0,
+    "use_cache": False,
+    "mm_projector_type": "mlp2x_gelu",
+    "mm_vision_select_layer": -2,
+    "mm_vision_select_feature": "patch",
+    "use_mm_proj": True,
+    "mm_vision_tower": VISION_FOLDER,
+}
 TINY_VISION = {
-    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3, "num_attention_heads": 2, "image_size": 56,
-    "patch_size": 14, "hidden_act": "quick_gelu", "layer_norm_eps": 1e-5, "projection_dim": 32,
-}  # fmt: skip
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 2,
+    "image_size": 56,
+    "patch_size": 14,
+    "hidden_act": "quick_gelu",
+    "layer_norm_eps": 1e-5,
+    "projection_dim": 32,
+}
 CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
 SENTENCEPIECE = {
-    "vocab_size": 2000, "model_type": "unigram", "character_coverage": 1.0, "normalization_rule_name": "nmt_nfkc",
-    "pad_id": 0, "eos_id": 1, "unk_id": 2, "bos_id": -1, "pad_piece": "<pad>", "eos_piece": "</s>",
-    "unk_piece": "<unk>", "num_threads": 1, "minloglevel": 2,
-}  # fmt: skip
+    "vocab_size": 2000,
+    "model_type": "unigram",
+    "character_coverage": 1.0,
+    "normalization_rule_name": "nmt_nfkc",
+    "pad_id": 0,
+    "eos_id": 1,
+    "unk_id": 2,
+    "bos_id": -1,
+    "pad_piece": "<pad>",
+    "eos_piece": "</s>",
+    "unk_piece": "<unk>",
+    "num_threads": 1,
+    "minloglevel": 2,
+}
 
 
 def train_tokenizer(out: Path) -> int:
@@ -63,8 +98,14 @@ def train_tokenizer(out: Path) -> int:
     text = (line for topic in sorted(topics) for line in topics[topic].splitlines() if line.strip())
     sentencepiece.SentencePieceTrainer.train(sentence_iterator=text, model_writer=model, **SENTENCEPIECE)
     (out / "spiece.model").write_bytes(model.getvalue())
-    config = {"tokenizer_class": "T5Tokenizer", "extra_ids": 100, "eos_token": "</s>", "unk_token": "<unk>",
-              "pad_token": "<pad>", "model_max_length": 512}  # fmt: skip
+    config = {
+        "tokenizer_class": "T5Tokenizer",
+        "extra_ids": 100,
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "pad_token": "<pad>",
+        "model_max_length": 512,
+    }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     # The converted fast tokenizer too (as google/flan-t5-xxl ships one), so that scoring needs no
     # sentencepiece; the official slow tokenizer reads spiece.model.
@@ -101,8 +142,14 @@ def build_random_clip_flant5(out: Path, recipe: Mapping[str, Any], seed: int) ->
     (tower / "config.json").write_text(vision_config.to_json_string())
     size = vision_config.image_size  # openai/clip-vit-large-patch14-336's preprocessor_config.json, at the tiny size
     processor = {
-        "crop_size": size, "do_center_crop": True, "do_normalize": True, "do_resize": True,
-        "feature_extractor_type": "CLIPFeatureExtractor", "image_mean": CLIP_MEAN, "image_std": CLIP_STD,
-        "resample": 3, "size": size,
-    }  # fmt: skip
+        "crop_size": size,
+        "do_center_crop": True,
+        "do_normalize": True,
+        "do_resize": True,
+        "feature_extractor_type": "CLIPFeatureExtractor",
+        "image_mean": CLIP_MEAN,
+        "image_std": CLIP_STD,
+        "resample": 3,
+        "size": size,
+    }
     (tower / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")

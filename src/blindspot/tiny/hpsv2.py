@@ -20,10 +20,15 @@ def tiny_config(image_size: int = 32) -> dict[str, Any]:
     """ViT-H-14's config (open_clip's model_configs/ViT-H-14.json) shrunk: same keys, same tokenizer."""
     return {
         "embed_dim": 32,
-        "vision_cfg": {"image_size": image_size, "layers": 2, "width": 32, "head_width": 16,
-                       "patch_size": image_size // 4},
+        "vision_cfg": {
+            "image_size": image_size,
+            "layers": 2,
+            "width": 32,
+            "head_width": 16,
+            "patch_size": image_size // 4,
+        },
         "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2},
-    }  # fmt: skip
+    }
 
 
 def build_random_hpsv2(out: Path, recipe: Mapping[str, Any], seed: int) -> None:

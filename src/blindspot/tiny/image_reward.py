@@ -25,9 +25,19 @@ from blindspot.metrics.image_reward import (
 from blindspot.models.tokenizers import bert_uncased_tokenizer
 
 TINY_SIZES = {
-    "image_size": 32, "patch_size": 8, "vision_width": 32, "vision_layers": 2, "vision_heads": 2, "vision_mlp": 128,
-    "text_width": 32, "text_layers": 2, "text_heads": 2, "text_mlp": 64, "vocab_size": 30524, "max_positions": 64,
-}  # fmt: skip
+    "image_size": 32,
+    "patch_size": 8,
+    "vision_width": 32,
+    "vision_layers": 2,
+    "vision_heads": 2,
+    "vision_mlp": 128,
+    "text_width": 32,
+    "text_layers": 2,
+    "text_heads": 2,
+    "text_mlp": 64,
+    "vocab_size": 30524,
+    "max_positions": 64,
+}
 
 
 def random_tensor(name: str, shape: tuple[int, ...], generator: Any) -> Any:

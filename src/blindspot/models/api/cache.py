@@ -74,9 +74,12 @@ class AnsweredReplies:
     """A client's replies that hold an answer, kept in a ReplyCache; see the module doc."""
 
     def __init__(
-        self, client: ChatCompletionsClient, cache: ReplyCache, failure: Callable[[Any], str | None],
+        self,
+        client: ChatCompletionsClient,
+        cache: ReplyCache,
+        failure: Callable[[Any], str | None],
         failures: Mapping[str, str],
-    ):  # fmt: skip
+    ):
         self.client, self.cache, self.failure, self.failures = client, cache, failure, failures
 
     def cached(self, key: str) -> Any | None:
@@ -93,8 +96,12 @@ class AnsweredReplies:
             if failure is None:
                 return response
             problem = failure_detail(response, failure, self.failures)
-        log.warning("%s: the cached reply %s cannot be used (%s); asking again", self.client.name,
-                    self.cache.path(key), self.client.scrub(problem))  # fmt: skip
+        log.warning(
+            "%s: the cached reply %s cannot be used (%s); asking again",
+            self.client.name,
+            self.cache.path(key),
+            self.client.scrub(problem),
+        )
         return None
 
     def ask(self, body: Mapping[str, Any], record: Mapping[str, Any], key: str) -> Asked:

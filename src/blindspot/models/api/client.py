@@ -160,8 +160,10 @@ def key_pattern(key: str) -> re.Pattern[str]:
     escaped |= {form.replace("/", "\\/") for form in escaped}
     encoded = {
         quote_form(key, safe=safe, encoding=encoding)
-        for quote_form in (quote, quote_plus) for safe in ("", "/") for encoding in ("utf-8", "latin-1")
-    }  # fmt: skip
+        for quote_form in (quote, quote_plus)
+        for safe in ("", "/")
+        for encoding in ("utf-8", "latin-1")
+    }
     encoded |= {re.sub("%[0-9A-F]{2}", lambda hex_byte: hex_byte[0].lower(), form) for form in encoded}
     forms = sorted({key} | escaped | encoded, key=len, reverse=True)
     return re.compile("|".join(map(re.escape, forms)))
@@ -176,8 +178,10 @@ class ChatCompletionsClient:
         self.url = endpoint.rstrip("/") + "/chat/completions"
         unsendable = header_problem(key)
         if unsendable:
-            raise ValueError(f"{name}: the API key in {key_env} cannot be sent as an HTTP header: it holds "
-                             f"{unsendable}; set the variable to the key alone")  # fmt: skip
+            raise ValueError(
+                f"{name}: the API key in {key_env} cannot be sent as an HTTP header: it holds "
+                f"{unsendable}; set the variable to the key alone"
+            )
         self._key = key
         self._key_forms = key_pattern(key)
         self._local = threading.local()
@@ -243,9 +247,11 @@ class ChatCompletionsClient:
                 try:
                     response = self._session().post(self.url, json=body, timeout=settings.timeout_s)
                 except (
-                    requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
+                    requests.ConnectionError,
+                    requests.Timeout,
+                    requests.exceptions.ChunkedEncodingError,
                     requests.exceptions.ContentDecodingError,
-                ) as error:  # fmt: skip
+                ) as error:
                     response, reason = None, f"{type(error).__name__}: {error}"
                 else:
                     slot.wait_until_reset_s = reset_wait(response.headers)
@@ -274,8 +280,13 @@ class ChatCompletionsClient:
                 wait = max(wait, min(retry_after, settings.retry_after_cap_s))
             log.warning(
                 "%s: %s failed (%s); retry %d of %d in %.1f s",
-                self.name, self.url, self.scrub(reason), attempt, settings.max_attempts - 1, wait,
-            )  # fmt: skip
+                self.name,
+                self.url,
+                self.scrub(reason),
+                attempt,
+                settings.max_attempts - 1,
+                wait,
+            )
             sleep(wait)
         raise APIError(
             self.scrub(f"{self.name}: {self.url} failed {settings.max_attempts} times; the last error: {reason}")
@@ -291,9 +302,13 @@ class ChatCompletionsClient:
         )
 
     def run_all(
-        self, work: Callable[..., Result], tasks: Sequence[tuple[Any, ...]], desc: str, unit: str,
+        self,
+        work: Callable[..., Result],
+        tasks: Sequence[tuple[Any, ...]],
+        desc: str,
+        unit: str,
         thread_name_prefix: str,
-    ) -> list[Result]:  # fmt: skip
+    ) -> list[Result]:
         """`work(*task)` for every task on worker threads that share this client, as many requests in
         flight as the endpoint's limiter allows, with a progress bar (`desc`, counting `unit`s); the
         results in the tasks' order. The first failure is raised once the running tasks end; the others

@@ -98,8 +98,10 @@ class APIVLM:
             raise ValueError(f"{spec.name}: an API VLM's registry entry needs 'endpoint' and 'api_key_env'")
         key = os.environ.get(spec.api_key_env, "").strip()
         if not key:
-            raise ValueError(f"{spec.name}: the API key variable {spec.api_key_env} is not set or empty; set it "
-                             "where the job runs (the submit host)")  # fmt: skip
+            raise ValueError(
+                f"{spec.name}: the API key variable {spec.api_key_env} is not set or empty; set it "
+                "where the job runs (the submit host)"
+            )
         del batch_size  # a local model's; an endpoint's batch is as many as its client may have in flight
         self.spec, self.tokenizer = spec, LetterTokens()
         self.request = dict(spec.request)
@@ -117,9 +119,10 @@ class APIVLM:
         """The chat-completions request: the conversation with `image` (a content part) in its placeholder."""
         messages = [
             message | {"content": [image if part["type"] == "image" else part for part in message["content"]]}
-            if isinstance(message["content"], list) else message
+            if isinstance(message["content"], list)
+            else message
             for message in conversation
-        ]  # fmt: skip
+        ]
         budget = {} if {"max_tokens", "max_completion_tokens"} & set(self.request) else {"max_tokens": max_new_tokens}
         return {**budget, **self.request, "model": self.spec.path, "messages": messages}
 
@@ -157,19 +160,31 @@ class APIVLM:
             stale = self.cache.remove_stale_temps(todo)
             if stale:
                 log.info("%s: removed %d temporary file(s) a killed run left in the cache", self.spec.name, len(stale))
-            answers = self.client.run_all(self.replies.ask, list(todo.values()), desc=f"ask {self.spec.name}",
-                                          unit="question", thread_name_prefix="api-vlm")  # fmt: skip
+            answers = self.client.run_all(
+                self.replies.ask,
+                list(todo.values()),
+                desc=f"ask {self.spec.name}",
+                unit="question",
+                thread_name_prefix="api-vlm",
+            )
             by_key = dict(zip(todo, answers, strict=True))
             for i, key in waiting:
                 replies[i] = by_key[key].response
         self.unanswered += sum(reply is None for reply in replies)
-        log.info("%s: %d asked, %d from the cache so far, %d without an answer so far, %d HTTP requests so far",
-                 self.spec.name, len(todo), self.cache_hits, self.unanswered, self.client.requests_sent)  # fmt: skip
+        log.info(
+            "%s: %d asked, %d from the cache so far, %d without an answer so far, %d HTTP requests so far",
+            self.spec.name,
+            len(todo),
+            self.cache_hits,
+            self.unanswered,
+            self.client.requests_sent,
+        )
         return [
-            (letter_probabilities(reply, candidates), choice_text(reply)[1], stopped(reply)) if reply is not None
+            (letter_probabilities(reply, candidates), choice_text(reply)[1], stopped(reply))
+            if reply is not None
             else ([math.nan] * len(candidates), "", True)
             for reply in replies
-        ]  # fmt: skip
+        ]
 
 
 def _local(spec: ModelSpec, batch_size: int | None, cache_dir: str | Path) -> Any:
