@@ -254,7 +254,7 @@ def test_without_the_tower_in_the_checkpoint_it_loads_from_the_configs_tower(tin
 def test_half_precision_scores_close_to_float32(tiny_clip_flant5, monkeypatch):
     import torch
 
-    from blindspot.plugins import clip_flant5
+    from blindspot.metrics import clip_flant5
 
     built, real_build = [], clip_flant5.build_model
 
