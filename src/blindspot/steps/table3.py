@@ -44,7 +44,7 @@ def score_metric(
     of them that are annotated pairs. An API metric's job is given its `planned_requests` (`blindspot.bill`),
     and its client sends no more than those times `client.max_attempts`. `model` is None for a plug-in that
     loads no registry model."""
-    from blindspot.models.api.client import RequestsExhausted
+    from blindspot.models.api.client import RequestsExhausted, with_planned_requests
     from blindspot.plugins import plugin_code as code_of
     from blindspot.protobias.metric_scores import (
         ScoreCache,
@@ -73,8 +73,7 @@ def score_metric(
         shard_pairs = len(test)
         test = test[test["pair_id"].isin(read_table(annotated[0], schemas.ANNOTATION_PAIRS)["pair_id"])]
         log.info("%s: scoring the %d annotated pairs among this shard's %d test pairs", metric, len(test), shard_pairs)
-    if planned_requests is not None:
-        model = model | {"client": model["client"] | {"planned_requests": planned_requests}}
+    model = with_planned_requests(model, planned_requests)
     scorer = None if model is None else spec(model)
     trained_folder = trained[0] if trained else None
     identity = metric_identity(
