@@ -10,6 +10,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import cohen_kappa_score
 
 from blindspot.annotation.agreement import (
+    CHOICE_ORDER,
     annotator_kappas,
     evaluator_scores,
     filter_validation,
@@ -19,6 +20,8 @@ from blindspot.annotation.agreement import (
     score_kappa,
     weighted_kappa,
 )
+from blindspot.kappa import kappa_from_confusion
+from blindspot.protobias.bootstrap import bootstrap_kappa, cohen_kappa
 
 
 @pytest.mark.parametrize("weights", [None, "linear", "quadratic"])
@@ -36,6 +39,28 @@ def test_weighted_kappa_edge_cases():
     assert weighted_kappa([0, 1, 0, 1], [0, 1, 0, 1], [0, 1]) == 1.0
     with pytest.raises(ValueError, match="not among the categories"):
         weighted_kappa(["x"], ["corr"], ["adv", "neither", "corr"])
+
+
+def test_the_human_studies_and_table_3_compute_one_kappa_equal_to_hand_computed_values():
+    """`kappa.kappa_from_confusion` is the one formula: the annotators' weighted kappa and Table 3's binary
+    kappa (`protobias.bootstrap`) are it, worked out by hand here (n^2 times the weighted disagreement,
+    expected from the marginals and observed, in whole numbers)."""
+    # 3 categories, confusion [[2, 1, 0], [0, 1, 1], [1, 0, 2]]: n = 8, marginals 3, 2, 3 both ways.
+    cells = [("adv", "adv")] * 2 + [("adv", "neither"), ("neither", "neither"), ("neither", "corr")]
+    cells += [("corr", "adv")] + [("corr", "corr")] * 2
+    a, b = [x for x, _ in cells], [y for _, y in cells]
+    confusion = [[2, 1, 0], [0, 1, 1], [1, 0, 2]]
+    # unweighted: (64 - 22 - 8 x 3) / 42; linear: (60 - 8 x 4) / 60; quadratic: (96 - 8 x 6) / 96
+    for weights, hand in ((None, 3 / 7), ("linear", 7 / 15), ("quadratic", 0.5)):
+        assert weighted_kappa(a, b, list(CHOICE_ORDER), weights) == pytest.approx(hand, abs=1e-15)
+        assert kappa_from_confusion(confusion, weights) == pytest.approx(hand, abs=1e-15)
+    # 2x2 [[20, 5], [10, 15]]: p_o 0.7, p_e (25 x 30 + 25 x 20) / 2500 = 0.5, kappa 0.4, exactly
+    first = [True] * 25 + [False] * 25
+    second = [True] * 20 + [False] * 5 + [True] * 10 + [False] * 15
+    assert cohen_kappa(first, second) == weighted_kappa(first, second, [False, True]) == 0.4
+    assert bootstrap_kappa(first, second).value == 0.4
+    assert math.isnan(cohen_kappa([True] * 3, [True] * 3))
+    assert math.isnan(weighted_kappa([True] * 3, [True] * 3, [False, True]))
 
 
 def validation_images(rows) -> pd.DataFrame:

@@ -174,6 +174,21 @@ def test_a_job_sends_no_more_than_its_planned_requests_times_its_attempts_then_s
     )
 
 
+def test_a_jobs_planned_requests_join_its_entrys_client_settings_or_the_defaults():
+    """Both API rules' steps (score_api_metric, answer_api_humble) hand their entry through this: an entry
+    without `client` is the defaults', as `ClientSettings` reads it, not a KeyError."""
+    from blindspot.models.api.client import with_planned_requests
+
+    entry = {"backend": "openai_api", "client": {"max_attempts": 2}}
+    assert with_planned_requests(entry, None) is entry
+    assert ClientSettings(**with_planned_requests(entry, 3)["client"]).allowance == 6
+    assert entry == {"backend": "openai_api", "client": {"max_attempts": 2}}  # not changed in place
+    assert with_planned_requests({"backend": "openai_api"}, 3) == {
+        "backend": "openai_api",
+        "client": {"planned_requests": 3},
+    }
+
+
 def test_retries_count_against_the_allowance():
     from blindspot.models.api.client import ChatCompletionsClient, RequestsExhausted
 

@@ -203,7 +203,7 @@ def test_a_metric_that_needs_what_only_a_job_has_is_refused_in_one_line_before_i
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(
         ConfigError,
-        match=r"^metric protoscore: scores with the workflow's trained ProtoScore, "
+        match=r"^metric protoscore: scores with the output of the workflow's train_protoscore, "
         f"{tmp_path}/results/protoscore/trained, which is not there: run the workflow's "
         "train_protoscore first$",
     ):

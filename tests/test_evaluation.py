@@ -9,7 +9,7 @@ from sklearn.metrics import cohen_kappa_score
 from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
 from blindspot import schemas
-from blindspot.io import write_table
+from blindspot.io import read_table, write_table
 from blindspot.protobias.accuracy import (
     BREAKDOWN_COLUMNS,
     HUMAN,
@@ -423,6 +423,39 @@ def test_table3_is_on_the_annotated_pairs_with_labels_and_says_whole_split_witho
     assert set(pd.read_csv(arguments["breakdown"])["population"]) == {"test split"}
     with pytest.raises(ValueError, match="whole-split table"):
         make_table3(human_choices=[str(tmp_path / "humans.csv")], human_row=[], test_split=[], **arguments)
+
+
+def test_table_3s_population_rules_are_the_benchmarks_and_the_step_only_reads_and_writes(tmp_path):
+    """`protobias.table3.write_report` holds which pairs Table 3 covers; `make_table3` reads its files into it,
+    so both write the same bytes."""
+    from blindspot.protobias import accuracy, table3
+    from blindspot.steps.table3 import make_table3
+
+    step, direct = tmp_path / "step", tmp_path / "direct"
+    step.mkdir(), direct.mkdir()
+    arguments = table3_inputs(step)
+    split = [str(step / f"split.{ext}") for ext in ("csv", "md", "tex")]
+    make_table3(
+        human_choices=[str(step / "humans.csv")], human_row=[str(step / "row.json")], test_split=split, **arguments
+    )
+    files = table3_inputs(direct)
+    title = table3.write_report(
+        accuracy.read_scores(files["scores"]),
+        read_table(files["benchmark"], schemas.BENCHMARK_PAIRS),
+        accuracy.read_human_choices(str(direct / "humans.csv")),
+        json.loads((direct / "row.json").read_text()),
+        METRICS,
+        ["animals", "objects"],
+        [],
+        [files[kind] for kind in ("csv", "markdown", "latex")],
+        [str(direct / f"split.{ext}") for ext in ("csv", "md", "tex")],
+        files["breakdown"],
+        files["plot"],
+        {"n_boot": 200, "seed": 0},
+    )
+    assert title == "Pairwise accuracy on the 5 human-annotated test pairs (95% CI)"
+    for name in ("table3.csv", "table3.md", "table3.tex", "split.csv", "split.md", "breakdown.csv", "accuracy.png"):
+        assert (step / name).read_bytes() == (direct / name).read_bytes(), name
 
 
 def test_a_metric_scored_on_the_annotated_pairs_only_is_marked_in_the_whole_split_table_never_failed(tmp_path):

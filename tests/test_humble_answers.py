@@ -14,9 +14,10 @@ from blindspot import schemas
 from blindspot.humblebench.answers import answer_in_batches, answer_shard, shard_questions
 from blindspot.humblebench.humility import parsed_texts
 from blindspot.humblebench.questions import question_row
-from blindspot.humblebench.settings import Question, present, setting_transforms, shard_of, shown_image
+from blindspot.humblebench.settings import Question, present, setting_transforms, shown_image
 from blindspot.models.spec import ModelSpec
 from blindspot.prompts import PromptTemplate
+from blindspot.shards import shard_of
 
 OPTIONS = ("red", "green", "blue", "yellow", "None of the above")
 TEMPLATE = REPO / "config" / "prompts" / "humble_original_v3.yaml"
@@ -39,6 +40,8 @@ def test_the_shards_split_the_questions_by_id_in_their_order(tmp_path):
     for shard, part in enumerate(shards):
         assert all(shard_of(q, 3) == shard for q in part["question_id"])
         assert list(part.index) == sorted(part.index)  # the table's order
+    # by the id's hash (`shards.shard_of`), pinned: moving it must not move an answered question
+    assert [shard_of(f"q{i}", 7) for i in range(8)] == [0, 1, 4, 6, 2, 6, 3, 6]
     # a question's shard depends on its id alone: more questions never move it
     more = shard_questions(questions(tmp_path, 20), 1, 3)
     assert set(shards[1]["question_id"]) <= set(more["question_id"])

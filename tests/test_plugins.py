@@ -1,6 +1,7 @@
 """Metric plug-ins from outside the package: a module on the path named as `module:Class`, and an
 installed package's entry point. The plug-in and its pyproject.toml are the ones docs/metrics.md shows."""
 
+import copy
 import os
 import re
 import subprocess
@@ -13,13 +14,23 @@ import yaml
 from conftest import REPO, export_small_benchmark
 from PIL import Image
 
-from blindspot import schemas
+from blindspot import schemas, targets
 from blindspot.checks import validate_config
 from blindspot.config import ConfigError
 from blindspot.io import read_table, write_table
 from blindspot.models.spec import model_spec
-from blindspot.plugins import PLUGINS, PluginError, check_plugin, load_metric, plugin_code
+from blindspot.plugins import (
+    PLUGINS,
+    PluginError,
+    TrainedBy,
+    check_plugin,
+    load_metric,
+    plugin_code,
+    trained_by,
+    trained_metric_input,
+)
 from blindspot.protobias.metric_scores import metric_identity, metric_score_settings
+from blindspot.protobias.released import check_released_config
 from blindspot.protobias.split import split_of
 
 DOCS = (REPO / "docs" / "metrics.md").read_text()
@@ -136,6 +147,26 @@ def test_every_built_in_plugin_has_a_score_version(monkeypatch):
         PluginError, match=r"^'hpsv2': module 'blindspot.metrics.hpsv2' has no SCORE_VERSION \(an int\)$"
     ):
         plugin_code("hpsv2")
+
+
+@pytest.mark.parametrize("plugin", ["protoscore", "blindspot.metrics.protoscore:ProtoScore"])
+def test_a_trained_plugin_is_known_by_its_declaration_not_its_name(plugin, tiny_config):
+    """ProtoScore declares what trains it (`TRAINED_BY`), named either way: the rules hand it that output,
+    the config must train it on the metric's model, and a released dataset (nothing built) cannot have it."""
+    tiny_config["evaluation"]["metrics"]["protoscore"]["plugin"] = plugin
+    assert trained_by(plugin) == TrainedBy("train_protoscore", "protoscore", "protoscore.model")
+    assert trained_by("clip_similarity") is None
+    assert trained_metric_input(tiny_config, "protoscore") == [targets.path(tiny_config, "protoscore")]
+    assert trained_metric_input(tiny_config, "clipscore") == []
+    validate_config(copy.deepcopy(tiny_config))
+    other = copy.deepcopy(tiny_config)
+    other["protoscore"]["model"] = "tiny-qwen2.5-vl"
+    with pytest.raises(ConfigError, match=r"^config key 'evaluation.metrics.protoscore.model': 'tiny-qwen3-vl' "):
+        validate_config(other)
+    tiny_config["dataset"] = {"path": "pairs.csv"}
+    tiny_config["humblebench"]["from_benchmark"] = None
+    with pytest.raises(ConfigError, match=r"^dataset: metric protoscore scores with train_protoscore's output"):
+        check_released_config(tiny_config)
 
 
 @pytest.mark.parametrize(

@@ -173,7 +173,6 @@ _ENTRIES = [
 ]
 # fmt: on
 STEPS: dict[str, Step] = {step.name: step for step in _ENTRIES}
-STAGES = tuple(dict.fromkeys(step.stage for step in _ENTRIES))
 LOCAL_STEPS = tuple(name for name, step in STEPS.items() if step.local)
 THROUGHPUT_STEPS = tuple(name for name, step in STEPS.items() if step.throughput)
 # Steps sharded by domain, with the kind of their shards' outputs: what `blindspot targets` selects.

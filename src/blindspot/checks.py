@@ -11,10 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from blindspot.catalogue import check_throughput
-from blindspot.config import SCHEMA_PATH, ConfigError, check_schema, named_values, read_yaml
+from blindspot.config import SCHEMA_PATH, ConfigError, check_schema, config_value, named_values, read_yaml
 from blindspot.hub.repos import is_hub_dataset
 from blindspot.humblebench.questions import KIND_FIELDS
-from blindspot.plugins import PLUGINS, PluginError, check_plugin, model_free_resources, plugin_arguments
+from blindspot.plugins import (
+    PLUGINS,
+    PluginError,
+    check_plugin,
+    model_free_resources,
+    plugin_arguments,
+    trained_by,
+)
 from blindspot.prompts import PromptTemplate
 from blindspot.protobias.released import check_released_config
 from blindspot.protobias.taxonomy import check_n_seeds, load_taxonomy
@@ -146,8 +153,6 @@ def validate_config(config: dict[str, Any]) -> None:
                 f"(it may use {', '.join('{' + field + '}' for field in KIND_FIELDS)})"
             ) from None
     check_throughput(config)
-    # With `dataset:` nothing is built: nothing may ask for what only building gives.
-    check_released_config(config)
     evaluation = config["evaluation"]
     for name, metric in evaluation["metrics"].items():
         try:
@@ -192,12 +197,16 @@ def validate_config(config: dict[str, Any]) -> None:
                 f"config key 'evaluation.metrics.{name}.family': '{metric['family']}' is not one of the families "
                 f"({', '.join(evaluation['families'])})"
             )
-        # the trained scorer's adapters fit only the model they were trained on
-        if metric["plugin"] == "protoscore" and metric["model"] != config["protoscore"]["model"]:
+        # a trained scorer's adapters fit only the model they were trained on
+        trained = trained_by(metric["plugin"])
+        if trained and metric["model"] != config_value(config, trained.model_key):
             raise ConfigError(
-                f"config key 'evaluation.metrics.{name}.model': '{metric['model']}' is not the model ProtoScore is "
-                f"trained on (protoscore.model: '{config['protoscore']['model']}')"
+                f"config key 'evaluation.metrics.{name}.model': '{metric['model']}' is not the model "
+                f"{trained.step} trains ({trained.model_key}: '{config_value(config, trained.model_key)}')"
             )
+    # With `dataset:` nothing is built: nothing may ask for what only building gives (after the plug-ins
+    # are found, since it reads what they declare).
+    check_released_config(config)
 
 
 def check_metric_model(name: str, metric: dict[str, Any]) -> None:

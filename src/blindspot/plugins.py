@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
+from blindspot import targets
 from blindspot.images import image_batches, read_rgb
 
 
@@ -72,6 +73,28 @@ class HubFiles:
     # Arguments that name another hub repository read at its default revision, each with whether its
     # weights are read too or its configs and tokenizer only.
     repo_args: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainedBy:
+    """What a plug-in that scores with the workflow's own training output declares, as `TRAINED_BY` in its
+    module: the rules hand it that output, and the config must train it on the metric's model."""
+
+    step: str  # the training step (its rule)
+    output: str  # the `targets.PATHS` key of what it writes, handed to the plug-in as `trained`
+    model_key: str  # the config key of the model it trains, which the metric's `model` must name
+
+
+def trained_by(plugin: str) -> TrainedBy | None:
+    """What trains a plug-in (its `TRAINED_BY`); None for one that scores as it comes."""
+    return plugin_declaration(plugin, "TRAINED_BY", None)
+
+
+def trained_metric_input(config: dict[str, Any], metric: str) -> list[str]:
+    """What a metric scores with that the workflow trains (ProtoScore's adapter folder), none for the others:
+    the input of its scoring rule, and what `evaluate` loads."""
+    declared = trained_by(config["evaluation"]["metrics"][metric]["plugin"])
+    return [targets.path(config, declared.output)] if declared else []
 
 
 def plugin_declaration(plugin: str, name: str, default: Any) -> Any:

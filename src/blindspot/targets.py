@@ -147,11 +147,6 @@ def metric_score_targets(config: dict[str, Any]) -> list[str]:
     ]
 
 
-def trained_metric_input(config: dict[str, Any], metric: str) -> list[str]:
-    """What a metric scores with that the workflow trains: ProtoScore's adapter folder, none for the others."""
-    return [path(config, "protoscore")] if config["evaluation"]["metrics"][metric]["plugin"] == "protoscore" else []
-
-
 def image_quality_targets(config: dict[str, Any]) -> list[str]:
     return [target for domain in config["domains"] for target in shard_targets(config, "image_quality", domain)]
 

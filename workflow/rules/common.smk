@@ -16,7 +16,7 @@ from blindspot.models.spec import build_inputs, model_spec, resolved_recipe
 from blindspot.registry import api_vlms, is_api_metric, metric_models
 from blindspot import bill, catalogue, targets
 from blindspot.humblebench.parsing import PARSER_VERSION
-from blindspot.plugins import plugin_code
+from blindspot.plugins import plugin_code, trained_metric_input
 from blindspot.protobias.metric_scores import metric_score_settings
 from blindspot.resources import job_resources
 from blindspot.tiny.build import recipe_seed

@@ -35,7 +35,7 @@ rule score_metric:
         ],
         template=get_metric_template,
         # A trained metric (ProtoScore) scores with the workflow's own training output.
-        trained=lambda wildcards: targets.trained_metric_input(config, wildcards.metric),
+        trained=lambda wildcards: trained_metric_input(config, wildcards.metric),
         # An API metric's jobs score only these test pairs (evaluation.api_metrics_score).
         annotated=get_annotated_pairs,
     output:

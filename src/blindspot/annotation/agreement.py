@@ -17,31 +17,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-# Pairwise choices on an ordinal scale for weighted kappa: "neither" lies between the two images.
+from blindspot.kappa import weighted_kappa
+
+# Pairwise choices on an ordinal scale for `kappa.weighted_kappa`: "neither" lies between the two images.
 CHOICE_ORDER = {"adv": 0, "neither": 1, "corr": 2}
-
-
-def weighted_kappa(a: Sequence[Any], b: Sequence[Any], categories: Sequence[Any], weights: str | None = None) -> float:
-    """Cohen's kappa between two raters over `categories` (in order), unweighted or with `linear` or
-    `quadratic` disagreement weights; NaN when there is nothing to compare or no variation at all."""
-    index = {category: i for i, category in enumerate(categories)}
-    unknown = (set(a) | set(b)) - set(index)
-    if unknown:
-        raise ValueError(f"ratings {sorted(map(str, unknown))} are not among the categories {list(categories)}")
-    if len(a) != len(b):
-        raise ValueError(f"{len(a)} ratings against {len(b)}")
-    k = len(categories)
-    if not len(a):
-        return math.nan
-    observed = np.zeros((k, k))
-    for x, y in zip(a, b, strict=True):
-        observed[index[x], index[y]] += 1
-    observed /= observed.sum()
-    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0))
-    distance = np.abs(np.subtract.outer(np.arange(k), np.arange(k))).astype(float)
-    penalty = {None: (distance > 0).astype(float), "linear": distance, "quadratic": distance**2}[weights]
-    chance = float((penalty * expected).sum())
-    return 1.0 - float((penalty * observed).sum()) / chance if chance > 0 else math.nan
 
 
 def score_kappa(a: Sequence[float], b: Sequence[float], weights: str) -> float:

@@ -21,7 +21,7 @@ from blindspot.evaluate.config import DEFAULT_CONFIG, metric_entries
 from blindspot.images import read_rgb
 from blindspot.models.spec import model_spec
 from blindspot.paths import CHECKOUT
-from blindspot.plugins import Metric, batches, normalise
+from blindspot.plugins import Metric, batches, normalise, trained_by, trained_metric_input
 from blindspot.protobias.metric_scores import metric_loader
 
 COLUMNS = ["prompt", "raw", "score", "detail"]
@@ -30,15 +30,16 @@ COLUMNS = ["prompt", "raw", "score", "detail"]
 def _loaded(config: dict[str, Any], name: str, batch_size: int) -> Metric:
     """The metric's plug-in as its job builds it: its model's spec (None without one) and its helpers', its
     cache folder (where an API judge keeps its replies, shared with the workflow's jobs, so neither pays
-    twice), and ProtoScore's trained folder, which only the workflow makes."""
+    twice), and a trained scorer's folder (ProtoScore's), which only the workflow makes."""
     entry = config["evaluation"]["metrics"][name]
     spec = model_spec(config, entry["model"]) if "model" in entry else None
     helpers = {arg: model_spec(config, model) for arg, model in entry.get("models", {}).items()}
-    trained = next(iter(targets.trained_metric_input(config, name)), None)
+    trained = next(iter(trained_metric_input(config, name)), None)
     if trained is not None and not Path(trained).is_dir():
+        step = trained_by(entry["plugin"]).step
         raise ConfigError(
-            f"metric {name}: scores with the workflow's trained ProtoScore, {trained}, which is "
-            "not there: run the workflow's train_protoscore first"
+            f"metric {name}: scores with the output of the workflow's {step}, {trained}, which is "
+            f"not there: run the workflow's {step} first"
         )
     key = spec.api_key_env if spec else None
     if key and not os.environ.get(key):  # a job would skip the metric; here there is nothing to go on with

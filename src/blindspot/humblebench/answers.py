@@ -15,15 +15,16 @@ from blindspot import schemas
 from blindspot.humblebench.parsing import parse_answer
 from blindspot.humblebench.questions import row_question
 from blindspot.humblebench.reasoning import cut_off, split_reasoning
-from blindspot.humblebench.settings import LETTERS, Presented, present, shard_of, shown_image
+from blindspot.humblebench.settings import LETTERS, Presented, present, shown_image
 from blindspot.images import Journaled, journaled_batches
 from blindspot.models.spec import ModelSpec
 from blindspot.models.vlm_scoring import image_conversation
 from blindspot.prompts import PromptTemplate
+from blindspot.shards import shard_of
 
 
 def shard_questions(questions: pd.DataFrame, shard: int, shards: int) -> pd.DataFrame:
-    """The questions of answer shard `shard` of `shards` (`settings.shard_of`), in the table's order."""
+    """The questions of answer shard `shard` of `shards` (`shards.shard_of`, by id), in the table's order."""
     return questions[questions["question_id"].map(lambda question_id: shard_of(question_id, shards)) == shard]
 
 

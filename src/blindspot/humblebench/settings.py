@@ -180,11 +180,6 @@ def setting_transforms(setting: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in setting.items() if key in TRANSFORMS}
 
 
-def shard_of(question_id: str, shards: int) -> int:
-    """A question's answer shard, from its id alone: adding questions never moves the others."""
-    return int(hashlib.sha256(question_id.encode()).hexdigest()[:8], 16) % shards
-
-
 def noise_image(question_id: str, seed: int, size: tuple[int, int]) -> Any:
     """Uniform RGB noise for one question: it carries no visual information, so NOTA is the answer."""
     from PIL import Image

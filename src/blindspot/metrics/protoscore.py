@@ -12,11 +12,13 @@ from typing import Any
 
 from blindspot.models.protoscore_model import TrainSettings, base_model, load_scorer
 from blindspot.models.spec import ModelSpec
-from blindspot.plugins import Score, batches
+from blindspot.plugins import Score, TrainedBy, batches
 
 SCORE_VERSION = 2  # bumped when a change alters its scores (`plugin_code`); 2: the head in float32 under bf16
 # The models it hands images, each with the library that loads it: `models.roles`.
 VLMS = {"model": "transformers"}
+# It scores with what `train_protoscore` writes, trained on `protoscore.model`: `plugins.trained_by`.
+TRAINED_BY = TrainedBy(step="train_protoscore", output="protoscore", model_key="protoscore.model")
 
 
 class ProtoScore:

@@ -13,6 +13,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from blindspot.kappa import kappa_from_confusion
+
 
 class Estimate(NamedTuple):
     value: float
@@ -58,21 +60,8 @@ def _binary(values: Any, name: str) -> np.ndarray:
 
 
 def _counts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The 2x2 table flattened: (a&b, a&~b, ~a&b, ~a&~b)."""
-    return np.array([(a & b).sum(), (a & ~b).sum(), (~a & b).sum(), (~a & ~b).sum()], dtype=np.int64)
-
-
-def _kappa_from_counts(counts: np.ndarray) -> np.ndarray:
-    """Cohen's kappa of 2x2 tables given as (..., 4) counts; NaN where undefined (no pairs, or both raters constant
-    and equal, so that chance agreement is 1). Integer arithmetic keeps the undefined case exact."""
-    counts = np.asarray(counts, dtype=np.int64)
-    both, a_only, b_only, neither = np.moveaxis(counts, -1, 0)
-    n = both + a_only + b_only + neither
-    chance = (both + a_only) * (both + b_only) + (b_only + neither) * (a_only + neither)  # n^2 * p_e
-    numerator = (n * (both + neither) - chance).astype(float)
-    denominator = (n * n - chance).astype(float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1), np.nan)
+    """The 2x2 confusion matrix, a's True then False down, b's across (`kappa.kappa_from_confusion`)."""
+    return np.array([[(a & b).sum(), (a & ~b).sum()], [(~a & b).sum(), (~a & ~b).sum()]], dtype=np.int64)
 
 
 def cohen_kappa(a: Any, b: Any) -> float:
@@ -80,7 +69,7 @@ def cohen_kappa(a: Any, b: Any) -> float:
     a, b = _binary(a, "a"), _binary(b, "b")
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"ratings must be two 1-D arrays of one length, got shapes {a.shape} and {b.shape}")
-    return float(_kappa_from_counts(_counts(a, b)))
+    return float(kappa_from_confusion(_counts(a, b)))
 
 
 def bootstrap_kappa(
@@ -90,9 +79,10 @@ def bootstrap_kappa(
     left out of the percentiles); all NaN when kappa itself is undefined."""
     a, b = _binary(a, "a"), _binary(b, "b")
     counts = _counts(a, b)
-    kappa = float(_kappa_from_counts(counts))
+    kappa = float(kappa_from_confusion(counts))
     if np.isnan(kappa):
         return NAN_ESTIMATE
     n = int(counts.sum())
-    tables = _rng(seed).multinomial(n, counts / n, size=n_boot)  # = the 2x2 table of n items drawn with replacement
-    return Estimate(kappa, *_percentiles(_kappa_from_counts(tables), level))
+    # = the 2x2 table of n items drawn with replacement
+    tables = _rng(seed).multinomial(n, counts.ravel() / n, size=n_boot).reshape(n_boot, 2, 2)
+    return Estimate(kappa, *_percentiles(kappa_from_confusion(tables), level))

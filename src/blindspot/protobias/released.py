@@ -22,6 +22,7 @@ from blindspot.hub.datasets import RELEASE_SUFFIXES, one_of, release_records
 from blindspot.hub.repos import is_hub_dataset
 from blindspot.images import IMAGE_BYTES, ImageReadError, check_images, store_image_bytes
 from blindspot.io import read_csv, stable_id
+from blindspot.plugins import trained_by
 from blindspot.protobias.export import FIELDS, IMAGES
 from blindspot.sampling import stratified_sample
 
@@ -242,9 +243,13 @@ def check_released_config(config: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"dataset: HumbleBench's questions come from humblebench.release; set humblebench.{key} to null"
             )
-    trained = [name for name, entry in config["evaluation"]["metrics"].items() if entry["plugin"] == "protoscore"]
+    metrics = config["evaluation"]["metrics"]
+    trained = [(name, declared) for name, entry in metrics.items() if (declared := trained_by(entry["plugin"]))]
     if scored and trained:
-        raise ConfigError(f"dataset: metric {trained[0]} is ProtoScore, trained on a built benchmark; leave it out")
+        name, declared = trained[0]
+        raise ConfigError(
+            f"dataset: metric {name} scores with {declared.step}'s output, trained on a built benchmark; leave it out"
+        )
     if scored and config["annotation"].get("pairwise_labels"):
         raise ConfigError(
             "dataset: Table 3's human majority comes from evaluation.human_choices, not annotation.pairwise_labels"

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from blindspot.io import atomic_path, write_text
+from blindspot.protobias import accuracy
 from blindspot.protobias.accuracy import HUMAN, OVERALL
 from blindspot.reporting import to_latex, to_markdown
 from blindspot.sampling import marked_caption, marked_table
@@ -170,6 +171,63 @@ def write_table3(
     shown = table.map(lambda v: ("n/a" if np.isnan(v) else f"{v:.{decimals}f}") if isinstance(v, float) else v)
     write_text(markdown, f"{caption}\n\n{to_markdown(shown)}")
     write_text(latex, to_latex(shown, caption).replace("κ", r"$\kappa$"))
+
+
+def write_report(
+    scores: pd.DataFrame,
+    pairs: pd.DataFrame,
+    humans: pd.DataFrame | None,
+    human_row: Mapping[str, Any] | None,
+    metrics: Mapping[str, Mapping[str, Any]],
+    domains: Sequence[str],
+    annotated_only: Sequence[str],
+    files: Sequence[str | Path],
+    test_split: Sequence[str | Path],
+    breakdown: str | Path,
+    plot: str | Path,
+    options: Mapping[str, Any],
+    sample: str | None = None,
+) -> str:
+    """Table 3 (`files`: CSV, Markdown, LaTeX), its plot and the long `breakdown`, and which pairs each
+    covers; returns the plot's title. With `humans` (the majority choices), Table 3 is on the annotated pairs,
+    as in the paper, with the `human_row`'s κ when given, and `test_split` gets the whole split's accuracy;
+    without, Table 3's files hold the whole split's. A metric of `annotated_only` (scored on the annotated
+    pairs only) is in the whole-split table on the pairs it was scored on, its label and the caption saying
+    so; people judged only the annotated pairs, so the whole-split table has no Human row. `options` are the
+    bootstrap's (n_boot, seed); on a `sample` (its label) every caption and the title say so."""
+    whole_split = {name: entry for name, entry in metrics.items() if name not in annotated_only}
+    whole = accuracy.accuracy_breakdown(
+        scores[scores["metric"].isin(list(whole_split))], pairs, whole_split, humans, **options
+    )
+    scored_only = accuracy.scored_pairs_breakdown(
+        scores, pairs, [name for name in metrics if name in annotated_only], **options
+    )
+    scored_n = {
+        name: int(part["n"].max())
+        for name, part in scored_only[scored_only["breakdown"] == OVERALL].groupby("metric", sort=False)
+    }
+    marked = marked_scored_only(metrics, scored_n)
+    whole_metrics = pd.concat([whole[whole["metric"] != HUMAN], scored_only], ignore_index=True)
+    whole_table = table3(whole_metrics, marked, domains, kappa=False)
+    n_test = len(accuracy.select_test_pairs(pairs))
+    note = scored_only_note(scored_n)
+    if humans is None:
+        shown, long, labels = whole_metrics, whole_metrics, marked
+        title = f"Pairwise accuracy on the whole test split ({n_test} pairs, 95% CI)"
+        write_table3(whole_table, *files, whole_split_caption(n_test, 0) + note, sample=sample)
+    else:
+        shown = accuracy.accuracy_breakdown(scores, pairs, metrics, humans, annotated_only=True, **options)
+        long, labels = pd.concat([shown, whole, scored_only], ignore_index=True), metrics
+        annotated = accuracy.population_size(shown)
+        title = f"Pairwise accuracy on the {annotated} human-annotated test pairs (95% CI)"
+        table = table3(shown, metrics, domains)
+        if human_row is not None:
+            table = with_human_kappa(table, human_row, domains)
+        write_table3(table, *files, table3_caption(annotated, human_row is not None), sample=sample)
+        write_table3(whole_table, *test_split, whole_split_caption(n_test, annotated) + note, sample=sample)
+    accuracy.write_breakdown(long, breakdown)
+    plot_accuracy(shown, labels, plot, domains, title=marked_caption(title, sample))
+    return title
 
 
 # --- figure -----------------------------------------------------------------------------------------------------

@@ -129,10 +129,10 @@ def answer_humble(
     have in flight (`batch_size` None); without its key (`api_key_is_set`) it answers nothing, as an API
     metric is skipped, and the tables go on without it."""
     from blindspot.humblebench import answers as humble_answers
+    from blindspot.models.api.client import with_planned_requests
     from blindspot.models.api.vlm import load_answerer
 
-    if planned_requests is not None:
-        model = model | {"client": model["client"] | {"planned_requests": planned_requests}}
+    model = with_planned_requests(model, planned_requests)
     vlm_spec = spec(model)
     mine = humble_answers.shard_questions(read_table(questions, schemas.HUMBLE_QUESTIONS), int(shard), answer_shards)
     if vlm_spec.api_key_env and not api_key_is_set:

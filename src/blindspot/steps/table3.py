@@ -8,8 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from blindspot import schemas
 from blindspot.io import read_table, write_records, write_table, write_text
 from blindspot.steps import log, require_planned_code, shard_rows, spec, write_counters
@@ -44,7 +42,7 @@ def score_metric(
     of them that are annotated pairs. An API metric's job is given its `planned_requests` (`blindspot.bill`),
     and its client sends no more than those times `client.max_attempts`. `model` is None for a plug-in that
     loads no registry model."""
-    from blindspot.models.api.client import RequestsExhausted
+    from blindspot.models.api.client import RequestsExhausted, with_planned_requests
     from blindspot.plugins import plugin_code as code_of
     from blindspot.protobias.metric_scores import (
         ScoreCache,
@@ -73,8 +71,7 @@ def score_metric(
         shard_pairs = len(test)
         test = test[test["pair_id"].isin(read_table(annotated[0], schemas.ANNOTATION_PAIRS)["pair_id"])]
         log.info("%s: scoring the %d annotated pairs among this shard's %d test pairs", metric, len(test), shard_pairs)
-    if planned_requests is not None:
-        model = model | {"client": model["client"] | {"planned_requests": planned_requests}}
+    model = with_planned_requests(model, planned_requests)
     scorer = None if model is None else spec(model)
     trained_folder = trained[0] if trained else None
     identity = metric_identity(
@@ -125,55 +122,26 @@ def make_table3(
     saying how many, and the caption why. On a sample of a released dataset (`sample`: its import's counters)
     every table's CSV rows, caption and the plot's title say how many pairs of how many."""
     from blindspot.protobias import accuracy, table3
-    from blindspot.sampling import marked_caption, read_sample, sample_label
+    from blindspot.sampling import read_sample, sample_label
 
     if bool(human_choices) != bool(test_split):
         raise ValueError("make_table3: the whole-split table (test_split) comes with human choices, and only then")
     all_scores = accuracy.read_scores(scores)
-    pairs = read_table(benchmark, schemas.BENCHMARK_PAIRS)
-    humans = accuracy.read_human_choices(human_choices[0]) if human_choices else None
-    options = {"n_boot": bootstrap_samples, "seed": seed}
-    whole_split = {name: entry for name, entry in metrics.items() if name not in annotated_only}
-    whole = accuracy.accuracy_breakdown(
-        all_scores[all_scores["metric"].isin(list(whole_split))], pairs, whole_split, humans, **options
+    title = table3.write_report(
+        all_scores,
+        read_table(benchmark, schemas.BENCHMARK_PAIRS),
+        accuracy.read_human_choices(human_choices[0]) if human_choices else None,
+        json.loads(Path(human_row[0]).read_text()) if human_row and human_choices else None,
+        metrics,
+        domains,
+        annotated_only,
+        (csv, markdown, latex),
+        test_split,
+        breakdown,
+        plot,
+        {"n_boot": bootstrap_samples, "seed": seed},
+        sample_label(read_sample(sample), "pairs"),
     )
-    scored_only = accuracy.scored_pairs_breakdown(
-        all_scores, pairs, [name for name in metrics if name in annotated_only], **options
-    )
-    scored_n = {
-        name: int(part["n"].max())
-        for name, part in scored_only[scored_only["breakdown"] == accuracy.OVERALL].groupby("metric", sort=False)
-    }
-    marked = table3.marked_scored_only(metrics, scored_n)
-    whole_metrics = pd.concat(
-        [whole[whole["metric"] != accuracy.HUMAN], scored_only], ignore_index=True
-    )  # people judged only the annotated pairs
-    whole_table = table3.table3(whole_metrics, marked, domains, kappa=False)
-    n_test = len(accuracy.select_test_pairs(pairs))
-    note = table3.scored_only_note(scored_n)
-    drawn = sample_label(read_sample(sample), "pairs")
-    if humans is None:
-        shown, long, labels = whole_metrics, whole_metrics, marked
-        title = f"Pairwise accuracy on the whole test split ({n_test} pairs, 95% CI)"
-        table3.write_table3(
-            whole_table, csv, markdown, latex, table3.whole_split_caption(n_test, 0) + note, sample=drawn
-        )
-    else:
-        shown = accuracy.accuracy_breakdown(all_scores, pairs, metrics, humans, annotated_only=True, **options)
-        long, labels = pd.concat([shown, whole, scored_only], ignore_index=True), metrics
-        annotated = accuracy.population_size(shown)
-        title = f"Pairwise accuracy on the {annotated} human-annotated test pairs (95% CI)"
-        table = table3.table3(shown, metrics, domains)
-        if human_row:
-            table = table3.with_human_kappa(table, json.loads(Path(human_row[0]).read_text()), domains)
-        table3.write_table3(
-            table, csv, markdown, latex, table3.table3_caption(annotated, bool(human_row)), sample=drawn
-        )
-        table3.write_table3(
-            whole_table, *test_split, table3.whole_split_caption(n_test, annotated) + note, sample=drawn
-        )
-    accuracy.write_breakdown(long, breakdown)
-    table3.plot_accuracy(shown, labels, plot, domains, title=marked_caption(title, drawn))
     log.info("Table 3 over %d scored rows of %d metrics; %s", len(all_scores), len(metrics), title)
 
 

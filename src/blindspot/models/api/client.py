@@ -93,6 +93,14 @@ class ClientSettings:
         return None if self.planned_requests is None else self.planned_requests * self.max_attempts
 
 
+def with_planned_requests(model: dict[str, Any], planned_requests: int | None) -> dict[str, Any]:
+    """A model's registry entry whose client sends no more than its job's `planned_requests` (set by the
+    workflow, never in the config); an entry without `client` gets the defaults', as `ClientSettings` does."""
+    if planned_requests is None:
+        return model
+    return model | {"client": model.get("client", {}) | {"planned_requests": planned_requests}}
+
+
 def backoff_delay(retry: int, base_s: float, cap_s: float, rng: Callable[[], float] = random.random) -> float:
     """Seconds to wait before retry number `retry` (0 for the first): "equal jitter", half of the
     capped exponential step fixed and half random, so waits grow and spread but never vanish."""
