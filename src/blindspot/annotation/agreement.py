@@ -49,6 +49,7 @@ def score_kappa(a: Sequence[float], b: Sequence[float], weights: str) -> float:
     return 1.0 - observed / chance if chance > 1e-12 else math.nan
 
 
+ANNOTATOR_KAPPA_CAPTION = "Pairwise quadratic weighted kappa between annotators"
 FILTER_VALIDATION_CAPTION = (
     "Filter validation (paper, 4.2 and Appendix D): the designated evaluator's 1-10 scores ({evaluators}) against "
     "the VLM filter on {images} images. decision_kappa: Cohen's kappa between the person's keep/reject (score >= "

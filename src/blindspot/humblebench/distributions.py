@@ -33,6 +33,10 @@ def _conform(frame: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
     return pa.Table.from_pandas(frame, schema=schema, preserve_index=False).to_pandas()
 
 
+def figure2_caption(questions: int) -> str:
+    return f"Figure 2: HumbleBench's {questions:,} questions by correct answer and by type (count, %)"
+
+
 def figure2_table(questions: pd.DataFrame) -> pd.DataFrame:
     """Figure 2's numbers (`schemas.HUMBLE_DISTRIBUTIONS`): per panel, each value with its questions and share
     (%), the letters and NOTA in order, then the types in the paper's order, then any other type."""
@@ -87,6 +91,9 @@ TABLE9_ROWS = {
     "final": "Final",
     "final_share": "Final (%)",
 }
+
+
+TABLE9_CAPTION = "Table 9: the filtering of the scene-graph candidates per type (% of the type's candidates)"
 
 
 def table9(filtering: Mapping[str, Mapping[str, int]]) -> pd.DataFrame:

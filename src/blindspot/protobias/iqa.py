@@ -94,6 +94,9 @@ def measure_quality(
     )
 
 
+TABLE2_CAPTION = "Table 2: no-reference image quality of I_corr and I_adv over all kept pairs."
+
+
 def table2(quality: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Table 2: mean score of I_corr and I_adv per metric, their difference, and the share of
     pairs where I_corr has the better quality (higher or lower, as the metric says)."""

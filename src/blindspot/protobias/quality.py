@@ -118,6 +118,9 @@ TABLE1_ROWS: dict[str, tuple[str, Any]] = {
 }
 
 
+TABLE1_CAPTION = "Table 1: automatic prompt-quality validation of the accepted ProtoBias triplets."
+
+
 def table1(quality_by_domain: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Table 1 of the paper: per domain, and overall pooled over all triplets (as the paper does)."""
     columns = {domain.capitalize(): frame for domain, frame in quality_by_domain.items()}

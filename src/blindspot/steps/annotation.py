@@ -100,7 +100,7 @@ def human_preferences(
         csv,
         markdown,
         latex,
-        caption="Pairwise quadratic weighted kappa between annotators",
+        caption=agreement.ANNOTATOR_KAPPA_CAPTION,
     )
     votes = agreement.majority_choices(choices)
     write_text(majority, votes[["pair_id", "choice"]].to_csv(index=False))

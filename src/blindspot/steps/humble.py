@@ -264,12 +264,10 @@ def describe_humble_questions(
 
     frame = read_table(questions, schemas.HUMBLE_QUESTIONS)
     found = distributions.figure2_table(frame)
-    caption = f"Figure 2: HumbleBench's {len(frame):,} questions by correct answer and by type (count, %)"
     drawn = sample_label(read_sample([question_counters]), "questions")
-    write_report_table(found, *figure2, caption=caption, sample=drawn)
+    write_report_table(found, *figure2, caption=distributions.figure2_caption(len(frame)), sample=drawn)
     distributions.plot_figure2(found, figure2_plot)
     if table9:
         filtering = read_json(question_counters).get("scene_graph_filtering", {})
-        caption = "Table 9: the filtering of the scene-graph candidates per type (% of the type's candidates)"
-        write_report_table(distributions.table9(filtering), *table9, caption=caption)
+        write_report_table(distributions.table9(filtering), *table9, caption=distributions.TABLE9_CAPTION)
     log.info("Figure 2 over %d questions%s", len(frame), "; Table 9" if table9 else "")

@@ -116,9 +116,8 @@ def measure_image_quality(
 
 def make_table2(quality: Sequence[str], csv: str, markdown: str, latex: str) -> None:
     """Table 2 from every shard's image-quality table."""
-    from blindspot.protobias.iqa import table2
+    from blindspot.protobias.iqa import TABLE2_CAPTION, table2
     from blindspot.reporting import write_report_table
 
     frame = pd.concat([read_table(p, schemas.IMAGE_QUALITY) for p in quality], ignore_index=True)
-    caption = "Table 2: no-reference image quality of I_corr and I_adv over all kept pairs."
-    write_report_table(table2(frame), csv, markdown, latex, caption=caption)
+    write_report_table(table2(frame), csv, markdown, latex, caption=TABLE2_CAPTION)

@@ -111,7 +111,7 @@ def check_prompt_quality(
 
 def make_table1(quality: Sequence[str], csv: str, markdown: str, latex: str) -> None:
     """Table 1 from every domain's prompt-quality table."""
-    from blindspot.protobias.quality import table1
+    from blindspot.protobias.quality import TABLE1_CAPTION, table1
     from blindspot.reporting import write_report_table
 
     # A domain's table sits in its domain's folder (`prompt_quality` in blindspot.targets).
@@ -121,5 +121,5 @@ def make_table1(quality: Sequence[str], csv: str, markdown: str, latex: str) -> 
         csv,
         markdown,
         latex,
-        caption="Table 1: automatic prompt-quality validation of the accepted ProtoBias triplets.",
+        caption=TABLE1_CAPTION,
     )
