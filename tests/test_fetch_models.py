@@ -26,7 +26,7 @@ from blindspot.config import ConfigError
 from blindspot.hub import cache as hub_cache
 from blindspot.hub import fetch as hub_fetch
 from blindspot.hub import repos as hub
-from blindspot.plugins import hpsv2, image_reward
+from blindspot.metrics import hpsv2, image_reward
 
 
 def select(model: hub.HubModel, files: dict[str, bytes]) -> hub_cache.Selection:
