@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import CHROMIUM, REPO
+from helpers.workflow import CHROMIUM, REPO
 from markupsafe import escape
 from PIL import Image
 

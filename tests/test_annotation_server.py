@@ -16,10 +16,17 @@ from urllib.parse import quote, urlencode
 
 import pandas as pd
 import pytest
-from conftest import REPO
+from helpers.screenshots import (
+    PICTURE_SIZE,
+    assert_side_by_side,
+    chromium_page,
+    loaded_width,
+    save_screenshot,
+    task_tables,
+)
+from helpers.workflow import REPO
 from markupsafe import escape
 from PIL import Image
-from screenshots import PICTURE_SIZE, assert_side_by_side, chromium_page, loaded_width, save_screenshot, task_tables
 
 from blindspot.annotation.label_studio import export_labels
 from blindspot.annotation.labels import read_labels

@@ -5,7 +5,7 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import REPO
+from helpers.workflow import REPO
 from PIL import Image
 
 from blindspot import schemas

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from api_server import free_port, served_posts, serving, start_server, stop
-from conftest import REPO, half_written_temps
+from helpers.api_server import free_port, served_posts, serving, start_server, stop
+from helpers.outputs import half_written_temps
+from helpers.workflow import REPO
 from PIL import Image
 
 from blindspot.checks import validate_config

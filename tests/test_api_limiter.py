@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from conftest import REPO
+from helpers.workflow import REPO
 
 from blindspot.models.api.client import ClientSettings
 from blindspot.models.api.limiter import BACKOFF, OK, THROTTLED, AdaptiveLimit, duration_seconds, reset_wait

@@ -9,9 +9,9 @@ import math
 
 import pytest
 import yaml
-from api_server import served_posts, serving
-from conftest import REPO
-from test_humble_answers import TEMPLATE, questions
+from helpers.api_server import KEY, KEY_ENV, _letter_bias, served_posts, serving
+from helpers.humble import TEMPLATE, questions
+from helpers.workflow import REPO
 
 from blindspot import plan
 from blindspot.humblebench.answers import answer_shard
@@ -19,8 +19,6 @@ from blindspot.models.api.vlm import APIVLM, letter_probabilities, load_answerer
 from blindspot.models.spec import ModelSpec, model_spec
 from blindspot.prompts import PromptTemplate
 
-KEY_ENV = "BLINDSPOT_TEST_VLM_KEY"
-KEY = "sk-blindspot-vlm-5ca1ab1e-NEVER-LEAK"
 FAST_CLIENT = {"concurrency": 2, "timeout_s": 60, "max_attempts": 3, "backoff_base_s": 0.05, "backoff_cap_s": 0.2}
 
 
@@ -147,14 +145,6 @@ def test_a_batch_is_as_many_questions_as_the_client_may_have_in_flight(monkeypat
 def server(built_config, tmp_path_factory):
     with serving(model_spec(built_config, "tiny-qwen2.5-vl").path, tmp_path_factory.mktemp("serve")) as served:
         yield served
-
-
-def _letter_bias(model_dir: str) -> dict[str, float]:
-    """logit_bias towards "A".."E": the random-weight model then writes a letter (noise, but real)."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return {str(tokenizer.encode(c, add_special_tokens=False)[0]): 30.0 for c in "ABCDE"}
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ import importlib.util
 
 import numpy as np
 import pytest
-from conftest import REPO
+from helpers.workflow import REPO
 
 spec = importlib.util.spec_from_file_location("gpu_t2i_throughput", REPO / "bench" / "gpu_t2i_throughput.py")
 gpu_bench = importlib.util.module_from_spec(spec)

@@ -5,7 +5,7 @@ import cProfile
 import sys
 
 import pytest
-from conftest import REPO
+from helpers.workflow import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
 from peers.dry_run import project_share

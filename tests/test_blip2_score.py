@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from metric_checks import assert_half_precision_close, assert_refuses_unpaired, assert_scores_are_per_pair
+from helpers.metric_checks import assert_half_precision_close, assert_refuses_unpaired, assert_scores_are_per_pair
 from PIL import Image
 
 from blindspot.metrics.blip2_score import Blip2Score

@@ -8,15 +8,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from metric_checks import (
+from helpers.metric_checks import (
     assert_half_precision_close,
     assert_refuses_unpaired,
     assert_scores_are_per_pair,
     official_scores,
 )
-from metric_checks import (
-    images_of_every_mode as images,
-)
+from helpers.metric_checks import images_of_every_mode as images
 from PIL import Image
 
 from blindspot.metrics.clip_flant5 import (

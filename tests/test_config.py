@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, SNAKEMAKE
+from helpers.workflow import REPO, SNAKEMAKE
 
 from blindspot.checks import check_files, load_config, validate_config
 from blindspot.config import ConfigError, read_yaml
@@ -38,7 +38,7 @@ def test_a_job_stopped_by_bad_input_says_why_in_one_line(tmp_path):
     taxonomy = tmp_path / "animals.yaml"
     text = (REPO / "config" / "taxonomy" / "animals.yaml").read_text()
     taxonomy.write_text(text.replace("    label: bird\n", "    label: bird\n    label: fowl\n", 1))
-    from conftest import step_command
+    from helpers.workflow import step_command
 
     # The job as Snakemake ran it (the config check, which loads every taxonomy, is behind it).
     job = step_command(
@@ -191,7 +191,7 @@ def gpu_job(tmp_path, config: dict, asks: int, visible: str | None):
     import subprocess
     import sys
 
-    from conftest import spec_of, step_command
+    from helpers.workflow import spec_of, step_command
 
     config["models"]["tiny-qwen2.5-vl"]["gpus"] = asks
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
@@ -624,7 +624,7 @@ def test_a_number_key_still_takes_an_integer(tiny_config):
 
 def with_scene_graphs(config, tmp_path):
     """`config` with HumbleBench's scene graphs on (their file an empty list)."""
-    from conftest import SCENE_GRAPHS
+    from helpers.workflow import SCENE_GRAPHS
 
     (tmp_path / "graphs.json").write_text("[]")
     config["humblebench"]["scene_graphs"] = SCENE_GRAPHS | {"file": str(tmp_path / "graphs.json")}

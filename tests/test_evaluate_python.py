@@ -8,10 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from test_evaluate_inputs import _cut as cut
-from test_evaluate_inputs import pairs_csv
-from test_evaluate_plugins import PLUGIN
-from test_plugins import colour_exported, local_plugin  # noqa: F401  (fixtures)
+from helpers.evaluate import _cut as cut
+from helpers.evaluate import pairs_csv
+from helpers.plugins import PLUGIN
 
 NOTEBOOK = """
 import json, sys
@@ -35,8 +34,8 @@ print(json.dumps({{"sample": dict(zip(rows["Method"], rows["sample"])),
 @pytest.mark.slow
 @pytest.mark.integration
 def test_a_notebook_scores_a_sample_with_a_model_free_plug_in_and_reads_its_records(
-    local_plugin,  # noqa: F811
-    colour_exported,  # noqa: F811
+    local_plugin,
+    colour_exported,
     tmp_path,
 ):
     benchmark, dataset = colour_exported

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO
+from helpers.workflow import REPO
 
 import blindspot.api
 from blindspot import schemas, targets
@@ -416,7 +416,7 @@ def test_evaluate_humblebench_writes_a_record_per_answer_as_the_metrics_read_it(
     """`blindspot evaluate humblebench` with the tiny Qwen2.5-VL on four questions in three settings (the run
     tests/conftest.py's `side_by_side` makes): one record per question and setting, whose outcomes give the
     metrics' overall accuracy of the config's reading."""
-    from conftest import EVALUATED_SETTINGS, EVALUATED_TYPES
+    from helpers.evaluate import EVALUATED_SETTINGS, EVALUATED_TYPES
 
     results = side_by_side[0]
     base = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())

@@ -11,7 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, evaluate_humblebench, grey_image
+from helpers.evaluate import evaluate_humblebench
+from helpers.images import grey_image
+from helpers.workflow import REPO
 
 from blindspot.config import ConfigError
 

@@ -4,9 +4,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from helpers.unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 from PIL import Image
 from sklearn.metrics import cohen_kappa_score
-from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
 from blindspot import schemas
 from blindspot.io import write_table

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hub_cache import (
+from helpers.hub_cache import (
     COMMIT,
     OPEN_TOKEN,
     OTHER_COMMIT,
@@ -394,8 +394,8 @@ def test_a_dataset_is_read_whole_and_a_cut_off_download_lacks_its_missing_shards
 def test_a_hub_release_is_fetched_with_the_models_then_read_from_the_cache_offline(
     tiny_config, tmp_path, online, monkeypatch
 ):
+    from helpers.humble import imagefolder
     from huggingface_hub import constants
-    from test_humble_questions import imagefolder
 
     from blindspot.humblebench.release import load_release
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO
+from helpers.workflow import REPO
 
 sys.path.insert(0, str(REPO / "bench"))  # gpu_check imports its sibling gpu_t2i_throughput
 spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")

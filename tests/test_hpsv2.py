@@ -6,7 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
-from metric_checks import official_scores
+from helpers.metric_checks import official_scores
 from PIL import Image
 
 from blindspot.metrics.hpsv2 import HUB_CHECKPOINT, HPSv2

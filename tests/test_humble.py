@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REPO
+from helpers.workflow import REPO
 from PIL import Image
 
 from blindspot.humblebench.answers import answer_in_batches, answer_questions

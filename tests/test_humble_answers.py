@@ -7,29 +7,15 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REPO
+from helpers.humble import OPTIONS, TEMPLATE, questions
 from PIL import Image
 
 from blindspot import schemas
 from blindspot.humblebench.answers import answer_in_batches, answer_shard, shard_questions
 from blindspot.humblebench.humility import parsed_texts
-from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.settings import Question, present, setting_transforms, shard_of, shown_image
 from blindspot.models.spec import ModelSpec
 from blindspot.prompts import PromptTemplate
-
-OPTIONS = ("red", "green", "blue", "yellow", "None of the above")
-TEMPLATE = REPO / "config" / "prompts" / "humble_original_v3.yaml"
-
-
-def questions(folder, n: int) -> pd.DataFrame:
-    rows = []
-    for i in range(n):
-        path = folder / f"{i}.png"
-        Image.new("RGB", (32 + 8 * i, 32), ["red", "green", "blue"][i % 3]).save(path)
-        question = Question(f"q{i}", "What colour is the car?", OPTIONS, "ABCE"[i % 4], "Attribute")
-        rows.append(question_row(question, "benchmark", str(path), {}, verified=True))
-    return pd.DataFrame(rows, columns=schemas.HUMBLE_QUESTIONS.names)
 
 
 def test_the_shards_split_the_questions_by_id_in_their_order(tmp_path):

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 import pytest
-from test_humble_sources import OPTIONS
+from helpers.humble import SOURCE_OPTIONS as OPTIONS
 
 from blindspot import schemas
 from blindspot.humblebench.distributions import PANELS, figure2_table, table9

@@ -5,8 +5,8 @@ import math
 
 import pandas as pd
 import yaml
-from conftest import REPO
-from test_humble_report import SETTINGS, answers, make_tables, write_answers
+from helpers.humble import SETTINGS, answers, make_tables, write_answers
+from helpers.workflow import REPO
 
 from blindspot.humblebench.tables import OTHER_GROUP, best_cells, grouped, metrics_table, table4, table6
 from blindspot.registry import MODEL_GROUPS

@@ -12,10 +12,11 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import SCENE_GRAPHS
+from helpers.humble import RELEASE_RECORDS, RELEASE_TEXT, imagefolder
+from helpers.scene_graphs import make_scene_graphs
+from helpers.unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
+from helpers.workflow import SCENE_GRAPHS
 from PIL import Image
-from scene_graphs import make_scene_graphs
-from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
 from blindspot.humblebench import answers as humble_answers
 from blindspot.humblebench import questions as humble_questions
@@ -34,8 +35,6 @@ from blindspot.models.spec import model_spec
 from blindspot.prompts import PromptTemplate
 from blindspot.protobias.taxonomy import load_taxonomy
 
-RELEASE_TEXT = "What is the man holding?\nA. an umbrella\nB. a phone\nC. a cup\nD. a bag\nE. None of the above"
-
 
 def test_the_release_question_splits_into_stem_and_options():
     stem, options = split_release_question(RELEASE_TEXT, "q")
@@ -51,27 +50,6 @@ def png_bytes(colour) -> bytes:
     buffer = io.BytesIO()
     Image.new("RGB", (8, 8), colour).save(buffer, format="PNG")
     return buffer.getvalue()
-
-
-RELEASE_RECORDS = [
-    {"question_id": 1, "question": RELEASE_TEXT, "label": "B", "type": "Object", "colour": "red"},
-    {"question_id": 2, "question": RELEASE_TEXT, "label": "E", "type": "Relation", "colour": "blue"},
-    {"question_id": 3, "question": RELEASE_TEXT, "label": "A", "type": "Attribute", "colour": "red"},  # red again
-]
-
-
-def imagefolder(folder):
-    """The hub's imagefolder layout (maifoundations/HumbleBench): images, and a metadata.jsonl naming each
-    question's image in `file_name` relative to itself."""
-    (folder / "images").mkdir(parents=True)
-    lines = []
-    for record in RELEASE_RECORDS:
-        Image.new("RGB", (8, 8), record["colour"]).save(folder / "images" / f"{record['colour']}.png")
-        fields = {k: v for k, v in record.items() if k != "colour"}
-        lines.append(json.dumps({"file_name": f"images/{record['colour']}.png"} | fields))
-    (folder / "metadata.jsonl").write_text("\n".join(lines) + "\n")
-    (folder / "README.md").write_text("---\nlicense: mit\n---\n")
-    return folder
 
 
 def loaded_imagefolder(tmp_path):

@@ -6,8 +6,8 @@ import dataclasses
 import json
 
 import pytest
+from helpers.humble import OPTIONS, TEMPLATE, questions
 from PIL import Image
-from test_humble_answers import OPTIONS, TEMPLATE, questions
 
 from blindspot import schemas
 from blindspot.humblebench.humility import parsed_texts

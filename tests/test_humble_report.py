@@ -6,7 +6,8 @@ import math
 
 import pandas as pd
 import pytest
-from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
+from helpers.humble import FIVE_OPTIONS, SETTINGS, answers, make_tables, write_answers
+from helpers.unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
 from blindspot import schemas
 from blindspot.humblebench.humility import parsed_texts
@@ -23,47 +24,7 @@ from blindspot.humblebench.tables import (
 )
 from blindspot.io import write_table
 
-FIVE_SHOWN = json.dumps({letter: letter for letter in "ABCDE"})
-FIVE_OPTIONS = json.dumps(["a cat", "a dog", "a bird", "a fish", "None of the above"])
 BOLD = "; bold: the best of the models (False-NOTA: the lowest)"  # no groups given
-SETTINGS = {
-    "original": {"label": "Original", "headline": "overall"},
-    "nota_only": {"label": "NOTA-only", "headline": "nota_hit"},
-}
-
-
-def answers() -> pd.DataFrame:
-    """Two VLMs, two settings, four questions, in the answer table's columns."""
-    rows = []
-    for vlm, text, logits in (("vlm-a", "AEEB", "ABEB"), ("vlm-b", "ACE", "AEEA")):
-        for setting in SETTINGS:
-            for i, question in enumerate(["q1", "q2", "q3", "q4"]):
-                label = "E" if setting == "nota_only" or question == "q2" else "A"
-                rows.append(
-                    {
-                        "question_id": question,
-                        "vlm": vlm,
-                        "model_id": vlm,
-                        "model_revision": "",
-                        "setting": setting,
-                        "type": ["Object", "Relation", "Attribute", "Object"][i],
-                        "options": FIVE_OPTIONS,
-                        "label": label,
-                        "nota": "E",
-                        "letter_map": FIVE_SHOWN,
-                        "noise_image": False,
-                        "letter_probabilities": "[]",
-                        "letter_mass": 1.0,
-                        "prediction_logits": logits[i],
-                        "text": text[i : i + 1],
-                        "prediction_text": text[i : i + 1],
-                        "reasoning": "",
-                        "stopped": True,
-                        "cut_off": False,
-                        "template_version": "v1",
-                    }
-                )
-    return pd.DataFrame(rows, columns=schemas.HUMBLE_ANSWERS.names)
 
 
 @pytest.fixture
@@ -105,43 +66,6 @@ def test_the_report_is_each_table_of_the_metrics_with_its_caption(humans):
         report["table7"][0], table7(answers(), humans, "logits", original="nota_only", stress="original")
     )
     assert report["table7"][1] == "Table 7: humans and models on the same questions, %"
-
-
-def write_answers(folder, frame):
-    """The answer tables of `frame`, one per VLM, as the answer step writes them."""
-    paths = []
-    for vlm, part in frame.groupby("vlm"):
-        paths.append(str(folder / f"{vlm}.parquet"))
-        write_table(paths[-1], part, schemas.HUMBLE_ANSWERS)
-    return paths
-
-
-def make_tables(folder, paths, humans=True, parser_version=PARSER_VERSION, groups=None):
-    from blindspot.steps.humble import make_humble_tables
-
-    def files(name):
-        return [str(folder / f"{name}.{ext}") for ext in ("csv", "md", "tex")]
-
-    make_humble_tables(
-        answers=paths,
-        human_answers=[str(folder / "humans.csv")] if humans else [],
-        human_study=[],
-        reading="text",
-        settings=SETTINGS,
-        original="original",
-        stress="nota_only",
-        cautious="nota_only",
-        metrics=str(folder / "metrics.csv"),
-        table4=files("t4"),
-        table5=files("t5"),
-        table6=files("t6"),
-        table7=files("t7") if humans else [],
-        table_a1=files("ta1"),
-        plot=str(folder / "nota.png"),
-        parser_version=parser_version,
-        groups=groups,
-        sample=[],
-    )
 
 
 def test_the_step_writes_every_table_and_the_plot(tmp_path, humans):

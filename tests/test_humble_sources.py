@@ -6,6 +6,7 @@ import re
 
 import pandas as pd
 import pytest
+from helpers.humble import SOURCE_OPTIONS as OPTIONS
 from PIL import Image
 
 from blindspot import schemas
@@ -20,7 +21,6 @@ FROM_BENCHMARK = {
     "nota_share": 0.3,
     "kinds": {"subject": {"type": "Object", "text": "Which of these is in the image?"}},
 }
-OPTIONS = ("red", "blue", "green", "white", "None of the above")
 
 
 def write_release(folder, ids=("r1", "r2")):

@@ -8,16 +8,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from metric_checks import (
+from helpers.metric_checks import (
     assert_half_precision_close,
     assert_refuses_unpaired,
     assert_scores_are_per_pair,
     official_scores,
     run_official,
 )
-from metric_checks import (
-    images_of_every_mode as images,
-)
+from helpers.metric_checks import images_of_every_mode as images
 
 from blindspot.metrics.image_reward import (
     BOUNDS,

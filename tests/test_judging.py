@@ -2,7 +2,7 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import REPO
+from helpers.workflow import REPO
 
 from blindspot.models.spec import model_spec
 from blindspot.models.textgen import load_text_generator

@@ -14,9 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import requests
-from conftest import REPO
+from helpers.screenshots import assert_side_by_side, chromium_page, save_screenshot, task_tables
+from helpers.workflow import REPO
 from PIL import Image
-from screenshots import assert_side_by_side, chromium_page, save_screenshot, task_tables
 
 from blindspot.annotation import label_studio
 from blindspot.annotation.labels import label_studio_export, read_labels

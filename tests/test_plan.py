@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO
+from helpers.workflow import REPO
 
 from blindspot import catalogue, counts, plan, resources, targets
 from blindspot.checks import validate_config

@@ -10,40 +10,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, export_small_benchmark
-from PIL import Image
+from helpers.plugins import BLUE, LOCAL_MODULE, RED, docs_file, solid, write_benchmark_inputs
+from helpers.workflow import REPO
 
 from blindspot import schemas
 from blindspot.checks import validate_config
 from blindspot.config import ConfigError
-from blindspot.io import read_table, write_table
+from blindspot.io import read_table
 from blindspot.models.spec import model_spec
 from blindspot.plugins import PLUGINS, PluginError, check_plugin, load_metric, plugin_code
 from blindspot.protobias.metric_scores import metric_identity, metric_score_settings
-from blindspot.protobias.split import split_of
-
-DOCS = (REPO / "docs" / "metrics.md").read_text()
-LOCAL_MODULE = "local_colour_share"  # the example as a module on the path; installed, it is `colour_share`
-RED, BLUE = (220, 40, 40), (40, 80, 220)
-
-
-def docs_file(name: str) -> str:
-    """The fenced block of docs/metrics.md whose first line is `# name`."""
-    found = re.search(rf"```\w+\n# {re.escape(name)}\n(.*?)```", DOCS, re.DOTALL)
-    assert found, f"docs/metrics.md shows no {name}"
-    return found[1]
-
-
-@pytest.fixture
-def local_plugin(tmp_path, monkeypatch) -> Path:
-    """The example plug-in as a module in a folder on the Python path."""
-    folder = tmp_path / "local"
-    folder.mkdir()
-    (folder / f"{LOCAL_MODULE}.py").write_text(docs_file("colour_share.py"))
-    monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.delitem(sys.modules, LOCAL_MODULE, raising=False)
-    yield folder
-    sys.modules.pop(LOCAL_MODULE, None)
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +56,6 @@ def installed_plugin(installed_folder, monkeypatch) -> Path:
     monkeypatch.delitem(sys.modules, "colour_share", raising=False)
     yield installed_folder
     sys.modules.pop("colour_share", None)
-
-
-def solid(colour) -> Image.Image:
-    return Image.new("RGB", (16, 16), colour)
 
 
 def scores_of(plugin: str, tiny_config) -> list[float]:
@@ -163,40 +135,6 @@ def test_a_plugin_without_its_class_stops_its_job_in_one_line(local_plugin, tiny
         load_metric(f"{LOCAL_MODULE}:NoSuchClass", model_spec(tiny_config, "tiny-clip"), 2, "unused")
 
 
-def write_benchmark_inputs(results: Path, domain: str, seed: int, test_fraction: float) -> None:
-    """One test seed of `domain` with one kept pair: a red image (correct) and a blue one (adversarial)
-    for "a red apple", the tables as the workflow's upstream rules write them."""
-    seed_id = next(f"s{i}" for i in range(100) if split_of(f"s{i}", seed, test_fraction) == "test")
-    folder = results / domain
-    folder.mkdir(parents=True)
-    for name, colour in (("corr", RED), ("adv", BLUE)):
-        solid(colour).save(folder / f"{name}.png")
-    seeds = dict.fromkeys(schemas.SEEDS.names, "") | {"seed_id": seed_id, "domain": domain, "sample_seed": 0}
-    write_table(folder / "seeds.parquet", pd.DataFrame([seeds]), schemas.SEEDS)
-    triplet = {field.name: "" for field in schemas.TRIPLETS} | {
-        "triplet_id": "t0",
-        "seed_id": seed_id,
-        "domain": domain,
-        "neutral_prompt": "a red apple",
-    }
-    write_table(folder / "triplets.parquet", pd.DataFrame([triplet]), schemas.TRIPLETS)
-    pair = {
-        "pair_id": "p0",
-        "triplet_id": "t0",
-        "t2i": "tiny-sd",
-        "seed": 0,
-        "corr_image_id": "c",
-        "corr_path": str(folder / "corr.png"),
-        "adv_image_id": "a",
-        "adv_path": str(folder / "adv.png"),
-        "vlm_scores": "{}",
-        "min_corr_score": 1.0,
-        "min_adv_score": 1.0,
-        "kept": True,
-    }
-    write_table(folder / "pairs.parquet", pd.DataFrame([pair]), schemas.PAIRS)
-
-
 def test_outside_plugins_are_scored_by_the_workflows_step(local_plugin, installed_plugin, tiny_config, tmp_path):
     """`python -m blindspot.steps run score_metric` (the job as the workflow runs it) with a config whose
     metrics are the example plug-in as `module:Class` and as an installed entry point."""
@@ -235,25 +173,6 @@ def test_outside_plugins_are_scored_by_the_workflows_step(local_plugin, installe
         assert scores[["pair_id", "metric", "corr_raw", "adv_raw"]].to_dict("records") == [
             {"pair_id": "p0", "metric": metric, "corr_raw": 1.0, "adv_raw": 0.0}
         ]
-
-
-# Each pair's prompt names red; by row number modulo 3 its corr image is red and its adv blue (ColourShare
-# 1.0 > 0.0: right), the reverse (0.0 < 1.0: wrong), or both blue (0.0 = 0.0: a tie, wrong).
-COLOUR_PAIRS = {0: (RED, BLUE, True), 1: (BLUE, RED, False), 2: (BLUE, BLUE, False)}
-
-
-@pytest.fixture
-def colour_exported(tmp_path):
-    """A small exported benchmark whose prompts name red and whose images are solid colours: (its pairs
-    with `right`, each pair's designed outcome; the folder)."""
-
-    def image(path, role, i):
-        red, green, blue = COLOUR_PAIRS[i % 3][role == "adv"]
-        solid((red, green, blue - i if blue > 128 else blue + i)).save(path)  # a shade off by i: no two files alike
-        return str(path)
-
-    benchmark, dataset = export_small_benchmark(tmp_path, image, lambda i: f"a red bird {i}")
-    return benchmark.assign(right=[COLOUR_PAIRS[i % 3][2] for i in range(len(benchmark))]), dataset
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
 import pytest
-from conftest import REPO
+from helpers.workflow import REPO
 
 from blindspot.prompts import PromptTemplate
 from blindspot.protobias.taxonomy import enumerate_seeds, load_taxonomy

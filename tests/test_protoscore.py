@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 from PIL import Image
-from unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
 from blindspot.io import remove_temps_in, temp_target
 from blindspot.metrics.protoscore import ProtoScore

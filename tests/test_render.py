@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REPO, spec_of, step_command
+from helpers.workflow import REPO, spec_of, step_command
 from PIL import Image
 
 from blindspot import schemas

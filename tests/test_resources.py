@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, local_rules
+from helpers.workflow import REPO, local_rules
 
 from blindspot import plan
 from blindspot.checks import validate_config

@@ -6,10 +6,11 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import REPO, grey_image
-from hub_cache import lay_out, with_hub_models
-from test_evaluate import GOOD_RECORD
-from test_vllm import VLLM_PYTHON
+from helpers.envs import VLLM_PYTHON
+from helpers.evaluate import GOOD_RECORD
+from helpers.hub_cache import lay_out, with_hub_models
+from helpers.images import grey_image
+from helpers.workflow import REPO
 
 from blindspot.doctor import models as doctor_models
 from blindspot.doctor.report import FAIL, OK, WARN

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import rule_envs
-from conftest import REPO, SNAKEMAKE, copy_run
+from helpers import rule_envs
+from helpers.workflow import REPO, SNAKEMAKE, copy_run
 from packaging.requirements import Requirement
 
 from blindspot.catalogue import STEPS, job_env, job_models

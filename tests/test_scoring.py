@@ -7,7 +7,8 @@ from typing import ClassVar
 
 import pandas as pd
 import pytest
-from conftest import REPO, half_written_temps
+from helpers.outputs import half_written_temps
+from helpers.workflow import REPO
 from PIL import Image
 
 from blindspot import schemas

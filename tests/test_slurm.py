@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, local_rules
+from helpers.workflow import REPO, local_rules
 
 from blindspot import schemas
 from blindspot.io import read_table

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO, local_rules
+from helpers.workflow import REPO, local_rules
 
 PROFILE = REPO / "profiles" / "slurm" / "config.yaml"
 

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from helpers.benchmark import DOMAINS, benchmark_pairs
 from PIL import Image
 
 from blindspot.protobias import export
@@ -17,32 +18,6 @@ from blindspot.protobias.split import (
     preference_subset,
     split_of,
 )
-
-DOMAINS = ["animals", "demography", "objects"]
-
-
-def benchmark_pairs(n_triplets=30, models=("flux", "sana")):
-    rows = []
-    for i in range(n_triplets):
-        domain = DOMAINS[i % 3]
-        for t2i in models:
-            corr, adv = 9 if i % 4 else 3, 8 if i % 5 else 2
-            rows.append(
-                {
-                    "pair_id": f"p{i}-{t2i}",
-                    "triplet_id": f"t{i}",
-                    "seed_id": f"s{i // 3}",
-                    "domain": domain,
-                    "t2i": t2i,
-                    "corr_image_id": f"c{i}-{t2i}",
-                    "adv_image_id": f"a{i}-{t2i}",
-                    "corr_path": f"/c{i}{t2i}.png",
-                    "adv_path": f"/a{i}{t2i}.png",
-                    "kept": corr >= 8 and adv >= 8,
-                    "vlm_scores": json.dumps({"qwen": {"corr": corr, "adv": adv}, "intern": {"corr": corr, "adv": 9}}),
-                }
-            )
-    return pd.DataFrame(rows)
 
 
 def test_split_is_at_the_triplet_level_and_stable():

@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SNAKEMAKE
+from helpers.workflow import REPO, SNAKEMAKE
 
 from blindspot.catalogue import STEPS
 from blindspot.steps import step_function

@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import REPO
+from helpers.workflow import REPO
 
 from blindspot import schemas
 from blindspot.io import read_table, write_table

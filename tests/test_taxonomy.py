@@ -4,7 +4,7 @@ import functools
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO
+from helpers.workflow import REPO
 
 from blindspot.checks import validate_config
 from blindspot.config import ConfigError, check_schema

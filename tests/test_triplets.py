@@ -2,7 +2,8 @@ import copy
 import json
 
 import pytest
-from conftest import REPO, whitespace_outside_strings
+from helpers.outputs import whitespace_outside_strings
+from helpers.workflow import REPO
 
 from blindspot.models.spec import model_spec
 from blindspot.models.textgen import load_text_generator

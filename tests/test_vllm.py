@@ -9,8 +9,9 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import REPO, spec_of, step_command, whitespace_outside_strings
-from test_envs import lock
+from helpers.envs import VLLM_PYTHON, lock
+from helpers.outputs import whitespace_outside_strings
+from helpers.workflow import REPO, spec_of, step_command
 
 from blindspot import schemas
 from blindspot.io import read_table, write_table
@@ -19,8 +20,6 @@ from blindspot.models.vlm_scoring import text_score
 from blindspot.protobias.judging import JUDGE_REASONS
 from blindspot.protobias.taxonomy import sample_seeds
 from blindspot.protobias.triplets import TRIPLET_FIELDS
-
-VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -3,7 +3,7 @@ import functools
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REPO
+from helpers.workflow import REPO
 
 from blindspot.models.spec import model_spec
 from blindspot.models.vlm_scoring import (

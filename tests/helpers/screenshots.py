@@ -7,11 +7,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
-from conftest import CHROMIUM
 from PIL import Image, ImageDraw, ImageFont
 
+from helpers.workflow import CHROMIUM
+
 # One folder for every task's screenshot, in the built-in page and in Label Studio, to look at after a run.
-SCREENSHOTS = Path(os.environ.get("BLINDSPOT_SCREENSHOTS", Path(__file__).parent / "out" / "screenshots"))
+SCREENSHOTS = Path(os.environ.get("BLINDSPOT_SCREENSHOTS", Path(__file__).parents[1] / "out" / "screenshots"))
 PICTURE_SIZE = 200  # pixels: small, but large enough to read the word drawn on it
 
 

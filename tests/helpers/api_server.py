@@ -71,3 +71,17 @@ def serving(model_dir: str, folder: Path) -> Iterator[dict]:
         yield {"port": port, "log": log_path, "model": model_dir}
     finally:
         stop(process)
+
+
+KEY_ENV = "BLINDSPOT_TEST_VLM_KEY"
+
+
+KEY = "sk-blindspot-vlm-5ca1ab1e-NEVER-LEAK"
+
+
+def _letter_bias(model_dir: str) -> dict[str, float]:
+    """logit_bias towards "A".."E": the random-weight model then writes a letter (noise, but real)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return {str(tokenizer.encode(c, add_special_tokens=False)[0]): 30.0 for c in "ABCDE"}

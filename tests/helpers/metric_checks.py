@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PORTS_PYTHON = REPO / ".venv-ports" / "bin" / "python"
 
 
