@@ -63,7 +63,7 @@ def run_config(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory, run_config):
     """The README quick start, in a copy of the checkout: the tiny preset end to end. One run per
-    session, shared by tests/test_rule_envs.py (which copies it first) and tests/test_workflow.py
+    session, shared by tests/workflow/test_rule_envs.py (which copies it first) and tests/workflow/test_workflow.py
     (whose tests go on from it)."""
     work = tmp_path_factory.mktemp("checkout")
     for part in ("workflow", "config", "profiles", "src"):
@@ -107,7 +107,7 @@ def humble_release(tmp_path_factory) -> Path:
 def side_by_side(humble_release, tmp_path_factory) -> tuple[Path, Path]:
     """Two evaluations of one release at once, in two results folders: one by the command, one through
     `blindspot.api.evaluate` in a fresh Python process (the docs' example). Both must be running at once, and
-    both finish. tests/test_evaluate_state.py and tests/test_evaluate_records.py read them."""
+    both finish. tests/evaluate/test_evaluate_state.py and tests/evaluate/test_evaluate_records.py read them."""
     folder = tmp_path_factory.mktemp("side_by_side")
     by_command, by_python = folder / "command", folder / "my-evaluation"
     for path in humble_release.parent.iterdir():  # the docs' example reads release.jsonl from where it runs

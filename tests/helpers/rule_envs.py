@@ -1,5 +1,5 @@
 """The per-rule conda envs (workflow/envs/*.yaml) as virtual environments, for the env test
-(tests/test_rule_envs.py). Conda is out of reach here, and a conda env's pip section is a requirements
+(tests/workflow/test_rule_envs.py). Conda is out of reach here, and a conda env's pip section is a requirements
 file: a venv of the env's Python with that file installed holds what the env's pip section gives.
 
 Envs are cached under `$BLINDSPOT_ENV_CACHE` (default ~/.cache/blindspot/envs) as `<name>-<hash>`,

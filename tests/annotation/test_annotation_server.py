@@ -358,7 +358,7 @@ SHOWN = {
 @pytest.mark.browser
 @pytest.mark.parametrize("task", list(SHOWN))
 def test_each_task_as_an_annotator_sees_it(task, tmp_path):
-    """A screenshot of each task's page (`builtin-<task>.png` in tests/screenshots.py's folder), and
+    """A screenshot of each task's page (`builtin-<task>.png` in tests/helpers/screenshots.py's folder), and
     everything on it in view without scrolling: the images loaded (a pair's side by side), the
     texts, the buttons."""
     project = make_project(

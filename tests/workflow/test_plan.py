@@ -508,7 +508,7 @@ def test_the_plans_bill_sends_two_requests_per_annotated_pair_at_the_registrys_p
 
     config = yaml.safe_load((REPO / configfile).read_text())
     frame = plan.plan(config)["bill"]
-    frame = frame[frame["step"] == "score_api_metric"]  # the API VLMs' rows: tests/test_api_vlm.py
+    frame = frame[frame["step"] == "score_api_metric"]  # the API VLMs' rows: tests/models/test_api_vlm.py
     assert frame["metric"].tolist() == [m for m in config["evaluation"]["metrics"] if m in ("gpt-5", "api-judge")]
     row = frame.iloc[0]
     entry = config["models"][row["model"]]

@@ -1,6 +1,6 @@
 """A metric plug-in that loads no registry model (its config entry without `model`, `--metric PLUGIN@none`,
 or a class that says `registry_model = False`), and scoring prompts and images in memory (`blindspot.api.Scorer`).
-The plug-in is docs/metrics.md's ColourShare, as tests/test_plugins.py loads it."""
+The plug-in is docs/metrics.md's ColourShare, as tests/metrics/test_plugins.py loads it."""
 
 import json
 import math

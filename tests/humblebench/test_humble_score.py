@@ -16,7 +16,7 @@ from blindspot.checks import load_config
 from blindspot.cli import main
 from blindspot.humblebench.external_answers import read_predictions, release_questions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "config" / "config.yaml")
 OPTIONS = {
     1: ("Object", "What animal is on the sofa?", ["A cat", "A dog", "A rabbit", "A bird"], "A"),
@@ -287,7 +287,7 @@ def test_official_scorer_beside_ours(official, release, tmp_path):
 # The official code's own result files (github.com/maifoundations/HumbleBench, MIT): a few lines of each,
 # copied verbatim into `<setting>/<Model>/<Model>.jsonl` as `HumbleBench/utils/io.py` writes them, and the
 # release's records of their questions (tests/data/humblebench_official/README.md).
-OFFICIAL_DATA = Path(__file__).parent / "data" / "humblebench_official"
+OFFICIAL_DATA = Path(__file__).parents[1] / "data" / "humblebench_official"
 RELEASE = OFFICIAL_DATA / "release.jsonl"
 # Each verbatim line as our reader must take it, read by hand from the line: (label, NOTA's letter, letter
 # map, parsed answer). The letter map is the shown letter of the release's options A to E in turn ("-":

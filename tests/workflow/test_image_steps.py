@@ -2,7 +2,7 @@
 consensus -> split -> export, and a shard's image quality -> Table 2 with real NIQE parameters.
 
 The VLM scores are written here: random-weight VLMs cannot judge, and the consensus rule needs scores
-that pass and fail (tests/test_consensus.py tests the rule itself)."""
+that pass and fail (tests/protobias/test_consensus.py tests the rule itself)."""
 
 import dataclasses
 import json

@@ -212,7 +212,7 @@ def gpu_job(tmp_path, config: dict, asks: int, visible: str | None):
         batch_size=config["image_stage"]["judge_batch_size"],
         journal=str(tmp_path / "scores.journal.jsonl"),
     )
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     return subprocess.run(
         [sys.executable, *command], cwd=repo, env=env, capture_output=True, text=True, timeout=300, check=False
     )

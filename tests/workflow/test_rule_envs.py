@@ -1,6 +1,6 @@
 """Every rule's step runs in its own env (workflow/envs/*.yaml) with nothing else installed.
 
-Each env is built as a virtual environment from its pip section (tests/rule_envs.py; cached, so only
+Each env is built as a virtual environment from its pip section (tests/helpers/rule_envs.py; cached, so only
 an edited env is built again), and the jobs of the tiny run that ran in it (blindspot.catalogue.job_env)
 run again there from the arguments they left beside their logs (`python -m blindspot.steps replay`),
 in a copy of the run, after their outputs and their resumable state are removed: a job does all its
@@ -39,10 +39,10 @@ from blindspot.steps import job_file
 # Steps whose jobs the tiny run has none of, and why (their code is covered elsewhere).
 NOT_IN_THE_TINY_RUN = {
     "score_transfer": "the tiny preset has no transfer set (`protoscore.transfer`)",
-    "validate_filter": "runs only with people's labels (tests/test_workflow.py adds them later)",
-    "human_preferences": "runs only with people's labels (tests/test_workflow.py adds them later)",
-    "import_dataset": "runs only with `dataset:`, instead of the building rules (tests/test_evaluate.py runs it)",
-    "answer_api_humble": "the tiny preset has no API VLM (tests/test_workflow.py adds one, served on 127.0.0.1)",
+    "validate_filter": "runs only with people's labels (tests/workflow/test_workflow.py adds them later)",
+    "human_preferences": "runs only with people's labels (tests/workflow/test_workflow.py adds them later)",
+    "import_dataset": "runs only with `dataset:`, instead of the building rules (test_evaluate.py runs it)",
+    "answer_api_humble": "the tiny preset has no API VLM (test_workflow.py adds one, served on 127.0.0.1)",
 }
 # Jobs this machine cannot run in an env built here, and why.
 NOT_RUNNABLE_HERE = {

@@ -120,7 +120,7 @@ def test_constrained_decoding_gives_schema_valid_json_even_from_random_weights(b
     assert len(frame) == counters["rows"] == 4
     for raw in frame["raw_output"]:
         assert set(json.loads(raw)) == set(TRIPLET_FIELDS)
-        assert whitespace_outside_strings(raw) == [], raw  # what vLLM emits too (tests/test_vllm.py)
+        assert whitespace_outside_strings(raw) == [], raw  # what vLLM emits too (tests/models/test_vllm.py)
     assert "invalid_json" not in counters["failed"]
     assert frame["template_version"].eq(template.version).all()
     assert frame["model_id"].eq("built:tiny-qwen2").all()

@@ -26,7 +26,7 @@ from blindspot.prompts import PromptTemplate
 
 pytestmark = [pytest.mark.label_studio, pytest.mark.integration, pytest.mark.slow]
 
-VENV = Path(__file__).resolve().parents[1] / ".venv-label-studio"
+VENV = Path(__file__).resolve().parents[2] / ".venv-label-studio"
 OWNER = "owner@example.org"  # the user the server makes at start; the annotator "alice"
 PASSWORD = "blindspot-test-password"
 TOKEN = "blindspot-test-token"
@@ -277,7 +277,7 @@ def shown_images(page, count: int) -> list[dict]:
 def test_each_task_in_the_labeling_interface(server, tmp_path):
     """Logged in as the admin, each task's first item opened in Label Studio's labeling interface: its
     images served and loaded (a pair's side by side, captioned Left and Right), its texts shown, and a
-    screenshot `label-studio-<task>.png` in tests/screenshots.py's folder."""
+    screenshot `label-studio-<task>.png` in tests/helpers/screenshots.py's folder."""
     from playwright.sync_api import expect
 
     url, root = server

@@ -1,5 +1,5 @@
 """`blindspot doctor`: the preflight against the tiny preset with its models built, against a hub cache
-laid out by the tests (tests/hub_cache.py), an API endpoint on 127.0.0.1, profiles with and without
+laid out by the tests (tests/helpers/hub_cache.py), an API endpoint on 127.0.0.1, profiles with and without
 conda, and, on the local SLURM test cluster, canary jobs that report the GPUs they see."""
 
 import copy

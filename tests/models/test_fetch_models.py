@@ -1,6 +1,6 @@
 """`blindspot fetch-models`: which hub repositories a config reads, which of their files the loaders
 read, what the hub cache already holds (decided without a network), and real downloads through
-huggingface_hub from a hub on 127.0.0.1 (tests/hub_cache.py)."""
+huggingface_hub from a hub on 127.0.0.1 (tests/helpers/hub_cache.py)."""
 
 import copy
 import io
