@@ -22,6 +22,29 @@ from PIL import Image
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+# Fixtures that build models or run the workflow (minutes each): a test that requests one, directly or
+# through another fixture, is `slow` whether or not it says so, so no test pulls them into the fast tier
+# (`-m "not slow"`) by a forgotten mark. The tiny_* ones build a metric's tiny model (tests/metrics/).
+HEAVY_FIXTURES = frozenset(
+    {
+        "built_config",
+        "tiny_run",
+        "side_by_side",
+        "tiny_blip2",
+        "tiny_clip_flant5",
+        "tiny_hpsv2",
+        "tiny_image_reward",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `slow` every test whose fixture closure holds a heavy fixture."""
+    for item in items:
+        if HEAVY_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def tiny_config() -> dict:
     return yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
