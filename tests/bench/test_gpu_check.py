@@ -26,6 +26,7 @@ PUBLISHED_B = {
 }
 
 
+@pytest.mark.slow  # builds every model at its published size (on the meta device): 15 s on 2 cores
 def test_the_dry_run_builds_every_model_at_its_published_size_and_says_what_it_would_measure(tmp_path):
     environment = os.environ | {"PYTHON": sys.executable, "OUT": str(tmp_path)}
     done = subprocess.run(

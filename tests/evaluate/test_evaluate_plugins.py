@@ -206,6 +206,7 @@ def test_a_metric_that_needs_what_only_a_job_has_is_refused_in_one_line_before_i
         blindspot.api.Scorer("protoscore", configfile=str(tmp_path / "config.yaml"))
 
 
+@pytest.mark.slow  # runs the tiny CLIP, in memory and as a job
 def test_in_memory_scores_equal_the_score_metric_jobs(tiny_config, tmp_path):
     """The tiny CLIP (random weights) through `blindspot.api.Scorer` and through the workflow's `score_metric` job
     on the same prompt and images. Not CLIPScore itself: its cosines are all below 0, floored to 0."""
@@ -261,6 +262,7 @@ def usage_block() -> str:
     return found[1]
 
 
+@pytest.mark.slow  # runs the tiny CLIP in a fresh Python
 def test_the_usage_pages_in_memory_example_runs_as_written(tmp_path):
     """The example as a notebook runs it: a fresh Python, in a folder of its own, on config/tiny.yaml's clipscore."""
     shown = subprocess.run(
