@@ -227,7 +227,7 @@ def stage_jobs(config: dict) -> dict[str, tuple[str, dict[str, str]]]:
         "score_transfer": ("score_transfer", {}),
     }
     for metric in config["evaluation"]["metrics"]:
-        if not is_api_metric(config, metric):  # an API judge needs a server (tests/test_api_judge.py runs one)
+        if not is_api_metric(config, metric):  # an API judge needs a server (tests/metrics/test_api_judge.py runs one)
             jobs[f"score_metric:{metric}"] = ("score_metric", shard | {"metric": metric})
     return jobs
 

@@ -1,5 +1,4 @@
 import copy
-import dataclasses
 import json
 import os
 import shutil
@@ -9,48 +8,41 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import yaml
+from helpers.benchmark import export_small_benchmark
+from helpers.evaluate import EVALUATED_TYPES, docs_example, evaluate_humblebench
+from helpers.images import grey_image
+from helpers.plugins import COLOUR_PAIRS, LOCAL_MODULE, docs_file, solid
+from helpers.scene_graphs import make_scene_graphs
+from helpers.workflow import REPO, SCENE_GRAPHS, snakemake
 from PIL import Image
-from scene_graphs import make_scene_graphs
 
 # Hub ids must fail fast, never hang on a network that is not there.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-REPO = Path(__file__).resolve().parents[1]
-# Debian's chromium (./setup.sh --browser), which the `browser` tests drive through Playwright.
-CHROMIUM = os.environ.get("BLINDSPOT_CHROMIUM", "/usr/bin/chromium")
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+# Fixtures that build models or run the workflow (minutes each): a test that requests one, directly or
+# through another fixture, is `slow` whether or not it says so, so no test pulls them into the fast tier
+# (`-m "not slow"`) by a forgotten mark. The tiny_* ones build a metric's tiny model (tests/metrics/).
+HEAVY_FIXTURES = frozenset(
+    {
+        "built_config",
+        "tiny_run",
+        "side_by_side",
+        "tiny_blip2",
+        "tiny_clip_flant5",
+        "tiny_hpsv2",
+        "tiny_image_reward",
+    }
+)
 
 
-def snakemake(*args, cwd=REPO, check=True):
-    result = subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=2400)
-    if check and result.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
-    return result.stdout + result.stderr
-
-
-def step_command(folder: Path, step: str, **arguments) -> list[str]:
-    """The arguments of `python` that run one step with these arguments, as a job is replayed from the
-    file it leaves beside its log (`python -m blindspot.steps replay`)."""
-    path = folder / f"{step}.job.json"
-    path.write_text(json.dumps({"step": step, "arguments": arguments}, default=str))
-    return ["-m", "blindspot.steps", "replay", str(path)]
-
-
-def spec_of(config: dict, name: str) -> dict:
-    """A model as its rule hands it to a step: the resolved registry entry."""
-    from blindspot.models.spec import model_spec
-
-    return dataclasses.asdict(model_spec(config, name))
-
-
-def local_rules() -> set[str]:
-    """The rules that run on the submit host, never on SLURM: the catalogue's local steps and `all`."""
-    from blindspot.catalogue import LOCAL_STEPS
-
-    return {"all", *LOCAL_STEPS}
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `slow` every test whose fixture closure holds a heavy fixture."""
+    for item in items:
+        if HEAVY_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
@@ -82,17 +74,6 @@ def built_config(tmp_path_factory) -> dict:
     return config
 
 
-SCENE_GRAPHS = {
-    "describer": "tiny-qwen2.5-vl",
-    "writer": "smollm2-135m",
-    "writer_max_tokens": 600,
-    "cue_tokens": 6,
-    "cue_instruction": "Describe the colour and material of the {category} in a few words.",
-    "template": "config/prompts/humble_scene_questions_v1.yaml",
-    "verification": None,
-}
-
-
 @pytest.fixture(scope="session")
 def run_config(tmp_path_factory) -> dict:
     """The tiny preset as the run uses it: HumbleBench also writes questions from a test scene-graph file."""
@@ -105,7 +86,7 @@ def run_config(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory, run_config):
     """The README quick start, in a copy of the checkout: the tiny preset end to end. One run per
-    session, shared by tests/test_rule_envs.py (which copies it first) and tests/test_workflow.py
+    session, shared by tests/workflow/test_rule_envs.py (which copies it first) and tests/workflow/test_workflow.py
     (whose tests go on from it)."""
     work = tmp_path_factory.mktemp("checkout")
     for part in ("workflow", "config", "profiles", "src"):
@@ -117,94 +98,12 @@ def tiny_run(tmp_path_factory, run_config):
     return work, log
 
 
-def copy_run(run: Path, work: Path) -> Path:
-    """A copy of a finished run's checkout at `work`, its built models hard links (nothing writes into a
-    model's files, and they are most of the run's size): tests that change what later tests plan from
-    go on in a copy."""
-    models = run / "resources" / "models"
-
-    def link_models(source: str, target: str) -> None:
-        (os.link if Path(source).is_relative_to(models) else shutil.copy2)(source, target)
-
-    shutil.copytree(run, work, symlinks=True, copy_function=link_models)
-    return work
-
-
-def whitespace_outside_strings(text: str) -> list[int]:
-    """Where JSON text has whitespace between its tokens (constrained decoding allows none, with the
-    separators "," and ":" on both backends)."""
-    found, in_string, escaped = [], False, False
-    for at, char in enumerate(text):
-        if in_string:
-            escaped, in_string = (not escaped and char == "\\"), in_string and (escaped or char != '"')
-        elif char == '"':
-            in_string = True
-        elif char.isspace():
-            found.append(at)
-    return found
-
-
-def half_written_temps(entry: Path, key: str, text: str) -> tuple[Path, Path]:
-    """Two temporaries beside a cache `entry` (named as atomic_path names them), each holding `text`: a
-    killed writer's of the entry itself, and another job's, of another key in the same folder, being written."""
-    entry.parent.mkdir(parents=True)
-    left = entry.with_name(f".{entry.name}.0123abcd.tmp")
-    others = entry.with_name(f".{key[:2]}{'0' * 14}.json.4567cdef.tmp")
-    for temporary in (left, others):
-        temporary.write_text(text)
-    return left, others
-
-
-def grey_image(path, value) -> str:
-    """An 8x8 grey PNG of `value` at `path`; its path."""
-    Image.fromarray(np.full((8, 8, 3), value, dtype=np.uint8)).save(path)
-    return str(path)
-
-
-def export_small_benchmark(folder, image, prompt) -> tuple[pd.DataFrame, Path]:
-    """Eight pairs with both splits, exported as `export_dataset` writes it into `folder`/dataset, their
-    images made by `image(path, role, row)` and neutral prompts by `prompt(row)`: (the pairs, the folder)."""
-    from test_split import benchmark_pairs
-
-    from blindspot.protobias.export import export_dataset
-    from blindspot.protobias.split import assign_splits
-
-    pairs = benchmark_pairs(8, models=("flux",))
-    for role in ("corr", "adv"):
-        pairs[f"{role}_path"] = [image(folder / f"{role}{i}.png", role, i) for i in range(len(pairs))]
-    pairs = pairs.assign(
-        subcategory="birds",
-        neutral_prompt=[prompt(i) for i in range(len(pairs))],
-        correct_description="d_c",
-        adversarial_description="d_a",
-        correct_instance="penguin",
-        adversarial_instance="robin",
-        aux_element="stone",
-        knob="count",
-        correct_value="one",
-        adversarial_value="two",
-        seed=7,
-        generator="g",
-        added_entries="",
-    )
-    benchmark = assign_splits(pairs, 1, 0.5)
-    assert set(benchmark["split"]) == {"train", "test"}
-    export_dataset(benchmark, folder / "dataset", {"name": "T", "run_name": "r", "threshold": 8, "models": []})
-    return benchmark, folder / "dataset"
-
-
 @pytest.fixture
 def exported(tmp_path):
     """A small benchmark with both splits, grey images, exported: (its pairs, the folder)."""
     return export_small_benchmark(
         tmp_path, lambda path, role, i: grey_image(path, 10 * i + (role == "adv")), lambda i: f"a bird {i}"
     )
-
-
-# `blindspot evaluate humblebench` as people run it: shared by the tests of its state and its records.
-EVALUATED_TYPES = ("Object", "Attribute", "Relation", "Object")
-# Tables 4-6 need the config's original and stress settings; noise adds a third answer job to be cut off in.
-EVALUATED_SETTINGS = ("original", "nota_only", "noise")
 
 
 @pytest.fixture(scope="session")
@@ -227,28 +126,11 @@ def humble_release(tmp_path_factory) -> Path:
     return folder / "release.jsonl"
 
 
-def _evaluate_options(release: Path, results: Path) -> list[str]:
-    settings = [part for name in EVALUATED_SETTINGS for part in ("--setting", name)]
-    return ["--release", str(release), "--vlm", "tiny-qwen2.5-vl", *settings, "--results-dir", str(results)]
-
-
-def docs_example() -> str:
-    """The Python example of docs/usage.md (From Python), as a notebook runs it."""
-    text = (REPO / "docs" / "usage.md").read_text()
-    return text.split("<!-- evaluate-example:", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-
-
-def evaluate_humblebench(release: Path, results: Path) -> list[str]:
-    """`blindspot evaluate humblebench` of `release` into `results` by the tiny Qwen2.5-VL, as a command line."""
-    evaluate = [sys.executable, "-m", "blindspot.cli", "evaluate", "humblebench"]
-    return [*evaluate, *_evaluate_options(release, results), "--cores", "1"]
-
-
 @pytest.fixture(scope="session")
 def side_by_side(humble_release, tmp_path_factory) -> tuple[Path, Path]:
     """Two evaluations of one release at once, in two results folders: one by the command, one through
     `blindspot.api.evaluate` in a fresh Python process (the docs' example). Both must be running at once, and
-    both finish. tests/test_evaluate_state.py and tests/test_evaluate_records.py read them."""
+    both finish. tests/evaluate/test_evaluate_state.py and tests/evaluate/test_evaluate_records.py read them."""
     folder = tmp_path_factory.mktemp("side_by_side")
     by_command, by_python = folder / "command", folder / "my-evaluation"
     for path in humble_release.parent.iterdir():  # the docs' example reads release.jsonl from where it runs
@@ -271,3 +153,30 @@ def side_by_side(humble_release, tmp_path_factory) -> tuple[Path, Path]:
     for name, process in zip(("command", "python"), started, strict=True):
         assert process.wait(timeout=1200) == 0, (folder / f"{name}.out").read_text()[-3000:]
     return by_command, by_python
+
+
+# The example plug-in of docs/metrics.md: tests/metrics/test_plugins.py and tests/evaluate/ load it.
+@pytest.fixture
+def local_plugin(tmp_path, monkeypatch) -> Path:
+    """The example plug-in as a module in a folder on the Python path."""
+    folder = tmp_path / "local"
+    folder.mkdir()
+    (folder / f"{LOCAL_MODULE}.py").write_text(docs_file("colour_share.py"))
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, LOCAL_MODULE, raising=False)
+    yield folder
+    sys.modules.pop(LOCAL_MODULE, None)
+
+
+@pytest.fixture
+def colour_exported(tmp_path):
+    """A small exported benchmark whose prompts name red and whose images are solid colours: (its pairs
+    with `right`, each pair's designed outcome; the folder)."""
+
+    def image(path, role, i):
+        red, green, blue = COLOUR_PAIRS[i % 3][role == "adv"]
+        solid((red, green, blue - i if blue > 128 else blue + i)).save(path)  # a shade off by i: no two files alike
+        return str(path)
+
+    benchmark, dataset = export_small_benchmark(tmp_path, image, lambda i: f"a red bird {i}")
+    return benchmark.assign(right=[COLOUR_PAIRS[i % 3][2] for i in range(len(benchmark))]), dataset

@@ -3,7 +3,7 @@ plug-in called with one pair at a time, on the same pairs, in this process. The 
 The outputs agree when every pair's batched score equals its one-at-a-time score within a tolerance:
 padding a batch changes float sums slightly.
 
-The API judge is left out (it needs a server; tests/test_api_judge.py runs one), and so is ProtoScore
+The API judge is left out (it needs a server; tests/metrics/test_api_judge.py runs one), and so is ProtoScore
 (it needs a scorer trained on a benchmark). A metric's helper models (`models:`) are built and passed."""
 
 from __future__ import annotations

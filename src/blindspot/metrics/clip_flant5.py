@@ -22,7 +22,7 @@ to a square with the CLIP mean colour (`expand2square`), then CLIP's image proce
 The official scorer runs in bfloat16 on CUDA (weights cast to bf16, autocast); the registry's `dtype`
 sets the port's.
 
-`tests/test_clip_flant5.py` proves the port equal to the official package on a tiny model of the
+`tests/metrics/test_clip_flant5.py` proves the port equal to the official package on a tiny model of the
 release architecture (in .venv-ports: `requirements/ports.txt`).
 """
 

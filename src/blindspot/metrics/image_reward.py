@@ -14,7 +14,7 @@ forward pass with `is_decoder=False`, the default, is the bidirectional "multimo
 scorer uses). `PORT_TO_OFFICIAL` maps every weight of the port to its key in the release file
 `ImageReward.pt`; loading refuses a checkpoint with a key missing or left over, except the
 `UNUSED_KEYS` the scorer never reads (BLIP's ITC projections, and a buffer of position ids).
-`tests/test_image_reward.py` proves the port equal to the official package within 1e-4 (run in a
+`tests/metrics/test_image_reward.py` proves the port equal to the official package within 1e-4 (run in a
 separate environment with its old pins: `requirements/ports.txt`).
 
 Preprocessing and tokenisation are the official ones: torchvision's resize of the short side to 224

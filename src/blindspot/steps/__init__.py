@@ -3,7 +3,7 @@ one function per rule, named like it (`blindspot.catalogue` says which).
 
 A step is a thin read -> call -> write around logic that lives, with its tests, in the domain modules.
 It takes exactly its rule's named inputs, outputs, params and wildcards, never the whole config: what
-it reads is what its rule names, so what triggers a re-run is what the code reads (tests/test_steps.py
+it reads is what its rule names, so what triggers a re-run is what the code reads (tests/workflow/test_steps.py
 holds every rule to that). A model arrives as its resolved registry entry (`blindspot.models.spec.ModelSpec`
 as a dict), so editing the entry re-runs its jobs.
 

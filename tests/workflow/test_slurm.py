@@ -1,0 +1,245 @@
+"""The workflow on a real SLURM cluster: a one-node cluster on this machine (tests/slurm/cluster.sh)
+with fake GPUs, driven by `snakemake --profile profiles/slurm` and by the submitit API.
+
+What each job asked for is read back from SLURM's own records (`scontrol show job`), not from
+Snakemake's plan.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from helpers.workflow import REPO, local_rules
+
+from blindspot import schemas
+from blindspot.io import read_table
+from blindspot.plan import job_table
+from blindspot.slurm import submit_stage
+from blindspot.targets import final_targets, path
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.integration]
+
+CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
+# GPUs per model in the test run: several counts, so a job asking for the wrong model's GPUs shows.
+TEST_GPUS = {
+    "smollm2-135m": 1,
+    "tiny-qwen2": 2,
+    "tiny-flux": 1,
+    "tiny-sd3": 2,
+    "tiny-sana": 1,
+    "tiny-qwen2.5-vl": 2,
+    "tiny-internvl3": 1,
+    "tiny-deberta-v2-nli": 1,
+    "tiny-qwen3-vl": 1,
+}
+
+
+def cluster_gpu_model() -> str:
+    """The model of the test cluster's GPUs, as its node offers them (`gpu:h100:4`)."""
+    offered = subprocess.run(["sinfo", "-h", "-o", "%G"], capture_output=True, text=True, check=True).stdout
+    return offered.strip().split(":")[1]
+
+
+def cluster_profile(profile_dir):
+    """What a test cluster must change in profiles/slurm: no conda channels, no accounting daemon (so
+    `squeue` for status and no account), and short jobs (so status checks start early); and the site
+    setting the profile names, its GPU model. Memory, time and CPUs are the jobs' own
+    (blindspot.resources, from the tiny config's `job_resources`)."""
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    del profile["software-deployment-method"]
+    profile |= {
+        "default-resources": {"gpu_model": cluster_gpu_model()},
+        "slurm-status-command": "squeue",
+        "slurm-no-account": True,
+        "slurm-init-seconds-before-status-checks": 5,
+        "seconds-between-status-checks": 5,
+    }
+    profile_dir.mkdir()
+    (profile_dir / "config.yaml").write_text(yaml.safe_dump(profile))
+    return profile_dir
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.geteuid() != 0:
+        pytest.fail("the SLURM tests start a local cluster as root; deselect them with -m 'not slurm'")
+    started = subprocess.run([CLUSTER, "start"], capture_output=True, text=True, timeout=600)
+    assert started.returncode == 0, started.stdout + started.stderr
+    yield
+    subprocess.run([CLUSTER, "stop"], capture_output=True, timeout=120, check=True)
+
+
+def slurm_jobs() -> list[dict[str, str]]:
+    """Every job SLURM still remembers (MinJobAge), as its `scontrol show job` fields."""
+    out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, check=True).stdout
+    return [dict(field.split("=", 1) for field in line.split() if "=" in field) for line in out.splitlines()]
+
+
+def requested_gpus(job: dict[str, str]) -> int:
+    match = re.search(r"gres:gpu:(?:[\w.]+:)?(\d+)", job.get("TresPerJob", ""))
+    return int(match[1]) if match else 0
+
+
+@pytest.fixture(scope="module")
+def slurm_run(cluster, built_config, tmp_path_factory):
+    """The tiny preset's animals domain through `snakemake --profile` on the test cluster. The models
+    come built: `build_model` is a local rule (the quick start's run tests it), and building them
+    here would only keep the 2 cores from the SLURM jobs."""
+    work = tmp_path_factory.mktemp("slurm-checkout")
+    for part in ("workflow", "config", "src"):
+        subprocess.run(["cp", "-a", str(REPO / part), str(work / part)], check=True)
+    (work / "resources").mkdir()
+    models = Path(built_config["resources_dir"]) / "models"
+    subprocess.run(["cp", "-a", str(models), str(work / "resources" / "models")], check=True)
+    (work / "resources" / "downloads").symlink_to(REPO / "resources" / "downloads")
+    config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
+    # One domain: the test machine has 2 cores. Absolute paths, so that submitit jobs find them too.
+    config["domains"] = {"animals": config["domains"]["animals"]}
+    # Its three kept seeds draw 0.77, 0.81 and 0.90 (`split.split_of`): at the preset's 0.5 all would be
+    # train pairs, and Table 3 would have no test pair. 0.85 makes two of them test, one train (ProtoScore's).
+    config["benchmark"]["test_fraction"] = 0.85
+    # HumbleBench in one setting with one VLM: its jobs go through SLURM like the others.
+    humble = config["humblebench"]
+    humble |= {
+        "vlms": humble["vlms"][:1],
+        "settings": {"original": humble["settings"]["original"]},
+        "tables": {"original": "original", "stress": "original"},
+    }
+    config |= {"results_dir": str(work / "results"), "resources_dir": str(work / "resources")}
+    for name, gpus in TEST_GPUS.items():
+        config["models"][name]["gpus"] = gpus
+    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    profile = cluster_profile(work / "profile")
+    before = {job["JobId"] for job in slurm_jobs()}
+    command = [sys.executable, "-m", "snakemake", "--profile", str(profile), "--configfile", "config.yaml"]
+    # The profile passes the hub cache on to every job, and Snakemake refuses to start without it.
+    hub = os.environ | {"HF_HOME": str(work / "huggingface"), "HF_HUB_OFFLINE": "1"}
+    with subprocess.Popen(
+        command, cwd=work, env=hub, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as run:
+        try:
+            log, _ = run.communicate(timeout=1500)
+        except subprocess.TimeoutExpired:
+            run.send_signal(signal.SIGINT)  # SIGINT makes Snakemake cancel its SLURM jobs
+            log, _ = run.communicate(timeout=120)
+            pytest.fail(f"snakemake on SLURM timed out:\n{log[-4000:]}")
+    assert run.returncode == 0, log[-6000:]
+    # The workflow's jobs only (another test's sbatch may have run meanwhile).
+    jobs = [job for job in slurm_jobs() if job["JobId"] not in before and job.get("Comment", "").startswith("rule_")]
+    return work, config, jobs
+
+
+def test_the_tiny_preset_runs_through_the_slurm_profile(slurm_run):
+    work, config, jobs = slurm_run
+    assert all((work / target).exists() for target in final_targets(config))
+    assert {job["JobState"] for job in jobs} == {"COMPLETED"}
+
+
+def test_each_job_asked_slurm_for_its_models_gpus(slurm_run):
+    _, config, jobs = slurm_run
+    submitted = Counter(
+        (job["Comment"].split("_wildcards_")[0].removeprefix("rule_"), requested_gpus(job)) for job in jobs
+    )
+    plan = job_table(config)
+    expected = Counter(zip(plan["rule"], plan["gpus"], strict=True))
+    assert submitted == Counter({key: n for key, n in expected.items() if key[0] not in local_rules()})
+    assert submitted[("judge_images", 2)] == submitted[("judge_images", 1)] > 0  # tiny-qwen2.5-vl, tiny-internvl3
+    assert submitted[("check_prompt_quality", 1)] == 1  # the NLI model's GPU, the larger need of the stage
+    assert submitted[("export_dataset", 0)] == 1
+    # Every job names the profile's GPU model, a CPU job with none of them (`--gpus=h100:0`), and ran.
+    assert {re.sub(r":\d+$", "", job["TresPerJob"]) for job in jobs} == {f"gres:gpu:{cluster_gpu_model()}"}
+
+
+def test_each_job_asked_slurm_for_the_cpus_memory_and_time_it_needs(slurm_run):
+    """What SLURM recorded for each job is what `blindspot plan` says that job needs (from its models)."""
+    _, config, jobs = slurm_run
+    planned = job_table(config)
+    needs = {}
+    for job in planned.to_dict("records"):
+        name = job["job"]
+        comment = f"rule_{job['rule']}" + ("" if name == "all" else "_wildcards_" + name.replace("/", "_"))
+        needs[comment] = job
+    for job in jobs:
+        need = needs[job["Comment"].removesuffix("_wildcards_")]
+        assert f"mem={need['mem_mb']}M" in job["TRES"], job["Comment"]
+        assert job["TimeLimit"] == time.strftime("%H:%M:%S", time.gmtime(60 * need["runtime"])), job["Comment"]
+        assert job["NumCPUs"] == str(need["threads"]), job["Comment"]
+    # The 2-GPU render jobs (tiny-sd3) get a CPU per GPU, the 1-GPU ones one.
+    cpus = {
+        job["Comment"].split("_wildcards_")[1]: job["NumCPUs"]
+        for job in jobs
+        if job["Comment"].startswith("rule_render_images")
+    }
+    assert cpus == {"animals_tiny-flux_00000": "1", "animals_tiny-sd3_00000": "2", "animals_tiny-sana_00000": "1"}
+
+
+def test_a_job_that_outgrows_its_memory_is_killed(cluster, tmp_path):
+    """The test cluster enforces --mem as a real one does, so a job that needs more than it asked for fails here."""
+    hog = tmp_path / "hog.py"
+    hog.write_text("import time\nheld = [bytearray(50 * 2**20) for _ in range(12)]\ntime.sleep(4)\nprint('survived')\n")
+    out = tmp_path / "hog.out"
+    submitted = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--wait",
+            "--mem=200M",
+            "-t",
+            "2",
+            "-o",
+            str(out),
+            "--wrap",
+            f"{sys.executable} {hog}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert submitted.returncode != 0
+    deadline = time.monotonic() + 60
+    while True:  # `sbatch --wait` returns while SLURM may still be COMPLETING the killed job
+        record = next(job for job in slurm_jobs() if job["JobId"] == submitted.stdout.strip())
+        if record["JobState"] != "COMPLETING" or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert record["JobState"] in {"FAILED", "OUT_OF_MEMORY"}
+    assert "Exceeded job memory limit" in out.read_text()
+    assert "survived" not in out.read_text()
+
+
+def test_submitit_runs_one_stage_with_the_profiles_resources(slurm_run, tmp_path, monkeypatch):
+    work, config, _ = slurm_run
+    monkeypatch.chdir(work)  # where the workflow ran: the job's inputs are the workflow's
+    fields = {"domain": "animals", "t2i": "tiny-sd3", "shard": "00000"}
+    job = submit_stage(
+        "render_images",
+        work / "config.yaml",
+        folder=tmp_path / "submitit",
+        profile=work / "profile" / "config.yaml",
+        images_dir=str(tmp_path / "images"),
+        out=str(tmp_path / "renders.parquet"),
+        counters_out=str(tmp_path / "renders.json"),
+        **fields,
+    )
+    deadline = time.monotonic() + 600
+    while not job.done() and time.monotonic() < deadline:
+        time.sleep(2)
+    job.result()
+    record = next(j for j in slurm_jobs() if j["JobId"] == str(job.job_id))
+    assert requested_gpus(record) == TEST_GPUS["tiny-sd3"]
+    assert record["NumCPUs"] == "2"
+    assert record["Comment"] == "rule_render_images"
+    # The same stage, inputs and seeds render the same images as the workflow's job did.
+    mine = read_table(tmp_path / "renders.parquet", schemas.RENDERS)
+    workflow = read_table(path(config, "renders", **fields), schemas.RENDERS)
+    assert len(mine) == len(workflow) > 0
+    pd.testing.assert_series_equal(mine["image_id"], workflow["image_id"])
+    pd.testing.assert_series_equal(mine["sha256"], workflow["sha256"])
