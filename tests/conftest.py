@@ -15,7 +15,7 @@ from helpers.evaluate import EVALUATED_TYPES, docs_example, evaluate_humblebench
 from helpers.images import grey_image
 from helpers.plugins import COLOUR_PAIRS, LOCAL_MODULE, docs_file, solid
 from helpers.scene_graphs import make_scene_graphs
-from helpers.workflow import REPO, SCENE_GRAPHS, snakemake
+from helpers.workflow import REPO, SCENE_GRAPHS, quick_start_run, seed_from, snakemake
 from PIL import Image
 
 # Hub ids must fail fast, never hang on a network that is not there.
@@ -87,12 +87,16 @@ def run_config(tmp_path_factory) -> dict:
 def tiny_run(tmp_path_factory, run_config):
     """The README quick start, in a copy of the checkout: the tiny preset end to end. One run per
     session, shared by tests/workflow/test_rule_envs.py (which copies it first) and tests/workflow/test_workflow.py
-    (whose tests go on from it)."""
+    (whose tests go on from it). Seeded from the checkout's own quick start when this code made it
+    (`quick_start_run`), so a CI run makes the tiny preset once, not twice."""
     work = tmp_path_factory.mktemp("checkout")
     for part in ("workflow", "config", "profiles", "src"):
         shutil.copytree(REPO / part, work / part, symlinks=True)
     (work / "config" / "tiny.yaml").write_text(yaml.safe_dump(run_config, sort_keys=False))
     (work / "resources").mkdir()
+    quick_start = quick_start_run(run_config["results_dir"])
+    if quick_start is not None:
+        seed_from(quick_start, work, run_config["results_dir"])
     (work / "resources" / "downloads").symlink_to(REPO / "resources" / "downloads")
     log = snakemake("--profile", "profiles/local", "-c2", cwd=work)
     return work, log

@@ -67,3 +67,35 @@ def copy_run(run: Path, work: Path) -> Path:
 
     shutil.copytree(run, work, symlinks=True, copy_function=link_models)
     return work
+
+
+def quick_start_run(results_dir: str) -> Path | None:
+    """The checkout itself when its own quick start (the README's first command) finished there with this
+    code: every counter it wrote names the checkout's commit, nothing under src/, workflow/ or config/
+    has changed since, and Snakemake's record of its jobs is there. A test run seeded from it makes only
+    what its own config adds (HumbleBench's scene-graph questions) and what that changes, as Snakemake
+    decides; CI runs the quick start first. None otherwise (or with BLINDSPOT_FRESH_TINY_RUN=1)."""
+    results = REPO / results_dir
+    counters = sorted(results.rglob("*counters.json")) if results.is_dir() else []
+    if os.environ.get("BLINDSPOT_FRESH_TINY_RUN") == "1" or not counters:
+        return None
+    if not (REPO / ".snakemake" / "metadata").is_dir() or not (REPO / "resources" / "models").is_dir():
+        return None
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else "unknown"
+
+    if git("status", "--porcelain", "--", "src", "workflow", "config") != "":
+        return None
+    head = git("rev-parse", "HEAD")
+    commits = {json.loads(path.read_text()).get("provenance", {}).get("git_commit") for path in counters}
+    return REPO if commits == {head} else None
+
+
+def seed_from(run: Path, work: Path, results_dir: str) -> None:
+    """`run`'s results, built models (hard links: nothing writes into a model's files) and Snakemake's
+    record of its jobs, copied into `work` with their times, so Snakemake there re-runs only what differs."""
+    shutil.copytree(run / results_dir, work / results_dir, symlinks=True)
+    shutil.copytree(run / ".snakemake" / "metadata", work / ".snakemake" / "metadata")
+    shutil.copytree(run / "resources" / "models", work / "resources" / "models", copy_function=os.link)
