@@ -141,6 +141,7 @@ with SnakemakeApi() as api:
 """
 
 
+@pytest.mark.slow  # runs Snakemake for real (a copy of the checkout, a toy step)
 @pytest.mark.integration
 def test_a_new_step_is_a_rule_a_catalogue_entry_and_a_function(tmp_path, tiny_config):
     """A toy step added as the docs say runs as a local job of the workflow, its log where the catalogue puts it."""
