@@ -166,6 +166,8 @@ def test_a_plugin_without_its_class_stops_its_job_in_one_line(local_plugin, tiny
         load_metric(f"{LOCAL_MODULE}:NoSuchClass", model_spec(tiny_config, "tiny-clip"), 2, "unused")
 
 
+# slow: a job in a fresh Python process (seconds of imports), kept out of the fast tier's 5 minutes
+@pytest.mark.slow
 def test_outside_plugins_are_scored_by_the_workflows_step(local_plugin, installed_plugin, tiny_config, tmp_path):
     """`python -m blindspot.steps run score_metric` (the job as the workflow runs it) with a config whose
     metrics are the example plug-in as `module:Class` and as an installed entry point."""

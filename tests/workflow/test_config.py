@@ -243,6 +243,8 @@ def test_the_driver_is_named_or_its_absence_said():
         assert driver.startswith(("driver ", "no driver (nvidia-smi: "))
 
 
+# slow: a job in a fresh Python process (seconds of imports), kept out of the fast tier's 5 minutes
+@pytest.mark.slow
 def test_a_job_that_sees_no_gpu_stops_with_one_line_naming_rule_gpus_and_versions(tiny_config, tmp_path):
     del tiny_config["allow_cpu"]  # as in the paper's config
     done = gpu_job(tmp_path, tiny_config, asks=1, visible="")  # an empty list hides every GPU, on any machine
@@ -251,6 +253,8 @@ def test_a_job_that_sees_no_gpu_stops_with_one_line_naming_rule_gpus_and_version
     assert "Traceback" not in done.stderr
 
 
+# slow: a job in a fresh Python process (seconds of imports), kept out of the fast tier's 5 minutes
+@pytest.mark.slow
 def test_a_job_given_fewer_gpus_than_its_model_asks_for_stops(tiny_config, tmp_path):
     """CUDA_VISIBLE_DEVICES names two GPUs, as SLURM sets it on the test cluster's fake ones; torch sees
     what is really there (none on a CPU host, no more than two elsewhere), fewer than the four asked for."""

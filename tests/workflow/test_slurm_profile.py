@@ -103,6 +103,8 @@ def test_sizes_and_times_in_a_profile_are_read_in_snakemakes_units(tmp_path):
         profile_resources("render_images", 1, bad)
 
 
+# slow: a job in a fresh Python process (seconds of imports), kept out of the fast tier's 5 minutes
+@pytest.mark.slow
 def test_a_submitted_stage_runs_in_its_envs_python_after_removing_what_a_killed_run_left(tmp_path, monkeypatch):
     """submitit runs a stage without Snakemake: in the Python given (its packages meet the stage's env file),
     after removing its outputs' temporaries as `run_from_snakemake` does, and only theirs."""
