@@ -21,7 +21,8 @@ from blindspot.plugins import load_metric
 PORTS_PYTHON = ".venv-ports/bin/python"
 PAIRS = 16
 # The tolerances the ports tests assert (test_the_port_scores_as_the_official_package in
-# tests/metrics/test_image_reward.py and tests/metrics/test_hpsv2.py). HPSv2's is on the cosine, the official package's unit.
+# tests/metrics/test_image_reward.py and tests/metrics/test_hpsv2.py). HPSv2's is on the cosine, the
+# official package's unit.
 IMAGE_REWARD_TOLERANCE = 1e-4
 HPSV2_COSINE_TOLERANCE = 1e-5
 
