@@ -78,7 +78,8 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def tiny_run(config: dict, tmp_path: Path, endpoint: str) -> dict:
+def config_for_run(config: dict, tmp_path: Path, endpoint: str) -> dict:
+    """The tiny config with its results in `tmp_path` and the API judge at `endpoint` (not the `tiny_run` fixture)."""
     config = copy.deepcopy(config)
     config["results_dir"] = str(tmp_path / "results")
     config["models"]["local-api-judge"]["endpoint"] = endpoint
@@ -89,7 +90,7 @@ def tiny_run(config: dict, tmp_path: Path, endpoint: str) -> dict:
 def test_the_tiny_preset_passes_with_its_models_built_and_its_api_judge_served(built_config, tmp_path, monkeypatch):
     monkeypatch.setenv("BLINDSPOT_TINY_API_KEY", API_KEY)
     with ApiServer() as api:
-        checks = doctor.run_checks(tiny_run(built_config, tmp_path, api.endpoint), cache_dir=tmp_path / "hub")
+        checks = doctor.run_checks(config_for_run(built_config, tmp_path, api.endpoint), cache_dir=tmp_path / "hub")
     assert not doctor_report.failed(checks), doctor_report.render(checks)
     models = by_subject(checks, "model")
     assert set(models) == set(hub.used_models(built_config)) - {"local-api-judge"}
@@ -163,7 +164,9 @@ def test_an_absent_model_would_be_fetched_when_the_hub_answers(tiny_config, tmp_
     config = with_hub_models(tiny_config, {"tiny-qwen2": {"id": "org/llm", "weights_gb": 2.5}})
     with FakeHub({"org/llm": transformers_repo()}) as fake:
         checks = doctor.run_checks(
-            tiny_run(config, tmp_path, "http://127.0.0.1:9/v1"), cache_dir=tmp_path / "hub", endpoint=fake.endpoint
+            config_for_run(config, tmp_path, "http://127.0.0.1:9/v1"),
+            cache_dir=tmp_path / "hub",
+            endpoint=fake.endpoint,
         )
     assert by_subject(checks, "model")["tiny-qwen2"] == Check(
         "model", "tiny-qwen2", WARN, "org/llm@main is not in the hub cache; `blindspot fetch-models` would fetch it"
@@ -213,10 +216,10 @@ def test_an_api_metric_needs_its_key_and_an_endpoint_that_takes_it(tiny_config, 
     endpoint. With a key, an endpoint that refuses it or does not answer fails the run's jobs: FAIL."""
     monkeypatch.delenv("BLINDSPOT_TINY_API_KEY", raising=False)
     with ApiServer() as api:
-        missing = doctor_models.api_checks(tiny_run(tiny_config, tmp_path, api.endpoint))
+        missing = doctor_models.api_checks(config_for_run(tiny_config, tmp_path, api.endpoint))
         assert api.server.paths == []
         monkeypatch.setenv("BLINDSPOT_TINY_API_KEY", "sk-wrong")
-        wrong = doctor_models.api_checks(tiny_run(tiny_config, tmp_path, api.endpoint))
+        wrong = doctor_models.api_checks(config_for_run(tiny_config, tmp_path, api.endpoint))
     skipped = "$BLINDSPOT_TINY_API_KEY is not set: metric api-judge will be skipped (its endpoint is not probed)"
     assert missing == [Check("api key", "local-api-judge", WARN, skipped)]
     assert wrong[0] == Check("api key", "local-api-judge", OK, "$BLINDSPOT_TINY_API_KEY is set")
@@ -224,7 +227,7 @@ def test_an_api_metric_needs_its_key_and_an_endpoint_that_takes_it(tiny_config, 
     assert wrong[1] == Check("api endpoint", "local-api-judge", FAIL, refused)
     monkeypatch.setenv("BLINDSPOT_TINY_API_KEY", API_KEY)
     endpoint = f"http://127.0.0.1:{closed_port()}/v1"
-    unreachable = doctor_models.api_checks(tiny_run(tiny_config, tmp_path, endpoint))
+    unreachable = doctor_models.api_checks(config_for_run(tiny_config, tmp_path, endpoint))
     assert unreachable[1] == Check(
         "api endpoint", "local-api-judge", FAIL, f"{endpoint} does not answer (ConnectionError)"
     )
@@ -313,7 +316,7 @@ def test_the_command_prints_the_table_and_exits_1_on_a_failure_never_a_traceback
     """The tiny preset's API judge is optional: without its key, a warning and exit 0; with a key and an
     endpoint that does not answer, a FAIL and exit 1."""
     monkeypatch.delenv("BLINDSPOT_TINY_API_KEY", raising=False)
-    config = tiny_run(tiny_config, tmp_path, f"http://127.0.0.1:{closed_port()}/v1")
+    config = config_for_run(tiny_config, tmp_path, f"http://127.0.0.1:{closed_port()}/v1")
     config["resources_dir"] = str(tmp_path / "resources")
     archive = tmp_path / "basicsr.tar.gz"  # the niqe recipe's download, there as setup.sh leaves it
     archive.write_bytes(b"")

@@ -245,3 +245,19 @@ def test_outside_plugins_are_scored_by_evaluate(local_plugin, installed_plugin, 
     for label in (f"{LOCAL_MODULE}:ColourShare", "colour_share"):
         assert label in shown
         assert table.loc[label, "Overall Acc."] == pytest.approx(expected)
+
+
+def test_importing_one_plugin_runs_no_registry_and_imports_no_other_plugin():
+    """The registry lives in `blindspot.plugins`; the `blindspot.metrics` package is plug-ins only, so one
+    plug-in's import brings in no other and no model library."""
+    script = (
+        "import sys, blindspot.metrics, blindspot.metrics.clip_similarity\n"
+        "print(sorted(name for name in vars(blindspot.metrics) if not name.startswith('__')))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('blindspot.metrics.')))\n"
+        "print('torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120)
+    names, plugins, torch_loaded = done.stdout.splitlines()
+    assert names == "['clip_similarity']"  # the submodule just imported, nothing the package defines
+    assert plugins == "['blindspot.metrics.clip_similarity']"
+    assert torch_loaded == "False"
