@@ -5,16 +5,17 @@ Requests: an API metric's, one per image, two per pair scored: the items of the 
 `score_api_metric` jobs (`blindspot.catalogue`, the numbers the jobs are planned with), each domain's no
 more than its annotated pairs' images when the metric scores only those
 (`catalogue.annotated_images_per_domain`). An API VLM's (`humblebench.vlms`), one per question of each
-setting: the items of its `answer_api_humble` jobs (the release's `release_questions`, and two per
-benchmark image with `from_benchmark`: an upper bound). Per request:
+setting it answers (`registry.vlm_settings`: the paper's proprietary models answer the Original one): the
+items of its `answer_api_humble` jobs (the release's `release_questions`, and two per benchmark image with
+`from_benchmark`: an upper bound). Per request:
 - input tokens: the judge template's messages filled with a prompt of `PROMPT_CHARS` characters (a
   question: the setting's template filled with a `QUESTION_CHARS` question and five `OPTION_CHARS`
-  options), at `CHARS_PER_TOKEN` characters a token (a rule of thumb for English text, not the
-  provider's tokenizer);
+  options, inside the VLM's protocol prompt), at `CHARS_PER_TOKEN` characters a token (a rule of thumb
+  for English text, not the provider's tokenizer);
 - image tokens: the registry entry's `prices.image_tokens` (the input tokens one image counts as);
 - output tokens: the request's `max_completion_tokens` (or `max_tokens`): an upper bound, as a reply is
   billed for the tokens it uses, a reasoning model's reasoning included; without one, unknown (for an
-  API VLM, `humblebench.max_new_tokens`, the budget its requests are then sent with).
+  API VLM, its protocol's budget, `humblebench.max_new_tokens` by default, which its requests are then sent with).
 The cost in USD is these at the entry's `prices` (per million tokens, and `per_image`), as read on their
 `read` date. Retries are not in it: a job may send its planned requests times `client.max_attempts`,
 and no more (`models.api.client`), so the bill can be exceeded by retries only up to that allowance.
@@ -31,7 +32,7 @@ import pandas as pd
 from blindspot.catalogue import STEPS, annotated_images_per_domain, job_items
 from blindspot.paths import CHECKOUT
 from blindspot.prompts import PromptTemplate
-from blindspot.registry import api_vlms, is_api_metric
+from blindspot.registry import answer_protocol, api_vlms, is_api_metric
 
 Config = dict[str, Any]
 PROMPT_CHARS = 400  # a neutral prompt: a sentence or two (the T2I models read at most 256-300 tokens)
@@ -56,7 +57,7 @@ NOTE = (
     f"Input tokens: the judge template filled with a prompt of {PROMPT_CHARS} characters (a question's template with "
     f"a question of {QUESTION_CHARS} and five options of {OPTION_CHARS}), at {CHARS_PER_TOKEN} characters a token "
     "(an estimate); image tokens: the model's `prices.image_tokens` per request; output tokens: the request's "
-    "`max_completion_tokens` per request (an API VLM's default: `humblebench.max_new_tokens`), an upper "
+    "`max_completion_tokens` per request (an API VLM's default: its protocol's budget), an upper "
     "bound (a reply is billed for what it uses). Cost: at the registry's `prices`, as read on the date shown; "
     "retries are not in it (a job stops before its planned requests x `client.max_attempts`)."
 )
@@ -137,26 +138,34 @@ def _priced(entry: dict[str, Any], model: str, requests: int, text: int, output:
     }
 
 
-def _question_chars(config: Config, setting: str) -> int:
-    """Characters of one question's text: the setting's template filled with a `QUESTION_CHARS` question
-    and five options of `OPTION_CHARS` characters."""
-    template = config["humblebench"]["settings"][setting]["template"]
-    path = Path(template) if Path(template).is_absolute() else CHECKOUT / template
+def _question_chars(config: Config, setting: str, vlm: str) -> int:
+    """Characters of one question's text as `vlm` is asked it: the setting's template filled with a
+    `QUESTION_CHARS` question and five options of `OPTION_CHARS` characters, inside its protocol's prompt."""
+    protocol = answer_protocol(config, vlm)
     options = "\n".join(f"{letter}. {'x' * OPTION_CHARS}" for letter in "ABCDE")
-    messages = PromptTemplate.load(path).render(question="x" * QUESTION_CHARS, options=options, letters="A, B, C, D, E")
-    return sum(len(message["content"]) for message in messages)
+    fields = {"question": "x" * QUESTION_CHARS, "options": options, "letters": "A, B, C, D, E"}
+    [question] = _template(config["humblebench"]["settings"][setting]["template"]).render(**fields)
+    messages = _template(protocol.prompt).render(question=question["content"])
+    return len(protocol.system) + sum(len(message["content"]) for message in messages)
+
+
+def _template(file: str) -> PromptTemplate:
+    return PromptTemplate.load(Path(file) if Path(file).is_absolute() else CHECKOUT / file)
 
 
 def answer_row(config: Config, jobs: pd.DataFrame, vlm: str) -> dict[str, Any]:
-    """An API VLM's bill: one request per question of each setting (its `answer_api_humble` jobs' items)."""
+    """An API VLM's bill: one request per question of each setting it answers (its `answer_api_humble`
+    jobs' items), each with its protocol's budget unless its request sets one."""
     entry = config["models"][vlm]
     own = jobs[(jobs["rule"] == ANSWER_STEP) & (jobs["model"] == vlm)]
     where = STEPS[ANSWER_STEP].wildcards.index("setting")
     per_setting = own.groupby(own["job"].map(lambda job: job.split("/")[where]))["items"].sum()
     requests = int(per_setting.sum())
-    text = sum(int(n) * math.ceil(_question_chars(config, name) / CHARS_PER_TOKEN) for name, n in per_setting.items())
+    text = sum(
+        int(n) * math.ceil(_question_chars(config, name, vlm) / CHARS_PER_TOKEN) for name, n in per_setting.items()
+    )
     budget = _output_budget(entry)
-    output = requests * (config["humblebench"]["max_new_tokens"] if math.isnan(budget) else budget)
+    output = requests * (answer_protocol(config, vlm).max_tokens if math.isnan(budget) else budget)
     return {"step": ANSWER_STEP, "metric": "", **_priced(entry, vlm, requests, text, output)}
 
 

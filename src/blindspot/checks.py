@@ -144,6 +144,15 @@ def validate_config(config: dict[str, Any]) -> None:
                 f"config key 'humblebench.tables.{use}': '{setting}' is not one of the settings "
                 f"({', '.join(humble['settings'])})"
             )
+    listed = {f"models.{vlm}.humble_settings": config["models"][vlm].get("humble_settings") for vlm in humble["vlms"]}
+    groups = humble.get("group_settings") or {}
+    listed |= {f"humblebench.group_settings.{group}": names for group, names in groups.items()}
+    for key, names in listed.items():
+        unknown = [name for name in names or [] if name not in humble["settings"]]
+        if unknown:
+            raise ConfigError(
+                f"config key '{key}': '{unknown[0]}' is not one of the settings ({', '.join(humble['settings'])})"
+            )
     for name, kind in ((humble.get("from_benchmark") or {}).get("kinds") or {}).items():
         try:
             kind["text"].format(**dict.fromkeys(KIND_FIELDS, ""))

@@ -11,11 +11,11 @@ implement the backends these tables let serve text and images.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from blindspot.config import as_list, config_value
+from blindspot.config import ConfigError, as_list, config_value
 
 # The vision env (workflow/envs/vlm.yaml): where a step whose env follows its model runs, unless the model's
 # backend names another; also a metric's jobs when it loads no registry model.
@@ -175,3 +175,99 @@ def output_settings(entry: Mapping[str, Any]) -> dict[str, Any]:
     kept = {key: value for key, value in entry.items() if key not in RUN_ONLY_KEYS}
     engine = {key: value for key, value in kept.pop("engine_args", {}).items() if key not in RUN_ONLY_ENGINE_ARGS}
     return kept | ({"engine_args": engine} if engine else {})
+
+
+# HumbleBench: how each VLM answers and which settings (`humblebench.protocols` says why).
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """Greedy (`temperature` 0), or sampled at `temperature` with `top_p`/`top_k` where given; `checkpoint`
+    until the job reads the checkpoint's generation config (`resolved`)."""
+
+    mode: str = "greedy"  # greedy | checkpoint | sampled
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+
+    @property
+    def sampled(self) -> bool:
+        return self.mode == "sampled"
+
+    def resolved(self, generation_config: Any) -> Decoding:
+        """The checkpoint's decoding, from its transformers `GenerationConfig`, as `generate` runs it when the
+        official wrapper passes no decoding: sampled only where it sets `do_sample`; any other decoding as it is."""
+        if self.mode != "checkpoint":
+            return self
+        if not getattr(generation_config, "do_sample", False):
+            return Decoding()
+        return Decoding(
+            "sampled",
+            float(getattr(generation_config, "temperature", None) or 1.0),
+            getattr(generation_config, "top_p", None),
+            getattr(generation_config, "top_k", None),
+        )
+
+
+@dataclass(frozen=True)
+class AnswerProtocol:
+    """One VLM's HumbleBench protocol as its `answer_humble` jobs take it (`humblebench.protocols`)."""
+
+    name: str  # official | uniform: which ran, in every answer row
+    prompt: str  # the prompt template's file
+    system: str  # the system message ("": the template's, or none)
+    decoding: Decoding
+    max_tokens: int
+    answer_after: tuple[str, ...] = ()
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> AnswerProtocol:
+        """The protocol from its rule params (`asdict` of one)."""
+        return cls(
+            params["name"],
+            params["prompt"],
+            params["system"],
+            Decoding(**params["decoding"]),
+            int(params["max_tokens"]),
+            tuple(params["answer_after"]),
+        )
+
+    def params(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _decoding(value: Any) -> Decoding:
+    """An entry's `decoding` (its form checked by the config's schema)."""
+    if isinstance(value, str):
+        return Decoding(value)
+    return Decoding("sampled", float(value.get("temperature", 1.0)), value.get("top_p"), value.get("top_k"))
+
+
+def answer_protocol(config: Mapping[str, Any], vlm: str) -> AnswerProtocol:
+    """The protocol `vlm` answers HumbleBench under: `humblebench.protocol`'s choice, with the official one
+    from its entry's `humble_protocol` (`humblebench.protocols`)."""
+    humble = config["humblebench"]
+    chosen = humble.get("protocol", "official")
+    entry = config["models"][vlm]
+    own = entry.get("humble_protocol") or {}
+    max_tokens = int(own.get("max_tokens", humble["max_new_tokens"]))
+    if chosen == "uniform":
+        return AnswerProtocol(chosen, humble["prompt"], "", Decoding(), max_tokens)
+    if "decoding" in own and entry["backend"] == "openai_api":
+        raise ConfigError(f"models.{vlm}.humble_protocol.decoding: an API model decodes as its `request` says")
+    decoding = _decoding(own["decoding"]) if "decoding" in own else Decoding()
+    answer_after = tuple(own.get("answer_after", ()))
+    prompt, system = own.get("prompt", humble["prompt"]), own.get("system", "")
+    return AnswerProtocol(chosen, prompt, system, decoding, max_tokens, answer_after)
+
+
+def vlm_settings(config: Mapping[str, Any], vlm: str) -> list[str]:
+    """The settings `vlm` answers, in the config's order: its entry's `humble_settings`, else its group's
+    (`humblebench.group_settings`), else every setting; those the config has not, left out."""
+    humble, entry = config["humblebench"], config["models"][vlm]
+    listed = entry.get("humble_settings")
+    if listed is None:
+        listed = (humble.get("group_settings") or {}).get(entry.get("group"))
+    if listed is None:
+        return list(humble["settings"])
+    return [setting for setting in humble["settings"] if setting in listed]

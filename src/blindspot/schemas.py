@@ -273,7 +273,9 @@ HUMBLE_ANSWERS = pa.schema(
         ("reasoning", _s),  # a reasoning model's text before the answer ("" when none ended it)
         ("stopped", pa.bool_()),  # the answer ended on its own (end of sequence), not at the token budget
         ("cut_off", pa.bool_()),  # the budget cut it off: not stopped, and no marker ended the reasoning
-        ("template_version", _s),
+        ("template_version", _s),  # the setting's template
+        ("prompt_version", _s),  # the protocol's prompt around it
+        ("protocol", _s),  # official or uniform (`humblebench.protocols`); "" for answers made elsewhere
     ]
 )
 

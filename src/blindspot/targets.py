@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from blindspot.registry import is_api_metric
+from blindspot.registry import is_api_metric, vlm_settings
 from blindspot.shards import shard_names
 
 PATHS = {
@@ -156,12 +156,13 @@ def table_targets(config: dict[str, Any], kind: str) -> list[str]:
 
 
 def humble_answer_targets(config: dict[str, Any]) -> list[str]:
-    settings = config["humblebench"]
+    """Every answer shard: each VLM in each setting it answers (`registry.vlm_settings`)."""
+    humble = config["humblebench"]
     return [
         path(config, "humble_answers", vlm=vlm, setting=setting, shard=shard)
-        for vlm in settings["vlms"]
-        for setting in settings["settings"]
-        for shard in shard_names(settings["answer_shards"], 1)
+        for vlm in humble["vlms"]
+        for setting in vlm_settings(config, vlm)
+        for shard in shard_names(humble["answer_shards"], 1)
     ]
 
 
@@ -265,7 +266,7 @@ def counter_targets(config: dict[str, Any]) -> list[str]:
     found += [
         path(config, "humble_answer_counters", vlm=vlm, setting=setting, shard=shard)
         for vlm in humble["vlms"]
-        for setting in humble["settings"]
+        for setting in vlm_settings(config, vlm)
         for shard in shard_names(humble["answer_shards"], 1)
     ]
     return found

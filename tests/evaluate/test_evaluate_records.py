@@ -230,6 +230,8 @@ def humble_answers() -> pd.DataFrame:
                 "stopped": True,
                 "cut_off": False,
                 "template_version": "v1",
+                "prompt_version": "v1",
+                "protocol": "official",
             }
         )
     return pd.DataFrame(rows, columns=schemas.HUMBLE_ANSWERS.names)

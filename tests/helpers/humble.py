@@ -8,6 +8,7 @@ from blindspot.humblebench.parsing import PARSER_VERSION
 from blindspot.humblebench.questions import question_row
 from blindspot.humblebench.settings import Question
 from blindspot.io import write_table
+from blindspot.registry import AnswerProtocol, Decoding
 from helpers.workflow import REPO
 
 FIVE_SHOWN = json.dumps({letter: letter for letter in "ABCDE"})
@@ -17,7 +18,13 @@ FIVE_OPTIONS = json.dumps(["a cat", "a dog", "a bird", "a fish", "None of the ab
 OPTIONS = ("red", "green", "blue", "yellow", "None of the above")
 
 
-TEMPLATE = REPO / "config" / "prompts" / "humble_original_v3.yaml"
+TEMPLATE = REPO / "config" / "prompts" / "humble_original_v4.yaml"
+LETTER_PROMPT = REPO / "config" / "prompts" / "humble_letter_v1.yaml"
+
+
+def letter_protocol(max_tokens: int) -> AnswerProtocol:
+    """The letter prompt, greedy, `max_tokens` long: the uniform protocol."""
+    return AnswerProtocol("uniform", str(LETTER_PROMPT), "", Decoding(), max_tokens)
 
 
 def questions(folder, n: int) -> pd.DataFrame:
@@ -65,6 +72,8 @@ def answers() -> pd.DataFrame:
                         "stopped": True,
                         "cut_off": False,
                         "template_version": "v1",
+                        "prompt_version": "v1",
+                        "protocol": "official",
                     }
                 )
     return pd.DataFrame(rows, columns=schemas.HUMBLE_ANSWERS.names)

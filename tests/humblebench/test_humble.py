@@ -9,10 +9,11 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.humble import letter_protocol
 from helpers.workflow import REPO
 from PIL import Image
 
-from blindspot.humblebench.answers import answer_in_batches, answer_questions
+from blindspot.humblebench.answers import Asked, answer_in_batches, answer_questions
 from blindspot.humblebench.humility import d_prime, humility_metrics, macro_f1
 from blindspot.humblebench.parsing import parse_answer
 from blindspot.humblebench.settings import Question, is_nota, noise_image, present
@@ -393,12 +394,12 @@ def test_the_appendix_table_shows_each_nota_measure_moving_from_one_setting_to_a
     assert list(table.index) == ["vlm-a", "vlm-b", "Average"]
     assert table.loc["Average", "NOTA Selection"].endswith(" → 37.50")
     cautious = shift_table(metrics_table(answered), "text", "original", "cautious")
-    assert cautious.loc[0, "NOTA Hit"] == "100.00 → -"
-    assert cautious["NOTA Hit"].iloc[-1] == "- → -"  # no model has both values: no average
-    # a model without the second setting is left out of both sides of the average
+    # no model answered both settings: none is listed, and the average has no value
+    assert list(cautious["Model"]) == ["Average"] and cautious["NOTA Hit"].iloc[-1] == "- → -"
+    # a model without the second setting is left out: of its rows and of both sides of the average
     one_side = answered[~((answered["vlm"] == "vlm-b") & (answered["setting"] == "noise"))]
     table = shift_table(metrics_table(one_side), "text", "original", "noise").set_index("Model")
-    assert table.loc["vlm-b", "NOTA Selection"] == "25.00 → -"
+    assert list(table.index) == ["vlm-a", "Average"]
     assert table.loc["Average", "NOTA Selection"] == table.loc["vlm-a", "NOTA Selection"] == "50.00 → 75.00"
 
 
@@ -457,8 +458,8 @@ def test_answers_read_a_batch_at_a_time_are_those_of_the_images_in_memory(built_
     from blindspot.prompts import PromptTemplate
 
     scorer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=2)
-    template = PromptTemplate.load(REPO / "config" / "prompts" / "humble_original_v3.yaml")
-    templates = {"original": template, "noise": template}
+    template = PromptTemplate.load(REPO / "config" / "prompts" / "humble_original_v4.yaml")
+    asked = Asked.load({"original": template, "noise": template}, letter_protocol(4), 3)
     questions = []
     for i, colour in enumerate(["red", "green", "blue"]):
         path = tmp_path / f"{i}.png"
@@ -467,9 +468,7 @@ def test_answers_read_a_batch_at_a_time_are_those_of_the_images_in_memory(built_
         noise = {"noise_image": True, "noise_per_question": True}
         setting, transforms = ("noise", noise) if i == 1 else ("original", {})
         questions.append((present(question, setting, transforms, seed=3), str(path)))
-    rows, computed = answer_in_batches(
-        questions, scorer, templates, max_new_tokens=4, seed=3, journal_path=tmp_path / "j"
-    )
+    rows, computed = answer_in_batches(questions, scorer, asked, journal_path=tmp_path / "j")
     assert computed == 3
     # The second question is shown noise of its image's size, not its image.
     pictures = [
@@ -478,7 +477,7 @@ def test_answers_read_a_batch_at_a_time_are_those_of_the_images_in_memory(built_
         Image.open(questions[2][1]).convert("RGB"),
     ]
     shown = [presented for presented, _ in questions]
-    assert rows == answer_questions(list(zip(shown, pictures, strict=True)), scorer, templates, max_new_tokens=4)
+    assert rows == answer_questions(list(zip(shown, pictures, strict=True)), scorer, asked)
     assert [row["question_id"] for row in rows] == ["q0", "q1", "q2"]
     assert [row["noise_image"] for row in rows] == [False, True, False]
 

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from helpers.humble import OPTIONS, TEMPLATE, questions
+from helpers.humble import OPTIONS, TEMPLATE, letter_protocol, questions
 from PIL import Image
 
 from blindspot import schemas
-from blindspot.humblebench.answers import answer_in_batches, answer_shard, shard_questions
+from blindspot.humblebench.answers import Asked, answer_in_batches, answer_shard, shard_questions
 from blindspot.humblebench.humility import parsed_texts
 from blindspot.humblebench.settings import Question, present, setting_transforms, shown_image
 from blindspot.models.spec import ModelSpec
@@ -100,7 +100,15 @@ def test_an_empty_shard_never_loads_the_model(tmp_path):
     spec = ModelSpec(name="vlm-a", backend="transformers", gpus=0, dtype="float32", path="x")
     journal = tmp_path / "answers.journal.jsonl"
     frame, counters = answer_shard(
-        questions(tmp_path, 3).iloc[:0], "original", {}, PromptTemplate.load(TEMPLATE), spec, load_scorer, 4, 0, journal
+        questions(tmp_path, 3).iloc[:0],
+        "original",
+        {},
+        PromptTemplate.load(TEMPLATE),
+        spec,
+        load_scorer,
+        letter_protocol(4),
+        0,
+        journal,
     )
     assert not journal.exists()
     assert frame.empty
@@ -113,6 +121,7 @@ def test_an_empty_shard_never_loads_the_model(tmp_path):
         "cut_off": 0,
         "computed_items": 0,
         "letters_from_text": 0,
+        "protocol": letter_protocol(4).params(),
     }
 
 
@@ -138,7 +147,9 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
     template = PromptTemplate.load(TEMPLATE)
     table = questions(tmp_path, 4)
     journal = tmp_path / "answers.journal.jsonl"
-    frame, counters = answer_shard(table, "nota_only", transforms, template, spec, load_scorer, 4, 3, journal)
+    frame, counters = answer_shard(
+        table, "nota_only", transforms, template, spec, load_scorer, letter_protocol(4), 3, journal
+    )
     assert len(loaded) == 1
     # Killed after its first batch (the journal cut down to it), the job answers only the second; its
     # table is the uninterrupted job's to the last bit.
@@ -146,7 +157,7 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
     answered, answer = [], loaded[0].choose
     loaded[0].choose = lambda conversations, *rest: answered.append(len(conversations)) or answer(conversations, *rest)
     resumed, resumed_counters = answer_shard(
-        table, "nota_only", transforms, template, spec, lambda: loaded[0], 4, 3, journal
+        table, "nota_only", transforms, template, spec, lambda: loaded[0], letter_protocol(4), 3, journal
     )
     assert answered == [2]
     pd.testing.assert_frame_equal(resumed, frame)
@@ -162,7 +173,8 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
         )
         for r in table.to_dict("records")
     ]
-    expected = answer_in_batches(shown, loaded[0], {"nota_only": template}, 4, 3, tmp_path / "again.jsonl").results
+    asked = Asked.load({"nota_only": template}, letter_protocol(4), 3)
+    expected = answer_in_batches(shown, loaded[0], asked, tmp_path / "again.jsonl").results
     assert frame.drop(columns=["vlm", "model_id", "model_revision"]).to_dict("records") == [
         {name: row[name] for name in frame.columns if name in row} for row in expected
     ]

@@ -78,7 +78,9 @@ def test_the_step_writes_grouped_tables_with_each_groups_best_in_bold_and_plain_
     assert list(table["Model"]) == ["General-purpose models", "vlm-a", "vlm-b", "Reasoning models", "vlm-c"]
     assert "**" not in (tmp_path / "t4.csv").read_text()
     markdown = (tmp_path / "t4.md").read_text()
-    assert markdown.startswith("Table 4: the Original setting (text reading), %; bold: the best in each model group")
+    assert markdown.startswith(
+        "Table 4: the Original setting (text reading, official protocol), %; bold: the best in each model group"
+    )
     overall = table4(metrics_table(frame), "text", "original").set_index("Model")["Overall"]
     rows = {line.split(" | ")[0][2:]: line.split(" | ")[4] for line in markdown.splitlines()[4:]}  # Model: Overall
     shown = {model: str(int(v)) if float(v).is_integer() else f"{v:.3f}" for model, v in overall.items()}

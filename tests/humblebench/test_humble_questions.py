@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from helpers.humble import RELEASE_RECORDS, RELEASE_TEXT, imagefolder
+from helpers.humble import RELEASE_RECORDS, RELEASE_TEXT, imagefolder, letter_protocol
 from helpers.scene_graphs import make_scene_graphs
 from helpers.unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 from helpers.workflow import SCENE_GRAPHS
@@ -476,10 +476,10 @@ def test_the_tiny_vlm_answers_with_letter_probabilities_and_text(built_config):
     import torch
 
     from blindspot.humblebench.parsing import parse_answer
-    from blindspot.models.vlm_scoring import TransformersVLMScorer, image_conversation
+    from blindspot.models.vlm_scoring import TransformersVLMScorer
 
     scorer = TransformersVLMScorer(model_spec(built_config, "tiny-qwen2.5-vl"), batch_size=2)
-    template = PromptTemplate.load("config/prompts/humble_original_v3.yaml")
+    template = PromptTemplate.load("config/prompts/humble_original_v4.yaml")
     question = humble.Question(
         "q1", "What colour is the car?", ("red", "green", "blue", "yellow", "None of the above"), "C", "Attribute"
     )
@@ -488,13 +488,12 @@ def test_the_tiny_vlm_answers_with_letter_probabilities_and_text(built_config):
         humble.present(question, "nota_only", {"remove_correct": True}, 0),
     ]
     pictures = [Image.new("RGB", (32, 32), "red"), humble.noise_image("q1", 0, (32, 32))]
-    rows = humble_answers.answer_questions(
-        list(zip(shown, pictures, strict=True)), scorer, {"original": template, "nota_only": template}, max_new_tokens=4
-    )
+    asked = humble_answers.Asked.load({"original": template, "nota_only": template}, letter_protocol(4), 0)
+    rows = humble_answers.answer_questions(list(zip(shown, pictures, strict=True)), scorer, asked)
     assert [len(json.loads(r["letter_probabilities"])) for r in rows] == [5, 4]  # the letters shown
     letters = humble_answers.option_token_ids(scorer.tokenizer)
     for row, item, picture in zip(rows, shown, pictures, strict=True):
-        conversation = image_conversation(template, **item.prompt_fields())
+        conversation = asked.conversation(item)
         with torch.inference_mode():
             logits = scorer.model(**scorer.inputs([conversation], [picture])).logits[0, -1].float()
         shown_ids = [letters["ABCDE".index(letter)] for letter in item.letters]

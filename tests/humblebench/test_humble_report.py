@@ -55,17 +55,22 @@ def test_the_report_is_each_table_of_the_metrics_with_its_caption(humans):
     pd.testing.assert_frame_equal(report["table4"][0], table4(found, "text", "original"))
     pd.testing.assert_frame_equal(report["table5"][0], table5(found, "text", SETTINGS))
     pd.testing.assert_frame_equal(report["table6"][0], table6(found, "text", SETTINGS))
-    assert report["table4"][1] == "Table 4: the Original setting (text reading), %" + BOLD
-    assert report["table5"][1] == "Table 5: the settings (text reading), %"
-    assert report["table6"][1] == "Table 6: models across settings (text reading), %" + BOLD
+    # every caption says which protocol the answers ran under; Tables 5 and 6 whom they are over
+    ran, everyone = "text reading, official protocol", "over the 2 models that answered every setting"
+    assert report["table4"][1] == f"Table 4: the Original setting ({ran}), %" + BOLD
+    assert report["table5"][1] == f"Table 5: the settings ({ran}), %, {everyone}"
+    assert report["table6"][1] == f"Table 6: models across settings ({ran}), %, {everyone}" + BOLD
     found, report = report_tables(answers(), humans, "logits", SETTINGS, "nota_only", "original")
     # Table 4 shows the setting named `original`; Table 7 puts people in `original`'s and `stress`'s columns
-    assert report["table4"][1] == "Table 4: the NOTA-only setting (logits reading), %" + BOLD
+    assert report["table4"][1] == "Table 4: the NOTA-only setting (logits reading, official protocol), %" + BOLD
     pd.testing.assert_frame_equal(report["table4"][0], table4(found, "logits", "nota_only"))
     pd.testing.assert_frame_equal(
         report["table7"][0], table7(answers(), humans, "logits", original="nota_only", stress="original")
     )
-    assert report["table7"][1] == "Table 7: humans and models on the same questions, %"
+    assert report["table7"][1] == (
+        'Table 7: humans and models on the same questions (logits reading, official protocol), %; "-": a model '
+        "not asked the stress setting"
+    )
 
 
 def test_the_step_writes_every_table_and_the_plot(tmp_path, humans):
@@ -73,7 +78,10 @@ def test_the_step_writes_every_table_and_the_plot(tmp_path, humans):
     make_tables(tmp_path, write_answers(tmp_path, frame))
     found, report = report_tables(frame, humans, "text", SETTINGS, "original", "nota_only", "nota_only")
     assert (tmp_path / "metrics.csv").read_text() == found.to_csv(index=False)
-    caption = "Appendix Table 1: Original → NOTA-only, NOTA behaviour per model (text reading), % (d' as it is)"
+    caption = (
+        "Appendix Table 1: Original → NOTA-only, NOTA behaviour per model (text reading, official protocol), % "
+        "(d' as it is), over the 2 models that answered every setting"
+    )
     assert report["table_a1"][1] == caption
     for name, short in (("table4", "t4"), ("table5", "t5"), ("table6", "t6"), ("table7", "t7"), ("table_a1", "ta1")):
         assert (tmp_path / f"{short}.csv").read_text() == report[name][0].to_csv(index=False)

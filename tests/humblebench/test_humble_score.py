@@ -379,7 +379,7 @@ def test_official_result_lines_read_as_shown():
 def official_prefix(template: str) -> str:
     """What our prompt template puts before the question: the official prompt word for word and the
     blank line the official code adds (docs/fidelity.md H9)."""
-    user = yaml.safe_load((ROOT / "config" / "prompts" / f"humble_{template}_v3.yaml").read_text())["user"]
+    user = yaml.safe_load((ROOT / "config" / "prompts" / f"humble_{template}_v4.yaml").read_text())["user"]
     return user.split("{{ question }}")[0]
 
 

@@ -10,7 +10,7 @@ import math
 import pytest
 import yaml
 from helpers.api_server import KEY, KEY_ENV, _letter_bias, served_posts, serving
-from helpers.humble import TEMPLATE, questions
+from helpers.humble import TEMPLATE, letter_protocol, questions
 from helpers.workflow import REPO
 
 from blindspot import plan
@@ -162,7 +162,7 @@ def test_a_served_vlm_answers_a_shard_then_nothing_is_asked_twice(server, monkey
         return built[-1]
 
     def answer(journal: str):
-        return answer_shard(table, "original", {}, template, spec, load, 8, 0, tmp_path / journal)
+        return answer_shard(table, "original", {}, template, spec, load, letter_protocol(8), 0, tmp_path / journal)
 
     posts = served_posts(server["log"])
     frame, counters = answer("one.jsonl")

@@ -38,16 +38,20 @@ def test_version_changes_with_the_file(tmp_path):
 
 def test_the_humblebench_prompts_are_the_official_prefixes_before_the_question_and_no_system_message():
     fields = {"question": "What colour is the car?", "options": "A. red\nE. None of the above", "letters": "A, E"}
-    original = PromptTemplate.load(REPO / "config" / "prompts" / "humble_original_v3.yaml").render(**fields)
-    assert [message["role"] for message in original] == ["user"]
-    question = original[0]["content"]
-    # the official question text, then its NOT_REASONING_POST_PROMPT (HumbleBench/utils/constant.py) word for word
-    assert question == (
-        "What colour is the car?\nA. red\nE. None of the above\nPlease respond with only the letter of the correct "
-        "choice (A, B, C, D, or E). Do not include the option text or any other explanation."
-    )
+    prompts = REPO / "config" / "prompts"
+    [original] = PromptTemplate.load(prompts / "humble_original_v4.yaml").render(**fields)
+    question = original["content"]
+    assert question == "What colour is the car?\nA. red\nE. None of the above"  # the release's question text
+    # the letter prompt: the question, then the official NOT_REASONING_POST_PROMPT (HumbleBench/utils/constant.py)
+    assert PromptTemplate.load(prompts / "humble_letter_v1.yaml").render(question=question) == [
+        {
+            "role": "user",
+            "content": question + "\nPlease respond with only the letter of the correct choice (A, B, C, D, or E). "
+            "Do not include the option text or any other explanation.",
+        }
+    ]
     for name, first in (("cautious", "Be highly cautious."), ("grounding", "Base your answer strictly")):
-        [message] = PromptTemplate.load(REPO / "config" / "prompts" / f"humble_{name}_v3.yaml").render(**fields)
+        [message] = PromptTemplate.load(prompts / f"humble_{name}_v4.yaml").render(**fields)
         prefix, _, rest = message["content"].partition("\n\n\n")  # the official prompt ends in a newline
         assert prefix.startswith("You are answering a visual multiple-choice question.\n\n" + first)
         assert rest == question

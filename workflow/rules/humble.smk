@@ -1,6 +1,7 @@
 # HumbleBench: questions (official release, our benchmark's images, scene graphs), answers per
 # VLM x setting x shard, then Tables 4 to 7 and the NOTA plot.
 
+from blindspot.registry import answer_protocol
 from blindspot.humblebench.settings import setting_transforms
 
 HUMBLE = config["humblebench"]
@@ -78,10 +79,11 @@ rule make_humble_questions:
 # answer_humble's params, said once: answer_api_humble's jobs take these, their cache and planned requests.
 ANSWER_HUMBLE_PARAMS = dict(
     model=get_model_spec("vlm"),
+    # how the VLM is asked (humblebench.protocol and its entry's humble_protocol); its prompt is an input
+    protocol=lambda wildcards: answer_protocol(config, wildcards.vlm).params(),
     transforms=lambda wildcards: setting_transforms(HUMBLE["settings"][wildcards.setting]),
     answer_shards=HUMBLE["answer_shards"],
     batch_size=HUMBLE["batch_size"],
-    max_new_tokens=HUMBLE["max_new_tokens"],
     seed=config["seed"],
     # Not an output: Snakemake would delete it when a job fails, and resuming needs it.
     journal=P("humble_answer_journal"),
@@ -94,6 +96,7 @@ rule answer_humble:
     input:
         questions=P("humble_questions"),
         template=lambda wildcards: HUMBLE["settings"][wildcards.setting]["template"],
+        prompt=lambda wildcards: answer_protocol(config, wildcards.vlm).prompt,
         built_model=get_role_model_input("vlm"),
     output:
         out=P("humble_answers"),
@@ -144,7 +147,7 @@ rule sample_human_questions:
     params:
         study=HUMBLE.get("human_study"),
         original=HUMBLE["tables"]["original"],
-        stress=HUMBLE["tables"]["stress"],
+        stress=HUMBLE["tables"].get("stress"),
         # how each setting shows a question: what the annotators see, as the models do
         settings={name: setting_transforms(setting) for name, setting in HUMBLE["settings"].items()},
         seed=config["seed"],
@@ -180,7 +183,7 @@ rule make_humble_tables:
         # what the tables call each setting, and the metric it is ranked by
         settings={name: {key: setting[key] for key in ("label", "headline")} for name, setting in HUMBLE["settings"].items()},
         original=HUMBLE["tables"]["original"],
-        stress=HUMBLE["tables"]["stress"],
+        stress=HUMBLE["tables"].get("stress"),
         cautious=HUMBLE["tables"].get("cautious"),
         # The tables read the answers' texts again (`parsed_texts`): a parser change re-runs them.
         parser_version=PARSER_VERSION,

@@ -3,8 +3,10 @@ which questions are the shard's, how the setting shows them, and the answers as 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +15,14 @@ import pandas as pd
 
 from blindspot import schemas
 from blindspot.humblebench.parsing import parse_answer
+from blindspot.humblebench.protocols import conversation, cut_answer, question_seed
 from blindspot.humblebench.questions import row_question
 from blindspot.humblebench.reasoning import cut_off, split_reasoning
 from blindspot.humblebench.settings import LETTERS, Presented, present, shown_image
 from blindspot.images import Journaled, journaled_batches
 from blindspot.models.spec import ModelSpec
-from blindspot.models.vlm_scoring import image_conversation
 from blindspot.prompts import PromptTemplate
+from blindspot.registry import AnswerProtocol, Decoding
 from blindspot.shards import shard_of
 
 
@@ -35,26 +38,28 @@ def answer_shard(
     template: PromptTemplate,
     spec: ModelSpec,
     load_scorer: Callable[[], Any],
-    max_new_tokens: int,
+    protocol: AnswerProtocol,
     seed: int,
     journal_path: str | Path,
-) -> tuple[pd.DataFrame, dict[str, int]]:
-    """The answers of the VLM `spec` to `questions` as the setting shows them (`settings.present`), one
-    row per question (`schemas.HUMBLE_ANSWERS`), and counters: questions, answers whose text names no
-    option, answers whose two readings agree, answers read after a reasoning model's reasoning
-    (`reasoned`), answers the token budget cut off (`cut_off`), questions this job answered
-    (`computed_items`: the others came from its journal). `load_scorer` is called only for a shard
-    with questions, so an empty shard never loads the model. The answers are journaled a batch at a
-    time (`answer_in_batches`)."""
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The answers of the VLM `spec` to `questions` as the setting shows them (`settings.present`), asked
+    under its `protocol` (`humblebench.protocols`), one row per question (`schemas.HUMBLE_ANSWERS`), and
+    counters: questions, answers whose text names no option, answers whose two readings agree, answers read
+    after a reasoning model's reasoning (`reasoned`), answers the token budget cut off (`cut_off`),
+    questions this job answered (`computed_items`: the others came from its journal), and the protocol
+    with the decoding it ran (a checkpoint's own, read from it). `load_scorer` is called only for a shard
+    with questions, so an empty shard never loads the model. The answers are journaled a batch at a time
+    (`answer_in_batches`)."""
     shown = [
         (present(row_question(row), setting, transforms, seed), row["image_path"])
         for row in questions.to_dict("records")
     ]
-    answered, computed = [], 0
+    answered, computed, decoding = [], 0, protocol.decoding
     if shown:
-        answered, computed = answer_in_batches(
-            shown, load_scorer(), {setting: template}, max_new_tokens, seed, journal_path
-        )
+        scorer = load_scorer()
+        decoding = protocol.decoding.resolved(getattr(scorer, "generation_config", None))
+        asked = dataclasses.replace(Asked.load({setting: template}, protocol, seed), decoding=decoding)
+        answered, computed = answer_in_batches(shown, scorer, asked, journal_path)
     about = {"vlm": spec.name, "model_id": spec.model_id, "model_revision": spec.revision or ""}
     frame = pd.DataFrame([row | about for row in answered], columns=schemas.HUMBLE_ANSWERS.names)
     counters = {
@@ -65,14 +70,44 @@ def answer_shard(
         "cut_off": int(frame["cut_off"].astype(bool).sum()),
         "computed_items": computed,
         "letters_from_text": int(frame["letter_mass"].isna().sum()),  # answers without letter probabilities
+        "protocol": protocol.params() | {"decoding": dataclasses.asdict(decoding)},
     }
     return frame, counters
 
 
-def answer_budget(spec: ModelSpec, max_new_tokens: int) -> int:
-    """The answer's token budget for the VLM `spec`: its registry entry's `generation.max_tokens` (a
-    reasoning model's, say), else `humblebench.max_new_tokens`."""
-    return int(spec.generation.get("max_tokens", max_new_tokens))
+@dataclass(frozen=True)
+class Asked:
+    """How one job asks its questions: each setting's template, and the protocol's prompt, system message,
+    budget and answer cut, with its decoding as it runs (`Decoding.resolved`)."""
+
+    templates: Mapping[str, PromptTemplate]
+    prompt: PromptTemplate
+    protocol: AnswerProtocol
+    decoding: Decoding
+    seed: int
+
+    @classmethod
+    def load(cls, templates: Mapping[str, PromptTemplate], protocol: AnswerProtocol, seed: int) -> Asked:
+        """As a job asks under `protocol`: its prompt file read, its decoding as the protocol says (a
+        checkpoint's own, greedy until `Decoding.resolved` reads it)."""
+        return cls(templates, PromptTemplate.load(protocol.prompt), protocol, protocol.decoding, seed)
+
+    def conversation(self, shown: Presented) -> list[dict]:
+        return conversation(self.templates[shown.setting], self.prompt, self.protocol.system, shown)
+
+    def split(self, generated: str) -> Any:
+        """The answer as the protocol cuts it (the official wrapper's cut), else after any reasoning."""
+        return (
+            cut_answer(generated, self.protocol.answer_after)
+            if self.protocol.answer_after
+            else split_reasoning(generated)
+        )
+
+    def key(self) -> tuple[Any, ...]:
+        """What decides the answers, beside the model and the questions: the journal's key."""
+        versions = {setting: template.version for setting, template in self.templates.items()}
+        protocol = self.protocol.params() | {"decoding": dataclasses.asdict(self.decoding)}
+        return versions, self.prompt.version, protocol, self.seed
 
 
 def option_token_ids(tokenizer: Any, letters: str = LETTERS) -> list[int]:
@@ -86,22 +121,23 @@ def option_token_ids(tokenizer: Any, letters: str = LETTERS) -> list[int]:
     return ids
 
 
-def answer_questions(
-    items: Sequence[tuple[Presented, Any]], scorer: Any, templates: Mapping[str, PromptTemplate], max_new_tokens: int
-) -> list[dict[str, Any]]:
-    """Ask the VLM each (shown question, image). Two readings of each answer: the most probable
-    option letter at the first answer position, among the letters shown (the text's letter for an API
-    that returns no letter probabilities, `models.api.vlm`); and the parsed text (empty when it names
-    no option shown, or several). A reasoning model's text is kept in two parts, its reasoning and the
-    answer after it (`reasoning.split_reasoning`), with whether the token budget cut it off
-    (`reasoning.cut_off`)."""
+def answer_questions(items: Sequence[tuple[Presented, Any]], scorer: Any, asked: Asked) -> list[dict[str, Any]]:
+    """Ask the VLM each (shown question, image) as `asked` says. Two readings of each answer: the most
+    probable option letter at the first answer position, among the letters shown (the text's letter for
+    an API that returns no letter probabilities, `models.api.vlm`); and the parsed text (empty when it
+    names no option shown, or several). The text is kept in two parts, what came before the answer (a
+    reasoning model's reasoning) and the answer (`Asked.split`), with whether the token budget cut it off
+    (`reasoning.cut_off`). A sampled answer is seeded from its question (`protocols.question_seed`)."""
     letters = option_token_ids(scorer.tokenizer)
-    conversations = [image_conversation(templates[shown.setting], **shown.prompt_fields()) for shown, _ in items]
-    answers = scorer.choose(conversations, [image for _, image in items], letters, max_new_tokens)
+    conversations = [asked.conversation(shown) for shown, _ in items]
+    seeds = [question_seed(asked.seed, shown.question_id, shown.setting) for shown, _ in items]
+    answers = scorer.choose(
+        conversations, [image for _, image in items], letters, asked.protocol.max_tokens, asked.decoding, seeds
+    )
     rows = []
     for (shown, _), (probabilities, generated, stopped) in zip(items, answers, strict=True):
         offered = [probabilities[LETTERS.index(letter)] for letter in shown.letters]
-        split = split_reasoning(generated)
+        split = asked.split(generated)
         text = split.answer
         from_text = parse_answer(text, dict(zip(shown.letters, shown.options, strict=True))) or ""
         # An API without logprobs has no letter distribution (NaN): its letter reading is the text's.
@@ -124,19 +160,16 @@ def answer_questions(
                 "reasoning": split.reasoning,
                 "stopped": bool(stopped),
                 "cut_off": cut_off(stopped, split),
-                "template_version": templates[shown.setting].version,
+                "template_version": asked.templates[shown.setting].version,
+                "prompt_version": asked.prompt.version,
+                "protocol": asked.protocol.name,
             }
         )
     return rows
 
 
 def answer_in_batches(
-    questions: Sequence[tuple[Presented, str]],
-    scorer: Any,
-    templates: Mapping[str, PromptTemplate],
-    max_new_tokens: int,
-    seed: int,
-    journal_path: str | Path,
+    questions: Sequence[tuple[Presented, str]], scorer: Any, asked: Asked, journal_path: str | Path
 ) -> Journaled:
     """`answer_questions` for each (shown question, image file), a batch of the scorer's at a time: the
     next batch's images (or their noise) are made while the model answers this one. Each batch's
@@ -145,15 +178,14 @@ def answer_in_batches(
 
     def answer(batch: list[tuple[Presented, str]], images: list[Any]) -> list[dict[str, Any]]:
         shown = [(presented, image) for (presented, _), image in zip(batch, images, strict=True)]
-        return answer_questions(shown, scorer, templates, max_new_tokens)
+        return answer_questions(shown, scorer, asked)
 
     spec = scorer.spec
-    versions = {setting: template.version for setting, template in templates.items()}
-    key = ("answers", spec.outputs, versions, max_new_tokens, seed, "reasoning")  # rows with the reasoning
+    key = ("answers", spec.outputs, *asked.key(), "protocol")  # rows with the protocol
     return journaled_batches(
         questions,
         scorer.batch_size,
-        lambda question: shown_image(*question, seed),
+        lambda question: shown_image(*question, asked.seed),
         answer,
         journal_path,
         key,

@@ -291,7 +291,7 @@ def score(
     }
     named = humblebench["tables"]
     found, report = report_tables(
-        answers, humans, READING, used, original, named["stress"], named.get("cautious"), readings=(READING,)
+        answers, humans, READING, used, original, named.get("stress"), named.get("cautious"), readings=(READING,)
     )
     files = {name: [PATHS[name].format(results=out, ext=ext) for ext in TABLE_FORMATS] for name in report}
     write_report(

@@ -132,6 +132,30 @@ def table4(metrics: pd.DataFrame, reading: str, setting: str, groups: Groups | N
     return grouped(table, groups)
 
 
+def full_population(metrics: pd.DataFrame, settings: Sequence[str]) -> list[str]:
+    """The models that answered every one of `settings`, in the table's order: whom the paper's averages
+    across settings are over (Table 5, the appendix table: its 20 open models; its proprietary ones
+    answered the Original setting only), so that every row averages the same models."""
+    answered = metrics.groupby("vlm", sort=False)["setting"].agg(set)
+    return [vlm for vlm, have in answered.items() if set(settings) <= have]
+
+
+def population_note(metrics: pd.DataFrame, settings: Sequence[str]) -> str:
+    """What a table over `full_population` says of it: how many models, and who is left out and why."""
+    models = list(dict.fromkeys(metrics["vlm"]))
+    kept = full_population(metrics, settings)
+    note = f"over the {len(kept)} models that answered every setting"
+    left = [model for model in models if model not in kept]
+    return note + (f" (left out, answering fewer: {', '.join(left)})" if left else "")
+
+
+def protocol_note(answers: pd.DataFrame) -> str:
+    """Which protocol the answers ran under (`humblebench.protocols`), for a caption: "" where they do not
+    say (answers made elsewhere, `blindspot humble score`)."""
+    named = sorted({name for name in answers.get("protocol", pd.Series(dtype=str)).dropna() if name})
+    return f", {' and '.join(named)} protocol" if named else ""
+
+
 def _best(part: pd.DataFrame, metric: str) -> str:
     known = part.dropna(subset=[metric])
     if known.empty:
@@ -143,9 +167,11 @@ def _best(part: pd.DataFrame, metric: str) -> str:
 def table5(metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     """Table 5: per setting, the number of models, average overall accuracy, humility score, macro-F1
     and NOTA selection rate, and the best models: by overall accuracy and by humility score, or by the
-    setting's headline metric when that is not overall accuracy."""
+    setting's headline metric when that is not overall accuracy. Every row is over the same models, those
+    that answered every setting (`full_population`)."""
     headlines = {setting["headline"] for setting in settings.values()}
     part = _one_reading(metrics, reading, ["overall", "humility", "macro_f1", "nota_selection", *sorted(headlines)])
+    part = part[part["vlm"].isin(full_population(part, list(settings)))]
     rows = []
     for name, setting in settings.items():
         cells = part[part["setting"] == name]
@@ -174,11 +200,11 @@ def table5(metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[s
 def table6(
     metrics: pd.DataFrame, reading: str, settings: Mapping[str, Mapping[str, Any]], groups: Groups | None = None
 ) -> pd.DataFrame:
-    """Table 6: one row per model, in their `groups`, one column per setting holding the setting's headline
-    metric."""
+    """Table 6: one row per model that answered every setting (`full_population`), in their `groups`, one
+    column per setting holding the setting's headline metric."""
     part = _one_reading(metrics, reading, sorted({setting["headline"] for setting in settings.values()}))
     columns = {name: f"{s['label']} ({HEADLINES[s['headline']]})" for name, s in settings.items()}
-    table = pd.DataFrame({"Model": list(dict.fromkeys(part["vlm"]))})
+    table = pd.DataFrame({"Model": full_population(part, list(settings))})
     for name, setting in settings.items():
         cells = part[part["setting"] == name].set_index("vlm")[setting["headline"]]
         table[columns[name]] = table["Model"].map(cells).map(_percent)
@@ -197,11 +223,12 @@ SHIFT_COLUMNS = {
 def shift_table(metrics: pd.DataFrame, reading: str, before: str, after: str) -> pd.DataFrame:
     """The appendix's Table 1 (Original -> Cautious prompt in the paper): per model, how each NOTA
     measure moves from the setting `before` to `after`, "before -> after" as the paper prints it
-    (percentages; d' as it is, two decimals; "-" where a setting has no value), and a last row
-    "Average" over the models that have both values, as the paper's last row averages over its 20:
-    both sides of an arrow average the same models."""
-    part = _one_reading(metrics, reading, list(SHIFT_COLUMNS)).set_index(["setting", "vlm"])
-    models = list(dict.fromkeys(part.index.get_level_values("vlm")))
+    (percentages; d' as it is, two decimals; "-" where a setting has no value), for the models that
+    answered both settings (`full_population`), and a last row "Average" over those that have both values,
+    as the paper's last row averages over its 20: both sides of an arrow average the same models."""
+    part = _one_reading(metrics, reading, list(SHIFT_COLUMNS))
+    models = full_population(part, [before, after])
+    part = part.set_index(["setting", "vlm"])
 
     def value(setting: str, model: str | None, metric: str) -> float:
         if model is not None:
@@ -287,7 +314,11 @@ def table7(
         for who, frame in [(f"Human (mean of {people['annotator'].nunique()})", own), *same.groupby("vlm", sort=False)]:
             cells.setdefault(who, []).append(_table7_cells(frame, original, stress))
     rows = [{"Model": who, **pd.DataFrame(sets).mean().map(_percent).to_dict()} for who, sets in cells.items()]
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows).astype({"NOTA hit (stress)": object})
+    # A model not asked the stress setting (the paper's proprietary ones) has "-" there, as the paper prints.
+    stressed, asked = set(models.loc[models["setting"] == stress, "vlm"]), set(models["vlm"])
+    table.loc[[who in asked and who not in stressed for who in table["Model"]], "NOTA hit (stress)"] = "-"
+    return table
 
 
 MARKED = ("table4", "table6")  # the tables that set each group's best value in bold, as the paper's
@@ -314,27 +345,29 @@ def report_tables(
     found = metrics_table(answers, readings)
     among = "in each model group" if _has_groups(groups) else "of the models"
     bold = f"bold: the best {among} (False-NOTA: the lowest)"
+    ran = f"{reading} reading{protocol_note(answers)}"
+    everyone = population_note(found, list(settings))
     report = {
         "table4": (
             table4(found, reading, original, groups),
-            f"Table 4: the {settings[original]['label']} setting ({reading} reading), %; {bold}",
+            f"Table 4: the {settings[original]['label']} setting ({ran}), %; {bold}",
         ),
-        "table5": (table5(found, reading, settings), f"Table 5: the settings ({reading} reading), %"),
+        "table5": (table5(found, reading, settings), f"Table 5: the settings ({ran}), %, {everyone}"),
         "table6": (
             table6(found, reading, settings, groups),
-            f"Table 6: models across settings ({reading} reading), %; {bold}",
+            f"Table 6: models across settings ({ran}), %, {everyone}; {bold}",
         ),
     }
     if humans is not None:
         report["table7"] = (
             table7(answers, humans, reading, original, stress),
-            "Table 7: humans and models on the same questions, %",
+            f'Table 7: humans and models on the same questions ({ran}), %; "-": a model not asked the stress setting',
         )
     if cautious in settings:
         report["table_a1"] = (
             shift_table(found, reading, original, cautious),
             f"Appendix Table 1: {settings[original]['label']} → {settings[cautious]['label']}, NOTA behaviour "
-            f"per model ({reading} reading), % (d' as it is)",
+            f"per model ({ran}), % (d' as it is), {population_note(found, [original, cautious])}",
         )
     return found, report
 

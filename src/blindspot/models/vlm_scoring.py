@@ -129,25 +129,44 @@ class TransformersVLMScorer:
         texts = [self.processor.apply_chat_template(c, add_generation_prompt=True) + suffix for c in conversations]
         return self.processor(text=texts, images=images, return_tensors="pt", padding=True).to(self.device)
 
+    @property
+    def generation_config(self) -> Any:
+        """The checkpoint's generation config, as `generate` reads it when a caller passes no decoding."""
+        return self.model.generation_config
+
     def choose(
-        self, conversations: list[list[dict]], images: list[Any], candidates: list[int], max_new_tokens: int
+        self,
+        conversations: list[list[dict]],
+        images: list[Any],
+        candidates: list[int],
+        max_new_tokens: int,
+        decoding: Any = None,
+        seeds: list[int] | None = None,
     ) -> list[tuple[list[float], str, bool]]:
         """For each conversation: the probability of each candidate token at the first answer position
-        (normalised over the whole vocabulary), the greedy answer's text, and whether the answer ended on
-        its own (an end-of-sequence token) rather than at `max_new_tokens`. One prefill per prompt: the
-        first position's distribution is `generate`'s own first raw logits."""
+        (normalised over the whole vocabulary), the answer's text and whether the answer ended on its own
+        (an end-of-sequence token) rather than at `max_new_tokens`. One prefill per prompt: the first
+        position's distribution is `generate`'s own first raw logits. The answer is greedy, or sampled
+        as `decoding` says (its `sampled`, `temperature`, `top_p`, `top_k`); a sampled batch is seeded from
+        its conversations' `seeds`, so the same batch samples the same answers on a re-run."""
         import torch
 
         ends = self.model.generation_config.eos_token_id
         ends = torch.tensor([ends] if isinstance(ends, int) else list(ends or []), device=self.device)
+        sampling = _transformers_sampling(decoding)
+        seeds = seeds or [0] * len(conversations)
         results = []
-        for batch_conv, batch_images in self.batches(conversations, images, "answer"):
+        for start, (batch_conv, batch_images) in zip(
+            range(0, len(images), self.batch_size), self.batches(conversations, images, "answer"), strict=True
+        ):
             prompt = self.inputs(batch_conv, batch_images)
+            if sampling["do_sample"]:
+                torch.manual_seed(sum(seeds[start : start + self.batch_size]) % 2**31)
             with torch.inference_mode():
                 out = self.model.generate(
                     **prompt,
                     max_new_tokens=max_new_tokens,
-                    do_sample=False,
+                    **sampling,
                     output_logits=True,
                     return_dict_in_generate=True,
                 )
@@ -253,22 +272,66 @@ class VLLMVLMScorer:
             results.append(scored(first_logprobs, then_logprobs, first.text, self.tokens))
         return results
 
+    @property
+    def generation_config(self) -> Any:
+        """The checkpoint's generation config (generation_config.json; transformers' defaults without one),
+        as transformers' `generate` would read it."""
+        from transformers import GenerationConfig
+
+        try:
+            return GenerationConfig.from_pretrained(self.spec.path, revision=self.spec.revision)
+        except OSError:
+            return GenerationConfig()
+
     def choose(
-        self, conversations: list[list[dict]], images: list[Any], candidates: list[int], max_new_tokens: int
+        self,
+        conversations: list[list[dict]],
+        images: list[Any],
+        candidates: list[int],
+        max_new_tokens: int,
+        decoding: Any = None,
+        seeds: list[int] | None = None,
     ) -> list[tuple[list[float], str, bool]]:
         """As `TransformersVLMScorer.choose`: vLLM returns the candidates' log-probabilities at the first
-        answer position of the greedy generation (`logprob_token_ids`); an answer ended on its own unless
-        its `finish_reason` is "length" (the token budget)."""
+        answer position (`logprob_token_ids`, the model's raw distribution); an answer ended on its own
+        unless its `finish_reason` is "length" (the token budget). A sampled answer is seeded by its own
+        seed of `seeds`, whatever the batch."""
         from vllm import SamplingParams
 
         messages = [with_image(c, image) for c, image in zip(conversations, images, strict=True)]
-        params = SamplingParams(max_tokens=max_new_tokens, temperature=0.0, logprob_token_ids=candidates)
+        sampling = _vllm_sampling(decoding)
+        seeds = seeds or [0] * len(conversations)
+        params = [
+            SamplingParams(
+                max_tokens=max_new_tokens,
+                logprob_token_ids=candidates,
+                **sampling,
+                **({"seed": seed} if sampling["temperature"] > 0 else {}),
+            )
+            for seed in seeds
+        ]
         results = []
         for answer in self.llm.chat(messages, params, use_tqdm=True):
             first = answer.outputs[0]
             probabilities = [math.exp(first.logprobs[0][token].logprob) for token in candidates]
             results.append((probabilities, first.text.strip(), first.finish_reason != "length"))
         return results
+
+
+def _transformers_sampling(decoding: Any) -> dict[str, Any]:
+    """`generate`'s decoding arguments: greedy, or sampling with the parameters `decoding` gives."""
+    if decoding is None or not decoding.sampled:
+        return {"do_sample": False}
+    given = {"temperature": decoding.temperature, "top_p": decoding.top_p, "top_k": decoding.top_k}
+    return {"do_sample": True, **{key: value for key, value in given.items() if value is not None}}
+
+
+def _vllm_sampling(decoding: Any) -> dict[str, Any]:
+    """vLLM's `SamplingParams` decoding arguments: temperature 0 (greedy), or those `decoding` gives."""
+    if decoding is None or not decoding.sampled:
+        return {"temperature": 0.0}
+    given = {"temperature": decoding.temperature, "top_p": decoding.top_p, "top_k": decoding.top_k}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def with_image(conversation: list[dict], image: Any) -> list[dict]:

@@ -106,11 +106,12 @@ def make_humble_questions(
 def answer_humble(
     questions: str,
     template: str,
+    prompt: str,
     model: dict[str, Any],
+    protocol: dict[str, Any],
     transforms: dict[str, Any],
     answer_shards: int,
     batch_size: int | None,
-    max_new_tokens: int,
     seed: int,
     journal: str,
     vlm: str,
@@ -122,15 +123,17 @@ def answer_humble(
     planned_requests: int | None = None,
     api_key_is_set: bool = True,
 ) -> None:
-    """One VLM answers one shard of the questions as one setting shows them, its images read a batch at a
-    time; the answers are journaled as they come (`journal`), so a killed job answers only what it had not.
-    An API VLM's replies are cached in `cache` (`models.api.vlm`), and its client sends no more than its
-    `planned_requests` (`blindspot.bill`) times `client.max_attempts`, a batch as many as the client may
-    have in flight (`batch_size` None); without its key (`api_key_is_set`) it answers nothing, as an API
-    metric is skipped, and the tables go on without it."""
+    """One VLM answers one shard of the questions as one setting shows them (its `template`), asked under
+    its `protocol` (`humblebench.protocols`: the `prompt` file around the question, decoding, budget, where
+    the answer is cut), its images read a batch at a time; the answers are journaled as they come
+    (`journal`), so a killed job answers only what it had not. An API VLM's replies are cached in `cache`
+    (`models.api.vlm`), and its client sends no more than its `planned_requests` (`blindspot.bill`) times
+    `client.max_attempts`, a batch as many as the client may have in flight (`batch_size` None); without
+    its key (`api_key_is_set`) it answers nothing, as an API metric is skipped, and the tables go on without it."""
     from blindspot.humblebench import answers as humble_answers
     from blindspot.models.api.client import with_planned_requests
     from blindspot.models.api.vlm import load_answerer
+    from blindspot.registry import AnswerProtocol
 
     model = with_planned_requests(model, planned_requests)
     vlm_spec = spec(model)
@@ -151,7 +154,7 @@ def answer_humble(
         PromptTemplate.load(template),
         vlm_spec,
         lambda: load_answerer(vlm_spec, batch_size, cache),
-        humble_answers.answer_budget(vlm_spec, max_new_tokens),
+        dataclasses.replace(AnswerProtocol.from_params(protocol), prompt=prompt),
         seed,
         journal,
     )

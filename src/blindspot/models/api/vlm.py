@@ -132,11 +132,19 @@ class APIVLM:
         return stable_id("api_vlm", ANSWER_VERSION, self.spec.revision or "", keyed)
 
     def choose(
-        self, conversations: list[list[dict]], images: list[Any], candidates: list[str], max_new_tokens: int
+        self,
+        conversations: list[list[dict]],
+        images: list[Any],
+        candidates: list[str],
+        max_new_tokens: int,
+        decoding: Any = None,
+        seeds: list[int] | None = None,
     ) -> list[tuple[list[float], str, bool]]:
         """As the local VLMs' `choose`: for each conversation, the candidate letters' probabilities at the
         first answer token (NaN without logprobs), the answer's text and whether it ended on its own (not
-        cut at the token budget: `finish_reason` other than "length"). Cached replies are not asked again."""
+        cut at the token budget: `finish_reason` other than "length"). Cached replies are not asked again.
+        An endpoint decodes as the entry's `request` says (its temperature), not as `decoding`."""
+        del decoding, seeds
         replies: list[Any] = [None] * len(conversations)
         todo: dict[str, tuple[dict, dict, str]] = {}  # by cache key: a request the batch holds twice is sent once
         waiting: list[tuple[int, str]] = []
