@@ -99,17 +99,9 @@ def test_an_empty_shard_never_loads_the_model(tmp_path):
 
     spec = ModelSpec(name="vlm-a", backend="transformers", gpus=0, dtype="float32", path="x")
     journal = tmp_path / "answers.journal.jsonl"
-    frame, counters = answer_shard(
-        questions(tmp_path, 3).iloc[:0],
-        "original",
-        {},
-        PromptTemplate.load(TEMPLATE),
-        spec,
-        load_scorer,
-        letter_protocol(4),
-        0,
-        journal,
-    )
+    empty = questions(tmp_path, 3).iloc[:0]
+    template = PromptTemplate.load(TEMPLATE)
+    frame, counters = answer_shard(empty, "original", {}, template, spec, load_scorer, letter_protocol(4), 0, journal)
     assert not journal.exists()
     assert frame.empty
     assert list(frame.columns) == schemas.HUMBLE_ANSWERS.names

@@ -5,8 +5,8 @@ line are read from the current folder; the config's own relative paths are the c
 from __future__ import annotations
 
 import copy
-import sys
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
