@@ -10,7 +10,7 @@ import math
 import pytest
 import yaml
 from helpers.api_server import KEY, KEY_ENV, _letter_bias, served_posts, serving
-from helpers.humble import TEMPLATE, letter_protocol, questions
+from helpers.humble import LETTER_PROMPT, TEMPLATE, letter_protocol, questions
 from helpers.workflow import REPO
 
 from blindspot import plan
@@ -114,11 +114,12 @@ def test_without_its_key_the_workflows_job_answers_nothing_and_the_tables_go_on(
         answer_humble(
             questions=str(tmp_path / "questions.parquet"),
             template=str(TEMPLATE),
+            prompt=str(LETTER_PROMPT),
             model=model,
+            protocol=letter_protocol(8).params(),
             transforms={},
             answer_shards=1,
             batch_size=None,
-            max_new_tokens=8,
             seed=0,
             journal=str(tmp_path / "journal"),
             vlm="api-vlm",
@@ -212,6 +213,13 @@ def test_the_plans_bill_asks_each_question_once_per_setting_at_the_registrys_pri
     jobs = result["jobs"]
     answers = jobs[jobs["rule"] == "answer_api_humble"]
     assert len(answers) == len(config["humblebench"]["settings"]) * config["humblebench"]["answer_shards"]
+    # A model of the proprietary group answers the Original setting only: a sixth of the requests.
+    config["models"]["api-vlm"]["group"] = "proprietary"
+    proprietary = plan.plan(config)
+    asked = proprietary["jobs"][proprietary["jobs"]["rule"] == "answer_api_humble"]
+    assert set(asked["job"].str.split("/").str[1]) == {"original"}
+    assert proprietary["bill"].set_index("model").loc["api-vlm", "requests"] == asked["items"].sum() > 0
+    assert asked["items"].sum() * len(config["humblebench"]["settings"]) == answers["items"].sum()
     assert (answers["gpus"] == 0).all()
     row = result["bill"].set_index("model").loc["api-vlm"]
     assert row["step"] == "answer_api_humble"
