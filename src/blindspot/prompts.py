@@ -14,7 +14,7 @@ import yaml
 
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 REQUIRED = ("name", "version", "user")  # a template file's keys
-KEYS = (*REQUIRED, "system", "rubric")
+KEYS = (*REQUIRED, "system", "rubric", "verbatim")
 
 
 @functools.lru_cache(maxsize=64)
@@ -30,7 +30,10 @@ class PromptTemplate:
 
     `rubric` (optional in the file, "" without it) is plain text the messages use as `{{ rubric }}`,
     and that people are shown as their instructions when they score what a model scores (the
-    annotation projects), so both work to the same rubric."""
+    annotation projects), so both work to the same rubric.
+
+    A message's surrounding whitespace is dropped, unless `verbatim` (optional, false): a prompt quoted
+    word for word from a peer's code sends its indentation and its trailing spaces too."""
 
     name: str
     version: str  # "<name>/v<n>+<sha256 prefix of its content>": edits without a bump still show
@@ -38,6 +41,7 @@ class PromptTemplate:
     user: str
     rubric: str = ""
     path: str = ""  # the file, for messages
+    verbatim: bool = False
 
     @classmethod
     def load(cls, path: str | Path) -> PromptTemplate:
@@ -70,7 +74,10 @@ class PromptTemplate:
         # of the content, not the file's bytes: a comment's edit re-runs nothing, nor re-buys an API's scores
         digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
         version = f"{spec['name']}/v{spec['version']}+{digest}"
-        return cls(spec["name"], version, spec.get("system") or "", spec["user"], rubric, str(path))
+        verbatim = spec.get("verbatim", False)
+        if not isinstance(verbatim, bool):
+            raise ValueError(f"prompt template {path}: verbatim is {verbatim!r}, not true or false")
+        return cls(spec["name"], version, spec.get("system") or "", spec["user"], rubric, str(path), verbatim)
 
     def render(self, **fields: Any) -> list[dict[str, str]]:
         """Chat messages for one item, with the template's own `rubric`; a field the template uses but
@@ -79,8 +86,10 @@ class PromptTemplate:
             raise ValueError(f"prompt template {self.name}: `rubric` is the template's own, not a field to give")
         fields["rubric"] = self.rubric
         try:
-            system = _compiled(self.system).render(**fields).strip()
-            user = {"role": "user", "content": _compiled(self.user).render(**fields).strip()}
+            system, user = (_compiled(part).render(**fields) for part in (self.system, self.user))
+            if not self.verbatim:
+                system, user = system.strip(), user.strip()
         except jinja2.UndefinedError as error:  # a misspelt field: the job stops with the file named
             raise ValueError(f"prompt template {self.path or self.name}: {error.message}") from None
-        return [{"role": "system", "content": system}, user] if system else [user]
+        user_message = {"role": "user", "content": user}
+        return [{"role": "system", "content": system}, user_message] if system else [user_message]
