@@ -38,7 +38,9 @@ _LAST_LINE = re.compile(r"\n[ \t]*+([^\n]++)\s*+$")
 _ANSWER = r"(?:(?i:answer)(?:\s++(?i:is))?+|答案(?:应该|应)?+(?:是|为)?+)[\s:\uff1a\-]*+"
 _STATEMENT = re.compile(_ANSWER + _OPEN + _LETTER)
 # The same, or "option/choice/letter X", and in Chinese "我选择X".
-_KEYWORD = re.compile(r"(?:" + _ANSWER + r"|(?:(?i:option|choice|letter)|选择|选项|选)[\s:\uff1a\-]*+)" + _OPEN + _LETTER)
+_KEYWORD = re.compile(
+    r"(?:" + _ANSWER + r"|(?:(?i:option|choice|letter)|选择|选项|选)[\s:\uff1a\-]*+)" + _OPEN + _LETTER
+)
 # A leading letter and then punctuation, a dash, the end of its line or a lowercase word: "E. ...",
 # "(D) ...", "B, because ...", "B" and an explanation below it, "C the middle of the street" (an "A"
 # before a lowercase word is the article, `_ARTICLE`).
@@ -57,11 +59,12 @@ def parse_answer(text: str, options: Sequence[str] | Mapping[str, str]) -> str |
     A reasoning model's answer is read after its reasoning (`reasoning.split_reasoning`: after
     `</think>`, `<CONCLUSION>`, "final answer is:"; before a lone `</answer>` or `</CONCLUSION>`).
     Final-answer markup (`<answer>C</answer>`, `\\boxed{C}`) is the answer wherever it is, whatever the
-    reasoning around it names; its content is read as below. Otherwise, in order: the whole answer is a letter ("E", "d", "(E)",
-    ": B"); the conclusion: its last line is a letter alone, or its last "answer (is) X" names no other
-    letter after it; an answer that names two different capital letters is ambiguous; "answer/option/
-    choice/letter (is) X" or its Chinese forms; a leading "E.", "(E)", "B,", "C the ..." or a letter alone
-    on its first line; a bracketed "(E)" anywhere; the answer is exactly one option's text."""
+    reasoning around it names; its content is read as below. Otherwise, in order: the whole answer is a
+    letter ("E", "d", "(E)", ": B"); the conclusion: its last line is a letter alone, or its last
+    "answer (is) X" names no other letter after it; an answer that names two different capital letters
+    is ambiguous; "answer/option/choice/letter (is) X" or its Chinese forms; a leading "E.", "(E)", "B,",
+    "C the ..." or a letter alone on its first line; a bracketed "(E)" anywhere; the answer is exactly
+    one option's text."""
     texts = dict(options) if isinstance(options, Mapping) else dict(zip(LETTERS, options, strict=False))
     text = split_reasoning(text).answer
     marked = [first or second for first, second in _MARKED.findall(text)]
