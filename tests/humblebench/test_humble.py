@@ -507,3 +507,18 @@ def test_nota_is_read_as_the_release_writes_it():
     questions 44-50). Both are NOTA; an option that only mentions none is not."""
     assert all(map(is_nota, ["None of the above", "None of above", "none of the above.", " None  of above "]))
     assert not any(map(is_nota, ["None", "None of them are red", "All of the above"]))
+
+
+def test_each_letter_s_share_is_a_metric_as_the_official_proportions():
+    """The official scorer's Proportions (a position-bias check): the share of each letter read; NOTA's
+    share is `nota_selection` and the unreadable share `unparseable`. NOTA-only re-lettered shows four
+    letters: an "E" there is no letter of it, so it counts as unreadable, not as E."""
+    found = humility_metrics(
+        answers(
+            [("A", "E", "A", "Object"), ("B", "E", "A", "Object"), ("E", "E", "E", "Object"), ("C", "E", "", "Object")]
+        )
+    )
+    assert [found[f"share_{letter}"] for letter in "abcde"] == [0.5, 0.0, 0.0, 0.0, 0.25]
+    assert (found["nota_selection"], found["unparseable"]) == (0.25, 0.25)
+    four = humility_metrics(answers([("A", "D", "E", "Object"), ("D", "D", "D", "Object")], FOUR_SHOWN))
+    assert (four["share_d"], four["share_e"], four["unparseable"]) == (0.5, 0.0, 0.5)
