@@ -287,8 +287,11 @@ def test_show_lists_wrong_then_unreadable_then_right_answers(humble_file, capsys
     ]
     lines = _show(capsys, humble_file, "--failures")
     assert lines[:2] == [
-        "vlm-a, original: 1 of 2 answers failed (1 wrong, 0 unreadable)",
-        "vlm-a, nota_only: 2 of 2 answers failed (1 wrong, 1 unreadable)",
+        # and each letter's share, as the official Proportions: a position bias shows as one letter's excess
+        "vlm-a, original: 1 of 2 answers failed (1 wrong, 0 unreadable); "
+        "read as A 50%, B 50%, C 0%, D 0%, E 0%; NOTA 0%, NA 0%",
+        "vlm-a, nota_only: 2 of 2 answers failed (1 wrong, 1 unreadable); "
+        "read as A 0%, B 0%, C 50%, D 0%, E 0%; NOTA 0%, NA 50%",
     ]
     rows = [line for line in lines if line.startswith("| ")][1:]
     assert [row.split("|")[1].strip() for row in rows] == ["wrong", "wrong", "unreadable"]

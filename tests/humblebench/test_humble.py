@@ -124,6 +124,18 @@ GAP = {"A": "red", "B": "green", "D": "yellow", "E": "None of the above"}  # ori
         ("<answer>C</answer>", OPTIONS, "C"),
         ("<think>A or B? The car is blue.</think>\n<answer>C</answer>", OPTIONS, "C"),
         ("<answer>B. green</answer>", OPTIONS, "B"),
+        # what an official wrapper left of an answer (tests/data/humblebench_official_rows.jsonl has them all)
+        (": B", OPTIONS, "B"),
+        (").\n\nA", OPTIONS, "A"),
+        (" letter C", OPTIONS, "C"),
+        (" by the way, the car is red\n\nc", OPTIONS, "C"),  # a letter alone on the last line
+        ("C is in front of the car", OPTIONS, "C"),
+        ("A is in front of the car", OPTIONS, "A"),  # "is" follows no article
+        ("C the middle of the street", OPTIONS, "C"),
+        ("It rules out A, B and D. Thus, the answer is C.", OPTIONS, "C"),  # the conclusion
+        ("<|begin_of_box|>C<|end_of_box|></answer>", OPTIONS, "C"),  # `<answer>` cut off by the wrapper
+        ("E. None of the above </CONCLUSION>", OPTIONS, "E"),
+        ("<think>A or B?</think> C</answer>", OPTIONS, "C"),
         # an option's text
         ("None of the above", OPTIONS, "E"),
         ("blue.", OPTIONS, "C"),
@@ -140,6 +152,9 @@ GAP = {"A": "red", "B": "green", "D": "yellow", "E": "None of the above"}  # ori
         ("A car is parked on the street", OPTIONS, None),
         ("A or B", OPTIONS, None),
         ("The answer is A or B", OPTIONS, None),
+        ("The answer is C, not D", OPTIONS, None),
+        ("The answer is A. The answer is B, or C", OPTIONS, None),
+        ("It is B.\nA or", OPTIONS, None),
         ("(A) or (B)", OPTIONS, None),
         ("B, not C", OPTIONS, None),
         ("B\n\nThe car is green, not C.", OPTIONS, None),
@@ -179,6 +194,10 @@ def test_the_parser_reads_every_clear_answer_and_nothing_else(answer, options, e
         "<answer>" + "x" * 200_000,
         "\\boxed{" * 30_000,
         "\\boxed{\\text{" * 15_000,
+        "\n x" * 100_000,
+        "answer is A " * 30_000,
+        ":" * 200_000 + "B",
+        "</answer>" * 25_000,
     ],
 )
 def test_the_parser_takes_linear_time_on_long_adversarial_answers(answer):
@@ -488,3 +507,18 @@ def test_nota_is_read_as_the_release_writes_it():
     questions 44-50). Both are NOTA; an option that only mentions none is not."""
     assert all(map(is_nota, ["None of the above", "None of above", "none of the above.", " None  of above "]))
     assert not any(map(is_nota, ["None", "None of them are red", "All of the above"]))
+
+
+def test_each_letter_s_share_is_a_metric_as_the_official_proportions():
+    """The official scorer's Proportions (a position-bias check): the share of each letter read; NOTA's
+    share is `nota_selection` and the unreadable share `unparseable`. NOTA-only re-lettered shows four
+    letters: an "E" there is no letter of it, so it counts as unreadable, not as E."""
+    found = humility_metrics(
+        answers(
+            [("A", "E", "A", "Object"), ("B", "E", "A", "Object"), ("E", "E", "E", "Object"), ("C", "E", "", "Object")]
+        )
+    )
+    assert [found[f"share_{letter}"] for letter in "abcde"] == [0.5, 0.0, 0.0, 0.0, 0.25]
+    assert (found["nota_selection"], found["unparseable"]) == (0.25, 0.25)
+    four = humility_metrics(answers([("A", "D", "E", "Object"), ("D", "D", "D", "Object")], FOUR_SHOWN))
+    assert (four["share_d"], four["share_e"], four["unparseable"]) == (0.5, 0.0, 0.5)

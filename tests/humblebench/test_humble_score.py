@@ -5,12 +5,12 @@ files, lines copied verbatim (tests/data/humblebench_official)."""
 
 import json
 import random
-import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from helpers.humblebench_official import official_compute_metrics, official_is_prediction_correct
 
 from blindspot.checks import load_config
 from blindspot.cli import main
@@ -230,32 +230,6 @@ def test_bad_predictions_are_one_line_errors(official, release, tmp_path, capsys
     lone.write_text(json.dumps(official_line(2, "common", "B") | {"question": "What colour?\nA. Red\nB. Pink"}) + "\n")
     assert "shows 1 of the release's 5 options" in _error(capsys, lone, release, tmp_path, "--setting", "common")
     assert "no such file or folder" in _error(capsys, tmp_path / "missing.csv", release, tmp_path)
-
-
-# The official scorer, as `HumbleBench/utils/metrics.py` (github.com/maifoundations/HumbleBench) reads
-# an answer: split into lower-case words; right if the label's word is among them and no other option
-# letter is (so the article "a" is option A); the NOTA hit (`E_accuracy`) counts only an answer that
-# is exactly "E", over the questions labelled E.
-def official_tokenize(text: str) -> set:
-    return set(re.findall(r"\b\w+\b", text.lower()))
-
-
-def official_is_prediction_correct(prediction: str, answer: str, choices=("A", "B", "C", "D", "E")) -> bool:
-    pred_tokens, ans_tokens = official_tokenize(prediction), official_tokenize(answer)
-    if not pred_tokens:
-        return False
-    incorrect = set()
-    for choice in choices:
-        if official_tokenize(choice) != ans_tokens:
-            incorrect |= official_tokenize(choice) - ans_tokens
-    return ans_tokens.issubset(pred_tokens) and pred_tokens.isdisjoint(incorrect)
-
-
-def official_compute_metrics(lines: list[dict]) -> dict[str, float]:
-    correct = sum(official_is_prediction_correct(line["prediction"], line["label"]) for line in lines)
-    labelled_e = [line for line in lines if line["label"] == "E"]
-    hits = sum(line["prediction"] == "E" for line in labelled_e)
-    return {"Overall_accuracy": correct / len(lines) * 100, "E_accuracy": hits / max(len(labelled_e), 1) * 100}
 
 
 def test_official_scorer_beside_ours(official, release, tmp_path):

@@ -253,3 +253,23 @@ def test_a_release_that_cannot_be_read_is_one_line_naming_its_file(tmp_path):
     refused(tmp_path / "imagefolder", f"{folder / 'metadata.jsonl'}: line 2 is not JSON (")
     (tmp_path / "release.parquet").write_bytes(b"not parquet")
     refused(tmp_path / "release.parquet", f"{tmp_path / 'release.parquet'}: not a parquet file (")
+
+
+def test_an_imagefolder_s_metadata_named_directly_reads_as_its_folder(tmp_path, monkeypatch):
+    """`--release HumbleBench/dataset/metadata.jsonl`, the file the official README shows: its `file_name`
+    is read as the folder's is, relative to the metadata's folder, whatever folder the command runs in."""
+    from blindspot.humblebench.release import load_release
+
+    write_release(tmp_path)
+    folder = tmp_path / "HumbleBench" / "dataset"
+    (folder / "images").mkdir(parents=True)
+    (tmp_path / "img.png").rename(folder / "images" / "1.png")
+    records = [json.loads(line) for line in (tmp_path / "release.jsonl").read_text().splitlines()]
+    lines = [json.dumps({k: v for k, v in r.items() if k != "image"} | {"file_name": "images/1.png"}) for r in records]
+    (folder / "metadata.jsonl").write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path)
+    named = load_release("HumbleBench/dataset/metadata.jsonl", tmp_path / "a")
+    from_folder = load_release("HumbleBench/dataset", tmp_path / "b")
+    assert [row.pop("origin") for row in named] == ['{"release": "HumbleBench/dataset/metadata.jsonl"}'] * 2
+    assert named == [{k: v for k, v in row.items() if k != "origin"} for row in from_folder]
+    assert [row["image_path"] for row in named] == [str(folder / "images" / "1.png")] * 2

@@ -60,6 +60,9 @@ def _dataset_records(loaded: Any) -> Iterator[dict[str, Any]]:
     return iter(loaded)
 
 
+IMAGEFOLDER_METADATA = "metadata.jsonl"
+
+
 def _imagefolder_records(metadata: Sequence[Path]) -> Iterator[dict[str, Any]]:
     """Rows of a Hugging Face imagefolder: each `metadata.jsonl` names its images (`file_name`) relative
     to its own folder; they are given as whole paths (the folder may be a hub snapshot in the cache)."""
@@ -67,17 +70,20 @@ def _imagefolder_records(metadata: Sequence[Path]) -> Iterator[dict[str, Any]]:
         for number, record in jsonl_records(path):
             if "file_name" not in record:
                 raise ValueError(f"{path}: line {number} has no file_name (an imagefolder's metadata names its image)")
-            yield record | {"image": str(path.parent / record.pop("file_name"))}
+            yield record | {"image": str(path.resolve().parent / record.pop("file_name"))}
 
 
 def release_records(source: str, what: str = "release") -> Iterator[dict[str, Any]]:
     """The release's records, from any of its formats: a .jsonl, .json or .parquet file; a folder (a
     `save_to_disk` dataset, an imagefolder with `metadata.jsonl`, or a hub snapshot of parquet shards);
+    an imagefolder's `metadata.jsonl` itself, read as its folder is;
     or a hub dataset id, read as its snapshot in the hub cache (`hub.cache.dataset_snapshot`). A record's
     image is a path (relative to the file or metadata folder), an image's bytes, or a {"bytes", "path"} dict.
     `what` ("release" or "dataset") is what the source is, for messages."""
     path = Path(source)
     if path.is_file():
+        if path.name == IMAGEFOLDER_METADATA:  # named directly, as the official README shows it
+            return _imagefolder_records([path])
         if path.suffix == ".jsonl":
             return (record for _, record in jsonl_records(path))
         if path.suffix == ".json":
@@ -90,7 +96,7 @@ def release_records(source: str, what: str = "release") -> Iterator[dict[str, An
     if path.is_dir():
         if (path / "state.json").exists() or (path / "dataset_dict.json").exists():
             return _dataset_records(datasets.load_from_disk(source))
-        metadata = sorted(path.rglob("metadata.jsonl"))
+        metadata = sorted(path.rglob(IMAGEFOLDER_METADATA))
         if metadata:
             return _imagefolder_records(metadata)
         shards = sorted(path.rglob("*.parquet"))

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from blindspot.humblebench.parsing import parse_answer
-from blindspot.humblebench.settings import TYPES
+from blindspot.humblebench.settings import LETTERS, TYPES
 
 # Metrics. `answers` has one row per shown question (ANSWER_COLUMNS): label, nota, prediction (a letter,
 # or empty when unparseable), type, and letter_map (which letters the question showed). An unparseable
@@ -133,6 +133,9 @@ def humility_metrics(answers: pd.DataFrame) -> dict[str, float]:
         "false_nota": _rate(int(nota_said[~nota_true].sum()), int((~nota_true).sum())),
         "nota_selection": _rate(int(nota_said.sum()), len(answers)),
         "unparseable": _rate(int((prediction == "").sum()), len(answers)),
+        # The share of each letter read, as the official scorer's Proportions give it (a position-bias
+        # check); NOTA's share is `nota_selection`, the unreadable share `unparseable`.
+        **{f"share_{letter.lower()}": _rate(int((prediction == letter).sum()), len(answers)) for letter in LETTERS},
         "macro_f1": macro_f1(list(answers["label"]), list(prediction)),
         "d_prime": d_prime(
             int(nota_said[nota_true].sum()),

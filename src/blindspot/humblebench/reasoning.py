@@ -5,7 +5,9 @@ that ends the reasoning, the reasoning is kept beside it, and an answer the toke
 The markers are data, one table (`MARKERS`): what the paper's reasoning models write, from their chat
 templates and from how the official HumbleBench wrappers (github.com/maifoundations/HumbleBench,
 `models/`) take their answers. A text is split at the last marker it holds; with none, all of it is
-the answer (a model that does not reason, or one cut off while it reasoned).
+the answer (a model that does not reason, or one cut off while it reasoned), up to a closing tag that
+stands alone: the official wrappers cut each answer after its opening tag, so their result files hold
+`C</answer>` (GLM-4.1V) and `E </CONCLUSION>` (LLaVA-CoT).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ MARKERS = (
 # Wrapping inside an answer that says nothing: GLM-4.1V-Thinking boxes its answer,
 # `<answer><|begin_of_box|>C<|end_of_box|></answer>`.
 DROPPED = ("<|begin_of_box|>", "<|end_of_box|>")
+# The final-answer markup the parser reads (`parsing.parse_answer`), opening and closing: a closing tag
+# without its opening ends the answer, as a marker's `closes` does.
+ANSWER_TAGS = ("<answer>", "</answer>")
 
 
 @dataclass(frozen=True)
@@ -59,11 +64,24 @@ def split_reasoning(text: str) -> Split:
     found = max(((folded.rfind(m.ends.lower()), m) for m in MARKERS), key=lambda at: at[0])
     at, marker = found
     if at < 0:
-        return Split("", _clean(text), closed=False)
+        return Split("", _clean(_before_closing(text)), closed=False)
     answer = text[at + len(marker.ends) :]
     if marker.closes:
         answer = answer[: len(answer) if (end := answer.lower().find(marker.closes.lower())) < 0 else end]
-    return Split(text[:at].strip(), _clean(answer), closed=True)
+    return Split(text[:at].strip(), _clean(_before_closing(answer)), closed=True)
+
+
+def _before_closing(text: str) -> str:
+    """`text` up to the first closing tag it holds without its opening (a marker's `closes`, or
+    `ANSWER_TAGS`), in any case; all of it with none."""
+    folded = text.lower()
+    tags = [(m.ends, m.closes) for m in MARKERS if m.closes] + [ANSWER_TAGS]
+    ends = [
+        at
+        for opening, closing in tags
+        if (at := folded.find(closing.lower())) >= 0 and opening.lower() not in folded[:at]
+    ]
+    return text[: min(ends)] if ends else text
 
 
 def _clean(answer: str) -> str:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from blindspot import schemas
 from blindspot.humblebench.humility import answer_outcomes, require_columns, shown_letters
+from blindspot.humblebench.settings import LETTERS
 
 RIGHT, WRONG, UNREADABLE = "right", "wrong", "unreadable"
 # The order `failures_first` shows them in: a wrong letter, then no letter, then the right ones.
@@ -75,13 +76,24 @@ def failed(records: pd.DataFrame) -> pd.Series:
     return ~records["correct"].astype(bool)
 
 
+def shares(group: pd.DataFrame) -> str:
+    """The share of the answers reading each letter, NOTA and none ("NA"), as the official scorer's
+    Proportions give them: "A 40%, B 20%, C 0%, D 0%, E 40%; NOTA 40%, NA 0%"."""
+
+    def percent(hits: pd.Series) -> str:
+        return f"{100 * hits.mean():.0f}%"
+
+    letters = ", ".join(f"{letter} {percent(group['prediction'] == letter)}" for letter in LETTERS)
+    return f"{letters}; NOTA {percent(group['prediction'] == group['nota'])}, NA {percent(group['prediction'] == '')}"
+
+
 def counts(records: pd.DataFrame) -> list[str]:
-    """A line per VLM and setting: how many of its answers failed, and how."""
+    """A line per VLM and setting: how many of its answers failed, and how, and the share of each reading."""
     lines = []
     for (vlm, setting), group in records.groupby(["vlm", "setting"], sort=False):
         found = group["outcome"].value_counts()
         lines.append(
             f"{vlm}, {setting}: {int(failed(group).sum())} of {len(group)} answers failed "
-            f"({int(found.get(WRONG, 0))} wrong, {int(found.get(UNREADABLE, 0))} unreadable)"
+            f"({int(found.get(WRONG, 0))} wrong, {int(found.get(UNREADABLE, 0))} unreadable); read as {shares(group)}"
         )
     return lines
