@@ -107,11 +107,11 @@ def test_gpu_requests_come_from_the_registry(paper_config):
     assert requested == {name: {paper_config["models"][name]["gpus"]} for name in requested}
     assert requested["qwen2.5-32b-instruct"] == {2}
     assert requested["flux.1-schnell"] == {1}
-    # generators and judges, T2I models, VLMs, HumbleBench's local VLMs (16 of the paper's; its API ones
+    # generators and judges, T2I models, VLMs, HumbleBench's local VLMs (17 of the paper's; its API ones
     # answer in answer_api_humble, on no GPU)
     registry = paper_config["models"]
     local = [vlm for vlm in paper_config["humblebench"]["vlms"] if registry[vlm]["backend"] != "openai_api"]
-    assert len(requested) == 5 + 3 + 2 + len(local) == 26
+    assert len(requested) == 5 + 3 + 2 + len(local) == 27
 
 
 def test_a_wrong_config_key_stops_the_run_naming_it(tmp_path, paper_config):

@@ -18,6 +18,8 @@ from blindspot.registry import BACKENDS, is_api_model, placed_models
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 # Files a dataset source may be, so never a hub id.
 TABLE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+# What vLLM reads of a LoRA adapter's folder (PEFT's layout).
+LORA_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,13 @@ def _reads(config: dict[str, Any]) -> list[tuple[str, str]]:
         elif own:
             reads.append((own, "model"))
         reads.extend((name, "model") for name in metric.get("models", {}).values())
+    # a LoRA adapter that vLLM applies to every request, in a folder of the model's repository
+    reads.extend(
+        (name, f"{lora['path']}/{file}")
+        for name in sorted({name for name, _ in reads})
+        if (lora := config["models"][name].get("lora"))
+        for file in LORA_FILES
+    )
     # build recipes that borrow another registry model's tokenizer
     loaded = {name for name, _ in reads}
     reads.extend(

@@ -29,6 +29,9 @@ class ModelSpec:
     tokenizer_mode: str | None = None
     generation: dict[str, Any] = field(default_factory=dict)
     engine_args: dict[str, Any] = field(default_factory=dict)
+    # A LoRA adapter of the checkpoint that vLLM applies to every request (Phi-4-multimodal's vision
+    # adapter): its `name`, its folder `path` in the model's folder, and the engine's `max_rank`.
+    lora: dict[str, Any] = field(default_factory=dict)
     pipeline: str | None = None
     render: dict[str, Any] = field(default_factory=dict)
     licence: str | None = None
@@ -116,6 +119,7 @@ def model_spec(config: dict[str, Any], name: str) -> ModelSpec:
         tokenizer_mode=entry.get("tokenizer_mode"),
         generation=entry.get("generation", {}),
         engine_args=entry.get("engine_args", {}),
+        lora=entry.get("lora", {}),
         pipeline=entry.get("pipeline"),
         render=entry.get("render", {}),
         licence=entry.get("licence"),

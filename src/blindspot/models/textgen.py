@@ -15,6 +15,7 @@ import json
 import logging
 import weakref
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from tqdm import tqdm
@@ -124,6 +125,8 @@ def vllm_engine(spec: ModelSpec, seed: int = 0, **overrides: Any) -> Any:
         engine_args["max_model_len"] = spec.max_model_len
     if spec.tokenizer_mode:
         engine_args["tokenizer_mode"] = spec.tokenizer_mode
+    if spec.lora:  # one adapter, on every request (`lora_request`)
+        engine_args |= {"enable_lora": True, "max_loras": 1, "max_lora_rank": spec.lora["max_rank"]}
     llm = LLM(**engine_args | overrides | spec.engine_args)
     # vLLM stops its engine process from weakref.finalize's exit hook. Where a finalizer was made before
     # multiprocessing was imported (a TemporaryDirectory: `steps.private_modules_cache`), that hook runs
@@ -135,12 +138,34 @@ def vllm_engine(spec: ModelSpec, seed: int = 0, **overrides: Any) -> Any:
     return llm
 
 
+def model_folder(spec: ModelSpec) -> Path:
+    """The folder the model's files are in: its own for a built or local model, else its snapshot in the
+    hub cache (`fetch-models` put it there)."""
+    if Path(spec.path).is_dir():
+        return Path(spec.path)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(spec.path, revision=spec.revision, local_files_only=True))
+
+
+def lora_request(spec: ModelSpec) -> Any:
+    """The LoRA adapter that every request to the model carries, as vLLM takes it (`LoRARequest`), or
+    None for a model without one: Phi-4-multimodal sees images only through its `vision-lora` folder,
+    which vLLM applies per request, as vLLM's own Phi-4-multimodal example does."""
+    if not spec.lora:
+        return None
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(spec.lora["name"], 1, str(model_folder(spec) / spec.lora["path"]))
+
+
 class VLLMTextGenerator:
     def __init__(self, spec: ModelSpec, seed: int, batch_size: int = 0):
         del batch_size  # vLLM schedules its own batches
         self.spec = spec
         self.seed = seed
         self.llm = vllm_engine(spec, seed, structured_outputs_config=VLLM_STRUCTURED_OUTPUTS)
+        self.lora = lora_request(spec)
 
     def sampling(self) -> dict[str, Any]:
         return _sampling(self.spec, self.seed)
@@ -157,7 +182,7 @@ class VLLMTextGenerator:
             seed=settings["seed"],
             structured_outputs=StructuredOutputsParams(json=json_schema),
         )
-        outputs = self.llm.chat(list(conversations), params, use_tqdm=True)
+        outputs = self.llm.chat(list(conversations), params, use_tqdm=True, lora_request=self.lora)
         return [output.outputs[0].text for output in outputs]
 
 

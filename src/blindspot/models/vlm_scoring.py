@@ -228,11 +228,12 @@ class VLLMVLMScorer:
     of a greedy generation, whose text is kept, and once after the answer "1" (for a two-token "10")."""
 
     def __init__(self, spec: ModelSpec, batch_size: int, max_new_tokens: int = 8):
-        from blindspot.models.textgen import vllm_engine
+        from blindspot.models.textgen import lora_request, vllm_engine
 
         self.spec = spec
         self.max_new_tokens = max_new_tokens
         self.llm = vllm_engine(spec)
+        self.lora = lora_request(spec)  # None, or the adapter every request carries
         # Callers hand over images this many at a time, as to the transformers backend: the config's batch
         # is the journal's unit and the images a job holds (its memory), whatever GPU vLLM finds. vLLM
         # schedules its own steps within a call; an image prompt's ~1,300 tokens fill a step's token
@@ -255,13 +256,16 @@ class VLLMVLMScorer:
 
         messages = [with_image(c, image) for c, image in zip(conversations, images, strict=True)]
         greedy = {"temperature": 0.0, "logprob_token_ids": self.candidates}
-        answers = self.llm.chat(messages, SamplingParams(max_tokens=self.max_new_tokens, **greedy), use_tqdm=True)
+        answers = self.llm.chat(
+            messages, SamplingParams(max_tokens=self.max_new_tokens, **greedy), use_tqdm=True, lora_request=self.lora
+        )
         after_one = self.llm.chat(
             [[*m, {"role": "assistant", "content": "1"}] for m in messages],
             SamplingParams(max_tokens=1, **greedy),
             add_generation_prompt=False,
             continue_final_message=True,
             use_tqdm=True,
+            lora_request=self.lora,
         )
         results = []
         for answer, continued in zip(answers, after_one, strict=True):
@@ -311,7 +315,7 @@ class VLLMVLMScorer:
             for seed in seeds
         ]
         results = []
-        for answer in self.llm.chat(messages, params, use_tqdm=True):
+        for answer in self.llm.chat(messages, params, use_tqdm=True, lora_request=self.lora):
             first = answer.outputs[0]
             probabilities = [math.exp(first.logprobs[0][token].logprob) for token in candidates]
             results.append((probabilities, first.text.strip(), first.finish_reason != "length"))

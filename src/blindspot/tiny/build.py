@@ -24,6 +24,7 @@ from blindspot.tiny.clip_flant5 import build_random_clip_flant5
 from blindspot.tiny.diffusion import build_random_diffusers_pipeline
 from blindspot.tiny.hpsv2 import build_random_hpsv2
 from blindspot.tiny.image_reward import build_random_image_reward
+from blindspot.tiny.phi4mm import build_random_phi4_multimodal
 
 log = logging.getLogger(__name__)
 
@@ -377,6 +378,7 @@ RECIPES: dict[str, Callable[..., None]] = {
     "packaged_sentence_transformer": build_packaged_sentence_transformer,
     "random_diffusers_pipeline": build_random_diffusers_pipeline,
     "random_vision_language_model": build_random_vision_language_model,
+    "random_phi4_multimodal": build_random_phi4_multimodal,
     "random_clip": build_random_clip,
     "random_blip2_itm": build_random_blip2_itm,
     "random_open_clip": build_random_hpsv2,
