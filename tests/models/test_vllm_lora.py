@@ -38,6 +38,7 @@ class FakeLLM:
 
     def chat(self, messages, params, **kwargs):
         self.calls.append(kwargs)
+        params = params[0] if isinstance(params, list) else params  # one per request, or one for all
         logprobs = {token: types.SimpleNamespace(logprob=-1.0) for token in params.logprob_token_ids}
         output = types.SimpleNamespace(text="1", logprobs=[logprobs], finish_reason="stop")
         return [types.SimpleNamespace(outputs=[output], prompt_token_ids=[ord("1")]) for _ in messages]

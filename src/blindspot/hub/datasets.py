@@ -70,7 +70,8 @@ def _imagefolder_records(metadata: Sequence[Path]) -> Iterator[dict[str, Any]]:
         for number, record in jsonl_records(path):
             if "file_name" not in record:
                 raise ValueError(f"{path}: line {number} has no file_name (an imagefolder's metadata names its image)")
-            yield record | {"image": str(path.resolve().parent / record.pop("file_name"))}
+            # absolute, not resolved: a hub snapshot's metadata is a link into its blobs, its images beside the link
+            yield record | {"image": str(path.absolute().parent / record.pop("file_name"))}
 
 
 def release_records(source: str, what: str = "release") -> Iterator[dict[str, Any]]:
