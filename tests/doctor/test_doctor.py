@@ -402,9 +402,9 @@ def test_the_api_models_estimated_cost_above_the_budget_is_a_warning(paper_confi
     [above] = doctor_models.budget_checks(paper_config | {"budget": cost / 2})
     assert within.verdict == OK
     assert above.verdict == WARN
-    # GPT-5's 1,800 requests and the four proprietary VLMs' 136,992 each, with each price's date
+    # GPT-5's 1,800 requests and the four proprietary VLMs' 22,832 each (the Original setting), with each price's date
     dates = "2025-06-17, 2025-08-07, 2025-09-23, 2025-10-15, 2025-12-17"
     assert above.reason == (
-        f"the plan's estimate is {cost:,.2f} USD for 549,768 requests (prices read {dates}), "
+        f"the plan's estimate is {cost:,.2f} USD for 93,128 requests (prices read {dates}), "
         f"above the budget of {cost / 2:,.2f} USD (`budget`)"
     )

@@ -174,3 +174,26 @@ def test_a_sampled_answer_is_the_same_on_a_rerun_and_its_protocol_is_in_the_rows
     assert len(texts) == 3  # a random model at temperature 1.5: another seed, or greedy, says something else
     assert {row["protocol"] for row in first} == {"uniform"}
     assert {row["prompt_version"] for row in first} == {sampled.prompt.version}
+
+
+def test_fidelity_cites_each_local_models_protocol_as_the_config_holds_it(paper_config):
+    """docs/fidelity.md's table of protocols (H-P1) has a row per local HumbleBench VLM of the paper config,
+    whose prompt, decoding and budget are the registry entry's."""
+    text = (REPO / "docs" / "fidelity.md").read_text().split("### HumbleBench protocols, model by model")[1]
+    rows = {
+        cells[0]: cells
+        for line in text.splitlines()
+        if line.startswith("| ") and not line.startswith("| registry name")
+        for cells in [[cell.strip() for cell in line.strip("|").split("|")]]
+    }
+    humble = paper_config["humblebench"]
+    local = [vlm for vlm in humble["vlms"] if paper_config["models"][vlm]["backend"] != "openai_api"]
+    assert sorted(rows) == sorted(local)
+    for vlm in local:
+        protocol, (_, prompt, _, decoding, budget, _, _) = answer_protocol(paper_config, vlm), rows[vlm]
+        assert int(budget) == protocol.max_tokens, vlm
+        assert (prompt == "letter") == (protocol.prompt == humble["prompt"]), vlm
+        mode = {"checkpoint": "checkpoint", "sampled,": "sampled", "greedy": "greedy"}[decoding.split()[0]]
+        assert mode == protocol.decoding.mode, vlm
+        if mode == "sampled":
+            assert decoding.endswith(f"temperature {protocol.decoding.temperature}"), vlm
