@@ -432,3 +432,26 @@ def test_bytes_not_an_image_are_named(tmp_path):
 
     with pytest.raises(ValueError, match=r"^row 4: its image bytes: not an image \(Pillow cannot identify it\)$"):
         store_image_bytes(b"plain text", tmp_path, "row 4")
+
+
+def test_the_original_setting_alone_runs_and_says_which_tables_it_leaves_out(tmp_path, capsys, tiny_config):
+    """`--setting original` answers the Original setting alone (what the paper asks of its proprietary
+    models); Table 7's stress column and the appendix table, which need another setting, are left out in
+    one line each. A set without Table 4's setting is refused."""
+    from blindspot.checks import validate_config
+    from blindspot.evaluate.config import humblebench_config
+
+    release = release_jsonl(tmp_path)
+    config = humblebench_config(tiny_config, str(release), [VLM], ["original"], str(tmp_path / "out"))
+    validate_config(config)
+    assert list(config["humblebench"]["settings"]) == ["original"]
+    assert config["humblebench"]["tables"] == {"original": "original"}
+    assert capsys.readouterr().err.splitlines() == [
+        "blindspot evaluate: Table 7's stress column left out: it needs the setting nota_only",
+        "blindspot evaluate: the appendix's Original -> Cautious table left out: it needs the setting cautious",
+    ]
+    from blindspot import targets
+
+    assert {Path(answer).parts[-2] for answer in targets.humble_answer_targets(config)} == {"original"}
+    with pytest.raises(ConfigError, match="--setting: Table 4 needs the setting original"):
+        humblebench_config(tiny_config, str(release), [VLM], ["nota_only"], str(tmp_path / "out"))

@@ -121,7 +121,12 @@ scorer = load_vlm_scorer(model_spec(config, "smollm2-135m"), batch_size=3)
 images = [None] * len(conversations)
 scores = scorer.score(conversations, images)
 choices = scorer.choose(conversations, images, option_token_ids(scorer.tokenizer), 4)
-open(out, "w").write(json.dumps({"scores": scores, "choices": choices, "batch_size": scorer.batch_size}))
+from blindspot.registry import Decoding
+letters, hot = option_token_ids(scorer.tokenizer), Decoding("sampled", 1.5)
+sampled = [scorer.choose(conversations, images, letters, 8, hot, [11, 12]) for _ in range(2)]
+reversed_batch = scorer.choose(conversations[::-1], images, letters, 8, hot, [12, 11])[::-1]
+found = {"scores": scores, "choices": choices, "batch_size": scorer.batch_size}
+open(out, "w").write(json.dumps(found | {"sampled": sampled, "reversed_batch": reversed_batch}))
 """
 
 
@@ -155,6 +160,11 @@ def test_vllm_scorer_reads_the_same_score_distribution_as_transformers(vllm_run,
     served = json.loads(out.read_text())
     # the batch callers hand over is the config's, as with transformers, not vLLM's own max_num_seqs
     assert served["batch_size"] == 3
+    # a sampled answer is its request's seed's: the same on a re-run and in another batch order
+    first, again = served["sampled"]
+    assert (
+        [text for _, text, _ in first] == [text for _, text, _ in again] == [t for _, t, _ in served["reversed_batch"]]
+    )
 
     path = model_spec(built_config, "smollm2-135m").path
     tokenizer = AutoTokenizer.from_pretrained(path)
