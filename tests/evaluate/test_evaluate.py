@@ -99,8 +99,10 @@ def _tiny_row(table, label):
     return table[table["Method"] == label].drop(columns="Method").iloc[0]
 
 
-def test_a_metric_is_the_configs_or_a_plug_in_with_its_model(tiny_config):
+def test_a_metric_is_the_configs_or_a_plug_in_with_its_model(tiny_config, tmp_path, capsys):
     import copy
+
+    from transformers import CLIPConfig, Qwen2_5_VLConfig
 
     from blindspot.config import ConfigError
     from blindspot.evaluate.config import metric_entries
@@ -109,9 +111,20 @@ def test_a_metric_is_the_configs_or_a_plug_in_with_its_model(tiny_config):
     chosen = metric_entries(config, ["clipscore", "my_pkg.scores:MyScore@tiny-clip"])
     assert chosen["clipscore"] == tiny_config["evaluation"]["metrics"]["clipscore"]
     assert (chosen["myscore"]["plugin"], chosen["myscore"]["model"]) == ("my_pkg.scores:MyScore", "tiny-clip")
-    # A model the registry lacks: what its jobs ask for (GPUs, memory, dtype) cannot be guessed.
-    with pytest.raises(ConfigError, match=r"^model org/some-model: not in the config's registry; add an entry"):
+    # A model by its folder: its entry derived from its files. A plug-in that declares its model a VLM
+    # (`VLMS`) has it checked as one; another reads it itself.
+    Qwen2_5_VLConfig().save_pretrained(tmp_path / "my-vlm")
+    CLIPConfig().save_pretrained(tmp_path / "my-clip")
+    chosen = metric_entries(config, [f"vqa_score@{tmp_path / 'my-vlm'}", f"clip_similarity@{tmp_path / 'my-clip'}"])
+    assert (chosen["vqa_score"]["model"], chosen["clip_similarity"]["model"]) == ("my-vlm", "my-clip")
+    assert config["models"]["my-vlm"]["backend"] == config["models"]["my-clip"]["backend"] == "transformers"
+    assert "models.my-clip derived from" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"^model .*my-clip, .*model type clip.*no backend here runs it with images"):
+        metric_entries(config, [f"vqa_score@{tmp_path / 'my-clip'}"])
+    with pytest.raises(ConfigError, match=r"^model org/some-model: its config.json is not in the hub cache"):
         metric_entries(config, ["x.y:Z@org/some-model"])
+    with pytest.raises(ConfigError, match=r"^model some-model: not in the config's registry, nor a model's folder"):
+        metric_entries(config, ["x.y:Z@some-model"])
     with pytest.raises(ConfigError, match=r"--metric my_pkg.scores:MyScore: name the plug-in.s model"):
         metric_entries(config, ["my_pkg.scores:MyScore"])
     with pytest.raises(ConfigError, match="not a metric of the config"):
@@ -152,18 +165,14 @@ def test_evaluate_protobias_on_the_tiny_export_gives_the_tiny_runs_row(tiny_run,
     assert len(about["dataset_fingerprint"]) == 64
 
 
-@pytest.mark.slow
-@pytest.mark.integration
-def test_evaluate_humblebench_on_a_release_of_the_tiny_questions_gives_the_tiny_runs_rows(tiny_run, tmp_path):
+def _tiny_release(work, tiny, folder):
+    """The tiny run's questions as a release file (JSON Lines, the official layout), their images the run's."""
     from blindspot import schemas
-    from blindspot.cli import main
     from blindspot.humblebench.settings import LETTERS
     from blindspot.io import read_table
 
-    work, _ = tiny_run
-    tiny = yaml.safe_load((work / "config" / "tiny.yaml").read_text())
     questions = read_table(work / targets.path(tiny, "humble_questions"), schemas.HUMBLE_QUESTIONS)
-    release = tmp_path / "release.jsonl"
+    release = folder / "release.jsonl"
     release.write_text(
         "".join(
             json.dumps(
@@ -181,6 +190,17 @@ def test_evaluate_humblebench_on_a_release_of_the_tiny_questions_gives_the_tiny_
             for row in questions.itertuples()
         )
     )
+    return release
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_evaluate_humblebench_on_a_release_of_the_tiny_questions_gives_the_tiny_runs_rows(tiny_run, tmp_path):
+    from blindspot.cli import main
+
+    work, _ = tiny_run
+    tiny = yaml.safe_load((work / "config" / "tiny.yaml").read_text())
+    release = _tiny_release(work, tiny, tmp_path)
     results = tmp_path / "evaluated"
     main(
         [
@@ -201,6 +221,43 @@ def test_evaluate_humblebench_on_a_release_of_the_tiny_questions_gives_the_tiny_
     original = original[original["vlm"] == "tiny-qwen2.5-vl"].reset_index(drop=True)
     pd.testing.assert_frame_equal(new, original)
     assert json.loads((results / "tables" / "evaluate_humblebench.json").read_text())["vlms"]["tiny-qwen2.5-vl"]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_evaluate_humblebench_with_a_vlm_named_by_its_folder_gives_the_rows_of_its_registry_entry(
+    tiny_run, tmp_path, capsys
+):
+    """A fresh checkpoint's folder, no registry entry: the tiny Qwen2.5-VL's weights copied under another name
+    answer as the registry's entry of them did in the tiny run (the entry derived from its config.json)."""
+    import shutil
+
+    from blindspot.cli import main
+
+    work, _ = tiny_run
+    tiny = yaml.safe_load((work / "config" / "tiny.yaml").read_text())
+    release = _tiny_release(work, tiny, tmp_path)
+    checkpoint = shutil.copytree(work / tiny["resources_dir"] / "models" / "tiny-qwen2.5-vl", tmp_path / "my-vlm")
+    results = tmp_path / "evaluated"
+    options = ["--release", str(release), "--vlm", str(checkpoint), "--setting", "original"]
+    main(
+        [
+            "evaluate",
+            "humblebench",
+            *options,
+            "--results-dir",
+            str(results),
+            "--configfile",
+            str(work / "config" / "tiny.yaml"),
+        ]
+    )
+    assert "blindspot evaluate: models.my-vlm derived from" in capsys.readouterr().err
+    new = pd.read_csv(results / "tables" / "humblebench_metrics.csv")
+    original = pd.read_csv(work / targets.path(tiny, "humble_metrics"))
+    original = original[(original["vlm"] == "tiny-qwen2.5-vl") & (original["setting"] == "original")]
+    pd.testing.assert_frame_equal(new.drop(columns="vlm"), original.drop(columns="vlm").reset_index(drop=True))
+    identity = json.loads((results / "tables" / "evaluate_humblebench.json").read_text())["vlms"]["my-vlm"]
+    assert (identity["model_id"], len(identity["weights"])) == (str(checkpoint), 64)
 
 
 def test_a_column_that_is_not_field_equals_column_is_one_line(tmp_path, capsys):
@@ -375,10 +432,13 @@ def test_a_dataset_or_release_that_cannot_be_read_is_named_with_what_it_is(tmp_p
     assert not (tmp_path / "out" / "evaluate_config.yaml").exists()
 
 
-def test_the_vlm_help_says_a_registry_name(capsys):
+def test_the_vlm_help_says_a_registry_name_a_folder_or_a_hub_id(capsys):
     from blindspot.cli import main
 
     with pytest.raises(SystemExit):
         main(["evaluate", "humblebench", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "--vlm VLM a model's name in the config's registry (models:), not a hub id or path" in help_text
+    assert (
+        "--vlm VLM a model: its name in the config's registry (models:), its folder or its hub id (its entry then "
+        "derived from its config.json and printed)"
+    ) in help_text

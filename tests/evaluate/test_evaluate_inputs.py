@@ -455,3 +455,35 @@ def test_the_original_setting_alone_runs_and_says_which_tables_it_leaves_out(tmp
     assert {Path(answer).parts[-2] for answer in targets.humble_answer_targets(config)} == {"original"}
     with pytest.raises(ConfigError, match="--setting: Table 4 needs the setting original"):
         humblebench_config(tiny_config, str(release), [VLM], ["nota_only"], str(tmp_path / "out"))
+
+
+def test_a_vlm_named_by_its_folder_gets_an_entry_derived_and_printed_to_paste(
+    tmp_path, capsys, monkeypatch, tiny_config
+):
+    """`--vlm FOLDER`: no registry entry needed. The entry derived from the folder's config.json is in the config
+    the run writes, and printed as YAML that reads back as that entry under `models:`."""
+    from transformers import Qwen2_5_VLConfig
+
+    from blindspot.checks import validate_config
+    from blindspot.evaluate.config import humblebench_config, model_here
+
+    folder = tmp_path / "Fresh-Checkpoint"
+    Qwen2_5_VLConfig().save_pretrained(folder)
+    (tmp_path / "release").mkdir()
+    release = release_jsonl(tmp_path / "release")
+    config = humblebench_config(tiny_config, str(release), [str(folder)], [], str(tmp_path / "out"))
+    validate_config(config)
+    assert config["humblebench"]["vlms"] == ["fresh-checkpoint"]
+    entry = config["models"]["fresh-checkpoint"]
+    assert entry == {"id": str(folder), "backend": "transformers", "gpus": 1, "weights_gb": 0.0, "dtype": "float32"}
+    said = capsys.readouterr().err
+    first, pasted = said.split("\n", 1)
+    assert first == (
+        f"blindspot evaluate: models.fresh-checkpoint derived from {folder}'s config.json (paste it under a "
+        "config's models: to keep it):"
+    )
+    assert yaml.safe_load(pasted) == {"fresh-checkpoint": entry}
+    # named from the folder the command runs in; a registry name wins over a folder of its name
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / VLM).mkdir()
+    assert (model_here(tiny_config, "Fresh-Checkpoint"), model_here(tiny_config, VLM)) == (str(folder), VLM)

@@ -66,7 +66,11 @@ def add_parser(commands: Any) -> None:
         if name == "protobias":
             sub.add_argument("--dataset", required=True, help="the export's folder or hub id, or a table of pairs")
             sub.add_argument(
-                "--metric", action="append", required=True, help="a config's metric, or module:Class@MODEL"
+                "--metric",
+                action="append",
+                required=True,
+                help="a config's metric, or PLUGIN@MODEL: a plug-in (module:Class) and its model, a registry name, "
+                "a folder or a hub id",
             )
             sub.add_argument(
                 "--column",
@@ -81,7 +85,8 @@ def add_parser(commands: Any) -> None:
                 "--vlm",
                 action="append",
                 required=True,
-                help="a model's name in the config's registry (models:), not a hub id or path",
+                help="a model: its name in the config's registry (models:), its folder or its hub id (its entry then "
+                "derived from its config.json and printed)",
             )
             sub.add_argument("--setting", action="append", default=[], help="a setting of the config (default all)")
 

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from blindspot.config import ConfigError
 from blindspot.paths import CHECKOUT
 
@@ -18,15 +20,34 @@ from blindspot.paths import CHECKOUT
 DEFAULT_CONFIG = "config/tiny.yaml"
 
 
-def registry_entry(config: dict[str, Any], name: str) -> str:
-    """`name`, which must be in the registry: what a job asks for (GPUs, memory from `weights_gb`, dtype)
-    is the entry's, and cannot be guessed from a hub id."""
-    if name not in config["models"]:
+def model_entry(config: dict[str, Any], name: str, plugin: str | None = None) -> str:
+    """`name` as a registry name, or a model's folder or hub id whose entry is derived from its files
+    (`models.derived`), added to the config and written to stderr so that it can be pasted into one: a VLM of
+    HumbleBench's, or the model of `plugin`, which reads images where it declares so (its `VLMS`)."""
+    from huggingface_hub import constants
+
+    from blindspot.models.derived import derived_entry, derived_name, is_model_source
+    from blindspot.plugins import plugin_declaration
+
+    if name in config["models"]:
+        return name
+    if not is_model_source(name):
         raise ConfigError(
-            f"model {name}: not in the config's registry; add an entry for it (id, backend, gpus, dtype, "
-            "weights_gb) to a copy of the config and pass that with --configfile"
+            f"model {name}: not in the config's registry, nor a model's folder (with its config.json) or a hub id"
         )
-    return name
+    reads_images, loader = True, None
+    if plugin is not None:
+        declared = plugin_declaration(plugin, "VLMS", {})
+        reads_images, loader = "model" in declared, declared.get("model")
+    entry = derived_entry(name, config, constants.HF_HUB_CACHE, reads_images, loader)
+    derived = derived_name(name, config["models"])
+    config["models"][derived] = entry
+    pasted = yaml.safe_dump({derived: entry}, sort_keys=False, default_flow_style=False)
+    sys.stderr.write(
+        f"blindspot evaluate: models.{derived} derived from {name}'s config.json (paste it under a config's models: "
+        "to keep it):\n" + "".join(f"  {line}\n" for line in pasted.splitlines())
+    )
+    return derived
 
 
 # `--metric PLUGIN@none`: a plug-in that loads no registry model, said on the command line.
@@ -69,7 +90,7 @@ def metric_entries(config: dict[str, Any], metrics: Sequence[str]) -> dict[str, 
         elif model == NO_MODEL:
             own = {}
         else:
-            own = {"model": registry_entry(config, model)}
+            own = {"model": model_entry(config, model, plugin)}
         family = next(iter(config["evaluation"]["families"]))
         name = re.sub(r"[^a-z0-9._-]+", "-", plugin.rsplit(":", 1)[-1].lower())
         chosen[name] = {"plugin": plugin, **own, "label": plugin, "family": family}
@@ -145,7 +166,7 @@ def humblebench_config(
         "from_benchmark": None,
         "scene_graphs": None,
         "limit": limit,
-        "vlms": [registry_entry(config, vlm) for vlm in vlms],
+        "vlms": [model_entry(config, vlm) for vlm in vlms],
     }
     config["dataset"] = {"path": None}
     config["results_dir"] = results_dir
@@ -162,6 +183,18 @@ def from_here(path: str | None, what: str) -> str | None:
     if is_hub_dataset(path):
         return path
     raise ConfigError(f"{what} {path}: no such file or folder in {Path.cwd()}")
+
+
+def model_here(config: dict[str, Any], name: str) -> str:
+    """A `--vlm`, or the MODEL of `--metric PLUGIN@MODEL`: a folder named from the current folder, absolute; a
+    registry name (which wins over a folder of that name) or a hub id as it is."""
+    return str(Path(name).resolve()) if name not in config["models"] and Path(name).is_dir() else name
+
+
+def metric_here(config: dict[str, Any], metric: str) -> str:
+    """A `--metric` with its model's folder, if it names one, absolute (`model_here`)."""
+    plugin, at, model = metric.partition("@")
+    return f"{plugin}@{model_here(config, model)}" if at else metric
 
 
 def profile_here(profile: str | None) -> str | None:

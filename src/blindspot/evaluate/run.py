@@ -26,6 +26,8 @@ from blindspot.evaluate.config import (
     DEFAULT_CONFIG,
     from_here,
     humblebench_config,
+    metric_here,
+    model_here,
     profile_here,
     protobias_config,
 )
@@ -46,11 +48,13 @@ TABLES = {"protobias": ("Table 3", "Method"), "humblebench": ("HumbleBench's met
 
 
 def _weights_hash(config: dict[str, Any], name: str) -> str:
-    """A built model's files' hash, or a hub model's revision (its weights as the hub names them)."""
+    """A built or local model's files' hash, or a hub model's revision (its weights as the hub names them)."""
+    from blindspot.hub.repos import model_source
     from blindspot.protobias.released import fingerprint
 
-    folder = Path(targets.path(config, "model", model=name))
-    return fingerprint(str(folder)) if folder.is_dir() else config["models"][name].get("revision") or "unpinned"
+    entry = config["models"][name]
+    folder = Path(entry["id"] if model_source(entry) == "local" else targets.path(config, "model", model=name))
+    return fingerprint(str(folder)) if folder.is_dir() else entry.get("revision") or "unpinned"
 
 
 def model_identity(config: dict[str, Any], name: str) -> dict[str, str]:
@@ -266,6 +270,8 @@ def evaluate(
     # read before the run, so a file that is no CSV stops the command before the workflow, not after it
     compared = read_compared([from_here(path, "--compare") for path in compare], benchmark)
     profile = profile_here(profile)
+    vlms = [model_here(base, vlm) for vlm in vlms]
+    metrics = [metric_here(base, metric) for metric in metrics]
     with contextlib.chdir(CHECKOUT):
         results_dir = results_dir or str(Path(base["results_dir"]).resolve() / f"evaluate_{benchmark}")
         if Path(results_dir).exists() and not Path(results_dir).is_dir():
