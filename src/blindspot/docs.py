@@ -243,10 +243,13 @@ def _type(schema: dict[str, Any], node: dict[str, Any]) -> str:
 
 
 def _children(schema: dict[str, Any], node: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], bool]]:
-    """The keys under an object: its properties, or `<name>` for a map whose values are objects."""
+    """The keys under an object: its properties, those of each object it may be instead (`oneOf`, `anyOf`),
+    or `<name>` for a map whose values are objects."""
     node = _resolve(schema, node)
     for name, child in node.get("properties", {}).items():
         yield name, child, name in node.get("required", [])
+    for branch in (_resolve(schema, b) for b in [*node.get("oneOf", []), *node.get("anyOf", [])]):
+        yield from ((name, child, False) for name, child in branch.get("properties", {}).items())
     values = node.get("additionalProperties")
     if isinstance(values, dict):
         values = _resolve(schema, values)
