@@ -100,3 +100,37 @@ def test_a_derived_name_is_the_folders_unless_the_registry_has_it():
     assert derived_name("/data/ckpt/My-VLM", {}) == "my-vlm"
     assert derived_name("Qwen/Qwen2.5-VL-7B-Instruct", {}) == "qwen2.5-vl-7b-instruct"
     assert derived_name("/data/ckpt/My-VLM", {"my-vlm": {}}) == "data-ckpt-my-vlm"
+
+
+DERIVE_IN_VLLM = """
+import json, sys
+from blindspot.models.derived import derived_entry
+print(json.dumps(derived_entry(sys.argv[1], {"job_resources": {"gpu_memory_gb": 80}}, sys.argv[2])))
+"""
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_where_vllm_is_installed_its_registry_serves_what_transformers_does_not_load(tmp_path):
+    """DeepSeek-VL2 (a vision part, no class in transformers): vLLM's own registry lists its architecture."""
+    import json
+    import subprocess
+
+    from helpers.envs import VLLM_PYTHON
+
+    folder = tmp_path / "deepseek-vl2-tiny"
+    folder.mkdir()
+    model = {
+        "architectures": ["DeepseekVLV2ForCausalLM"],
+        "model_type": "deepseek_vl_v2",
+        "vision_config": {"model_name": "siglip_so400m_patch14_384"},
+        "dtype": "bfloat16",
+    }
+    (folder / "config.json").write_text(json.dumps(model))
+    _sized(folder / "model.safetensors", 6.8)
+    run = subprocess.run(
+        [str(VLLM_PYTHON), "-c", DERIVE_IN_VLLM, str(folder), str(tmp_path)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    entry = json.loads(next(line for line in reversed(run.stdout.splitlines()) if line.startswith("{")))
+    assert entry == {"id": str(folder), "backend": "vllm", "gpus": 1, "weights_gb": 6.8, "dtype": "bfloat16"}
