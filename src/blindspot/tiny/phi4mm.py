@@ -80,6 +80,18 @@ def _tokenizer(source: str | Path) -> Any:
     return tokenizer
 
 
+def _layer_shapes() -> dict[str, tuple[int, int]]:
+    """Each decoder layer's projections (`LORA_MODULES`) and their weights' shapes."""
+    hidden, heads, kv = TEXT["hidden_size"], TEXT["num_attention_heads"], TEXT["num_key_value_heads"]
+    head = hidden // heads
+    return {
+        "self_attn.qkv_proj": ((heads + 2 * kv) * head, hidden),
+        "self_attn.o_proj": (hidden, hidden),
+        "mlp.gate_up_proj": (2 * TEXT["intermediate_size"], hidden),
+        "mlp.down_proj": (hidden, TEXT["intermediate_size"]),
+    }
+
+
 def _weights(seed: int) -> dict[str, Any]:
     import torch
 
@@ -95,14 +107,7 @@ def _weights(seed: int) -> dict[str, Any]:
         else:
             weights[name] = torch.randn(shape, generator=generator) * 0.02
 
-    hidden, heads, kv = TEXT["hidden_size"], TEXT["num_attention_heads"], TEXT["num_key_value_heads"]
-    head = hidden // heads
-    shapes = {
-        "self_attn.qkv_proj": ((heads + 2 * kv) * head, hidden),
-        "self_attn.o_proj": (hidden, hidden),
-        "mlp.gate_up_proj": (2 * TEXT["intermediate_size"], hidden),
-        "mlp.down_proj": (hidden, TEXT["intermediate_size"]),
-    }
+    hidden, shapes = TEXT["hidden_size"], _layer_shapes()
     add("model.embed_tokens.weight", VOCAB, hidden)
     add("model.norm.weight", hidden)
     for layer in range(TEXT["num_hidden_layers"]):
@@ -153,14 +158,7 @@ def _vision_lora(out: Path, seed: int, rank: int = 8) -> None:
     from safetensors.torch import save_file
 
     generator = torch.Generator().manual_seed(seed + 1)
-    hidden, heads, kv = TEXT["hidden_size"], TEXT["num_attention_heads"], TEXT["num_key_value_heads"]
-    head = hidden // heads
-    shapes = {
-        "self_attn.qkv_proj": ((heads + 2 * kv) * head, hidden),
-        "self_attn.o_proj": (hidden, hidden),
-        "mlp.gate_up_proj": (2 * TEXT["intermediate_size"], hidden),
-        "mlp.down_proj": (hidden, TEXT["intermediate_size"]),
-    }
+    shapes = _layer_shapes()
     tensors = {}
     for layer in range(TEXT["num_hidden_layers"]):
         for module, (rows, cols) in shapes.items():
