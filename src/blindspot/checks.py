@@ -39,6 +39,8 @@ CONFIG_FILES = (
     "humblebench.scene_graphs.template",
     "humblebench.scene_graphs.verification",
     "humblebench.settings.*.template",
+    "humblebench.prompt",
+    "models.*.humble_protocol.prompt",
     "humblebench.human_answers",
     "evaluation.human_choices",
     "annotation.image_score_labels",
