@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from blindspot.catalogue import check_throughput
-from blindspot.config import SCHEMA_PATH, ConfigError, check_schema, config_value, named_values, read_yaml
+from blindspot.config import SCHEMA_PATH, ConfigError, check_schema, config_value, named_keys, named_values, read_yaml
 from blindspot.hub.repos import is_hub_dataset
 from blindspot.humblebench.questions import KIND_FIELDS
 from blindspot.plugins import (
@@ -88,9 +88,9 @@ def absolute_paths(config: dict[str, Any], start: Path) -> dict[str, Any]:
     config = copy.deepcopy(config)
     for patterns, always in ((CONFIG_PATHS, True), (CONFIG_MAYBE_PATHS, False)):
         for pattern in patterns:
-            for key, value in named_values(config, pattern):
+            for keys, value in named_keys(config, pattern):
                 if isinstance(value, str) and (always or (start / value).exists()):
-                    *parents, name = key.split(".")
+                    *parents, name = keys
                     functools.reduce(dict.__getitem__, parents, config)[name] = str(start / value)
     return config
 

@@ -93,18 +93,23 @@ def check_schema(instance: Any, schema_path: Path, what: str) -> None:
         raise ConfigError(f"{what} key '{_key_path(error)}': {error.message}{_number_as_text(error)}")
 
 
-def named_values(config: Any, pattern: str, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, value) of every key of the config that `pattern` ("a.*.b") names and that is set."""
+def named_keys(config: Any, pattern: str) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(the keys down to it, value) of every key of the config that `pattern` ("a.*.b") names and that is set;
+    a name that `*` stands for may hold dots (a model's, `qwen2.5-vl`)."""
     head, _, rest = pattern.partition(".")
     if not isinstance(config, dict):
         return
     names = list(config) if head == "*" else [head] if config.get(head) is not None else []
     for name in names:
-        key = f"{prefix}{name}"
         if rest:
-            yield from named_values(config[name], rest, f"{key}.")
+            yield from (((name, *keys), value) for keys, value in named_keys(config[name], rest))
         else:
-            yield key, config[name]
+            yield (name,), config[name]
+
+
+def named_values(config: Any, pattern: str) -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) of every key of the config that `pattern` ("a.*.b") names and that is set."""
+    yield from ((".".join(keys), value) for keys, value in named_keys(config, pattern))
 
 
 def _duplicate_key(root: yaml.Node) -> tuple[str, int, int] | None:

@@ -742,3 +742,20 @@ def test_a_config_scoring_a_released_dataset_reads_no_taxonomy(tiny_config, tmp_
     tiny_config["humblebench"]["from_benchmark"] = None  # a released benchmark's questions are the release's
     del tiny_config["evaluation"]["metrics"]["protoscore"]  # trained on a built benchmark
     validate_config(tiny_config)
+
+
+def test_absolute_paths_reach_the_keys_of_models_whose_names_hold_dots(tmp_path, tiny_config):
+    """A registry name such as `tiny-qwen2.5-vl`: its local folder and its protocol's prompt start at the checkout."""
+    from blindspot.checks import absolute_paths
+
+    (tmp_path / "weights").mkdir()
+    tiny_config["models"]["my-vlm-2.5"] = {"id": "weights", "backend": "transformers", "gpus": 0, "dtype": "float32"}
+    tiny_config["models"]["my-vlm-2.5"]["humble_protocol"] = {"prompt": "prompts/mine.yaml"}
+    moved = absolute_paths(tiny_config, tmp_path)
+    entry = moved["models"]["my-vlm-2.5"]
+    assert (entry["id"], entry["humble_protocol"]["prompt"]) == (
+        str(tmp_path / "weights"),
+        str(tmp_path / "prompts/mine.yaml"),
+    )
+    assert moved["humblebench"]["prompt"] == str(tmp_path / tiny_config["humblebench"]["prompt"])
+    assert tiny_config["models"]["my-vlm-2.5"]["id"] == "weights"  # the config itself is left as it was
