@@ -1,5 +1,5 @@
 """Cohen's kappa, written once for the human studies' agreement (`annotation.agreement`) and Table 3's
-metric-human kappa and its bootstrap (`protobias.bootstrap`), which may not import each other."""
+metric-human kappa and its bootstrap (`blindspot.bootstrap`), which may not import each other."""
 
 from __future__ import annotations
 

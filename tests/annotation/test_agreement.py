@@ -20,8 +20,8 @@ from blindspot.annotation.agreement import (
     score_kappa,
     weighted_kappa,
 )
+from blindspot.bootstrap import bootstrap_kappa, cohen_kappa
 from blindspot.kappa import kappa_from_confusion
-from blindspot.protobias.bootstrap import bootstrap_kappa, cohen_kappa
 
 
 @pytest.mark.parametrize("weights", [None, "linear", "quadratic"])
@@ -43,7 +43,7 @@ def test_weighted_kappa_edge_cases():
 
 def test_the_human_studies_and_table_3_compute_one_kappa_equal_to_hand_computed_values():
     """`kappa.kappa_from_confusion` is the one formula: the annotators' weighted kappa and Table 3's binary
-    kappa (`protobias.bootstrap`) are it, worked out by hand here (n^2 times the weighted disagreement,
+    kappa (`blindspot.bootstrap`) are it, worked out by hand here (n^2 times the weighted disagreement,
     expected from the marginals and observed, in whole numbers)."""
     # 3 categories, confusion [[2, 1, 0], [0, 1, 1], [1, 0, 2]]: n = 8, marginals 3, 2, 3 both ways.
     cells = [("adv", "adv")] * 2 + [("adv", "neither"), ("neither", "neither"), ("neither", "corr")]

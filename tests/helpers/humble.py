@@ -88,14 +88,29 @@ def write_answers(folder, frame):
     return paths
 
 
+def write_questions(folder, answers_frame, images=None):
+    """The questions table of the questions `answers_frame` answers, each about `images[question_id]` (default: an
+    image of its own), as the question step writes it; its path."""
+    ids = sorted(set(answers_frame["question_id"]))
+    questions = pd.DataFrame({name: [""] * len(ids) for name in schemas.HUMBLE_QUESTIONS.names})
+    questions = questions.assign(
+        question_id=ids, image_path=[(images or {}).get(q, f"{q}.png") for q in ids], verified=True
+    )
+    write_table(folder / "questions.parquet", questions, schemas.HUMBLE_QUESTIONS)
+    return str(folder / "questions.parquet")
+
+
 def make_tables(folder, paths, humans=True, parser_version=PARSER_VERSION, groups=None):
+    from blindspot.io import read_table
     from blindspot.steps.humble import make_humble_tables
 
     def files(name):
         return [str(folder / f"{name}.{ext}") for ext in ("csv", "md", "tex")]
 
+    answered = pd.concat([read_table(path, schemas.HUMBLE_ANSWERS) for path in paths])
     make_humble_tables(
         answers=paths,
+        questions=write_questions(folder, answered),
         human_answers=[str(folder / "humans.csv")] if humans else [],
         human_study=[],
         reading="text",
@@ -113,6 +128,7 @@ def make_tables(folder, paths, humans=True, parser_version=PARSER_VERSION, group
         parser_version=parser_version,
         groups=groups,
         sample=[],
+        bootstrap={"n_boot": 200, "seed": 0},
     )
 
 

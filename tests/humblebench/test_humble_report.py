@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 import pytest
-from helpers.humble import FIVE_OPTIONS, SETTINGS, answers, make_tables, write_answers
+from helpers.humble import FIVE_OPTIONS, SETTINGS, answers, make_tables, write_answers, write_questions
 from helpers.unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 
 from blindspot import schemas
@@ -76,7 +76,7 @@ def test_the_report_is_each_table_of_the_metrics_with_its_caption(humans):
 def test_the_step_writes_every_table_and_the_plot(tmp_path, humans):
     frame = answers()
     make_tables(tmp_path, write_answers(tmp_path, frame))
-    found, report = report_tables(frame, humans, "text", SETTINGS, "original", "nota_only", "nota_only")
+    found, report = report_tables(frame, humans, "text", SETTINGS, "original", "nota_only", "nota_only", n_boot=200)
     assert (tmp_path / "metrics.csv").read_text() == found.to_csv(index=False)
     caption = (
         "Appendix Table 1: Original → NOTA-only, NOTA behaviour per model (text reading, official protocol), % "
@@ -105,8 +105,8 @@ def test_the_tables_read_the_stored_texts_with_todays_parser(tmp_path):
     fresh.loc[5, "prediction_text"] = "E"
     assert parsed_texts(frame).tolist() == fresh["prediction_text"].tolist()
     make_tables(tmp_path, write_answers(tmp_path, frame), humans=False)
-    assert (tmp_path / "metrics.csv").read_text() == metrics_table(fresh).to_csv(index=False)
-    assert (tmp_path / "metrics.csv").read_text() != metrics_table(frame).to_csv(index=False)
+    assert (tmp_path / "metrics.csv").read_text() == metrics_table(fresh, n_boot=200).to_csv(index=False)
+    assert (tmp_path / "metrics.csv").read_text() != metrics_table(frame, n_boot=200).to_csv(index=False)
     with pytest.raises(ValueError, match=f"parser is version {PARSER_VERSION}, the workflow planned with 0"):
         make_tables(tmp_path, write_answers(tmp_path, frame), humans=False, parser_version=0)
 
@@ -222,6 +222,7 @@ def test_the_step_makes_table7_from_the_human_study_project_s_labels(tmp_path, h
     files = {name: [str(tmp_path / f"{name}.{ext}") for ext in ("csv", "md", "tex")] for name in ("t4", "t5", "t6")}
     make_humble_tables(
         answers=paths,
+        questions=write_questions(tmp_path, answers()),
         human_answers=[str(tmp_path / "labels.json")],
         human_study=[str(tmp_path / "study.parquet")],
         reading="text",
@@ -239,6 +240,7 @@ def test_the_step_makes_table7_from_the_human_study_project_s_labels(tmp_path, h
         parser_version=PARSER_VERSION,
         groups=None,
         sample=[],
+        bootstrap={"n_boot": 200, "seed": 0},
     )
     table = pd.read_csv(tmp_path / "t7.csv")
     expected = table7(answers(), humans, "text")

@@ -9,6 +9,7 @@ from PIL import Image
 from sklearn.metrics import cohen_kappa_score
 
 from blindspot import schemas
+from blindspot.bootstrap import bootstrap_accuracy, bootstrap_kappa, cohen_kappa
 from blindspot.io import read_table, write_table
 from blindspot.protobias.accuracy import (
     BREAKDOWN_COLUMNS,
@@ -19,7 +20,6 @@ from blindspot.protobias.accuracy import (
     read_human_choices,
     write_breakdown,
 )
-from blindspot.protobias.bootstrap import bootstrap_accuracy, bootstrap_kappa, cohen_kappa
 from blindspot.protobias.table3 import (
     HUMAN_FAMILY,
     plot_accuracy,
@@ -234,15 +234,15 @@ def test_breakdown_groups_and_counts():
     assert clip.loc[("knob", "color"), ["n", "accuracy"]].tolist() == [4, 2 / 4]
     assert clip.loc[("t2i", "flux"), ["n", "accuracy"]].tolist() == [3, 2 / 3]
     assert clip.loc[("subcategory", "tools"), "n"] == 3
-    assert (clip["ci_low"] <= clip["accuracy"]).all()
-    assert (clip["accuracy"] <= clip["ci_high"]).all()
+    assert (clip["accuracy_low"] <= clip["accuracy"]).all()
+    assert (clip["accuracy"] <= clip["accuracy_high"]).all()
     assert out["kappa"].isna().all()  # no human choices
     assert (out["n_kappa"] == 0).all()
     assert list(dict.fromkeys(out["metric"])) == ["clip", "pick"]
     assert list(dict.fromkeys(out["breakdown"])) == ["overall", "domain", "knob", "t2i", "subcategory"]
     pick = out[out["metric"] == "pick"]
     assert (pick["accuracy"] == 1).all()
-    assert (pick["ci_low"] == 1).all()
+    assert (pick["accuracy_low"] == 1).all()
     # Seeded per cell: the same numbers whatever else is evaluated.
     alone = accuracy_breakdown(scores(), bench(), ["clip"], n_boot=200)
     pd.testing.assert_frame_equal(alone, out[out["metric"] == "clip"].reset_index(drop=True))
@@ -277,15 +277,8 @@ def test_breakdown_with_humans_adds_kappa_and_the_human_row():
 def test_table3_layout_and_files(tmp_path):
     out = accuracy_breakdown(scores(), bench(), ["clip", "pick"], humans(), breakdowns=["overall", "domain"])
     table = table3(out, METRICS, domains=["animals", "objects"])
-    assert list(table.columns) == [
-        "Method",
-        "Animals κ",
-        "Animals Acc.",
-        "Objects κ",
-        "Objects Acc.",
-        "Overall κ",
-        "Overall Acc.",
-    ]
+    values = ["Animals κ", "Animals Acc.", "Objects κ", "Objects Acc.", "Overall κ", "Overall Acc."]
+    assert list(table.columns) == ["Method", *(f"{v}{bound}" for v in values for bound in ("", "_low", "_high"))]
     # blip has no scores: left out
     assert table["Method"].tolist() == [
         HUMAN_FAMILY,
@@ -300,6 +293,9 @@ def test_table3_layout_and_files(tmp_path):
     assert clip["Animals Acc."] == pytest.approx(1 / 3)
     assert clip["Objects Acc."] == pytest.approx(1 / 3)
     assert clip["Overall Acc."] == pytest.approx(2 / 6)
+    overall = out.query("metric == 'clip' and breakdown == 'overall'").iloc[0]
+    assert (clip["Overall Acc._low"], clip["Overall Acc._high"]) == (overall["accuracy_low"], overall["accuracy_high"])
+    assert clip["Overall Acc._low"] <= clip["Overall Acc."] <= clip["Overall Acc._high"]
     assert clip["Overall κ"] == pytest.approx(cohen_kappa_score([1, 0, 0, 1, 0], [1, 0, 1, 1, 0]))
     assert table.set_index("Method").loc["Human", "Animals Acc."] == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="no family and label"):
@@ -321,11 +317,13 @@ def test_table3_layout_and_files(tmp_path):
     assert csv.loc[3, "Overall Acc."] == pytest.approx(2 / 6, abs=1e-12)  # full precision
     markdown = paths["md"].read_text()
     assert "| Method | Animals κ | Animals Acc." in markdown
-    assert "| CLIPScore |" in markdown
+    assert "_low" not in markdown
+    half = (clip["Overall Acc._high"] - clip["Overall Acc._low"]) / 2
+    assert f"| CLIPScore | 0.400 ± {(clip['Animals κ_high'] - clip['Animals κ_low']) / 2:.3f} |" in markdown
+    assert f"0.333 ± {half:.3f} |\n" in markdown
     assert markdown.startswith("Table 3: main results on the 5 human-annotated test pairs")
     # animals [1, 0, 0] against [1, 0, 1]; objects p4, p5 annotated, both agree; overall as above
-    assert "| CLIPScore | 0.400 | 0.333 | 1.000 | 0.333 | 0.615 | 0.333 |" in markdown
-    assert "| PickScore | 0.000 | 1.000 |" in markdown
+    assert "| PickScore | 0.000 ± 0.000 | 1.000 ± 0.000 |" in markdown
     latex = paths["tex"].read_text()
     assert r"Animals $\kappa$" in latex
     assert "κ" not in latex
@@ -398,7 +396,11 @@ def test_table3_is_on_the_annotated_pairs_with_labels_and_says_whole_split_witho
     assert title.startswith("Table 3: main results on the 5 human-annotated test pairs")
     assert "mean pairwise quadratic weighted Cohen's κ among annotators" in title
     whole = pd.read_csv(split[0]).set_index("Method")
-    assert list(whole.columns) == ["Animals Acc.", "Objects Acc.", "Overall Acc."]
+    assert [column for column in whole.columns if not column.endswith(("_low", "_high"))] == [
+        "Animals Acc.",
+        "Objects Acc.",
+        "Overall Acc.",
+    ]
     assert "Human" not in whole.index  # people judged only the annotated pairs
     assert whole.loc["CLIPScore", "Overall Acc."] == pytest.approx(2 / 6)
     assert (
@@ -415,7 +417,8 @@ def test_table3_is_on_the_annotated_pairs_with_labels_and_says_whole_split_witho
 
     make_table3(human_choices=[], human_row=[], test_split=[], **arguments)
     table = pd.read_csv(arguments["csv"]).set_index("Method")
-    assert list(table.columns) == ["Animals Acc.", "Objects Acc.", "Overall Acc."]  # no κ without human choices
+    values = ["Animals Acc.", "Objects Acc.", "Overall Acc."]  # no κ without human choices
+    assert list(table.columns) == [f"{v}{bound}" for v in values for bound in ("", "_low", "_high")]
     assert table.loc["CLIPScore", "Overall Acc."] == pytest.approx(2 / 6)
     title = (tmp_path / "table3.md").read_text().split("\n\n")[0]
     assert title.startswith("Pairwise accuracy on the whole test split (6 pairs); not Table 3's population")

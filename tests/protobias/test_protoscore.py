@@ -165,7 +165,7 @@ def test_training_learns_a_learnable_difference(built_config, tmp_path):
     assert table.loc["overall", "accuracy"] == pytest.approx(after)
     assert table.loc["overall", "pairs"] == 16
     assert table.loc[["a", "b"], "pairs"].tolist() == [8, 8]
-    assert table.loc["overall", "ci_low"] <= after <= table.loc["overall", "ci_high"]
+    assert table.loc["overall", "accuracy_low"] <= after <= table.loc["overall", "accuracy_high"]
 
 
 @pytest.mark.slow

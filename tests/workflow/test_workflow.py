@@ -381,7 +381,7 @@ def read_it(reasons: set[str]) -> bool:
         # and Snakemake checks the params only of a job whose inputs are not being remade.
         ("image_stage.consensus_threshold", 8, {"keep_consensus_pairs"}),
         ("image_stage.render_batch_size", 1, {"render_images"}),
-        ("evaluation.bootstrap_samples", 200, {"make_table3"}),
+        ("evaluation.bootstrap_samples", 200, {"make_table3", "make_humble_tables"}),
         ("image_stage.judge_template", "edited", {"judge_images"}),
     ],
 )

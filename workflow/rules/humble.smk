@@ -165,6 +165,8 @@ rule sample_human_questions:
 rule make_humble_tables:
     input:
         answers=targets.humble_answer_targets(config),
+        # each question's image: the metrics' intervals resample images, each with all of its questions
+        questions=P("humble_questions"),
         # a CSV, or the humble_answer project's labels (JSON), checked against the annotators' question sets
         human_answers=humble_input("human_answers"),
         human_study=humble_input("human_study") if HUMBLE.get("human_answers") else [],
@@ -189,6 +191,7 @@ rule make_humble_tables:
         parser_version=PARSER_VERSION,
         # Tables 4 and 6 group the VLMs as the paper does, by their registry entries' `group`.
         groups={vlm: config["models"][vlm].get("group") for vlm in HUMBLE["vlms"]},
+        bootstrap={"n_boot": config["evaluation"]["bootstrap_samples"], "seed": config["seed"]},
     log:
         LOG("make_humble_tables"),
     threads: get_threads("make_humble_tables")

@@ -58,6 +58,18 @@ def release_questions(source: str) -> dict[str, Question]:
     return questions
 
 
+def release_images(source: str) -> dict[str, str]:
+    """Each release question's image as the release names it (a file name or path), where it names one: the
+    unit its metrics' intervals resample (`humility_intervals`)."""
+    images = {}
+    for record in release_records(source):
+        image = record.get("image")
+        name = image.get("path") if isinstance(image, dict) else image
+        if isinstance(name, str) and name:
+            images[str(record["question_id"])] = name
+    return images
+
+
 # Its flags, any of which a setting folder may join.
 OFFICIAL_FLAGS = ("noise_image", "nota_only", "shuffle_nota_position", "cautious_prompt", "forced_grounding_prompt")
 
@@ -291,7 +303,16 @@ def score(
     }
     named = humblebench["tables"]
     found, report = report_tables(
-        answers, humans, READING, used, original, named.get("stress"), named.get("cautious"), readings=(READING,)
+        answers,
+        humans,
+        READING,
+        used,
+        original,
+        named.get("stress"),
+        named.get("cautious"),
+        readings=(READING,),
+        images=release_images(release),
+        seed=seed,
     )
     files = {name: [PATHS[name].format(results=out, ext=ext) for ext in TABLE_FORMATS] for name in report}
     write_report(

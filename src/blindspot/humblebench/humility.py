@@ -150,3 +150,84 @@ def humility_metrics(answers: pd.DataFrame) -> dict[str, float]:
         else math.nan
     )
     return metrics
+
+
+# The metrics given an interval (`humility_intervals`): their `_low` and `_high` beside them.
+INTERVAL_METRICS = (
+    "overall",
+    *(t.lower() for t in TYPES),
+    "non_nota_accuracy",
+    "nota_hit",
+    "false_nota",
+    "humility",
+    "macro_f1",
+    "d_prime",
+)
+
+
+def _counts(answers: pd.DataFrame) -> tuple[np.ndarray, dict[str, int]]:
+    """Per answer, the 0/1 counts every metric of INTERVAL_METRICS is a function of (they add up over
+    questions), and where each count is in the columns."""
+    prediction = read_predictions(answers).to_numpy()
+    label, nota = answers["label"].to_numpy(), answers["nota"].to_numpy()
+    correct, nota_true, nota_said = prediction == label, label == nota, prediction == nota
+    columns = {"asked": np.ones(len(answers), bool), "correct": correct, "non_nota": ~nota_true}
+    columns |= {"non_nota_correct": correct & ~nota_true, "nota": nota_true}
+    columns |= {"hits": nota_said & nota_true, "false_alarms": nota_said & ~nota_true}
+    for t in TYPES:
+        is_type = answers["type"].to_numpy() == t
+        columns |= {f"{t}_asked": is_type, f"{t}_correct": correct & is_type}
+    for letter in LETTERS:
+        columns |= {
+            f"{letter}_tp": (label == letter) & (prediction == letter),
+            f"{letter}_fp": (label != letter) & (prediction == letter),
+            f"{letter}_fn": (label == letter) & (prediction != letter),
+        }
+    return np.column_stack(list(columns.values())).astype(float), {name: i for i, name in enumerate(columns)}
+
+
+def _statistics(totals: np.ndarray, at: dict[str, int]) -> dict[str, np.ndarray]:
+    """INTERVAL_METRICS of each row of count totals (`_counts`), as `humility_metrics` computes them."""
+    from scipy.stats import norm
+
+    def col(name: str) -> np.ndarray:
+        return totals[:, at[name]]
+
+    def rate(hits: np.ndarray, total: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(total > 0, hits / total, np.nan)
+
+    def z(count: np.ndarray, total: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return norm.ppf(np.clip(count / total, 1 / (2 * total), 1 - 1 / (2 * total)))
+
+    found = {"overall": rate(col("correct"), col("asked"))}
+    found |= {t.lower(): rate(col(f"{t}_correct"), col(f"{t}_asked")) for t in TYPES}
+    found["non_nota_accuracy"] = rate(col("non_nota_correct"), col("non_nota"))
+    found["nota_hit"], found["false_nota"] = rate(col("hits"), col("nota")), rate(col("false_alarms"), col("non_nota"))
+    found["humility"] = (found["nota_hit"] + 1 - found["false_nota"]) / 2
+    tp, fp, fn = (np.column_stack([col(f"{letter}_{kind}") for letter in LETTERS]) for kind in ("tp", "fp", "fn"))
+    present = tp + fp + fn > 0  # a letter that is a label or a prediction
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f1 = np.where(present, 2 * tp / (2 * tp + fp + fn), 0.0)
+        found["macro_f1"] = np.where(present.any(axis=1), f1.sum(axis=1) / present.sum(axis=1), np.nan)
+    both = (col("nota") > 0) & (col("non_nota") > 0)
+    found["d_prime"] = np.where(both, z(col("hits"), col("nota")) - z(col("false_alarms"), col("non_nota")), np.nan)
+    return found
+
+
+def humility_intervals(
+    answers: pd.DataFrame, clusters: Sequence[str], n_boot: int, seed: int | np.random.Generator, level: float = 0.95
+) -> dict[str, float]:
+    """Each of INTERVAL_METRICS' percentile-bootstrap interval (`{metric}_low`, `{metric}_high`) over
+    `answers`, resampling `clusters` (per answer: its image, which several questions share) whole."""
+    from blindspot.bootstrap import percentiles, resample
+
+    counts, at = _counts(answers)
+    observed, resampled = resample(counts, clusters, n_boot, seed)
+    seen, drawn = _statistics(observed, at), _statistics(resampled, at)
+    found: dict[str, float] = {}
+    for metric in INTERVAL_METRICS:
+        low, high = (math.nan, math.nan) if np.isnan(seen[metric][0]) else percentiles(drawn[metric], level)
+        found |= {f"{metric}_low": low, f"{metric}_high": high}
+    return found

@@ -15,10 +15,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from blindspot.humblebench.humility import ANSWER_COLUMNS, humility_metrics, require_columns
-from blindspot.io import atomic_path, read_csv, write_text
+from blindspot.humblebench.humility import ANSWER_COLUMNS, humility_intervals, humility_metrics, require_columns
+from blindspot.io import atomic_path, read_csv, stable_id, write_text
 from blindspot.registry import MODEL_GROUPS
 from blindspot.reporting import Cell, write_report_table
 from blindspot.sampling import marked_caption, marked_table
@@ -49,19 +50,35 @@ def _require_answers(answers: pd.DataFrame, readings: Sequence[str]) -> None:
             )
 
 
-def metrics_table(answers: pd.DataFrame, readings: Sequence[str] = READINGS) -> pd.DataFrame:
+def metrics_table(
+    answers: pd.DataFrame,
+    readings: Sequence[str] = READINGS,
+    images: Mapping[str, str] | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Every metric per VLM x setting x reading (the letter distribution's and the text's, or those of
-    `readings` where a run has only some), as fractions; and `cut_off`, the share of answers the token
-    budget cut off (a reasoning model's budget too small), where the answers say (not those made elsewhere)."""
+    `readings` where a run has only some), as fractions, each of INTERVAL_METRICS with its 95% interval
+    (`humility_intervals`: resampling `images`' images, question_id -> image, each with all of its
+    questions; each question its own where not given); and `cut_off`, the share of answers the token budget
+    cut off (a reasoning model's budget too small), where the answers say (not those made elsewhere). The
+    resamples of a setting are the same for every VLM and reading that answered its questions: paired."""
     if answers.empty:
         raise ValueError("no HumbleBench answers: no source gave questions (release, from_benchmark, scene_graphs)")
     _require_answers(answers, readings)
     rows = []
     for (vlm, setting), group in answers.groupby(["vlm", "setting"], sort=False):
+        clusters = np.array([(images or {}).get(question, question) for question in group["question_id"]], dtype=object)
         for reading in readings:
             frame = group.assign(prediction=group[f"prediction_{reading}"])
             cut = float(group["cut_off"].eq(True).mean()) if "cut_off" in group else math.nan
-            rows.append({"vlm": vlm, "setting": setting, "reading": reading, **humility_metrics(frame), "cut_off": cut})
+            intervals = humility_intervals(
+                frame, clusters, n_boot, np.random.default_rng([seed, int(stable_id(setting), 16)])
+            )
+            rows.append(
+                {"vlm": vlm, "setting": setting, "reading": reading, **humility_metrics(frame), "cut_off": cut}
+                | intervals
+            )
     return pd.DataFrame(rows)
 
 
@@ -334,15 +351,19 @@ def report_tables(
     cautious: str | None = None,
     readings: Sequence[str] = READINGS,
     groups: Groups | None = None,
+    images: Mapping[str, str] | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
 ) -> tuple[pd.DataFrame, dict[str, tuple[pd.DataFrame, str]]]:
     """Every metric per VLM x setting x reading of `readings` (`metrics_table`), and by name Tables 4 to
     6 of `reading`, 7 given people's answers (`read_human_answers`) and, given a `cautious` setting among
     `settings`, the appendix's Original -> Cautious table, each with its caption; `original` is the setting of Table 4,
     of Table 7's normal columns and of the appendix table's left side, `stress` that of Table 7's NOTA hit
-    under stress. Tables 4 and 6 list the models in their `groups` (registry name -> `group`), as the paper."""
+    under stress. Tables 4 and 6 list the models in their `groups` (registry name -> `group`), as the paper.
+    `images`, `n_boot` and `seed`: the metrics' intervals (`metrics_table`)."""
     if original not in settings:
         raise ValueError(f"Table 4's setting {original!r} is not one of the settings {list(settings)}")
-    found = metrics_table(answers, readings)
+    found = metrics_table(answers, readings, images, n_boot, seed)
     among = "in each model group" if _has_groups(groups) else "of the models"
     bold = f"bold: the best {among} (False-NOTA: the lowest)"
     ran = f"{reading} reading{protocol_note(answers)}"

@@ -264,8 +264,8 @@ def read_transfer_pairs(path: str | Path) -> pd.DataFrame:
 def transfer_accuracy(metric: Any, pairs: pd.DataFrame, n_boot: int, seed: int, batch_size: int) -> pd.DataFrame:
     """Pairwise accuracy (right only when s(T, preferred) > s(T, other); ties fail), overall and per
     group, with a 95% bootstrap interval. Images are read and scored `batch_size` at a time."""
+    from blindspot.bootstrap import bootstrap_accuracy
     from blindspot.plugins import score_batches
-    from blindspot.protobias.bootstrap import bootstrap_accuracy
 
     prompts = list(pairs["prompt"])
     preferred, other = (
@@ -285,8 +285,8 @@ def transfer_accuracy(metric: Any, pairs: pd.DataFrame, n_boot: int, seed: int, 
                 "group": group,
                 "pairs": len(members),
                 "accuracy": estimate.value,
-                "ci_low": estimate.low,
-                "ci_high": estimate.high,
+                "accuracy_low": estimate.low,
+                "accuracy_high": estimate.high,
             }
         )
     return pd.DataFrame(rows)

@@ -49,6 +49,10 @@ def _domain_label(domain: str) -> str:
     return domain if domain == "Overall" else domain.replace("_", " ").title()
 
 
+# The bounds of a cell's 95 % interval, in the CSV beside its value: "Overall Acc._low", "Overall Acc._high".
+BOUNDS = ("_low", "_high")
+
+
 def table3(
     breakdown: pd.DataFrame,
     metrics: Mapping[str, Mapping[str, Any]],
@@ -57,31 +61,48 @@ def table3(
     kappa: bool = True,
 ) -> pd.DataFrame:
     """The paper's Table 3: a header row per family, then its metrics in config order; per domain `κ` and `Acc.`,
-    then `Overall`. `metrics` is the config's {name: {family, label}}; `domains` orders the domain columns
-    (default: sorted); `kappa=False` leaves the κ columns out (a table without human choices). Header rows
-    hold empty strings; values are full precision."""
+    then `Overall`, each followed by its interval's bounds (`BOUNDS`). `metrics` is the config's {name: {family,
+    label}}; `domains` orders the domain columns (default: sorted); `kappa=False` leaves the κ columns out (a table
+    without human choices). Header rows hold empty strings; values are full precision."""
     by_domain = breakdown[breakdown["breakdown"] == "domain"]
     overall = breakdown[breakdown["breakdown"] == OVERALL]
     domains = sorted(by_domain["group"].unique()) if domains is None else list(domains)
-    kinds = ["κ", "Acc."] if kappa else ["Acc."]
-    columns = ["Method", *(f"{_domain_label(d)} {kind}" for d in [*domains, "Overall"] for kind in kinds)]
-    cells = {(r.metric, r.group): r for r in by_domain.itertuples(index=False)}
-    cells |= {(r.metric, "Overall"): r for r in overall.itertuples(index=False)}
+    kinds = {"κ": "kappa", "Acc.": "accuracy"} if kappa else {"Acc.": "accuracy"}
+    values = [f"{_domain_label(d)} {kind}" for d in [*domains, "Overall"] for kind in kinds]
+    columns = ["Method", *(f"{value}{bound}" for value in values for bound in ("", *BOUNDS))]
+    cells = {(r.metric, r.group): r._asdict() for r in by_domain.itertuples(index=False)}
+    cells |= {(r.metric, "Overall"): r._asdict() for r in overall.itertuples(index=False)}
     rows: list[list[Any]] = []
     for family, names in _families(breakdown, metrics):
         rows.append([family] + [""] * (len(columns) - 1))
         for name in names:
             row: list[Any] = [_label(name, metrics)]
             for domain in [*domains, "Overall"]:
-                cell = cells.get((name, domain))
-                values = (
-                    {"κ": float("nan"), "Acc.": float("nan")}
-                    if cell is None
-                    else {"κ": cell.kappa, "Acc.": cell.accuracy}
-                )
-                row += [values[kind] for kind in kinds]
+                cell = cells.get((name, domain), {})
+                row += [
+                    float(cell.get(f"{field}{bound}", np.nan)) for field in kinds.values() for bound in ("", *BOUNDS)
+                ]
             rows.append(row)
     return pd.DataFrame(rows, columns=columns, dtype=object)
+
+
+def with_intervals_shown(table: pd.DataFrame, decimals: int) -> pd.DataFrame:
+    """Table 3 as Markdown and LaTeX print it: each value with ± half its interval's width, the bounds' columns
+    gone ("n/a" for an undefined value; a value alone where its interval is undefined)."""
+    values = [column for column in table.columns if not column.endswith(BOUNDS)]
+    shown = table[values].astype(object)
+    for column in values[1:]:
+        for i, value in table[column].items():
+            if not isinstance(value, float):
+                continue
+            bounds = [table.at[i, f"{column}{bound}"] if f"{column}{bound}" in table else np.nan for bound in BOUNDS]
+            half = (bounds[1] - bounds[0]) / 2
+            shown.at[i, column] = (
+                "n/a"
+                if np.isnan(value)
+                else f"{value:.{decimals}f}" + ("" if np.isnan(half) else f" ± {half:.{decimals}f}")
+            )
+    return shown
 
 
 def table3_caption(n_pairs: int, human_kappa: bool) -> str:
@@ -113,6 +134,18 @@ def whole_split_caption(n_pairs: int, n_annotated: int) -> str:
         f"Pairwise accuracy on the whole test split ({n_pairs} pairs); {where}. Acc.: a metric is right when it "
         "scores I_corr strictly above I_adv under the neutral prompt T."
     )
+
+
+def interval_note(pairs: pd.DataFrame) -> str:
+    """What the tables' ± resample: triplets, each with all of its pairs, or pairs where the dataset names
+    no triplet (a released table without triplet ids: each pair its own)."""
+    test = accuracy.select_test_pairs(pairs)
+    unit = (
+        "pairs: the dataset names no triplet of each pair"
+        if "triplet_id" not in test or test["triplet_id"].nunique() == len(test)
+        else "triplets, each with all of its pairs (its T2I models and seeds)"
+    )
+    return f" ±: half the 95% percentile-bootstrap interval, resampling {unit} (CSV: each value's _low and _high)."
 
 
 def marked_scored_only(
@@ -164,11 +197,12 @@ def write_table3(
     decimals: int = 3,
     sample: str | None = None,
 ) -> None:
-    """Table 3 as CSV (full precision), Markdown and LaTeX under `caption` (`decimals` places; κ becomes
-    $\\kappa$ in LaTeX); on a `sample` (its label, `sampling.sample_label`) the CSV's rows and the caption say so."""
+    """Table 3 as CSV (full precision, each value's interval bounds beside it), Markdown and LaTeX under `caption`
+    (`decimals` places, each value ± half its interval; κ becomes $\\kappa$ in LaTeX); on a `sample` (its label,
+    `sampling.sample_label`) the CSV's rows and the caption say so."""
     write_text(csv, marked_table(table, sample).to_csv(index=False))
     caption = marked_caption(caption, sample)
-    shown = table.map(lambda v: ("n/a" if np.isnan(v) else f"{v:.{decimals}f}") if isinstance(v, float) else v)
+    shown = with_intervals_shown(table, decimals)
     write_text(markdown, f"{caption}\n\n{to_markdown(shown)}")
     write_text(latex, to_latex(shown, caption).replace("κ", r"$\kappa$"))
 
@@ -210,11 +244,11 @@ def write_report(
     whole_metrics = pd.concat([whole[whole["metric"] != HUMAN], scored_only], ignore_index=True)
     whole_table = table3(whole_metrics, marked, domains, kappa=False)
     n_test = len(accuracy.select_test_pairs(pairs))
-    note = scored_only_note(scored_n)
+    note, intervals = scored_only_note(scored_n), interval_note(pairs)
     if humans is None:
         shown, long, labels = whole_metrics, whole_metrics, marked
         title = f"Pairwise accuracy on the whole test split ({n_test} pairs, 95% CI)"
-        write_table3(whole_table, *files, whole_split_caption(n_test, 0) + note, sample=sample)
+        write_table3(whole_table, *files, whole_split_caption(n_test, 0) + note + intervals, sample=sample)
     else:
         shown = accuracy.accuracy_breakdown(scores, pairs, metrics, humans, annotated_only=True, **options)
         long, labels = pd.concat([shown, whole, scored_only], ignore_index=True), metrics
@@ -223,8 +257,8 @@ def write_report(
         table = table3(shown, metrics, domains)
         if human_row is not None:
             table = with_human_kappa(table, human_row, domains)
-        write_table3(table, *files, table3_caption(annotated, human_row is not None), sample=sample)
-        write_table3(whole_table, *test_split, whole_split_caption(n_test, annotated) + note, sample=sample)
+        write_table3(table, *files, table3_caption(annotated, human_row is not None) + intervals, sample=sample)
+        write_table3(whole_table, *test_split, whole_split_caption(n_test, annotated) + note + intervals, sample=sample)
     accuracy.write_breakdown(long, breakdown)
     plot_accuracy(shown, labels, plot, domains, title=marked_caption(title, sample))
     return title
@@ -260,7 +294,10 @@ def plot_accuracy(
         errors = np.clip(
             np.nan_to_num(
                 np.vstack(
-                    [accuracy - part["ci_low"].to_numpy(dtype=float), part["ci_high"].to_numpy(dtype=float) - accuracy]
+                    [
+                        accuracy - part["accuracy_low"].to_numpy(dtype=float),
+                        part["accuracy_high"].to_numpy(dtype=float) - accuracy,
+                    ]
                 )
             ),
             0,

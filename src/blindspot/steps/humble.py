@@ -204,6 +204,7 @@ def todays_answers(answers: Sequence[str], parser_version: int) -> pd.DataFrame:
 
 def make_humble_tables(
     answers: Sequence[str],
+    questions: str,
     human_answers: Sequence[str],
     human_study: Sequence[str],
     reading: str,
@@ -221,8 +222,10 @@ def make_humble_tables(
     parser_version: int,
     groups: dict[str, str | None] | None,
     sample: Sequence[str],
+    bootstrap: dict[str, int],
 ) -> None:
-    """Every metric per VLM x setting x reading, Tables 4-6 (7, given human answers; the appendix's
+    """Every metric per VLM x setting x reading, with intervals that resample the `questions`' images
+    (`bootstrap`: samples and seed), Tables 4-6 (7, given human answers; the appendix's
     Original -> Cautious table, given a `cautious` setting), and the NOTA plot; Tables 4 and 6 list the VLMs
     in their `groups` (name -> the registry entry's `group`). The answers' texts are read again by today's
     parser, which must be the one the workflow planned with (`parser_version`). On a sample of the questions
@@ -235,8 +238,10 @@ def make_humble_tables(
     people = read_human_answers(human_answers[0], human_study[0] if human_study else None) if human_answers else None
     if people is not None:
         log.info("human answers: %d by %d annotators", len(people), people["annotator"].nunique())
+    shown = read_table(questions, schemas.HUMBLE_QUESTIONS)
+    images = dict(zip(shown["question_id"], shown["image_path"], strict=True))
     found, report = humble_tables.report_tables(
-        frame, people, reading, settings, original, stress, cautious, groups=groups
+        frame, people, reading, settings, original, stress, cautious, groups=groups, images=images, **bootstrap
     )
     files = {"table4": table4, "table5": table5, "table6": table6, "table7": table7, "table_a1": table_a1}
     drawn = sample_label(read_sample(sample), "questions")
