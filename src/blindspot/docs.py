@@ -78,6 +78,8 @@ OUTPUT_DESCRIPTIONS = {
     "metric_breakdown": "accuracy with intervals and kappa per metric, domain, knob, T2I model and subcategory, on the "
     "whole test split and (with human choices) on the annotated pairs, a metric scored on the annotated pairs only (an "
     "API metric, by default) on those instead of the whole split (`scored pairs only`): the `population` column",
+    "metric_comparisons": "every two metrics of Table 3 on its pairs both scored: the difference in accuracy with a "
+    "paired interval (the same triplets resampled for both), McNemar's exact test, Holm's correction (CSV, Markdown)",
     "accuracy_plot": "a bar chart of each metric's accuracy with its interval, on Table 3's pairs",
     "protobias_records": "every test pair each metric scored, one JSON object a line: its prompt, both images, "
     "both scores and Table 3's decision ([its fields](#records-protobias_records); `blindspot evaluate --show FILE` "
@@ -95,7 +97,10 @@ OUTPUT_DESCRIPTIONS = {
     "humble_answer_journal": "the answers given so far, for resuming (not an output: a failed job leaves it)",
     "humble_api_cache": "an API VLM's replies, one file each, so nothing paid for is asked twice (not an output)",
     "human_study": "Table 7's human study: each annotator's questions as their setting shows them",
-    "humble_metrics": "every HumbleBench metric, per model, setting and type, for both readings",
+    "humble_metrics": "every HumbleBench metric, per model, setting and type, for both readings, with intervals "
+    "resampling images (`_low`, `_high`)",
+    "humble_comparisons": "every two VLMs per setting on the questions both answered: the difference in accuracy with "
+    "a paired interval (the same images resampled for both), McNemar's exact test, Holm's correction (CSV, Markdown)",
     "humble_records": "every answer of each VLM in each setting, one JSON object a line: the question, its options "
     "as shown, the raw answer, how the metrics read it and whether it is right ([its fields](#records-humble_records))",
     "table4": "Table 4: HumbleBench, the Original setting",

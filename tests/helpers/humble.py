@@ -129,6 +129,7 @@ def make_tables(folder, paths, humans=True, parser_version=PARSER_VERSION, group
         groups=groups,
         sample=[],
         bootstrap={"n_boot": 200, "seed": 0},
+        comparisons=[str(folder / "comparisons.csv"), str(folder / "comparisons.md")],
     )
 
 

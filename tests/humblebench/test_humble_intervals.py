@@ -57,3 +57,28 @@ def test_a_metric_undefined_on_the_answers_has_no_interval():
     found = humility_intervals(answers, ["i1", "i1"], 100, 0)
     assert np.isnan([found["nota_hit_low"], found["d_prime_high"], found["relation_low"]]).all()
     assert found["overall_low"] <= 0.5 <= found["overall_high"]
+
+
+def test_two_vlms_are_compared_per_setting_on_the_questions_both_answered(tmp_path):
+    from helpers.humble import answers, make_tables, write_answers
+
+    from blindspot.humblebench.comparisons import vlm_comparisons
+    from blindspot.humblebench.humility import answer_outcomes
+
+    frame = answers()
+    compared = vlm_comparisons(frame, "text", None, 200, 0).set_index("setting")
+    assert list(compared.index) == list(dict.fromkeys(frame["setting"]))
+    for setting, part in frame.groupby("setting"):
+        right = answer_outcomes(part.assign(prediction=part["prediction_text"]))["correct"]
+        by_vlm = {vlm: right[part["vlm"] == vlm].to_numpy() for vlm in ("vlm-a", "vlm-b")}
+        row = compared.loc[setting]
+        assert (row["a"], row["b"], row["n"]) == ("vlm-a", "vlm-b", len(by_vlm["vlm-a"]))
+        assert row["a_only"] == int((by_vlm["vlm-a"] & ~by_vlm["vlm-b"]).sum())
+        assert row["b_only"] == int((~by_vlm["vlm-a"] & by_vlm["vlm-b"]).sum())
+    # one question vlm-b did not answer: that comparison is on the others
+    fewer = frame.drop(index=frame.index[(frame["vlm"] == "vlm-b")][:1])
+    assert vlm_comparisons(fewer, "text", None, 200, 0)["n"].tolist()[0] == compared["n"].iloc[0] - 1
+    make_tables(tmp_path, write_answers(tmp_path, frame), humans=False)
+    written = pd.read_csv(tmp_path / "comparisons.csv")
+    pd.testing.assert_frame_equal(written, vlm_comparisons(frame, "text", None, 200, 0), check_dtype=False)
+    assert (tmp_path / "comparisons.md").read_text().startswith("Every two VLMs per setting")

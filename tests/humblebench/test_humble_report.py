@@ -241,6 +241,7 @@ def test_the_step_makes_table7_from_the_human_study_project_s_labels(tmp_path, h
         groups=None,
         sample=[],
         bootstrap={"n_boot": 200, "seed": 0},
+        comparisons=[str(tmp_path / "comparisons.csv"), str(tmp_path / "comparisons.md")],
     )
     table = pd.read_csv(tmp_path / "t7.csv")
     expected = table7(answers(), humans, "text")

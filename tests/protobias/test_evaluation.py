@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -364,6 +365,7 @@ def table3_inputs(folder) -> dict:
         "benchmark": str(folder / "pairs.parquet"),
         **{kind: str(folder / f"table3.{ext}") for kind, ext in (("csv", "csv"), ("markdown", "md"), ("latex", "tex"))},
         "breakdown": str(folder / "breakdown.csv"),
+        "comparisons": [str(folder / "comparisons.csv"), str(folder / "comparisons.md")],
         "plot": str(folder / "accuracy.png"),
         "metrics": METRICS,
         "domains": ["animals", "objects"],
@@ -414,6 +416,26 @@ def test_table3_is_on_the_annotated_pairs_with_labels_and_says_whole_split_witho
     long = pd.read_csv(arguments["breakdown"])
     counts = long[(long["metric"] == "clip") & (long["breakdown"] == "overall")].set_index("population")["n"]
     assert counts.to_dict() == {"annotated": 5, "test split": 6}
+    # every two of Human, CLIPScore and PickScore on the 5 annotated pairs, each pair of systems once
+    compared = pd.read_csv(arguments["comparisons"][0]).set_index(["a", "b"])
+    assert list(compared.index) == [("human", "clip"), ("human", "pick"), ("clip", "pick")]
+    assert set(compared["population"]) == {"annotated"}
+    # clip has no score for p3: its comparisons are on the other 4, where it is right on p1 and p4, pick on all
+    assert compared["n"].tolist() == [4, 5, 4]
+    clip_pick = compared.loc[("clip", "pick")]
+    assert (clip_pick["accuracy_a"], clip_pick["accuracy_b"], clip_pick["a_only"], clip_pick["b_only"]) == (
+        0.5,
+        1,
+        0,
+        2,
+    )
+    assert clip_pick["p_mcnemar"] == pytest.approx(0.5)  # 2 discordant pairs, both pick's: 2 x (1/2)^2
+    assert (compared["p_holm"] >= compared["p_mcnemar"]).all()
+    markdown = Path(arguments["comparisons"][1]).read_text()
+    assert markdown.startswith("Every two metrics on the annotated pairs both scored")
+    assert "| CLIPScore | PickScore | 4 | 50.0 | 100.0 |" in markdown
+    # five pairs settle nothing: every column's best is marked
+    assert "†" in (tmp_path / "table3.md").read_text().split("\n\n", 1)[1]
 
     make_table3(human_choices=[], human_row=[], test_split=[], **arguments)
     table = pd.read_csv(arguments["csv"]).set_index("Method")

@@ -174,6 +174,8 @@ rule make_humble_tables:
         sample=[P("humble_question_counters")] if HUMBLE.get("limit") else [],
     output:
         metrics=P("humble_metrics"),
+        # every two VLMs compared per setting: paired intervals, McNemar's test, Holm's correction
+        comparisons=[P("humble_comparisons", ext=ext) for ext in ("csv", "md")],
         table4=humble_tables("table4"),
         table5=humble_tables("table5"),
         table6=humble_tables("table6"),

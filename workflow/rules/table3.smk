@@ -95,6 +95,8 @@ rule make_table3:
         if targets.has_human_choices(config)
         else [],
         breakdown=P("metric_breakdown"),
+        # every two metrics compared on Table 3's pairs: paired intervals, McNemar's test, Holm's correction
+        comparisons=[P("metric_comparisons", ext=ext) for ext in ("csv", "md")],
         plot=report(P("accuracy_plot"), caption="../report/table3.rst", category="Metrics"),
     params:
         # Each metric's Table 3 label and family title, in config order.

@@ -277,3 +277,65 @@ def population_size(breakdown: pd.DataFrame) -> int:
     """How many test pairs a breakdown covers: its largest overall count (0 for none)."""
     counts = breakdown.loc[breakdown["breakdown"] == OVERALL, "n"]
     return int(counts.max()) if len(counts) else 0
+
+
+def metric_comparisons(
+    scores: pd.DataFrame,
+    pairs: pd.DataFrame,
+    metrics: Iterable[str] | None = None,
+    humans: pd.DataFrame | None = None,
+    *,
+    annotated_only: bool = False,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Every two metrics compared on the test pairs both scored (`comparisons.paired_comparisons`: the difference
+    in accuracy with a paired interval resampling triplets, McNemar's exact test, Holm's correction), on Table
+    3's population (`annotated_only`: the human-annotated pairs); with `humans`, the human majority too (`HUMAN`,
+    right where it prefers I_corr), on the annotated pairs."""
+    from blindspot.comparisons import paired_comparisons
+
+    test = select_test_pairs(pairs)
+    correct, unscored = pairwise_outcomes(scores, pairs, metrics)
+    scored = ~unscored
+    if humans is not None:
+        choice = _check_choices(humans, "human choices").set_index("pair_id")["choice"].reindex(test["pair_id"])
+        annotated = choice.isin(CHOICES).to_numpy()
+        correct.insert(0, HUMAN, (choice == "corr").to_numpy())
+        scored.insert(0, HUMAN, annotated)
+    elif annotated_only:
+        raise ValueError("annotated_only needs human choices")
+    keep = annotated if annotated_only else np.ones(len(test), dtype=bool)
+    clusters = test["triplet_id" if "triplet_id" in test else "pair_id"].to_numpy()[keep]
+    compared = paired_comparisons(correct[keep], clusters, n_boot, _cell_seed(seed, "comparisons"), scored[keep])
+    return compared.assign(population=ANNOTATED if annotated_only else TEST_SPLIT)
+
+
+def leader_tests(
+    scores: pd.DataFrame, pairs: pd.DataFrame, metrics: Iterable[str], humans: pd.DataFrame | None = None
+) -> dict[str, tuple[str, float]]:
+    """Per domain and `overall`: the metric of the highest accuracy and McNemar's exact p-value against the
+    next (`comparisons.mcnemar_exact`), on the pairs both scored of Table 3's population (the annotated pairs
+    given `humans`, else the test split); a group with fewer than two metrics has none."""
+    from blindspot.comparisons import mcnemar_exact
+
+    test = select_test_pairs(pairs)
+    correct, unscored = pairwise_outcomes(scores, pairs, metrics)
+    keep = np.ones(len(test), dtype=bool)
+    if humans is not None:
+        choice = _check_choices(humans, "human choices").set_index("pair_id")["choice"].reindex(test["pair_id"])
+        keep = choice.isin(CHOICES).to_numpy()
+    groups = {
+        OVERALL: keep,
+        **{domain: keep & (test["domain"] == domain).to_numpy() for domain in test["domain"].unique()},
+    }
+    found = {}
+    for group, on in groups.items():
+        ranked = correct[on].mean().sort_values(ascending=False, kind="stable")
+        if len(ranked) < 2:
+            continue
+        best, runner_up = ranked.index[:2]
+        both = on & ~unscored[best].to_numpy() & ~unscored[runner_up].to_numpy()
+        a, b = correct[best].to_numpy()[both], correct[runner_up].to_numpy()[both]
+        found[group] = (best, mcnemar_exact(int((a & ~b).sum()), int((~a & b).sum())))
+    return found

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from blindspot.comparisons import ALPHA
 from blindspot.io import atomic_path, write_text
 from blindspot.protobias import accuracy
 from blindspot.protobias.accuracy import HUMAN, OVERALL
@@ -86,9 +87,16 @@ def table3(
     return pd.DataFrame(rows, columns=columns, dtype=object)
 
 
-def with_intervals_shown(table: pd.DataFrame, decimals: int) -> pd.DataFrame:
+# The mark of a best value that is not significantly above the next (`leader_tests`).
+UNSETTLED = "†"
+
+
+def with_intervals_shown(
+    table: pd.DataFrame, decimals: int, unsettled: frozenset[tuple[str, str]] = frozenset()
+) -> pd.DataFrame:
     """Table 3 as Markdown and LaTeX print it: each value with ± half its interval's width, the bounds' columns
-    gone ("n/a" for an undefined value; a value alone where its interval is undefined)."""
+    gone ("n/a" for an undefined value; a value alone where its interval is undefined), and UNSETTLED after the
+    cells of `unsettled` (Method, column)."""
     values = [column for column in table.columns if not column.endswith(BOUNDS)]
     shown = table[values].astype(object)
     for column in values[1:]:
@@ -97,11 +105,9 @@ def with_intervals_shown(table: pd.DataFrame, decimals: int) -> pd.DataFrame:
                 continue
             bounds = [table.at[i, f"{column}{bound}"] if f"{column}{bound}" in table else np.nan for bound in BOUNDS]
             half = (bounds[1] - bounds[0]) / 2
-            shown.at[i, column] = (
-                "n/a"
-                if np.isnan(value)
-                else f"{value:.{decimals}f}" + ("" if np.isnan(half) else f" ± {half:.{decimals}f}")
-            )
+            text = "n/a" if np.isnan(value) else f"{value:.{decimals}f}"
+            text += "" if np.isnan(value) or np.isnan(half) else f" ± {half:.{decimals}f}"
+            shown.at[i, column] = text + (f" {UNSETTLED}" if (table.at[i, "Method"], column) in unsettled else "")
     return shown
 
 
@@ -134,6 +140,66 @@ def whole_split_caption(n_pairs: int, n_annotated: int) -> str:
         f"Pairwise accuracy on the whole test split ({n_pairs} pairs); {where}. Acc.: a metric is right when it "
         "scores I_corr strictly above I_adv under the neutral prompt T."
     )
+
+
+def unsettled_cells(
+    leaders: Mapping[str, tuple[str, float]], metrics: Mapping[str, Mapping[str, Any]]
+) -> frozenset[tuple[str, str]]:
+    """Table 3's (Method, column) cells of a best accuracy not significantly above the next (`leader_tests`)."""
+    return frozenset(
+        (_label(best, metrics), f"{_domain_label('Overall' if group == OVERALL else group)} Acc.")
+        for group, (best, p) in leaders.items()
+        if p >= ALPHA
+    )
+
+
+UNSETTLED_NOTE = (
+    f" {UNSETTLED}: the column's best accuracy is not significantly above the next (McNemar's exact test on the "
+    f"pairs both scored, p >= {ALPHA}; every pair of metrics: metric_comparisons)."
+)
+
+
+def comparisons_table(compared: pd.DataFrame, metrics: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """The paired comparisons as their Markdown shows them: the metrics by label, % with the difference's interval."""
+
+    def percent(value: float) -> str:
+        return "n/a" if np.isnan(value) else f"{100 * value:.1f}"
+
+    return pd.DataFrame(
+        {
+            "A": [_label(name, metrics) for name in compared["a"]],
+            "B": [_label(name, metrics) for name in compared["b"]],
+            "Pairs": compared["n"],
+            "Acc. A": compared["accuracy_a"].map(percent),
+            "Acc. B": compared["accuracy_b"].map(percent),
+            "A - B [95% CI]": [
+                f"{percent(d)} [{percent(lo)}, {percent(hi)}]"
+                for d, lo, hi in zip(
+                    compared["difference"], compared["difference_low"], compared["difference_high"], strict=True
+                )
+            ],
+            "A only": compared["a_only"],
+            "B only": compared["b_only"],
+            "p (McNemar)": compared["p_mcnemar"].map(lambda p: f"{p:.3g}"),
+            "p (Holm)": compared["p_holm"].map(lambda p: f"{p:.3g}"),
+        }
+    )
+
+
+def write_comparisons(
+    compared: pd.DataFrame, metrics: Mapping[str, Mapping[str, Any]], files: Sequence[str | Path], sample: str | None
+) -> None:
+    """The paired comparisons as CSV (full precision) and Markdown, under a caption saying what they are."""
+    csv, markdown = files
+    write_text(csv, marked_table(compared, sample).to_csv(index=False))
+    population = compared["population"].iloc[0] if len(compared) else ""
+    caption = marked_caption(
+        f"Every two metrics on the {population} pairs both scored: accuracy (%), the difference with its 95% paired "
+        "bootstrap interval (the same triplets resampled for both), the pairs only A or only B gets right, and "
+        f"McNemar's exact test on those, with Holm's correction over the {len(compared)} comparisons.",
+        sample,
+    )
+    write_text(markdown, f"{caption}\n\n{to_markdown(comparisons_table(compared, metrics))}")
 
 
 def interval_note(pairs: pd.DataFrame) -> str:
@@ -196,13 +262,14 @@ def write_table3(
     caption: str,
     decimals: int = 3,
     sample: str | None = None,
+    unsettled: frozenset[tuple[str, str]] = frozenset(),
 ) -> None:
     """Table 3 as CSV (full precision, each value's interval bounds beside it), Markdown and LaTeX under `caption`
-    (`decimals` places, each value ± half its interval; κ becomes $\\kappa$ in LaTeX); on a `sample` (its label,
-    `sampling.sample_label`) the CSV's rows and the caption say so."""
+    (`decimals` places, each value ± half its interval, UNSETTLED after the `unsettled` cells; κ becomes $\\kappa$
+    in LaTeX); on a `sample` (its label, `sampling.sample_label`) the CSV's rows and the caption say so."""
     write_text(csv, marked_table(table, sample).to_csv(index=False))
     caption = marked_caption(caption, sample)
-    shown = with_intervals_shown(table, decimals)
+    shown = with_intervals_shown(table, decimals, unsettled)
     write_text(markdown, f"{caption}\n\n{to_markdown(shown)}")
     write_text(latex, to_latex(shown, caption).replace("κ", r"$\kappa$"))
 
@@ -221,6 +288,7 @@ def write_report(
     plot: str | Path,
     options: Mapping[str, Any],
     sample: str | None = None,
+    comparisons: Sequence[str | Path] = (),
 ) -> str:
     """Table 3 (`files`: CSV, Markdown, LaTeX), its plot and the long `breakdown`, and which pairs each
     covers; returns the plot's title. With `humans` (the majority choices), Table 3 is on the annotated pairs,
@@ -228,7 +296,9 @@ def write_report(
     without, Table 3's files hold the whole split's. A metric of `annotated_only` (scored on the annotated
     pairs only) is in the whole-split table on the pairs it was scored on, its label and the caption saying
     so; people judged only the annotated pairs, so the whole-split table has no Human row. `options` are the
-    bootstrap's (n_boot, seed); on a `sample` (its label) every caption and the title say so."""
+    bootstrap's (n_boot, seed); on a `sample` (its label) every caption and the title say so. `comparisons` (CSV,
+    Markdown): every two metrics of Table 3's compared on its pairs (`accuracy.metric_comparisons`); Table 3 marks
+    a column's best accuracy that is not significantly above the next."""
     whole_split = {name: entry for name, entry in metrics.items() if name not in annotated_only}
     whole = accuracy.accuracy_breakdown(
         scores[scores["metric"].isin(list(whole_split))], pairs, whole_split, humans, **options
@@ -245,10 +315,24 @@ def write_report(
     whole_table = table3(whole_metrics, marked, domains, kappa=False)
     n_test = len(accuracy.select_test_pairs(pairs))
     note, intervals = scored_only_note(scored_n), interval_note(pairs)
+    compared_metrics = list(whole_split) if humans is None else list(metrics)
+    leaders = accuracy.leader_tests(scores[scores["metric"].isin(compared_metrics)], pairs, compared_metrics, humans)
+    unsettled = unsettled_cells(leaders, marked if humans is None else metrics)
+    if comparisons:
+        compared = accuracy.metric_comparisons(
+            scores[scores["metric"].isin(compared_metrics)],
+            pairs,
+            compared_metrics,
+            humans,
+            annotated_only=humans is not None,
+            **options,
+        )
+        write_comparisons(compared, metrics, comparisons, sample)
     if humans is None:
         shown, long, labels = whole_metrics, whole_metrics, marked
         title = f"Pairwise accuracy on the whole test split ({n_test} pairs, 95% CI)"
-        write_table3(whole_table, *files, whole_split_caption(n_test, 0) + note + intervals, sample=sample)
+        caption = whole_split_caption(n_test, 0) + note + intervals + UNSETTLED_NOTE
+        write_table3(whole_table, *files, caption, sample=sample, unsettled=unsettled)
     else:
         shown = accuracy.accuracy_breakdown(scores, pairs, metrics, humans, annotated_only=True, **options)
         long, labels = pd.concat([shown, whole, scored_only], ignore_index=True), metrics
@@ -257,7 +341,8 @@ def write_report(
         table = table3(shown, metrics, domains)
         if human_row is not None:
             table = with_human_kappa(table, human_row, domains)
-        write_table3(table, *files, table3_caption(annotated, human_row is not None) + intervals, sample=sample)
+        caption = table3_caption(annotated, human_row is not None) + intervals + UNSETTLED_NOTE
+        write_table3(table, *files, caption, sample=sample, unsettled=unsettled)
         write_table3(whole_table, *test_split, whole_split_caption(n_test, annotated) + note + intervals, sample=sample)
     accuracy.write_breakdown(long, breakdown)
     plot_accuracy(shown, labels, plot, domains, title=marked_caption(title, sample))

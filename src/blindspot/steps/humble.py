@@ -223,15 +223,18 @@ def make_humble_tables(
     groups: dict[str, str | None] | None,
     sample: Sequence[str],
     bootstrap: dict[str, int],
+    comparisons: Sequence[str],
 ) -> None:
     """Every metric per VLM x setting x reading, with intervals that resample the `questions`' images
-    (`bootstrap`: samples and seed), Tables 4-6 (7, given human answers; the appendix's
-    Original -> Cautious table, given a `cautious` setting), and the NOTA plot; Tables 4 and 6 list the VLMs
+    (`bootstrap`: samples and seed), every two VLMs compared per setting (`comparisons`: CSV, Markdown),
+    Tables 4-6 (7, given human answers; the appendix's Original -> Cautious table, given a `cautious`
+    setting), and the NOTA plot; Tables 4 and 6 list the VLMs
     in their `groups` (name -> the registry entry's `group`). The answers' texts are read again by today's
     parser, which must be the one the workflow planned with (`parser_version`). On a sample of the questions
     (`sample`: their counters) every table's CSV rows, caption and the plot's title say how many of how many."""
     from blindspot.annotation.labels import read_human_answers
     from blindspot.humblebench import tables as humble_tables
+    from blindspot.humblebench.comparisons import vlm_comparisons, write_vlm_comparisons
     from blindspot.sampling import read_sample, sample_label
 
     frame = todays_answers(answers, parser_version)
@@ -246,6 +249,8 @@ def make_humble_tables(
     files = {"table4": table4, "table5": table5, "table6": table6, "table7": table7, "table_a1": table_a1}
     drawn = sample_label(read_sample(sample), "questions")
     humble_tables.write_report(found, report, reading, settings, metrics, files, plot, drawn)
+    compared = vlm_comparisons(frame, reading, images, bootstrap["n_boot"], bootstrap["seed"])
+    write_vlm_comparisons(compared, comparisons, drawn)
     log.info("HumbleBench tables over %d answers", len(frame))
 
 

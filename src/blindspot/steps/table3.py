@@ -104,6 +104,7 @@ def make_table3(
     latex: str,
     test_split: Sequence[str],
     breakdown: str,
+    comparisons: Sequence[str],
     plot: str,
     metrics: dict[str, Any],
     domains: Sequence[str],
@@ -112,7 +113,8 @@ def make_table3(
     seed: int,
     sample: Sequence[str],
 ) -> None:
-    """Table 3, its plot, and pairwise accuracy with CIs per metric, domain, knob, T2I model and subcategory.
+    """Table 3, its plot, pairwise accuracy with CIs per metric, domain, knob, T2I model and subcategory, and
+    every two metrics compared on Table 3's pairs (`comparisons`: CSV, Markdown).
 
     With human choices, Table 3 is computed on the annotated pairs, as in the paper ("All reported values in
     Table 3 are computed on the same annotated human-reference subset"), and the whole test split gets a second
@@ -141,6 +143,7 @@ def make_table3(
         plot,
         {"n_boot": bootstrap_samples, "seed": seed},
         sample_label(read_sample(sample), "pairs"),
+        comparisons,
     )
     log.info("Table 3 over %d scored rows of %d metrics; %s", len(all_scores), len(metrics), title)
 
