@@ -169,3 +169,12 @@ def bootstrap_kappa(
     if not len(a):
         return NAN_ESTIMATE
     return interval(confusion_columns(a, b), kappa_of_totals, clusters, n_boot, seed, level)
+
+
+def accuracy_summary(correct: Any, clusters: Any, unit: str, n_boot: int = 1000) -> str:
+    """Accuracy with its 95% interval resampling `clusters` (what `unit` names), for a summary line:
+    "accuracy 0.612 [0.581, 0.640], resampling prompts"."""
+    found = bootstrap_accuracy(correct, n_boot, 0, clusters=clusters)
+    if np.isnan(found.value):
+        return "accuracy n/a"
+    return f"accuracy {found.value:.3f} [{found.low:.3f}, {found.high:.3f}], resampling {unit}"

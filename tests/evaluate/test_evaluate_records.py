@@ -156,7 +156,10 @@ def _show(capsys, *args) -> list[str]:
 
 def test_show_counts_the_failures_and_lists_them_first(protobias_file, capsys):
     lines = _show(capsys, protobias_file)
-    assert lines[:2] == ["clip: 4 of 5 pairs failed (1 unscored)", "pick: 0 of 5 pairs failed"]
+    # with accuracy and its interval resampling neutral prompts (triplets): pick is right on every pair
+    assert lines[0].startswith("clip: 4 of 5 pairs failed (1 unscored); accuracy 0.200 [0.000, ")
+    assert lines[0].endswith("], resampling prompts")
+    assert lines[1] == "pick: 0 of 5 pairs failed; accuracy 1.000 [1.000, 1.000], resampling prompts"
     rows = [line for line in lines if line.startswith("| ")][1:]
     assert [row.split("|")[1].strip() for row in rows] == ["wrong"] * 3 + ["unscored"] + ["right"] * 6
     assert "p3" in rows[0]
@@ -288,10 +291,11 @@ def test_show_lists_wrong_then_unreadable_then_right_answers(humble_file, capsys
     lines = _show(capsys, humble_file, "--failures")
     assert lines[:2] == [
         # and each letter's share, as the official Proportions: a position bias shows as one letter's excess
-        "vlm-a, original: 1 of 2 answers failed (1 wrong, 0 unreadable); "
-        "read as A 50%, B 50%, C 0%, D 0%, E 0%; NOTA 0%, NA 0%",
-        "vlm-a, nota_only: 2 of 2 answers failed (1 wrong, 1 unreadable); "
-        "read as A 0%, B 0%, C 50%, D 0%, E 0%; NOTA 0%, NA 50%",
+        # and the accuracy with its interval resampling images: two images, one right, give every share
+        "vlm-a, original: 1 of 2 answers failed (1 wrong, 0 unreadable); accuracy 0.500 [0.000, 1.000], resampling "
+        "images; read as A 50%, B 50%, C 0%, D 0%, E 0%; NOTA 0%, NA 0%",
+        "vlm-a, nota_only: 2 of 2 answers failed (1 wrong, 1 unreadable); accuracy 0.000 [0.000, 0.000], resampling "
+        "images; read as A 0%, B 0%, C 50%, D 0%, E 0%; NOTA 0%, NA 50%",
     ]
     rows = [line for line in lines if line.startswith("| ")][1:]
     assert [row.split("|")[1].strip() for row in rows] == ["wrong", "wrong", "unreadable"]

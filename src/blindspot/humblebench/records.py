@@ -88,12 +88,17 @@ def shares(group: pd.DataFrame) -> str:
 
 
 def counts(records: pd.DataFrame) -> list[str]:
-    """A line per VLM and setting: how many of its answers failed, and how, and the share of each reading."""
+    """A line per VLM and setting: how many of its answers failed, and how, its accuracy with a 95% interval that
+    resamples images with all of their questions, and the share of each reading."""
+    from blindspot.bootstrap import accuracy_summary
+
     lines = []
     for (vlm, setting), group in records.groupby(["vlm", "setting"], sort=False):
         found = group["outcome"].value_counts()
+        accuracy = accuracy_summary(group["outcome"] == RIGHT, group["image"], "images")
         lines.append(
             f"{vlm}, {setting}: {int(failed(group).sum())} of {len(group)} answers failed "
-            f"({int(found.get(WRONG, 0))} wrong, {int(found.get(UNREADABLE, 0))} unreadable); read as {shares(group)}"
+            f"({int(found.get(WRONG, 0))} wrong, {int(found.get(UNREADABLE, 0))} unreadable); {accuracy}; "
+            f"read as {shares(group)}"
         )
     return lines

@@ -58,12 +58,16 @@ def failures_first(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def counts(records: pd.DataFrame) -> list[str]:
-    """A line per metric: how many of its pairs failed, and how."""
+    """A line per metric: how many of its pairs failed, and how, and its accuracy with a 95% interval that resamples
+    neutral prompts (each a triplet's) with all of their pairs."""
+    from blindspot.bootstrap import accuracy_summary
+
     lines = []
     for metric, group in records.groupby("metric", sort=False):
         unscored = int((group["outcome"] == UNSCORED).sum())
         lines.append(
             f"{metric}: {int(failed(group).sum())} of {len(group)} pairs failed"
             + (f" ({unscored} unscored)" if unscored else "")
+            + f"; {accuracy_summary(group['outcome'] == RIGHT, group['prompt'], 'prompts')}"
         )
     return lines
