@@ -107,6 +107,8 @@ OUTPUT_DESCRIPTIONS = {
     "table5": "Table 5: HumbleBench across the settings",
     "table6": "Table 6: models across settings, each setting's `headline` metric",
     "table7": "Table 7: people and models on the same questions (only with `humblebench.human_answers`)",
+    "table_a2": "Table 4's setting again, each model's Overall, NOTA hit, False-NOTA and HS with its 95% interval "
+    "resampling images",
     "table_a1": "the appendix's Table 1: each model's NOTA measures, Original -> Cautious prompt (only with "
     "`humblebench.tables.cautious`)",
     "nota_plot": "NOTA hit rate against false-NOTA rate per model, in the settings read by overall accuracy",

@@ -74,6 +74,7 @@ PATHS = {
     "table6": "{results}/tables/table6_humblebench_models.{ext}",
     "table7": "{results}/tables/table7_humblebench_humans.{ext}",
     "table_a1": "{results}/tables/tableA1_humblebench_cautious.{ext}",
+    "table_a2": "{results}/tables/tableA2_humblebench_intervals.{ext}",
     "nota_plot": "{results}/tables/humblebench_nota_tradeoff.png",
     "figure2": "{results}/tables/figure2_humblebench_distributions.{ext}",
     "figure2_plot": "{results}/tables/figure2_humblebench_distributions.png",
@@ -169,11 +170,11 @@ def humble_answer_targets(config: dict[str, Any]) -> list[str]:
 
 
 def humble_table_targets(config: dict[str, Any]) -> list[str]:
-    """HumbleBench's tables: 4 to 6 always, 7 only with human answers, the appendix's Original -> Cautious
-    table only with a `cautious` setting named; Figure 2's numbers and its plot always, Table 9 only with
-    scene-graph questions (the release has no record of its filtering)."""
+    """HumbleBench's tables: 4 to 6 and the appendix's intervals always, 7 only with human answers, the
+    appendix's Original -> Cautious table only with a `cautious` setting named; Figure 2's numbers and its plot
+    always, Table 9 only with scene-graph questions (the release has no record of its filtering)."""
     humble = config["humblebench"]
-    kinds = ["table4", "table5", "table6"] + (["table7"] if humble.get("human_answers") else [])
+    kinds = ["table4", "table5", "table6", "table_a2"] + (["table7"] if humble.get("human_answers") else [])
     kinds += ["table_a1"] if humble["tables"].get("cautious") else []
     kinds += ["figure2"] + (["table9"] if humble.get("scene_graphs") else [])
     return [target for kind in kinds for target in table_targets(config, kind)] + [path(config, "figure2_plot")]

@@ -124,6 +124,7 @@ def make_tables(folder, paths, humans=True, parser_version=PARSER_VERSION, group
         table6=files("t6"),
         table7=files("t7") if humans else [],
         table_a1=files("ta1"),
+        table_a2=files("ta2"),
         plot=str(folder / "nota.png"),
         parser_version=parser_version,
         groups=groups,

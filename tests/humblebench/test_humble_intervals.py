@@ -82,3 +82,23 @@ def test_two_vlms_are_compared_per_setting_on_the_questions_both_answered(tmp_pa
     written = pd.read_csv(tmp_path / "comparisons.csv")
     pd.testing.assert_frame_equal(written, vlm_comparisons(frame, "text", None, 200, 0), check_dtype=False)
     assert (tmp_path / "comparisons.md").read_text().startswith("Every two VLMs per setting")
+
+
+def test_the_draws_follow_which_questions_share_an_image_not_where_it_lies():
+    from helpers.humble import answers
+
+    from blindspot.humblebench.humility import image_clusters
+    from blindspot.humblebench.tables import metrics_table
+
+    questions = ["q3", "q1", "q2", "q4"]
+    here = {"q1": "/a/coco_9.jpg", "q2": "/a/coco_1.jpg", "q3": "/a/coco_9.jpg"}
+    moved = {question: path.replace("/a/", "/elsewhere/x_") for question, path in here.items()}
+    assert image_clusters(questions, here).tolist() == ["q1", "q1", "q2", "q4"]
+    assert image_clusters(questions, moved).tolist() == image_clusters(questions, here).tolist()
+    frame = answers()
+    ids = sorted(set(frame["question_id"]))
+    shared = {question: f"/run1/img{i // 2}.png" for i, question in enumerate(ids)}
+    elsewhere = {question: f"/run2/{chr(122 - i // 2)}.png" for i, question in enumerate(ids)}  # names sort otherwise
+    pd.testing.assert_frame_equal(
+        metrics_table(frame, images=shared, n_boot=300), metrics_table(frame, images=elsewhere, n_boot=300)
+    )

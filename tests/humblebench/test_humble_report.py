@@ -51,7 +51,12 @@ def test_an_unreadable_human_answers_file_is_one_line_naming_it(tmp_path, conten
 def test_the_report_is_each_table_of_the_metrics_with_its_caption(humans):
     found, report = report_tables(answers(), None, "text", SETTINGS, "original", "nota_only")
     pd.testing.assert_frame_equal(found, metrics_table(answers()))
-    assert list(report) == ["table4", "table5", "table6"]  # no people's answers: no Table 7
+    assert list(report) == ["table4", "table5", "table6", "table_a2"]  # no people's answers: no Table 7
+    intervals = report["table_a2"][0].set_index("Model")
+    row = found[(found["vlm"] == "vlm-a") & (found["setting"] == "original") & (found["reading"] == "text")].iloc[0]
+    assert intervals.loc["vlm-a", "Overall"] == (
+        f"{100 * row['overall']:.2f} [{100 * row['overall_low']:.2f}, {100 * row['overall_high']:.2f}]"
+    )
     pd.testing.assert_frame_equal(report["table4"][0], table4(found, "text", "original"))
     pd.testing.assert_frame_equal(report["table5"][0], table5(found, "text", SETTINGS))
     pd.testing.assert_frame_equal(report["table6"][0], table6(found, "text", SETTINGS))
@@ -83,7 +88,8 @@ def test_the_step_writes_every_table_and_the_plot(tmp_path, humans):
         "(d' as it is), over the 2 models that answered every setting"
     )
     assert report["table_a1"][1] == caption
-    for name, short in (("table4", "t4"), ("table5", "t5"), ("table6", "t6"), ("table7", "t7"), ("table_a1", "ta1")):
+    tables = {"table4": "t4", "table5": "t5", "table6": "t6", "table7": "t7", "table_a1": "ta1", "table_a2": "ta2"}
+    for name, short in tables.items():
         assert (tmp_path / f"{short}.csv").read_text() == report[name][0].to_csv(index=False)
         assert (tmp_path / f"{short}.md").read_text().startswith(report[name][1])
     assert (tmp_path / "nota.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -236,6 +242,7 @@ def test_the_step_makes_table7_from_the_human_study_project_s_labels(tmp_path, h
         table6=files["t6"],
         table7=[str(tmp_path / f"t7.{ext}") for ext in ("csv", "md", "tex")],
         table_a1=[],
+        table_a2=[str(tmp_path / f"ta2.{ext}") for ext in ("csv", "md", "tex")],
         plot=str(tmp_path / "nota.png"),
         parser_version=PARSER_VERSION,
         groups=None,

@@ -181,6 +181,7 @@ rule make_humble_tables:
         table6=humble_tables("table6"),
         table7=targets.table_targets(config, "table7") if config["humblebench"].get("human_answers") else [],
         table_a1=humble_tables("table_a1") if HUMBLE["tables"].get("cautious") else [],
+        table_a2=humble_tables("table_a2"),
         plot=report(P("nota_plot"), caption="../report/humblebench.rst", category="HumbleBench"),
     params:
         reading=HUMBLE["reading"],

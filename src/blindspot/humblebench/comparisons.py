@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from blindspot.comparisons import COMPARISON_COLUMNS, paired_comparisons
-from blindspot.humblebench.humility import answer_outcomes
+from blindspot.humblebench.humility import answer_outcomes, image_clusters
 from blindspot.io import stable_id, write_text
 from blindspot.reporting import to_markdown
 from blindspot.sampling import marked_caption, marked_table
@@ -29,7 +29,7 @@ def vlm_comparisons(
         outcomes = answer_outcomes(part.assign(prediction=part[f"prediction_{reading}"]))
         long = pd.DataFrame({"question_id": part["question_id"], "vlm": part["vlm"], "correct": outcomes["correct"]})
         wide = long.pivot(index="question_id", columns="vlm", values="correct")[list(dict.fromkeys(part["vlm"]))]
-        clusters = np.array([(images or {}).get(question, question) for question in wide.index], dtype=object)
+        clusters = image_clusters(list(wide.index), images)
         rng = np.random.default_rng([seed, int(stable_id("comparisons", setting), 16)])
         compared = paired_comparisons(wide.fillna(False).astype(bool), clusters, n_boot, rng, wide.notna())
         frames.append(compared.assign(setting=setting))

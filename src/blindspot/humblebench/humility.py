@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -214,6 +214,17 @@ def _statistics(totals: np.ndarray, at: dict[str, int]) -> dict[str, np.ndarray]
     both = (col("nota") > 0) & (col("non_nota") > 0)
     found["d_prime"] = np.where(both, z(col("hits"), col("nota")) - z(col("false_alarms"), col("non_nota")), np.nan)
     return found
+
+
+def image_clusters(questions: Sequence[str], images: Mapping[str, str] | None) -> np.ndarray:
+    """Per question, the cluster its intervals resample it in: its image, named by the first question id (in
+    sorted order) that shows it, so the draws do not depend on where the images lie; each question its own
+    where `images` does not name its image."""
+    image = [(images or {}).get(question, f"question:{question}") for question in questions]
+    first: dict[str, str] = {}
+    for question, shown in sorted(zip(map(str, questions), image, strict=True)):
+        first.setdefault(shown, question)
+    return np.array([first[shown] for shown in image], dtype=object)
 
 
 def humility_intervals(

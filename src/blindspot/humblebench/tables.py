@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from blindspot.humblebench.humility import ANSWER_COLUMNS, humility_intervals, humility_metrics, require_columns
+from blindspot.humblebench.humility import (
+    ANSWER_COLUMNS,
+    humility_intervals,
+    humility_metrics,
+    image_clusters,
+    require_columns,
+)
 from blindspot.io import atomic_path, read_csv, stable_id, write_text
 from blindspot.registry import MODEL_GROUPS
 from blindspot.reporting import Cell, write_report_table
@@ -68,7 +74,7 @@ def metrics_table(
     _require_answers(answers, readings)
     rows = []
     for (vlm, setting), group in answers.groupby(["vlm", "setting"], sort=False):
-        clusters = np.array([(images or {}).get(question, question) for question in group["question_id"]], dtype=object)
+        clusters = image_clusters(list(group["question_id"]), images)
         for reading in readings:
             frame = group.assign(prediction=group[f"prediction_{reading}"])
             cut = float(group["cut_off"].eq(True).mean()) if "cut_off" in group else math.nan
@@ -147,6 +153,30 @@ def table4(metrics: pd.DataFrame, reading: str, setting: str, groups: Groups | N
     table = part[["vlm", *TABLE4_COLUMNS]].rename(columns={"vlm": "Model", **TABLE4_COLUMNS})
     table = table.assign(**{c: table[c].map(_percent) for c in TABLE4_COLUMNS.values()}).reset_index(drop=True)
     return grouped(table, groups)
+
+
+# Appendix Table 2's measures: Table 4's headline ones, each with its interval.
+INTERVAL_COLUMNS = {"overall": "Overall", "nota_hit": "NOTA hit", "false_nota": "False-NOTA", "humility": "HS"}
+
+
+def interval_table(metrics: pd.DataFrame, reading: str, setting: str, groups: Groups | None = None) -> pd.DataFrame:
+    """Appendix Table 2: each model's overall accuracy, NOTA hit, false-NOTA and HS in one setting, % with the 95%
+    interval that resamples images (`humility_intervals`), the models in their `groups`."""
+    bounds = [f"{metric}{bound}" for metric in INTERVAL_COLUMNS for bound in ("_low", "_high")]
+    part = _one_reading(metrics, reading, [*INTERVAL_COLUMNS, *bounds])
+    part = part[part["setting"] == setting]
+
+    def cell(row: Any, metric: str) -> str:
+        value, low, high = (_percent(row[f"{metric}{bound}"]) for bound in ("", "_low", "_high"))
+        if math.isnan(value):
+            return "n/a"
+        return f"{value:.2f}" + ("" if math.isnan(low) else f" [{low:.2f}, {high:.2f}]")
+
+    rows = [
+        {"Model": row["vlm"], **{label: cell(row, m) for m, label in INTERVAL_COLUMNS.items()}}
+        for _, row in part.iterrows()
+    ]
+    return grouped(pd.DataFrame(rows, columns=["Model", *INTERVAL_COLUMNS.values()]), groups)
 
 
 def full_population(metrics: pd.DataFrame, settings: Sequence[str]) -> list[str]:
@@ -379,6 +409,11 @@ def report_tables(
             f"Table 6: models across settings ({ran}), %, {everyone}; {bold}",
         ),
     }
+    report["table_a2"] = (
+        interval_table(found, reading, original, groups),
+        f"Appendix Table 2: the {settings[original]['label']} setting ({ran}), % with the 95% percentile-bootstrap "
+        "interval, resampling images with all of their questions (docs/fidelity.md H12)",
+    )
     if humans is not None:
         report["table7"] = (
             table7(answers, humans, reading, original, stress),

@@ -218,6 +218,7 @@ def make_humble_tables(
     table6: Sequence[str],
     table7: Sequence[str],
     table_a1: Sequence[str],
+    table_a2: Sequence[str],
     plot: str,
     parser_version: int,
     groups: dict[str, str | None] | None,
@@ -247,6 +248,7 @@ def make_humble_tables(
         frame, people, reading, settings, original, stress, cautious, groups=groups, images=images, **bootstrap
     )
     files = {"table4": table4, "table5": table5, "table6": table6, "table7": table7, "table_a1": table_a1}
+    files["table_a2"] = table_a2
     drawn = sample_label(read_sample(sample), "questions")
     humble_tables.write_report(found, report, reading, settings, metrics, files, plot, drawn)
     compared = vlm_comparisons(frame, reading, images, bootstrap["n_boot"], bootstrap["seed"])
