@@ -487,3 +487,14 @@ def test_a_vlm_named_by_its_folder_gets_an_entry_derived_and_printed_to_paste(
     monkeypatch.chdir(tmp_path)
     (tmp_path / VLM).mkdir()
     assert (model_here(tiny_config, "Fresh-Checkpoint"), model_here(tiny_config, VLM)) == (str(folder), VLM)
+
+
+def test_a_hub_id_or_folder_the_registry_has_is_its_entry(tiny_config, capsys):
+    """The paper config's Qwen2.5-VL-7B named by its hub id is its registry entry, with its protocol and GPUs."""
+    from blindspot.evaluate.config import model_entry
+
+    paper = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    assert model_entry(paper, "Qwen/Qwen2.5-VL-7B-Instruct") == "qwen2.5-vl-7b-instruct"
+    assert capsys.readouterr().err == (
+        "blindspot evaluate: Qwen/Qwen2.5-VL-7B-Instruct is models.qwen2.5-vl-7b-instruct of the config\n"
+    )

@@ -31,6 +31,10 @@ def model_entry(config: dict[str, Any], name: str, plugin: str | None = None) ->
 
     if name in config["models"]:
         return name
+    registered = [known for known, entry in config["models"].items() if entry.get("id") in (name, name.rstrip("/"))]
+    if registered:  # the registry's entry of that model, with its protocol and resources
+        sys.stderr.write(f"blindspot evaluate: {name} is models.{registered[0]} of the config\n")
+        return registered[0]
     if not is_model_source(name):
         raise ConfigError(
             f"model {name}: not in the config's registry, nor a model's folder (with its config.json) or a hub id"
