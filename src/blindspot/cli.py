@@ -306,7 +306,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--human-study",
         help="the annotators' question sets (human_study.parquet) that --human-answers' labels are checked against",
     )
+    view = commands.add_parser(
+        "view", help="a static site of a run's per-item records with their images, to open from file:// or serve"
+    )
+    view.add_argument("path", metavar="PATH", help="a results folder, or a records file (tables/*_records.jsonl)")
+    view.add_argument("--out", help="the site's folder (default: blindspot_view beside the records)")
+    view.add_argument("--serve", action="store_true", help="then serve it on 127.0.0.1 (for an SSH tunnel)")
+    view.add_argument("--port", type=int, default=8000, help="with --serve (default 8000; 0: any free one)")
     return parser
+
+
+def view(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from blindspot import view as site
+
+    files = site.records_files(args.path)
+    out = Path(args.out or files[0].parent / "blindspot_view")
+    index = site.build_site(args.path, out)
+    sys.stdout.write(f"blindspot view: file://{index.resolve()}\n")
+    sys.stdout.flush()
+    if args.serve:
+        site.serve(out, args.port)
 
 
 def humble(args: argparse.Namespace) -> None:
@@ -377,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "evaluate":
             evaluate_cli.main(args)
+            return 0
+        if args.command == "view":
+            view(args)
             return 0
         config = load_config(args.configfile)
         if args.command == "plan":

@@ -424,7 +424,7 @@ def test_the_check_refuses_what_the_parsers_refuse(tmp_path):
             "blindspot plam --configfile config/config.yaml",
             [
                 "blindspot: error: argument command: invalid choice: 'plam' (choose from 'plan', 'throughput', "
-                "'targets', 'fetch-models', 'doctor', 'verify', 'evaluate', 'annotate', 'humble')"
+                "'targets', 'fetch-models', 'doctor', 'verify', 'evaluate', 'annotate', 'humble', 'view')"
             ],
         ),
         (4, "blindspot plan --configfile config/config.yaml --format csv", []),
