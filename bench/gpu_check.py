@@ -214,10 +214,11 @@ def vlm_spec(name: str, path: Path) -> Any:
 
 
 def vlm(device: str, items: int, rounds: int) -> list[dict[str, Any]]:
-    from blindspot.humblebench.answers import answer_questions
+    from blindspot.humblebench.answers import Asked, answer_questions
     from blindspot.humblebench.settings import NOTA_TEXT, Question, present
     from blindspot.models.vlm_scoring import TransformersVLMScorer, image_conversation
     from blindspot.prompts import PromptTemplate
+    from blindspot.registry import AnswerProtocol, Decoding
 
     humble, stage = PAPER["humblebench"], PAPER["image_stage"]
     render = render_size()
@@ -238,10 +239,11 @@ def vlm(device: str, items: int, rounds: int) -> list[dict[str, Any]]:
             )
             for i in range(items)
         ]
-        answer_questions(questions[:1], scorer, {setting: template}, humble["max_new_tokens"])  # warm-up
-        answer_s = fastest(
-            lambda: answer_questions(questions, scorer, {setting: template}, humble["max_new_tokens"]), rounds
-        )
+        # the uniform protocol: the letter prompt, greedy, the config's budget (`registry.answer_protocol`)
+        protocol = AnswerProtocol("uniform", str(REPO / humble["prompt"]), "", Decoding(), humble["max_new_tokens"])
+        asked = Asked.load({setting: template}, protocol, SEED)
+        answer_questions(questions[:1], scorer, asked)  # warm-up
+        answer_s = fastest(lambda: answer_questions(questions, scorer, asked), rounds)
         judge = PromptTemplate.load(REPO / stage["judge_template"])
         conversations = [image_conversation(judge, description="a penguin on a rock with three stones")] * items
         renders = [noise((render["width"], render["height"]), i) for i in range(items)]
