@@ -189,4 +189,5 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
         "cut_off": int(frame["cut_off"].sum()),
         "computed_items": 4,
         "letters_from_text": 0,  # a local model's letters come from its logits
+        "protocol": asked.protocol.params(),  # how it was asked, as the rule's params gave it
     }

@@ -105,28 +105,30 @@ def test_an_answer_without_reasoning_is_all_answer_and_one_cut_off_is_counted():
 def test_the_tiny_reasoning_vlm_answers_with_its_own_budget_and_its_cut_off_answers_are_counted(
     built_config, tmp_path, monkeypatch
 ):
-    """`answer_humble` as its rule calls it, with the tiny preset's reasoning-template VLM: its registry
-    entry's budget (generation.max_tokens: 12) overrides humblebench.max_new_tokens (8); its random
-    weights never close the reasoning its template opened, nor end the sequence, so every answer is cut
-    off, counted in the job's counters and in the metrics per model."""
+    """`answer_humble` as its rule calls it, with the tiny preset's reasoning-template VLM: its protocol's
+    budget (humble_protocol.max_tokens: 12) overrides humblebench.max_new_tokens (8); its random weights never
+    close the reasoning its template opened, nor end the sequence, so every answer is cut off, counted in the
+    job's counters and in the metrics per model."""
     from blindspot.models.spec import model_spec
     from blindspot.models.vlm_scoring import TransformersVLMScorer
+    from blindspot.registry import answer_protocol
     from blindspot.steps.humble import answer_humble
 
     name = "tiny-qwen2.5-vl-thinking"
     humble = built_config["humblebench"]
     assert name in humble["vlms"]
     spec = model_spec(built_config, name)
-    assert spec.generation["max_tokens"] == 12 != humble["max_new_tokens"]
+    protocol = answer_protocol(built_config, name)
+    assert protocol.max_tokens == 12 != humble["max_new_tokens"]
     scorer = TransformersVLMScorer(spec, batch_size=4)
     prompt = scorer.processor.apply_chat_template([{"role": "user", "content": "?"}], add_generation_prompt=True)
     assert prompt.endswith("<|im_start|>assistant\n<think>\n")  # the template opens the reasoning
 
     budgets, choose = [], TransformersVLMScorer.choose  # the real method, its budget noted
 
-    def noting_budget(self, conversations, images, candidates, max_new_tokens):
+    def noting_budget(self, conversations, images, candidates, max_new_tokens, decoding=None, seeds=None):
         budgets.append(max_new_tokens)
-        return choose(self, conversations, images, candidates, max_new_tokens)
+        return choose(self, conversations, images, candidates, max_new_tokens, decoding, seeds)
 
     monkeypatch.setattr(TransformersVLMScorer, "choose", noting_budget)
     table = questions(tmp_path, 4)
@@ -135,11 +137,12 @@ def test_the_tiny_reasoning_vlm_answers_with_its_own_budget_and_its_cut_off_answ
     answer_humble(
         questions=str(tmp_path / "questions.parquet"),
         template=str(TEMPLATE),
+        prompt=protocol.prompt,
         model=dataclasses.asdict(spec),
+        protocol=protocol.params(),
         transforms={},
         answer_shards=1,
         batch_size=4,
-        max_new_tokens=humble["max_new_tokens"],
         seed=3,
         journal=str(tmp_path / "journal.jsonl"),
         vlm=name,
@@ -156,7 +159,7 @@ def test_the_tiny_reasoning_vlm_answers_with_its_own_budget_and_its_cut_off_answ
     assert parsed_texts(frame).tolist() == frame["prediction_text"].tolist()
     counters = json.loads(counters_out.read_text())
     assert (counters["questions"], counters["cut_off"], counters["reasoned"]) == (4, 4, 0)
-    assert budgets == [12]  # the entry's budget, not humblebench.max_new_tokens's 8
+    assert budgets == [12]  # the protocol's budget, not humblebench.max_new_tokens's 8
     # The metrics report the share cut off per model; answers that do not say (made elsewhere) have none.
     found = metrics_table(frame.assign(vlm=name), readings=("text",))
     assert found["cut_off"].tolist() == [1.0]
