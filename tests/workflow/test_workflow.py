@@ -812,6 +812,8 @@ def test_an_api_vlm_answers_humblebench_beside_the_local_ones_and_is_never_asked
             "request": {"max_tokens": 1, "temperature": 0, "logit_bias": _letter_bias(served)},
             "client": {"concurrency": 2, "max_concurrency": 4, "timeout_s": 120},
             "group": "proprietary",
+            # its own list wins over its group's (the proprietary group answers the Original setting only)
+            "humble_settings": list(config["humblebench"]["settings"]),
         }
         humble = config["humblebench"]
         humble["vlms"] = [*humble["vlms"], "api-vlm"]
