@@ -109,7 +109,9 @@ def test_each_measurement_runs_through_the_projects_code_on_the_tiny_models(buil
         ("tiny-flux", "plain diffusers loop", 4),
         ("tiny-flux", "render path", 4),
     ]
-    assert t2i[1]["overhead"] == pytest.approx(t2i[1]["seconds"] / t2i[0]["seconds"] - 1, abs=0.01)
+    # the overhead is of the seconds before they were rounded to the millisecond: within what that rounding allows
+    plain, ours, ms = t2i[0]["seconds"], t2i[1]["seconds"], 0.0005
+    assert (ours - ms) / (plain + ms) - 1 - 1e-4 <= t2i[1]["overhead"] <= (ours + ms) / (plain - ms) - 1 + 1e-4
     vlm = gpu_check.vlm("cpu", items=3, rounds=1)
     assert [row["arm"] for row in vlm] == ["HumbleBench answers at 640x480", "VLM filter scores at 1024x1024"]
     assert all(row["items"] == 3 and row["items_per_second"] > 0 and row["load_s"] >= 0 for row in vlm)

@@ -120,7 +120,7 @@ def test_a_metric_is_the_configs_or_a_plug_in_with_its_model(tiny_config, tmp_pa
     assert config["models"]["my-vlm"]["backend"] == config["models"]["my-clip"]["backend"] == "transformers"
     assert "models.my-clip derived from" in capsys.readouterr().err
     with pytest.raises(ConfigError, match=r"^model .*my-clip, .*model type clip.*no backend here runs it with images"):
-        metric_entries(config, [f"vqa_score@{tmp_path / 'my-clip'}"])
+        metric_entries(copy.deepcopy(tiny_config), [f"vqa_score@{tmp_path / 'my-clip'}"])
     with pytest.raises(ConfigError, match=r"^model org/some-model: its config.json is not in the hub cache"):
         metric_entries(config, ["x.y:Z@org/some-model"])
     with pytest.raises(ConfigError, match=r"^model some-model: not in the config's registry, nor a model's folder"):

@@ -414,7 +414,11 @@ def test_evaluate_writes_a_record_per_scored_pair_whose_decisions_give_table3(ex
     assert records["correct"].mean() == pytest.approx(float(table3.loc["CLIPScore", "Overall Acc."]))
     lines = _show(capsys, path)
     failed = int((~records["correct"]).sum())
-    assert lines[0] == f"clipscore: {failed} of {len(test)} pairs failed"
+    # with the accuracy and its interval, as Table 3's CSV has them for a dataset whose prompts are its triplets
+    overall = table3.loc["CLIPScore"]
+    assert lines[0].startswith(
+        f"clipscore: {failed} of {len(test)} pairs failed; accuracy {overall['Overall Acc.']:.3f} ["
+    )
     rows = [line.split("|")[1].strip() for line in lines if line.startswith("| ")][1:]
     assert rows == ["wrong"] * failed + ["right"] * (len(test) - failed)
 

@@ -194,7 +194,8 @@ def test_final_targets_are_the_benchmark_and_the_tables(tiny_config):
     assert not any("table9" in target for target in targets)  # no scene-graph questions in the tiny preset
     assert "results/tiny/tables/protobias_records.jsonl" in targets  # each benchmark's per-item records
     assert "results/tiny/tables/humblebench_records.jsonl" in targets
-    assert len(targets) == 3 + 3 * 3 + 5 * 3 + 1 + 6 + 1 + 2
+    assert "results/tiny/tables/tableA2_humblebench_intervals.md" in targets  # Table 4's setting with intervals
+    assert len(targets) == 3 + 3 * 3 + 6 * 3 + 1 + 6 + 1 + 2
 
 
 @pytest.mark.slow
