@@ -10,12 +10,17 @@ one half), its p-values corrected for the number of comparisons by Holm's step-d
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from blindspot.bootstrap import cluster_totals, percentiles, resampled_totals
+from blindspot.io import write_text
+from blindspot.reporting import to_markdown
+from blindspot.sampling import marked_caption, marked_table
 
 COMPARISON_COLUMNS = [
     "a",
@@ -94,3 +99,45 @@ def paired_comparisons(
     frame["p_holm"] = holm(frame["p_mcnemar"])
     frame["significant"] = frame["p_holm"] < ALPHA
     return frame
+
+
+def shown_comparisons(compared: pd.DataFrame, label: Callable[[str], str] = str, items: str = "Items") -> pd.DataFrame:
+    """The comparisons as their Markdown shows them: each system by its `label`, accuracy in %, the difference with
+    its interval, the discordant `items`, both p-values (a `setting` column first where there is one)."""
+
+    def percent(value: float) -> str:
+        return "n/a" if np.isnan(value) else f"{100 * value:.1f}"
+
+    shown = {"Setting": compared["setting"]} if "setting" in compared else {}
+    shown |= {
+        "A": compared["a"].map(label),
+        "B": compared["b"].map(label),
+        items: compared["n"],
+        "Acc. A": compared["accuracy_a"].map(percent),
+        "Acc. B": compared["accuracy_b"].map(percent),
+        "A - B [95% CI]": [
+            f"{percent(row.difference)} [{percent(row.difference_low)}, {percent(row.difference_high)}]"
+            for row in compared.itertuples()
+        ],
+        "A only": compared["a_only"],
+        "B only": compared["b_only"],
+        "p (McNemar)": compared["p_mcnemar"].map(lambda p: f"{p:.3g}"),
+        "p (Holm)": compared["p_holm"].map(lambda p: f"{p:.3g}"),
+    }
+    return pd.DataFrame(shown)
+
+
+def write_comparisons(
+    compared: pd.DataFrame,
+    files: Sequence[str | Path],
+    caption: str,
+    sample: str | None = None,
+    label: Callable[[str], str] = str,
+    items: str = "Items",
+) -> None:
+    """The comparisons as CSV (fractions, full precision) and Markdown (`shown_comparisons`) under `caption`; on a
+    `sample` (its label) the CSV's rows and the caption say so."""
+    csv, markdown = files
+    write_text(csv, marked_table(compared, sample).to_csv(index=False))
+    shown = to_markdown(shown_comparisons(compared, label, items))
+    write_text(markdown, f"{marked_caption(caption, sample)}\n\n{shown}")

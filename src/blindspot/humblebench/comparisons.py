@@ -11,11 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from blindspot.comparisons import COMPARISON_COLUMNS, paired_comparisons
+from blindspot.comparisons import COMPARISON_COLUMNS, paired_comparisons, write_comparisons
 from blindspot.humblebench.humility import answer_outcomes, image_clusters
-from blindspot.io import stable_id, write_text
-from blindspot.reporting import to_markdown
-from blindspot.sampling import marked_caption, marked_table
+from blindspot.io import stable_id
 
 
 def vlm_comparisons(
@@ -37,34 +35,10 @@ def vlm_comparisons(
 
 
 def write_vlm_comparisons(compared: pd.DataFrame, files: Sequence[str | Path], sample: str | None = None) -> None:
-    """The comparisons as CSV (fractions, full precision) and Markdown (%), under a caption saying what they are."""
-    csv, markdown = files
-    write_text(csv, marked_table(compared, sample).to_csv(index=False))
-
-    def percent(value: float) -> str:
-        return "n/a" if np.isnan(value) else f"{100 * value:.1f}"
-
-    shown = pd.DataFrame(
-        {
-            "Setting": compared["setting"],
-            "A": compared["a"],
-            "B": compared["b"],
-            "Questions": compared["n"],
-            "Acc. A": compared["accuracy_a"].map(percent),
-            "Acc. B": compared["accuracy_b"].map(percent),
-            "A - B [95% CI]": [
-                f"{percent(row.difference)} [{percent(row.difference_low)}, {percent(row.difference_high)}]"
-                for row in compared.itertuples()
-            ],
-            "A only": compared["a_only"],
-            "B only": compared["b_only"],
-            "p (Holm)": compared["p_holm"].map(lambda p: f"{p:.3g}"),
-        }
-    )
-    caption = marked_caption(
+    """The comparisons as CSV and Markdown (`comparisons.write_comparisons`), under a caption saying what they are."""
+    caption = (
         "Every two VLMs per setting on the questions both answered: overall accuracy (%), the difference with its "
         "95% paired bootstrap interval (the same images resampled for both, each with all of its questions), the "
-        "questions only A or only B got right, and McNemar's exact test on those, Holm-corrected within the setting.",
-        sample,
+        "questions only A or only B got right, and McNemar's exact test on those, Holm-corrected within the setting."
     )
-    write_text(markdown, f"{caption}\n\n{to_markdown(shown)}")
+    write_comparisons(compared, files, caption, sample, items="Questions")

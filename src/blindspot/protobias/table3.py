@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from blindspot.comparisons import ALPHA
+from blindspot.comparisons import ALPHA, write_comparisons
 from blindspot.io import atomic_path, write_text
 from blindspot.protobias import accuracy
 from blindspot.protobias.accuracy import HUMAN, OVERALL
@@ -159,47 +159,17 @@ UNSETTLED_NOTE = (
 )
 
 
-def comparisons_table(compared: pd.DataFrame, metrics: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
-    """The paired comparisons as their Markdown shows them: the metrics by label, % with the difference's interval."""
-
-    def percent(value: float) -> str:
-        return "n/a" if np.isnan(value) else f"{100 * value:.1f}"
-
-    return pd.DataFrame(
-        {
-            "A": [_label(name, metrics) for name in compared["a"]],
-            "B": [_label(name, metrics) for name in compared["b"]],
-            "Pairs": compared["n"],
-            "Acc. A": compared["accuracy_a"].map(percent),
-            "Acc. B": compared["accuracy_b"].map(percent),
-            "A - B [95% CI]": [
-                f"{percent(d)} [{percent(lo)}, {percent(hi)}]"
-                for d, lo, hi in zip(
-                    compared["difference"], compared["difference_low"], compared["difference_high"], strict=True
-                )
-            ],
-            "A only": compared["a_only"],
-            "B only": compared["b_only"],
-            "p (McNemar)": compared["p_mcnemar"].map(lambda p: f"{p:.3g}"),
-            "p (Holm)": compared["p_holm"].map(lambda p: f"{p:.3g}"),
-        }
-    )
-
-
-def write_comparisons(
+def write_metric_comparisons(
     compared: pd.DataFrame, metrics: Mapping[str, Mapping[str, Any]], files: Sequence[str | Path], sample: str | None
 ) -> None:
-    """The paired comparisons as CSV (full precision) and Markdown, under a caption saying what they are."""
-    csv, markdown = files
-    write_text(csv, marked_table(compared, sample).to_csv(index=False))
+    """Every two metrics' comparison as CSV and Markdown (`comparisons.write_comparisons`), the metrics by label."""
     population = compared["population"].iloc[0] if len(compared) else ""
-    caption = marked_caption(
+    caption = (
         f"Every two metrics on the {population} pairs both scored: accuracy (%), the difference with its 95% paired "
         "bootstrap interval (the same triplets resampled for both), the pairs only A or only B gets right, and "
-        f"McNemar's exact test on those, with Holm's correction over the {len(compared)} comparisons.",
-        sample,
+        f"McNemar's exact test on those, with Holm's correction over the {len(compared)} comparisons."
     )
-    write_text(markdown, f"{caption}\n\n{to_markdown(comparisons_table(compared, metrics))}")
+    write_comparisons(compared, files, caption, sample, lambda name: _label(name, metrics), "Pairs")
 
 
 def interval_note(pairs: pd.DataFrame) -> str:
@@ -327,7 +297,7 @@ def write_report(
             annotated_only=humans is not None,
             **options,
         )
-        write_comparisons(compared, metrics, comparisons, sample)
+        write_metric_comparisons(compared, metrics, comparisons, sample)
     if humans is None:
         shown, long, labels = whole_metrics, whole_metrics, marked
         title = f"Pairwise accuracy on the whole test split ({n_test} pairs, 95% CI)"
