@@ -162,6 +162,20 @@ def pairwise_outcomes(
 # --- breakdowns -------------------------------------------------------------------------------------------------
 
 
+def majority_choices(humans: pd.DataFrame | None, test: pd.DataFrame, annotated_only: bool = False) -> np.ndarray:
+    """The human majority's choice per test pair, in `test`'s order (None where not annotated, all None without
+    `humans`); human choices of pairs that are not test pairs, or `annotated_only` without them, are a ValueError."""
+    if humans is None:
+        if annotated_only:
+            raise ValueError("annotated_only needs human choices")
+        return np.full(len(test), None, dtype=object)
+    humans = _check_choices(humans, "human choices")
+    unknown = pd.Index(humans["pair_id"]).difference(test["pair_id"])
+    if len(unknown):
+        raise ValueError(f"{len(unknown)} human-annotated pairs are not test pairs, e.g. {list(unknown[:3])}")
+    return humans.set_index("pair_id")["choice"].reindex(test["pair_id"]).to_numpy()
+
+
 def _cell_seed(seed: int, *key: str) -> np.random.Generator:
     """One generator per (breakdown, group), whose resamples every metric of the cell shares: an interval does not
     move when other metrics come or go, and two metrics' are paired."""
@@ -195,16 +209,7 @@ def accuracy_breakdown(
     """
     test = select_test_pairs(pairs)
     correct, unscored = pairwise_outcomes(scores, pairs, metrics)
-    if humans is not None:
-        humans = _check_choices(humans, "human choices")
-        unknown = pd.Index(humans["pair_id"]).difference(test["pair_id"])
-        if len(unknown):
-            raise ValueError(f"{len(unknown)} human-annotated pairs are not test pairs, e.g. {list(unknown[:3])}")
-        choice = humans.set_index("pair_id")["choice"].reindex(test["pair_id"]).to_numpy()
-    elif annotated_only:
-        raise ValueError("annotated_only needs human choices")
-    else:
-        choice = np.full(len(test), None, dtype=object)
+    choice = majority_choices(humans, test, annotated_only)
     keep = np.isin(choice, CHOICES) if annotated_only else np.ones(len(test), dtype=bool)
     test, correct, unscored, choice = test[keep], correct[keep], unscored[keep], choice[keep]
     annotated = np.isin(choice, CHOICES)
@@ -298,13 +303,11 @@ def metric_comparisons(
     test = select_test_pairs(pairs)
     correct, unscored = pairwise_outcomes(scores, pairs, metrics)
     scored = ~unscored
+    choice = majority_choices(humans, test, annotated_only)
+    annotated = np.isin(choice, CHOICES)
     if humans is not None:
-        choice = _check_choices(humans, "human choices").set_index("pair_id")["choice"].reindex(test["pair_id"])
-        annotated = choice.isin(CHOICES).to_numpy()
-        correct.insert(0, HUMAN, (choice == "corr").to_numpy())
+        correct.insert(0, HUMAN, choice == "corr")
         scored.insert(0, HUMAN, annotated)
-    elif annotated_only:
-        raise ValueError("annotated_only needs human choices")
     keep = annotated if annotated_only else np.ones(len(test), dtype=bool)
     clusters = test["triplet_id" if "triplet_id" in test else "pair_id"].to_numpy()[keep]
     compared = paired_comparisons(correct[keep], clusters, n_boot, _cell_seed(seed, "comparisons"), scored[keep])
@@ -321,10 +324,7 @@ def leader_tests(
 
     test = select_test_pairs(pairs)
     correct, unscored = pairwise_outcomes(scores, pairs, metrics)
-    keep = np.ones(len(test), dtype=bool)
-    if humans is not None:
-        choice = _check_choices(humans, "human choices").set_index("pair_id")["choice"].reindex(test["pair_id"])
-        keep = choice.isin(CHOICES).to_numpy()
+    keep = np.isin(majority_choices(humans, test), CHOICES) if humans is not None else np.ones(len(test), dtype=bool)
     groups = {
         OVERALL: keep,
         **{domain: keep & (test["domain"] == domain).to_numpy() for domain in test["domain"].unique()},
