@@ -65,3 +65,11 @@ def test_kappa_is_resampled_by_clusters_too():
     by_items, by_clusters = bootstrap_kappa(a, b, 2000, 1), bootstrap_kappa(a, b, 2000, 1, clusters=clusters)
     assert by_items.value == by_clusters.value
     assert 1.6 < _width(by_clusters) / _width(by_items) < 2.4  # about sqrt(4)
+
+
+def test_one_cluster_gives_no_interval():
+    """Three pairs of one triplet: resampling it gives the same value every time, which is no interval."""
+    one = bootstrap_accuracy([True, False, True], 200, 0, clusters=["t1"] * 3)
+    assert one.value == pytest.approx(2 / 3)
+    assert np.isnan(one.low)
+    assert np.isnan(one.high)

@@ -60,11 +60,12 @@ def cluster_totals(counts: np.ndarray, clusters: Any) -> np.ndarray:
 
 def resampled_totals(per_cluster: np.ndarray, n_boot: int, seed: int | np.random.Generator) -> np.ndarray:
     """(n_boot x columns): the column totals of `per_cluster` (clusters x columns) in each of `n_boot` resamples
-    of its clusters with replacement."""
+    of its clusters with replacement; NaN with fewer than two clusters, whose spread one cannot show (one
+    triplet's pairs give no interval, not a zero-width one)."""
     rng, clusters = _rng(seed), len(per_cluster)
+    if clusters < 2:
+        return np.full((n_boot, per_cluster.shape[1]), np.nan)
     out = np.zeros((n_boot, per_cluster.shape[1]))
-    if not clusters:
-        return out
     block = max(1, BLOCK_CELLS // clusters)
     shares = np.full(clusters, 1.0 / clusters)
     for start in range(0, n_boot, block):
@@ -143,8 +144,10 @@ def confusion_columns(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def kappa_of_totals(totals: np.ndarray) -> np.ndarray:
-    """Cohen's kappa of each row of 2x2 table totals (`confusion_columns`' four columns)."""
-    return kappa_from_confusion(totals.reshape(-1, 2, 2))
+    """Cohen's kappa of each row of 2x2 table totals (`confusion_columns`' four columns); NaN for a row of NaN
+    (no resample, `resampled_totals`)."""
+    missing = np.isnan(totals).any(axis=1)
+    return np.where(missing, np.nan, kappa_from_confusion(np.where(missing[:, None], 0, totals).reshape(-1, 2, 2)))
 
 
 def cohen_kappa(a: Any, b: Any) -> float:

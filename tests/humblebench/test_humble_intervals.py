@@ -54,9 +54,11 @@ def test_questions_that_share_an_image_and_its_outcome_widen_the_interval():
 
 def test_a_metric_undefined_on_the_answers_has_no_interval():
     answers = _answers(["A", "B"], ["A", "C"], ["Object", "Object"])  # no NOTA question
-    found = humility_intervals(answers, ["i1", "i1"], 100, 0)
+    found = humility_intervals(answers, ["i1", "i2"], 100, 0)
     assert np.isnan([found["nota_hit_low"], found["d_prime_high"], found["relation_low"]]).all()
     assert found["overall_low"] <= 0.5 <= found["overall_high"]
+    # both questions of one image: one cluster shows no spread, so no interval
+    assert np.isnan(list(humility_intervals(answers, ["i1", "i1"], 100, 0).values())).all()
 
 
 def test_two_vlms_are_compared_per_setting_on_the_questions_both_answered(tmp_path):
