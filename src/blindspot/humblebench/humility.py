@@ -7,6 +7,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -86,19 +87,22 @@ def _rate(hits: int, total: int) -> float:
     return hits / total if total else math.nan
 
 
-def d_prime(hits: int, signals: int, false_alarms: int, noises: int) -> float:
-    """Signal-detection sensitivity of NOTA detection, z(hit rate) - z(false-alarm rate). A rate of 0
-    or 1 would make it infinite; it is moved half a count inward, to 1/(2N) or 1 - 1/(2N) (Macmillan
-    and Kaplan, 1985). Undefined (NaN) without both NOTA and non-NOTA questions."""
+def _z_corrected(count: Any, total: Any) -> Any:
+    """z of the rate count/total, a rate of 0 or 1 moved half a count inward: to 1/(2N) or 1 - 1/(2N) (Macmillan
+    and Kaplan, 1985); element by element for arrays (the resamples, `humility_intervals`)."""
     from scipy.stats import norm
 
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return norm.ppf(np.clip(np.divide(count, total), 1 / (2 * np.asarray(total)), 1 - 1 / (2 * np.asarray(total))))
+
+
+def d_prime(hits: int, signals: int, false_alarms: int, noises: int) -> float:
+    """Signal-detection sensitivity of NOTA detection, z(hit rate) - z(false-alarm rate), each rate of 0 or 1
+    moved half a count inward (`_z_corrected`): it would make d' infinite. Undefined (NaN) without both NOTA
+    and non-NOTA questions."""
     if not signals or not noises:
         return math.nan
-
-    def corrected(count: int, total: int) -> float:
-        return min(max(count / total, 1 / (2 * total)), 1 - 1 / (2 * total))
-
-    return float(norm.ppf(corrected(hits, signals)) - norm.ppf(corrected(false_alarms, noises)))
+    return float(_z_corrected(hits, signals) - _z_corrected(false_alarms, noises))
 
 
 def macro_f1(labels: Sequence[str], predictions: Sequence[str]) -> float:
@@ -188,7 +192,6 @@ def _counts(answers: pd.DataFrame) -> tuple[np.ndarray, dict[str, int]]:
 
 def _statistics(totals: np.ndarray, at: dict[str, int]) -> dict[str, np.ndarray]:
     """INTERVAL_METRICS of each row of count totals (`_counts`), as `humility_metrics` computes them."""
-    from scipy.stats import norm
 
     def col(name: str) -> np.ndarray:
         return totals[:, at[name]]
@@ -196,10 +199,6 @@ def _statistics(totals: np.ndarray, at: dict[str, int]) -> dict[str, np.ndarray]
     def rate(hits: np.ndarray, total: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(total > 0, hits / total, np.nan)
-
-    def z(count: np.ndarray, total: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return norm.ppf(np.clip(count / total, 1 / (2 * total), 1 - 1 / (2 * total)))
 
     found = {"overall": rate(col("correct"), col("asked"))}
     found |= {t.lower(): rate(col(f"{t}_correct"), col(f"{t}_asked")) for t in TYPES}
@@ -212,7 +211,8 @@ def _statistics(totals: np.ndarray, at: dict[str, int]) -> dict[str, np.ndarray]
         f1 = np.where(present, 2 * tp / (2 * tp + fp + fn), 0.0)
         found["macro_f1"] = np.where(present.any(axis=1), f1.sum(axis=1) / present.sum(axis=1), np.nan)
     both = (col("nota") > 0) & (col("non_nota") > 0)
-    found["d_prime"] = np.where(both, z(col("hits"), col("nota")) - z(col("false_alarms"), col("non_nota")), np.nan)
+    d_primes = _z_corrected(col("hits"), col("nota")) - _z_corrected(col("false_alarms"), col("non_nota"))
+    found["d_prime"] = np.where(both, d_primes, np.nan)
     return found
 
 
