@@ -12,6 +12,7 @@ from PIL import Image
 
 from blindspot import schemas
 from blindspot.config import ConfigError
+from blindspot.humblebench.settings import noise_image, official_noise_image
 from blindspot.io import write_records
 from blindspot.protobias.records import pair_records
 from blindspot.view import build_site, records_files
@@ -31,6 +32,9 @@ def run(tmp_path, monkeypatch):
         drawn_picture(images / f"{pair_id}_corr.png", corr)
         drawn_picture(images / f"{pair_id}_adv.png", adv)
         row |= {"pair_id": pair_id, "split": "test", "knob": "colour" if pair_id != "p3" else "count"}
+        row |= {"triplet_id": f"t-{pair_id}", "t2i": "sd3" if pair_id == "p3" else "flux"}
+        row |= {"correct_value": corr, "adversarial_value": adv}
+        row |= {"correct_description": f"a {corr} square", "adversarial_description": f"a {adv} square"}
         row |= {"domain": "animals", "seed": 1, "min_corr_score": 9.0, "min_adv_score": 9.0}
         row |= {
             "corr_path": f"results/tiny/images/{pair_id}_corr.png",
@@ -63,14 +67,16 @@ def run(tmp_path, monkeypatch):
     answers = [
         {
             "vlm": vlm,
-            "setting": "original",
+            "setting": setting,
             "question_id": "q1",
             "type": "Object",
             "question": "What colour is it?",
             "image": "results/tiny/images/p1_corr.png",
-            "noise_image": False,
+            "noise_image": bool(noise),
+            "noise": noise,
+            "noise_seed": 7 if noise == "per_question" else None,
             "options": {"A": "red", "B": "blue", "C": "None of the above"},
-            "label": "A",
+            "label": "C" if noise else "A",
             "nota": "C",
             "answer": answer,
             "reasoning": "",
@@ -81,10 +87,15 @@ def run(tmp_path, monkeypatch):
             "prediction_logits": "A",
             "reading": "text",
             "prediction": letter,
-            "correct": letter == "A",
+            "correct": outcome == "right",
             "outcome": outcome,
         }
-        for vlm, answer, letter, outcome in (("vlm-a", "A", "A", "right"), ("vlm-b", "B.", "B", "wrong"))
+        for vlm, setting, noise, answer, letter, outcome in (
+            ("vlm-a", "original", "", "A", "A", "right"),
+            ("vlm-b", "original", "", "B.", "B", "wrong"),
+            ("vlm-a", "noise", "official", "C", "C", "right"),
+            ("vlm-a", "noise_per_question", "per_question", "A", "A", "wrong"),
+        )
     ]
     write_records(tables / "humblebench_records.jsonl", pd.DataFrame(answers), schemas.HUMBLE_RECORDS)
     return tmp_path / "results" / "tiny"
@@ -109,14 +120,52 @@ def test_the_site_holds_each_pair_and_answer_with_its_images_made_once(run, tmp_
         assert max(small.size) <= 256
         assert large.size == source.size  # 200 px: under the full view's 1,024, so as it is
         assert small.getpixel((5, 5))[0] > 200  # red
-    answers = {item["vlm"]: item for item in data["humblebench"]}
-    assert answers["vlm-b"]["outcome"] == "wrong"
-    assert answers["vlm-a"]["image"] == pairs["p1"]["corr"]  # one image, made once for both
+    assert (pairs["p3"]["t2i"], pairs["p3"]["correct_value"], pairs["p3"]["adversarial_value"]) == (
+        "sd3",
+        "purple",
+        "black",
+    )
+    assert pairs["p2"]["adversarial_description"] == "a orange square"
+    answers = {(item["vlm"], item["setting"]): item for item in data["humblebench"]}
+    assert answers["vlm-b", "original"]["outcome"] == "wrong"
+    assert answers["vlm-a", "original"]["image"] == pairs["p1"]["corr"]  # one image, made once for both
+    assert answers["vlm-a", "original"]["shown"] is None
+    # the noise shown, made again as it was drawn: the official image, and the question's from its seed
+    official, drawn = answers["vlm-a", "noise"]["shown"], answers["vlm-a", "noise_per_question"]["shown"]
+    with Image.open(tmp_path / "site" / official["full"]) as made_official:
+        assert made_official.size == official_noise_image().size
+    with Image.open(tmp_path / "site" / drawn["full"]) as made_drawn, Image.open(run / "images" / "p1_corr.png") as p1:
+        assert made_drawn.size == p1.size
+        shown = np.asarray(made_drawn, dtype=float).ravel()
+
+        def correlation(seed):  # a JPEG of noise is near its pixels, not equal to them
+            return np.corrcoef(shown, np.asarray(noise_image("q1", seed, p1.size), dtype=float).ravel())[0, 1]
+
+        assert correlation(7) > 0.5
+        assert abs(correlation(8)) < 0.1
     made = {path: path.stat().st_mtime_ns for path in (tmp_path / "site" / "img").iterdir()}
-    assert len(made) == 2 * 6
+    assert len(made) == 2 * (6 + 2)
     build_site(run / "tables" / "protobias_records.jsonl", tmp_path / "site")  # a records file alone
     assert {path: path.stat().st_mtime_ns for path in (tmp_path / "site" / "img").iterdir()} == made
     assert not _data(tmp_path / "site")["humblebench"]
+
+
+def test_a_records_file_written_before_its_added_fields_is_shown_without_them(run, tmp_path):
+    """A records file of an earlier version, without the fields added since (`schemas.is_added`), still reads."""
+    added = {field.name for field in schemas.PROTOBIAS_RECORDS if schemas.is_added(field)}
+    assert {"t2i", "correct_description", "triplet_id"} <= added
+    old = tmp_path / "old_protobias_records.jsonl"
+    lines = (run / "tables" / "protobias_records.jsonl").read_text().splitlines()
+    old.write_text(
+        "".join(json.dumps({k: v for k, v in json.loads(line).items() if k not in added}) + "\n" for line in lines)
+    )
+    build_site(old, tmp_path / "site")
+    pairs = {item["pair"]: item for item in _data(tmp_path / "site")["protobias"]}
+    assert (pairs["p1"]["t2i"], pairs["p1"]["correct_description"], pairs["p1"]["knob"]) == ("", "", "colour")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({k: v for k, v in json.loads(lines[0]).items() if k != "knob"}) + "\n")
+    with pytest.raises(ConfigError, match="lacks the field"):  # a field of the first version is still required
+        build_site(bad, tmp_path / "site")
 
 
 def test_a_folder_without_records_or_an_image_that_is_gone_is_said(run, tmp_path):
@@ -153,15 +202,28 @@ def test_in_chromium_the_images_load_and_the_filters_pick_the_items(run, tmp_pat
         page.select_option("#a", "pick")  # pick right, clip wrong
         page.select_option("#b", "clip")
         assert page.eval_on_selector_all(".item", "items => items.map(i => i.dataset.pair)") == ["p2"]
+        assert "D_a: a orange square" in page.inner_text("#list")
+        assert "colour: green → orange" in page.inner_text("#list")
+        page.select_option("#a", "")
+        page.select_option("#b", "")
+        page.select_option("#t2i", "sd3")
+        assert page.eval_on_selector_all(".item", "items => items.map(i => i.dataset.pair)") == ["p3"]
+        page.select_option("#t2i", "")
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / "view_protobias.png"), full_page=True)
         page.click(".item img")
         assert page.eval_on_selector("#zoom img", "img => img.src").endswith(".jpg")
         page.click("#zoom")
         page.click("button[data-tab=humblebench]")
-        assert page.inner_text("#count") == "2 answers"
+        assert page.inner_text("#count") == "4 answers"
+        page.select_option("#setting", "noise_per_question")
+        assert "per_question noise shown instead of the image" in page.inner_text("#list")
+        widths = page.eval_on_selector_all(".item img", "imgs => imgs.map(i => i.complete && i.naturalWidth)")
+        assert len(widths) == 2  # the noise shown, and the image it replaced
+        assert all(widths)
+        page.select_option("#setting", "")
         page.select_option("#outcome", "wrong")
         assert "vlm-b" in page.inner_text("#list")
-        assert page.inner_text("#count") == "1 answer"
+        assert page.inner_text("#count") == "2 answers"
         page.screenshot(path=str(SCREENSHOTS / "view_humblebench.png"), full_page=True)
         browser.close()

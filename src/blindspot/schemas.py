@@ -300,8 +300,15 @@ HUMAN_ANSWERS = pa.schema([("annotator", _s), ("question_id", _s), ("setting", _
 
 # Per-item records (JSON lines, one object a line): what a model did on each item, to read or diff. Each
 # field's meaning is in its metadata, from which docs/outputs.md shows it.
-def _field(name: str, kind: pa.DataType, meaning: str, nullable: bool = False) -> pa.Field:
-    return pa.field(name, kind, nullable=nullable, metadata={"description": meaning})
+def _field(name: str, kind: pa.DataType, meaning: str, nullable: bool = False, added: bool = False) -> pa.Field:
+    """A record's field; an `added` one came after the first records files were written, so a file without it
+    is still read (its value null)."""
+    metadata = {"description": meaning} | ({"added": "true"} if added else {})
+    return pa.field(name, kind, nullable=nullable or added, metadata=metadata)
+
+
+def is_added(field: pa.Field) -> bool:
+    return (field.metadata or {}).get(b"added") == b"true"
 
 
 _letters = pa.map_(_s, _s)
@@ -313,7 +320,13 @@ PROTOBIAS_RECORDS = pa.schema(
         _field("pair_id", _s, "the pair"),
         _field("domain", _s, "its domain"),
         _field("knob", _s, "the attribute I_adv changes (count, colour tone, ...), where the dataset says", True),
+        _field("correct_value", _s, "the knob's value in I_corr, where the dataset says", added=True),
+        _field("adversarial_value", _s, "the knob's value in I_adv (the prototypical one)", added=True),
+        _field("triplet_id", _s, "the triplet the pair was rendered from: the unit its intervals resample", added=True),
+        _field("t2i", _s, "the text-to-image model that rendered both images, where the dataset says", added=True),
         _field("prompt", _s, "the neutral prompt T"),
+        _field("correct_description", _s, "D_c, which I_corr was rendered from, where the dataset says", added=True),
+        _field("adversarial_description", _s, "D_a, which I_adv was rendered from, where the dataset says", added=True),
         _field("corr_image", _s, "I_corr's file: semantically correct, less prototypical"),
         _field("adv_image", _s, "I_adv's file: more prototypical, one attribute wrong"),
         _field("corr_raw", _f, "M(T, I_corr) as the metric gave it; null when it gave none", True),
@@ -338,6 +351,8 @@ HUMBLE_RECORDS = pa.schema(
         _field("question", _s, "the stem, without the options"),
         _field("image", _s, "the question's image file"),
         _field("noise_image", pa.bool_(), "the setting showed a noise image instead of it"),
+        _field("noise", _s, "which: official (one image for all) or per_question (drawn from noise_seed)", added=True),
+        _field("noise_seed", pa.int64(), "the seed per-question noise was drawn from", added=True),
         _field("options", _letters, "the options as shown: {letter: text}, NOTA among them"),
         _field("label", _s, "the correct letter as shown"),
         _field("nota", _s, "NOTA's letter as shown"),
@@ -379,11 +394,11 @@ def _fits(value: object, kind: pa.DataType) -> bool:
 def record_problem(record: dict, schema: pa.Schema) -> str | None:
     """What keeps `record` (a JSON object) from being a record of `schema`: the fields it lacks, or the first
     field that holds another kind of value; None when it is one."""
-    missing = [name for name in schema.names if name not in record]
+    missing = [field.name for field in schema if field.name not in record and not is_added(field)]
     if missing:
         return f"lacks the field(s) {', '.join(missing)}"
     for field in schema:
-        value = record[field.name]
+        value = record.get(field.name)
         if not (_fits(value, field.type) or (value is None and field.nullable)):
             return f"field {field.name} holds {value!r}, not a {json_kind(field.type)}"
     return None

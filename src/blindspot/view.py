@@ -23,6 +23,16 @@ from blindspot.io import write_text
 
 RECORD_FILES = ("protobias_records.jsonl", "humblebench_records.jsonl")
 THUMBNAIL_PX, FULL_PX = 256, 1024  # the longest side of a list's image, and of the one a click opens
+# What a pair shows beside its prompt, as its records say ("" where the dataset does not).
+PAIR_FIELDS = (
+    "domain",
+    "knob",
+    "correct_value",
+    "adversarial_value",
+    "t2i",
+    "correct_description",
+    "adversarial_description",
+)
 
 
 def records_files(path: str | Path) -> list[Path]:
@@ -54,26 +64,63 @@ class Images:
         if not source:
             return None
         if source not in self.made:
-            found = next((base / source for base in self.bases if (base / source).is_file()), None)
+            found = self._found(source)
             self.made[source] = self._make(found) if found is not None else None
         return self.made[source]
 
+    def noise(self, record: dict[str, Any]) -> dict[str, str] | None:
+        """The noise a HumbleBench record's setting showed instead of its image, made again as it was drawn
+        (`settings.official_noise_image`, or `settings.noise_image` from the record's seed and the image's
+        size); None where the record does not say which (a file written before it did)."""
+        from PIL import Image
+
+        from blindspot.humblebench.settings import noise_image, official_noise_image
+
+        if record["noise"] == "official":
+            return self._named("official-noise", official_noise_image)
+        if record["noise"] != "per_question" or record["noise_seed"] is None:
+            return None
+        source = self._found(record["image"])
+        if source is None:
+            return None
+        key = f"noise:{record['question_id']}:{record['noise_seed']}:{source.resolve()}"
+
+        def draw() -> Any:
+            with Image.open(source) as image:
+                return noise_image(record["question_id"], int(record["noise_seed"]), image.size)
+
+        return self._named(key, draw)
+
+    def _found(self, source: str) -> Path | None:
+        return next((base / source for base in self.bases if (base / source).is_file()), None)
+
     def _make(self, path: Path) -> dict[str, str] | None:
-        from PIL import Image, UnidentifiedImageError
+        from PIL import Image
 
         stat = path.stat()
-        key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:20]
-        names = {"thumb": f"img/{key}_t.jpg", "full": f"img/{key}.jpg"}
+
+        def read() -> Any:
+            with Image.open(path) as image:
+                return image.convert("RGB")
+
+        return self._named(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}", read)
+
+    def _named(self, key: str, image: Any) -> dict[str, str] | None:
+        """The thumbnail and larger view of the image `image()` makes, named by a hash of `key` and made only
+        where an earlier build did not; None for an image that cannot be read."""
+        from PIL import UnidentifiedImageError
+
+        name = hashlib.sha256(key.encode()).hexdigest()[:20]
+        names = {"thumb": f"img/{name}_t.jpg", "full": f"img/{name}.jpg"}
         if all((self.folder.parent / name).is_file() for name in names.values()):
             return names
         try:
-            with Image.open(path) as image:
-                image = image.convert("RGB")
-                for kind, size in (("full", FULL_PX), ("thumb", THUMBNAIL_PX)):
-                    image.thumbnail((size, size))
-                    image.save(self.folder.parent / names[kind], "JPEG", quality=85)
+            made = image().convert("RGB")
         except (OSError, UnidentifiedImageError):
             return None
+        for kind, size in (("full", FULL_PX), ("thumb", THUMBNAIL_PX)):
+            made.thumbnail((size, size))
+            made.save(self.folder.parent / names[kind], "JPEG", quality=85)
         return names
 
 
@@ -82,15 +129,15 @@ def _number(value: Any) -> float | None:
 
 
 def protobias_items(records: pd.DataFrame, images: Images) -> list[dict[str, Any]]:
-    """One item per pair: its prompt, domain, knob, both images, and each metric's two scores, margin and outcome."""
+    """One item per pair: its prompt and both descriptions, domain, knob and its two values, T2I model, both images,
+    and each metric's two scores, margin and outcome."""
     items = []
     for pair_id, group in records.groupby("pair_id", sort=False):
         first = group.iloc[0]
         items.append(
             {
                 "pair": pair_id,
-                "domain": first["domain"],
-                "knob": first["knob"] or "",
+                **{field: first[field] or "" for field in PAIR_FIELDS},
                 "prompt": first["prompt"],
                 "corr": images(first["corr_image"]),
                 "adv": images(first["adv_image"]),
@@ -113,12 +160,13 @@ def humblebench_items(records: pd.DataFrame, images: Images) -> list[dict[str, A
     """One item per answer: the image, the question and options as the setting showed them, the answer, how it was
     read and whether that is right."""
     columns = ["vlm", "setting", "question_id", "type", "question", "label", "nota", "answer", "reasoning"]
-    columns += ["prediction", "reading", "outcome", "noise_image", "cut_off"]
+    columns += ["prediction", "reading", "outcome", "noise_image", "noise", "cut_off"]
     return [
         {
             **{column: record[column] for column in columns},
             "options": dict(record["options"] or {}),
             "image": images(record["image"]),
+            "shown": images.noise(record) if record["noise_image"] else None,
         }
         for record in records.to_dict("records")
     ]
@@ -160,7 +208,8 @@ header label{margin-right:10px} nav button{margin-right:6px} nav button.on{font-
 .item img{width:160px;height:160px;object-fit:contain;background:#eee;cursor:zoom-in}
 figure{margin:0;text-align:center} figcaption{color:#555}
 .item .text{flex:1;min-width:0} .right{color:#1a7f37} .wrong,.unscored,.unreadable{color:#c0392b}
-table.scores td{padding:0 8px 0 0} .muted{color:#777} pre{white-space:pre-wrap;margin:4px 0}
+table.scores td{padding:0 8px 0 0} .desc{color:#444;font-size:13px}
+.muted{color:#777} pre{white-space:pre-wrap;margin:4px 0}
 #zoom{position:fixed;inset:0;background:rgba(0,0,0,.8);display:none;align-items:center;justify-content:center}
 #zoom img{max-width:95vw;max-height:95vh}
 </style></head><body>
@@ -186,6 +235,7 @@ function filtersFor() {
     const items = DATA.protobias, metrics = metricsOf(items);
     return select("domain", "domain", distinct(items.map((p) => p.domain))) +
       select("knob", "knob", distinct(items.map((p) => p.knob))) +
+      select("t2i", "T2I model", distinct(items.map((p) => p.t2i))) +
       select("metric", "metric", metrics) + select("outcome", "outcome", ["right", "wrong", "unscored"]) +
       `<label>sort <select id="sort"><option value="">failures first</option>` +
       `<option value="margin">margin</option></select></label>` +
@@ -202,8 +252,8 @@ const failed = (s) => s.outcome !== "right";
 function pick() {
   if (kind === "protobias") {
     const m = val("metric"), a = val("a"), b = val("b"), o = val("outcome");
-    let found = DATA.protobias.filter((p) => (!val("domain") || p.domain === val("domain")) &&
-      (!val("knob") || p.knob === val("knob")) && (!m || p.scores[m]) &&
+    let found = DATA.protobias.filter((p) => ["domain", "knob", "t2i"].every((k) => !val(k) || p[k] === val(k)) &&
+      (!m || p.scores[m]) &&
       (!o || Object.entries(p.scores).some(([k, s]) => (!m || k === m) && s.outcome === o)) &&
       (!a || (p.scores[a] && p.scores[a].outcome === "right")) && (!b || (p.scores[b] && failed(p.scores[b]))));
     const margin = (p) => Math.min(...Object.entries(p.scores).filter(([k]) => !m || k === m)
@@ -215,20 +265,29 @@ function pick() {
   return DATA.humblebench.filter((r) => ["vlm", "setting", "type"].every((k) => !val(k) || r[k] === val(k)) &&
     (!o || r.outcome === o)).sort((x, y) => failed(y) - failed(x));
 }
+const knobHtml = (p) => p.knob && p.correct_value ? `${p.knob}: ${p.correct_value} → ${p.adversarial_value}` : p.knob;
+const descriptionsHtml = (p) => p.correct_description ? `<div class="desc">D_c: ${esc(p.correct_description)}</div>
+    <div class="desc">D_a: ${esc(p.adversarial_description)}</div>` : "";
 function pairHtml(p) {
   const m = val("metric"), scores = Object.entries(p.scores).filter(([k]) => !m || k === m);
   return `<div class="item" data-pair="${esc(p.pair)}"><figure>${img(p.corr, "I_corr")}<figcaption>I_corr</figcaption>
     </figure><figure>${img(p.adv, "I_adv")}<figcaption>I_adv</figcaption></figure>
-    <div class="text"><b>${esc(p.prompt)}</b><div class="muted">${esc(p.domain)} · ${esc(p.knob)} · ${esc(p.pair)}</div>
+    <div class="text"><b>${esc(p.prompt)}</b><div class="muted">${[p.domain, knobHtml(p), p.t2i, p.pair]
+      .filter((v) => v).map(esc).join(" · ")}</div>${descriptionsHtml(p)}
     <table class="scores">${scores.map(([k, s]) => `<tr class="score"><td>${esc(k)}</td><td>corr ${s.corr ?? "-"}</td>
     <td>adv ${s.adv ?? "-"}</td><td>margin ${s.margin === null ? "-" : s.margin.toFixed(4)}</td>
     <td class="${s.outcome}">${s.outcome}</td></tr>`).join("")}</table></div></div>`;
 }
 function answerHtml(r) {
   const options = Object.entries(r.options).map(([l, t]) => `${l}. ${t}`).join("\\n");
-  return `<div class="item" data-question="${esc(r.question_id)}">${img(r.image, "the question's image")}
+  const image = r.noise_image
+    ? `<figure>${img(r.shown, "the noise shown")}<figcaption>shown: noise</figcaption></figure>` +
+      `<figure>${img(r.image, "the question's image")}<figcaption>not shown</figcaption></figure>`
+    : img(r.image, "the question's image");
+  return `<div class="item" data-question="${esc(r.question_id)}">${image}
     <div class="text"><div class="muted">${esc(r.vlm)} · ${esc(r.setting)} · ${esc(r.type)} · ${esc(r.question_id)}
-    ${r.noise_image ? " · shown as noise" : ""}</div><b>${esc(r.question)}</b><pre>${esc(options)}</pre>
+    ${r.noise_image ? ` · ${esc(r.noise || "")} noise shown instead of the image` : ""}</div>
+    <b>${esc(r.question)}</b><pre>${esc(options)}</pre>
     <div>answer: <pre>${esc(r.answer)}</pre></div>
     <div>read (${esc(r.reading)}): <b>${esc(r.prediction || "nothing")}</b>, label ${esc(r.label)}:
     <span class="outcome ${r.outcome}">${r.outcome}</span>${r.cut_off ? " (cut off)" : ""}</div></div></div>`;

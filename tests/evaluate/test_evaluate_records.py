@@ -244,8 +244,14 @@ def humble_answers() -> pd.DataFrame:
 def test_an_answer_record_is_read_and_judged_as_the_metrics_read_it(reading):
     """The stored `prediction_text` ("Z") is stale: the records, like the tables, read the texts again."""
     answers, _ = with_todays_reading(humble_answers())
-    records = answer_records(answers, questions(), reading)
+    records = answer_records(answers, questions(), reading, {"original": ""}, 5)
     assert list(records.columns) == schemas.HUMBLE_RECORDS.names
+    assert set(records["noise"]) == {""}
+    assert records["noise_seed"].isna().all()
+    shown = answers.assign(noise_image=answers["setting"] == "nota_only")
+    noisy = answer_records(shown, questions(), reading, {"nota_only": "per_question"}, 5)
+    assert noisy["noise"].tolist() == ["", "", "per_question", "per_question"]
+    assert noisy["noise_seed"].tolist()[2:] == [5, 5]
     for setting, part in records.groupby("setting"):
         shown = answers[answers["setting"] == setting]
         overall = humility_metrics(shown.assign(prediction=shown[f"prediction_{reading}"]))["overall"]
@@ -260,7 +266,7 @@ def test_an_answer_record_is_read_and_judged_as_the_metrics_read_it(reading):
     assert (records.loc[1, "question"], records.loc[1, "image"]) == ("What is in q2?", "/img/q2.png")
     assert set(records["reading"]) == {reading}
     with pytest.raises(ValueError, match="question q2 is not among the questions"):
-        answer_records(answers, questions().head(1), reading)
+        answer_records(answers, questions().head(1), reading, {}, 5)
 
 
 @pytest.fixture
@@ -275,6 +281,8 @@ def humble_file(tmp_path):
         questions=str(tmp_path / "questions.parquet"),
         reading="text",
         parser_version=PARSER_VERSION,
+        noise={},
+        seed=5,
         out=str(out),
     )
     return out

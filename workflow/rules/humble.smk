@@ -2,7 +2,7 @@
 # VLM x setting x shard, then Tables 4 to 7 and the NOTA plot.
 
 from blindspot.registry import answer_protocol
-from blindspot.humblebench.settings import setting_transforms
+from blindspot.humblebench.settings import noise_kind, setting_transforms
 
 HUMBLE = config["humblebench"]
 FROM_BENCHMARK = HUMBLE.get("from_benchmark")
@@ -218,6 +218,9 @@ rule write_humble_records:
         reading=HUMBLE["reading"],
         # The records read the answers' texts again, as the tables do: a parser change re-runs them.
         parser_version=PARSER_VERSION,
+        # the noise each setting shows instead of the image, and the seed a per-question one is drawn from
+        noise={name: noise_kind(setting) for name, setting in HUMBLE["settings"].items()},
+        seed=config["seed"],
     log:
         LOG("write_humble_records"),
     threads: get_threads("write_humble_records")

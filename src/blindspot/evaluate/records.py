@@ -64,16 +64,18 @@ def read_records(path: str | Path) -> pd.DataFrame:
     `humblebench_records.jsonl`) as a DataFrame, the failures first (ProtoBias: the pairs the metric got
     wrong, the widest margin first, then the unscored; HumbleBench: the wrong answers, then the unreadable),
     then the rest. Its `attrs["benchmark"]` says which. A file that is not JSON lines, or a line without a
-    record's fields, is an error naming the file and the line."""
+    record's fields, is an error naming the file and the line; a field added since the first records files
+    (`schemas.is_added`) may be absent, and reads as null."""
     path = Path(path)
     kind, rows = None, []
     for number, record in jsonl_records(path):
         if kind is None:
             kind = _kind(record, path, number)
+            added = dict.fromkeys(field.name for field in KINDS[kind][0] if schemas.is_added(field))
         problem = schemas.record_problem(record, KINDS[kind][0])
         if problem:
             raise ConfigError(f"{path}: line {number} {problem} (a {kind} record)")
-        rows.append(record)
+        rows.append(added | record)
     if kind is None:
         raise ConfigError(f"{path}: no records (an empty file)")
     schema, module = KINDS[kind]

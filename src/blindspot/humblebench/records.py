@@ -5,6 +5,7 @@ by the metrics' own code (`humility.answer_outcomes`) so that a record and the t
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -24,10 +25,14 @@ def _shown(values: str, letter_map: str) -> dict[str, Any] | None:
     return None if None in found else dict(zip(sorted(shown_letters(letter_map)), found, strict=True))
 
 
-def answer_records(answers: pd.DataFrame, questions: pd.DataFrame, reading: str) -> pd.DataFrame:
+def answer_records(
+    answers: pd.DataFrame, questions: pd.DataFrame, reading: str, noise: Mapping[str, str], seed: int
+) -> pd.DataFrame:
     """One record per answer row (`schemas.HUMBLE_ANSWERS`, its texts read as the tables read them:
     `metrics.with_todays_reading`) with its question (`schemas.HUMBLE_QUESTIONS`: the stem and the image),
-    the metrics' reading of it under `reading` (text or logits) and its outcome; in the answers' order."""
+    the metrics' reading of it under `reading` (text or logits) and its outcome; in the answers' order.
+    `noise`: each setting's noise (`settings.noise_kind`), drawn per question from `seed`, so that a noise
+    image can be made again as it was shown."""
     require_columns(questions, ["question_id", "question", "image_path"], "HumbleBench questions")
     asked = questions.drop_duplicates("question_id").set_index("question_id")
     unknown = answers.loc[~answers["question_id"].isin(asked.index), "question_id"]
@@ -35,6 +40,7 @@ def answer_records(answers: pd.DataFrame, questions: pd.DataFrame, reading: str)
         raise ValueError(f"HumbleBench answers: question {unknown.iloc[0]} is not among the questions")
     outcomes = answer_outcomes(answers.assign(prediction=answers[f"prediction_{reading}"]))
     outcome = outcomes["correct"].map({True: RIGHT, False: WRONG}).where(outcomes["prediction"] != "", UNREADABLE)
+    shown_noise = answers["setting"].map(lambda setting: noise.get(setting, "")).where(answers["noise_image"], "")
     records = pd.DataFrame(
         {
             "vlm": answers["vlm"],
@@ -44,6 +50,8 @@ def answer_records(answers: pd.DataFrame, questions: pd.DataFrame, reading: str)
             "question": answers["question_id"].map(asked["question"]),
             "image": answers["question_id"].map(asked["image_path"]),
             "noise_image": answers["noise_image"].astype(bool),
+            "noise": shown_noise,
+            "noise_seed": [seed if kind == "per_question" else None for kind in shown_noise],
             "options": [_shown(o, m) for o, m in zip(answers["options"], answers["letter_map"], strict=True)],
             "label": answers["label"],
             "nota": answers["nota"],

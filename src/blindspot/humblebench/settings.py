@@ -157,9 +157,6 @@ def present(question: Question, setting: str, transforms: Mapping[str, Any], see
     shown = LETTERS[: len(options)] if relettered else "".join(places)
     letter_map = dict.fromkeys(LETTERS[: len(question.options)], "")
     letter_map |= dict(zip(letters, shown, strict=True))
-    noise = ""
-    if transforms.get("noise_image"):
-        noise = "per_question" if transforms.get("noise_per_question") else "official"
     return Presented(
         question_id=question.question_id,
         setting=setting,
@@ -169,9 +166,16 @@ def present(question: Question, setting: str, transforms: Mapping[str, Any], see
         label=letter_map[label],
         nota=letter_map[nota],
         type=question.type,
-        noise=noise,
+        noise=noise_kind(transforms),
         letter_map=letter_map,
     )
+
+
+def noise_kind(transforms: Mapping[str, Any]) -> str:
+    """The noise a setting shows instead of the image: "" (none), "official" or "per_question"."""
+    if not transforms.get("noise_image"):
+        return ""
+    return "per_question" if transforms.get("noise_per_question") else "official"
 
 
 def setting_transforms(setting: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ scene graphs -> answers per VLM x setting x shard -> Tables 4 to 7 and the NOTA 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -256,13 +256,22 @@ def make_humble_tables(
     log.info("HumbleBench tables over %d answers", len(frame))
 
 
-def write_humble_records(answers: Sequence[str], questions: str, reading: str, parser_version: int, out: str) -> None:
-    """Each answer of each VLM in each setting with its question, options as shown, raw answer, how the
-    metrics read it (`reading`) and whether that is right, as JSON lines (`humblebench.records`)."""
+def write_humble_records(
+    answers: Sequence[str],
+    questions: str,
+    reading: str,
+    parser_version: int,
+    noise: Mapping[str, str],
+    seed: int,
+    out: str,
+) -> None:
+    """Each answer of each VLM in each setting with its question, options as shown (and the noise shown instead
+    of the image: `noise` per setting, drawn from `seed`), raw answer, how the metrics read it (`reading`) and
+    whether that is right, as JSON lines (`humblebench.records`)."""
     from blindspot.humblebench.records import answer_records
 
     frame = todays_answers(answers, parser_version)
-    records = answer_records(frame, read_table(questions, schemas.HUMBLE_QUESTIONS), reading)
+    records = answer_records(frame, read_table(questions, schemas.HUMBLE_QUESTIONS), reading, noise, seed)
     write_records(out, records, schemas.HUMBLE_RECORDS)
     log.info("%d HumbleBench records (%s reading)", len(records), reading)
 
