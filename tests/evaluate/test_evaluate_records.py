@@ -456,3 +456,129 @@ def test_evaluate_humblebench_writes_a_record_per_answer_as_the_metrics_read_it(
     assert metrics.set_index("setting")["overall"].to_dict() == pytest.approx(overall.to_dict())
     lines = _show(capsys, path, "--failures", "--rows", "0")
     assert len(lines) == len(settings) + 3 + int((~records["correct"]).sum())  # counts, blank, header, rule, rows
+
+
+# --- comparisons of runs from their records ----------------------------------------------------------------------
+
+
+def _protobias_run(flipped: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The records of a run of clip and pick on the five test pairs, pick's scores swapped on `flipped`; pairs
+    p1 and p2 from one triplet, p3 from another, p4 and p5 from a third."""
+    scores = metric_scores()
+    swap = (scores["metric"] == "pick") & scores["pair_id"].isin(flipped)
+    for column in ("raw", "score"):
+        corr, adv = scores[f"corr_{column}"].copy(), scores[f"adv_{column}"].copy()
+        scores.loc[swap, f"corr_{column}"], scores.loc[swap, f"adv_{column}"] = adv[swap], corr[swap]
+    triplets = {"p0": "t0", "p1": "t1", "p2": "t1", "p3": "t2", "p4": "t3", "p5": "t3"}
+    pairs = benchmark_pairs().assign(triplet_id=lambda f: f["pair_id"].map(triplets))
+    records = pair_records(scores, pairs)
+    records.attrs["benchmark"] = "protobias"
+    return records
+
+
+def test_runs_are_compared_item_by_item_from_their_records_resampling_triplets():
+    from blindspot.comparisons import paired_comparisons
+    from blindspot.evaluate.records import records_comparisons
+    from blindspot.io import stable_id
+
+    before = _protobias_run(flipped=("p1", "p2"))
+    before = before[before["metric"] == "pick"]  # last week's run of pick alone
+    compared = records_comparisons({"": _protobias_run(), "last-week": before}, n_boot=400, seed=3)
+    rows = compared.set_index(["a", "b"])
+    # pick against last week's pick: both right on p3-p5, only today's on p1 and p2
+    assert rows.loc[("pick", "pick (last-week)"), ["n", "a_only", "b_only"]].tolist() == [5, 2, 0]
+    assert rows.loc[("pick", "pick (last-week)"), "p_mcnemar"] == pytest.approx(0.5)
+    # clip has no score for p4: compared on the four pairs both scored
+    assert rows.loc[("clip", "pick"), ["n", "a_only", "b_only"]].tolist() == [4, 0, 3]
+    assert rows.loc[("clip", "pick (last-week)"), ["n", "a_only", "b_only"]].tolist() == [4, 1, 2]
+    assert rows["p_holm"].tolist() == pytest.approx([0.75, 1.0, 1.0])  # Holm over the three: 0.25, 1.0, 0.5
+    # the intervals resample triplets: the same draws as paired_comparisons given each pair's triplet
+    correct = pd.DataFrame(
+        {
+            "clip": [True, False, False, False, False],
+            "pick": [True] * 5,
+            "pick (last-week)": [False, False, True, True, True],
+        },
+        index=[f"p{i}" for i in range(1, 6)],
+    )
+    scored = correct.ne(correct).assign(clip=[True, True, True, False, True], pick=True, **{"pick (last-week)": True})
+    rng = np.random.default_rng([3, int(stable_id("compared", ""), 16)])
+    expected = paired_comparisons(correct, np.array(["t1", "t1", "t2", "t3", "t3"]), 400, rng, scored)
+    assert compared[["difference_low", "difference_high"]].to_numpy() == pytest.approx(
+        expected[["difference_low", "difference_high"]].to_numpy()
+    )
+    humble = answer_records(*with_todays_reading(humble_answers())[:1], questions(), "text", {}, 0)
+    humble.attrs["benchmark"] = "humblebench"
+    with pytest.raises(ConfigError, match="records of humblebench and protobias cannot be compared"):
+        records_comparisons({"": before, "x": humble}, n_boot=10, seed=0)
+
+
+def test_vlm_runs_are_compared_per_setting_from_their_records():
+    from blindspot.evaluate.records import records_comparisons
+
+    answers, _ = with_todays_reading(humble_answers())
+    today = answer_records(answers, questions(), "text", {}, 0)
+    # last week's vlm-a got q2 right in the original setting
+    before = today.copy()
+    before.loc[(before["setting"] == "original") & (before["question_id"] == "q2"), ["correct", "outcome"]] = [
+        True,
+        "right",
+    ]
+    for frame in (today, before):
+        frame.attrs["benchmark"] = "humblebench"
+    compared = records_comparisons({"": today, "before": before}, n_boot=50, seed=0).set_index("setting")
+    assert set(compared.index) == {"original", "nota_only"}
+    assert compared.loc["original", ["a", "b", "n", "a_only", "b_only"]].tolist() == [
+        "vlm-a",
+        "vlm-a (before)",
+        2,
+        0,
+        1,
+    ]
+    assert compared.loc["nota_only", ["a_only", "b_only"]].tolist() == [0, 0]
+
+
+def test_evaluate_compares_a_run_whose_records_lie_beside_its_rows(tmp_path, monkeypatch, capsys):
+    """`--compare before/tables/evaluate_humblebench.csv`: its rows are printed beside, and the records its run wrote
+    beside them are compared item by item with the new run's; a records file of the other benchmark is refused."""
+    from helpers.evaluate import GOOD_RECORD
+    from helpers.images import grey_image
+
+    from blindspot.cli import main
+    from blindspot.evaluate import run as evaluate_run
+    from blindspot.io import write_records
+
+    monkeypatch.chdir(tmp_path)
+    grey_image(tmp_path / "pixel.png", 128)
+    (tmp_path / "release.jsonl").write_text(json.dumps(GOOD_RECORD) + "\n")
+    answers, _ = with_todays_reading(humble_answers())
+    today = answer_records(answers, questions(), "text", {}, 0)
+    before = today.assign(correct=True, outcome="right")
+
+    def run_workflow(configfile, profile, cores):  # the run writes its records as the workflow's step does
+        config = yaml.safe_load(configfile.read_text())
+        write_records(targets.path(config, "humble_records"), today, schemas.HUMBLE_RECORDS)
+
+    monkeypatch.setattr(evaluate_run, "run_workflow", run_workflow)
+    monkeypatch.setattr(evaluate_run, "result_table", lambda config, benchmark: pd.DataFrame({"vlm": ["vlm-a"]}))
+    (tmp_path / "before" / "tables").mkdir(parents=True)
+    pd.DataFrame({"vlm": ["vlm-a"]}).to_csv(tmp_path / "before" / "tables" / "evaluate_humblebench.csv", index=False)
+    write_records(tmp_path / "before" / "tables" / "humblebench_records.jsonl", before, schemas.HUMBLE_RECORDS)
+    args = ["evaluate", "humblebench", "--release", "release.jsonl", "--vlm", "tiny-qwen2.5-vl"]
+    args += ["--configfile", str(REPO / "config" / "tiny.yaml"), "--results-dir", "out"]
+    main([*args, "--compare", "before/tables/evaluate_humblebench.csv"])
+    printed = capsys.readouterr().out
+    assert "compared: evaluate_humblebench.csv" in printed  # its rows, beside the new
+    compared = pd.read_csv(tmp_path / "out" / "tables" / "evaluate_humblebench_comparisons.csv").set_index("setting")
+    # before got every question right; today's vlm-a q2 wrong in both settings, q1 unreadable in NOTA-only
+    assert compared.loc["original", ["a", "b", "a_only", "b_only"]].tolist() == ["vlm-a", "vlm-a (before)", 0, 1]
+    assert compared.loc["nota_only", ["a_only", "b_only"]].tolist() == [0, 2]
+    assert "vlm-a (before)" in printed  # the comparisons' Markdown, printed after the rows
+    protobias = tmp_path / "protobias_records.jsonl"
+    write_records(protobias, _protobias_run(), schemas.PROTOBIAS_RECORDS)
+    with pytest.raises(SystemExit):
+        main([*args, "--compare", str(protobias)])
+    assert (
+        capsys.readouterr().err.strip()
+        == f"blindspot: error: --compare {protobias}: protobias records, not humblebench's"
+    )

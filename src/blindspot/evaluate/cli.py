@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from blindspot.config import ConfigError
@@ -62,7 +63,13 @@ def add_parser(commands: Any) -> None:
             help=f"score a fixed sample of N {items}, the same for everyone, marked as a sample in "
             "every row and table (default: all)",
         )
-        sub.add_argument("--compare", action="append", default=[], help="a CSV of earlier rows to print beside")
+        sub.add_argument(
+            "--compare",
+            action="append",
+            default=[],
+            help="earlier rows to print beside: a CSV of the table's rows, or a run's per-item records "
+            "(*_records.jsonl, or beside the CSV in its tables/), then compared item by item",
+        )
         if name == "protobias":
             sub.add_argument("--dataset", required=True, help="the export's folder or hub id, or a table of pairs")
             sub.add_argument(
@@ -123,3 +130,5 @@ def main(args: Any) -> None:
     rows = evaluate(args.benchmark, **options)
     sys.stdout.write(rows.to_markdown(index=False) + "\n")
     sys.stdout.write(f"\nper-item records: {rows.attrs['records']} (blindspot evaluate --show FILE)\n")
+    if "comparisons" in rows.attrs:
+        sys.stdout.write(f"\n{Path(rows.attrs['comparisons']).read_text()}\n(also in {rows.attrs['comparisons']})\n")

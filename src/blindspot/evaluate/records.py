@@ -3,17 +3,22 @@ failures first: `blindspot.api.read_records(path)` from Python, `blindspot evalu
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from blindspot import schemas
+from blindspot.comparisons import COMPARISON_COLUMNS, paired_comparisons, write_comparisons
 from blindspot.config import ConfigError
 from blindspot.humblebench import records as humble_records
-from blindspot.io import jsonl_records
+from blindspot.humblebench.humility import image_clusters
+from blindspot.io import jsonl_records, stable_id
 from blindspot.protobias import records as protobias_records
+from blindspot.protobias.records import UNSCORED
 
 # Each kind of records file: its schema and the module that orders and counts its records.
 KINDS: dict[str, tuple[pa.Schema, ModuleType]] = {
@@ -114,3 +119,61 @@ def show_records(path: str | Path, failures_only: bool = False, rows: int = 50) 
     cells = table.astype(object).where(table.notna(), "").map(_cell)
     text = cells.to_markdown(index=False, disable_numparse=True)
     return "\n".join([*lines, "", text if len(table) else "(no rows)"]) + "\n"
+
+
+# Per kind: the column naming a record's system, the one naming its item, and the one grouping the comparisons.
+COMPARED = {"protobias": ("metric", "pair_id", None), "humblebench": ("vlm", "question_id", "setting")}
+
+
+def _clusters(kind: str, records: pd.DataFrame, items: pd.Index) -> np.ndarray:
+    """Per item, what its intervals resample it with: a pair's triplet (its prompt where the records do not name
+    one), a question's image (`humility.image_clusters`)."""
+    first = records.drop_duplicates(COMPARED[kind][1]).set_index(COMPARED[kind][1])
+    if kind == "protobias":
+        return first["triplet_id"].fillna(first["prompt"]).reindex(items).to_numpy()
+    return image_clusters(list(items), first["image"].to_dict())
+
+
+def records_comparisons(records: Mapping[str, pd.DataFrame], n_boot: int, seed: int) -> pd.DataFrame:
+    """Every two systems of one benchmark's records (label: `read_records`' frame; each system named by its
+    label after it, the label "" for none) compared on the items both scored (`comparisons.paired_comparisons`:
+    per setting on HumbleBench), resampling what was built together: a pair's triplet, a question's image.
+    Records of both benchmarks together are a ConfigError."""
+    kinds = {frame.attrs["benchmark"] for frame in records.values()}
+    if len(kinds) > 1:
+        raise ConfigError(f"records of {' and '.join(sorted(kinds))} cannot be compared: give one benchmark's")
+    kind = kinds.pop()
+    system, item, group = COMPARED[kind]
+    named = [
+        frame.assign(system=frame[system] + (f" ({label})" if label else ""), scored=frame["outcome"] != UNSCORED)
+        for label, frame in records.items()
+    ]
+    together = pd.concat(named, ignore_index=True).drop_duplicates(["system", item, *([group] if group else [])])
+    frames = []
+    for name, part in together.groupby(group, sort=False) if group else [("", together)]:
+        order = list(dict.fromkeys(part["system"]))
+        correct = part.pivot(index=item, columns="system", values="correct")[order]
+        scored = part.pivot(index=item, columns="system", values="scored")[order]
+        rng = np.random.default_rng([seed, int(stable_id("compared", name), 16)])
+        compared = paired_comparisons(
+            correct.fillna(False).astype(bool),
+            _clusters(kind, part, correct.index),
+            n_boot,
+            rng,
+            scored.fillna(False).astype(bool),
+        )
+        frames.append(compared.assign(**({group: name} if group else {})))
+    found = pd.concat(frames, ignore_index=True)
+    return found[[*([group] if group else []), *COMPARISON_COLUMNS]]
+
+
+def write_records_comparisons(compared: pd.DataFrame, files: Sequence[str | Path], kind: str) -> None:
+    """The comparisons of `records_comparisons` as CSV and Markdown (`comparisons.write_comparisons`)."""
+    unit = {"protobias": "triplets (each with all of its pairs)", "humblebench": "images (each with its questions)"}
+    caption = (
+        "Every two systems of this run and the compared runs' records, on the items both scored: accuracy (%), the "
+        f"difference with its 95% paired bootstrap interval (the same {unit[kind]} resampled for both), the items "
+        "only A or only B got right, and McNemar's exact test on those, Holm-corrected"
+        + (" within the setting." if kind == "humblebench" else ".")
+    )
+    write_comparisons(compared, files, caption, items="Pairs" if kind == "protobias" else "Questions")

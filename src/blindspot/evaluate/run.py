@@ -32,6 +32,7 @@ from blindspot.evaluate.config import (
     protobias_config,
 )
 from blindspot.evaluate.failure import workflow_failure
+from blindspot.evaluate.records import read_records, records_comparisons, write_records_comparisons
 from blindspot.io import read_csv, read_json, write_json, write_text
 from blindspot.models.roles import misplaced, role_fits
 from blindspot.paths import CHECKOUT, SNAKEFILE
@@ -145,15 +146,45 @@ def with_compared(rows: pd.DataFrame, compared: Mapping[str, pd.DataFrame]) -> p
     return pd.concat([*frames, rows.assign(row="new")], ignore_index=True)
 
 
-def read_compared(paths: Sequence[str], benchmark: str) -> dict[str, pd.DataFrame]:
-    """Each `--compare` CSV's rows by its path, read before the run, so that a file that is not a CSV of
-    the benchmark's table (by the column that names its rows) stops the command before the workflow."""
-    compared = {}
+def _records_label(path: Path) -> str:
+    """What a compared records file's systems are named after: its run's results folder (the folder above
+    `tables/`, where a run writes them), else the file's name."""
+    return path.parent.parent.name if path.parent.name == "tables" else path.stem
+
+
+def read_compared(paths: Sequence[str], benchmark: str) -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
+    """Each `--compare` file, read before the run, so that one that cannot be read stops the command before the
+    workflow: a CSV of the benchmark's table (by the column that names its rows), its rows by its path, with the
+    per-item records beside it where its run wrote them (`tables/`); or a records file alone (`.jsonl`). Returns
+    the rows, and the records by the label their systems are named after."""
+    rows, records = {}, {}
+    beside = Path(targets.PATHS[RECORDS[benchmark]]).name
     for path in paths:
-        compared[path] = read_csv(path, "--compare")
-        if TABLES[benchmark][1] not in compared[path]:
-            raise ConfigError(f"--compare {path}: no column {TABLES[benchmark][1]!r} (a CSV with the table's columns)")
-    return compared
+        if Path(path).suffix == ".jsonl":
+            found = [Path(path)]
+        else:
+            rows[path] = read_csv(path, "--compare")
+            column = TABLES[benchmark][1]
+            if column not in rows[path]:
+                raise ConfigError(f"--compare {path}: no column {column!r} (a CSV with the table's columns)")
+            found = [file for file in [Path(path).parent / beside] if file.is_file()]
+        for file in found:
+            read = read_records(file)
+            if read.attrs["benchmark"] != benchmark:
+                raise ConfigError(f"--compare {file}: {read.attrs['benchmark']} records, not {benchmark}'s")
+            label = _records_label(file)
+            records[label if label not in records else str(file)] = read
+    return rows, records
+
+
+def compare_records(config: dict[str, Any], benchmark: str, compared: Mapping[str, pd.DataFrame]) -> Path:
+    """The run's records and the `compared` runs' (`read_compared`), every two systems compared on the items both
+    scored (`records.records_comparisons`), written beside the run's rows; the Markdown's path."""
+    records = {"": read_records(targets.path(config, RECORDS[benchmark]))} | dict(compared)
+    found = records_comparisons(records, config["evaluation"]["bootstrap_samples"], config["seed"])
+    stem = Path(targets.path(config, "table3", ext="csv")).parent / f"{ROWS[benchmark]}_comparisons"
+    write_records_comparisons(found, [f"{stem}.csv", f"{stem}.md"], benchmark)
+    return Path(f"{stem}.md")
 
 
 # In the results folder, beside Snakemake's own state: held by `evaluate` and the Snakemake it starts.
@@ -250,7 +281,9 @@ def evaluate(
 ) -> pd.DataFrame:
     """Score `metrics` on the ProtoBias pairs at `dataset` (benchmark "protobias"), or `vlms` on HumbleBench's
     `release` under `settings` (default all; benchmark "humblebench"), and return the table's rows with their
-    provenance, after the rows of each `compare` CSV. What `blindspot evaluate` runs, its options as keywords.
+    provenance, after the rows of each `compare` CSV. Where a `compare` file is a records file, or a CSV with its
+    run's records beside it, every two systems are compared item by item (`attrs["comparisons"]`: the Markdown's
+    path). What `blindspot evaluate` runs, its options as keywords.
     With a `limit`, only a fixed sample of that many pairs or questions is scored, the same for everyone
     (`blindspot.sampling`), and every row and table says so.
 
@@ -268,7 +301,7 @@ def evaluate(
     results_dir = results_dir and str(Path(results_dir).resolve())
     source = from_here(dataset, "--dataset") if benchmark == "protobias" else from_here(release, "--release")
     # read before the run, so a file that is no CSV stops the command before the workflow, not after it
-    compared = read_compared([from_here(path, "--compare") for path in compare], benchmark)
+    compared, compared_records = read_compared([from_here(path, "--compare") for path in compare], benchmark)
     profile = profile_here(profile)
     vlms = [model_here(base, vlm) for vlm in vlms]
     metrics = [metric_here(base, metric) for metric in metrics]
@@ -298,4 +331,6 @@ def evaluate(
         rows = record_rows(config, benchmark, result_table(config, benchmark))
         found = with_compared(rows, compared)
         found.attrs["records"] = str(Path(targets.path(config, RECORDS[benchmark])).resolve())
+        if compared_records:
+            found.attrs["comparisons"] = str(compare_records(config, benchmark, compared_records).resolve())
         return found
