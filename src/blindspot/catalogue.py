@@ -148,6 +148,8 @@ _ENTRIES = [
     Step("make_table3", "table3", local=True),
     Step("make_report_items", "table3", local=True),
     Step("write_protobias_records", "table3", local=True),
+    # It reads every image the records name, to make its thumbnails.
+    Step("build_item_view", "view", "export", data=True),
     # vLLM's env has transformers and xgrammar too: the describer and either kind of writer run there.
     Step("write_scene_questions", "humble", "llm",
           loads=("humblebench.scene_graphs.describer", "humblebench.scene_graphs.writer"), throughput=True,

@@ -124,6 +124,8 @@ OUTPUT_DESCRIPTIONS = {
     "human_majority": "the people's majority choice per preference pair",
     "human_row": "Table 3's Human row, from the people's choices",
     "dataset_card": "the dataset card, for the report",
+    "item_view": "every pair and answer behind the tables with its images: the site `blindspot view` writes "
+    "(open its index.html; the report links to it)",
     "example_grid": "the report's example grid (as the paper's Figure 3): T, I_corr, I_adv and each metric's verdict",
     "stage_counters": "every stage's counters in one table: what it kept and dropped, and why",
     "protoscore": "the trained ProtoScore: `adapter/`, `score_head.safetensors`, `training_log.csv`, "

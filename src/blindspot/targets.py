@@ -54,6 +54,7 @@ PATHS = {
     "metric_comparisons": "{results}/tables/metric_comparisons.{ext}",
     "accuracy_plot": "{results}/tables/metric_accuracy.png",
     "protobias_records": "{results}/tables/protobias_records.jsonl",
+    "item_view": "{results}/view",
     "scene_questions": "{results}/humblebench/scene_graph_candidates.parquet",
     "scene_verification": "{results}/humblebench/scene_graph_verification.csv",
     "scene_counters": "{results}/humblebench/scene_graph_candidates.counters.json",
@@ -207,8 +208,8 @@ def annotated_only_metrics(config: dict[str, Any]) -> list[str]:
 def final_targets(config: dict[str, Any]) -> list[str]:
     """What `rule all` builds: the exported dataset, the annotation subsets, Tables 1 to 3 (and Table 3's
     whole-split companion when there are human choices) and the metrics' accuracy breakdown and plot,
-    HumbleBench's tables, metrics and plot, both benchmarks' per-item records, ProtoScore's transfer accuracy
-    when an external pairwise set is given, and the annotation projects and agreement tables."""
+    HumbleBench's tables, metrics and plot, both benchmarks' per-item records and their viewer, ProtoScore's
+    transfer accuracy when an external pairwise set is given, and the annotation projects and agreement tables."""
     if "dataset" in config:
         return released_targets(config)
     benchmark = [path(config, kind) for kind in ("dataset", "filter_validation", "preference_pairs")]
@@ -219,14 +220,13 @@ def final_targets(config: dict[str, Any]) -> list[str]:
         for kind in (
             "metric_breakdown",
             "accuracy_plot",
-            "protobias_records",
             "humble_metrics",
-            "humble_records",
             "nota_plot",
             "example_grid",
             "stage_counters",
         )
     ]
+    figures += [*record_targets(config), path(config, "item_view")]
     transfer = [path(config, "protoscore_transfer")] if config["protoscore"].get("transfer") else []
     return benchmark + tables + humble_table_targets(config) + figures + transfer + annotation_targets(config)
 
@@ -234,16 +234,30 @@ def final_targets(config: dict[str, Any]) -> list[str]:
 def released_targets(config: dict[str, Any]) -> list[str]:
     """What `rule all` builds with `dataset:`, where nothing is built: Table 3 (and its whole-split companion
     with human choices), the breakdown, plot and per-item records of the dataset's pairs when `dataset.path`
-    is given, and HumbleBench's tables, metrics, plot and per-item records when `humblebench.release` is."""
+    is given, HumbleBench's tables, metrics, plot and per-item records when `humblebench.release` is, and the
+    records' viewer."""
     found = []
     if config["dataset"].get("path"):
         kinds = ["table3"] + (["table3_test_split"] if has_human_choices(config) else [])
         found += [target for kind in kinds for target in table_targets(config, kind)]
-        found += [path(config, kind) for kind in ("metric_breakdown", "accuracy_plot", "protobias_records")]
+        found += [path(config, kind) for kind in ("metric_breakdown", "accuracy_plot")]
     if config["humblebench"].get("release"):
         found += humble_table_targets(config)
-        found += [path(config, kind) for kind in ("humble_metrics", "nota_plot", "humble_records")]
-    return found
+        found += [path(config, kind) for kind in ("humble_metrics", "nota_plot")]
+    records = record_targets(config)
+    return found + records + ([path(config, "item_view")] if records else [])
+
+
+def record_targets(config: dict[str, Any]) -> list[str]:
+    """The per-item records the run writes: ProtoBias' pairs (unless a released dataset is only for HumbleBench)
+    and HumbleBench's answers (unless a released dataset is only for ProtoBias)."""
+    released = config.get("dataset")
+    kinds = []
+    if released is None or released.get("path"):
+        kinds.append("protobias_records")
+    if released is None or config["humblebench"].get("release"):
+        kinds.append("humble_records")
+    return [path(config, kind) for kind in kinds]
 
 
 def counter_targets(config: dict[str, Any]) -> list[str]:

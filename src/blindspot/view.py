@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,11 +173,12 @@ def humblebench_items(records: pd.DataFrame, images: Images) -> list[dict[str, A
     ]
 
 
-def build_site(path: str | Path, out: str | Path) -> Path:
-    """The site of the records at `path` (a records file or a results folder) in `out`; its index.html."""
+def build_site(paths: str | Path | Sequence[str | Path], out: str | Path) -> Path:
+    """The site of the records at `paths` (each a records file or a results folder) in `out`; its index.html."""
     out = Path(out)
     data: dict[str, list[dict[str, Any]]] = {"protobias": [], "humblebench": []}
-    for file in records_files(path):
+    paths = [paths] if isinstance(paths, str | Path) else paths
+    for file in [file for path in paths for file in records_files(path)]:
         records = read_records(file)
         images = Images(out, file)
         kind = records.attrs["benchmark"]

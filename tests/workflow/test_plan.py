@@ -28,8 +28,9 @@ BLINDSPOT = REPO / ".venv" / "bin" / "blindspot"
 # 1,420 with the four proprietary VLMs answering through their APIs (4 x 6 settings x 8 shards); 1,422 with
 # each benchmark's per-item records (write_protobias_records, write_humble_records); 1,470 with Phi-4-multimodal
 # answering through vLLM with its vision LoRA (6 settings x 8 shards); 1,310 with the proprietary VLMs
-# answering the Original setting only, as the paper's (4 x 1 setting x 8 shards).
-JOBS = 1310
+# answering the Original setting only, as the paper's (4 x 1 setting x 8 shards); 1,311 with the items' viewer
+# (build_item_view).
+JOBS = 1311
 TSV_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time"
 
 

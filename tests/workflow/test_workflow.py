@@ -632,6 +632,14 @@ def test_the_report_holds_every_table_and_image(tiny_run, run_config, labelled_r
         shown.wait_for()
         with Image.open(results / "tables" / "example_grid.png") as grid:
             assert shown.evaluate("img => img.naturalWidth") == grid.width
+        # its description links to the items' viewer, which opens from disk with every test pair and answer
+        link = page.locator("a[href$='view/index.html']").first.get_attribute("href")
+        assert link == f"{run_config['results_dir']}/view/index.html"
+        page.goto((work / link).as_uri())
+        records = (results / "tables" / "protobias_records.jsonl").read_text().splitlines()
+        pairs = {json.loads(line)["pair_id"] for line in records}
+        assert page.inner_text("#count") == f"{len(pairs)} pairs"
+        assert page.eval_on_selector_all(".item img", "imgs => imgs.every(i => i.complete && i.naturalWidth)")
         browser.close()
 
 
