@@ -29,10 +29,10 @@ from typing import Any
 
 import pandas as pd
 
-from blindspot.catalogue import STEPS, annotated_images_per_domain, job_items
+from blindspot.catalogue import annotated_images_per_domain, job_items
 from blindspot.paths import CHECKOUT
 from blindspot.prompts import PromptTemplate
-from blindspot.registry import answer_protocol, api_vlms, is_api_metric
+from blindspot.registry import answer_protocol, api_vlms, is_api_metric, vlm_settings
 
 Config = dict[str, Any]
 PROMPT_CHARS = 400  # a neutral prompt: a sentence or two (the T2I models read at most 256-300 tokens)
@@ -158,11 +158,10 @@ def answer_row(config: Config, jobs: pd.DataFrame, vlm: str) -> dict[str, Any]:
     jobs' items), each with its protocol's budget unless its request sets one."""
     entry = config["models"][vlm]
     own = jobs[(jobs["rule"] == ANSWER_STEP) & (jobs["model"] == vlm)]
-    where = STEPS[ANSWER_STEP].wildcards.index("setting")
-    per_setting = own.groupby(own["job"].map(lambda job: job.split("/")[where]))["items"].sum()
-    requests = int(per_setting.sum())
+    requests = int(own["items"].sum())
+    settings = vlm_settings(config, vlm)  # each job asks its questions in every one, as many of each
     text = sum(
-        int(n) * math.ceil(_question_chars(config, name, vlm) / CHARS_PER_TOKEN) for name, n in per_setting.items()
+        requests // len(settings) * math.ceil(_question_chars(config, name, vlm) / CHARS_PER_TOKEN) for name in settings
     )
     budget = _output_budget(entry)
     output = requests * (answer_protocol(config, vlm).max_tokens if math.isnan(budget) else budget)

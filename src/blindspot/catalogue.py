@@ -18,7 +18,7 @@ import yaml
 
 from blindspot.config import ConfigError, as_list, config_value
 from blindspot.paths import ENV_DIR
-from blindspot.registry import BACKENDS, MODEL_ENV, metric_models
+from blindspot.registry import BACKENDS, MODEL_ENV, metric_models, vlm_settings
 from blindspot.shards import shard_slice
 from blindspot.targets import scores_annotated_only
 
@@ -105,11 +105,12 @@ def run_images(config: Config) -> int:
     return seeds * _images_per_seed(config) * len(config["image_stage"]["t2i_models"])
 
 
-def _humble_shard_questions(config: Config, wildcards: Wildcards) -> int:
-    """The release's questions (`release_questions`) and two per benchmark image, over the shards."""
+def _humble_shard_answers(config: Config, wildcards: Wildcards) -> int:
+    """The release's questions (`release_questions`) and two per benchmark image, over the shards, each asked in
+    every setting the VLM answers (`registry.vlm_settings`)."""
     humble = config["humblebench"]
     questions = humble.get("release_questions", 0) + (2 * run_images(config) if humble.get("from_benchmark") else 0)
-    return -(-questions // humble["answer_shards"])
+    return -(-questions // humble["answer_shards"]) * len(vlm_settings(config, wildcards["vlm"]))
 
 
 def _training_pairs(config: Config, wildcards: Wildcards) -> int:
@@ -156,11 +157,11 @@ _ENTRIES = [
           image_batch=("humblebench.batch_size", 1)),
     # It reads the release through Hugging Face datasets.
     Step("make_humble_questions", "humble", "export", data=True),
-    Step("answer_humble", "humble", BY_MODEL_BACKEND, ("vlm", "setting", "shard"), ("vlm",), throughput=True,
-          image_batch=("humblebench.batch_size", 1), items=_humble_shard_questions),
+    Step("answer_humble", "humble", BY_MODEL_BACKEND, ("vlm", "shard"), ("vlm",), throughput=True,
+          image_batch=("humblebench.batch_size", 1), items=_humble_shard_answers),
     # An API VLM's answer jobs: the same step on the submit host, where the internet is.
-    Step("answer_api_humble", "humble", BY_MODEL_BACKEND, ("vlm", "setting", "shard"), ("vlm",), local=True,
-          image_batch=("humblebench.batch_size", 1), items=_humble_shard_questions, function="answer_humble"),
+    Step("answer_api_humble", "humble", BY_MODEL_BACKEND, ("vlm", "shard"), ("vlm",), local=True,
+          image_batch=("humblebench.batch_size", 1), items=_humble_shard_answers, function="answer_humble"),
     Step("sample_human_questions", "humble", local=True),
     Step("make_humble_tables", "humble", local=True),
     Step("write_humble_records", "humble", local=True),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from blindspot.registry import is_api_metric, vlm_settings
+from blindspot.registry import is_api_metric
 from blindspot.shards import shard_names
 
 PATHS = {
@@ -62,9 +62,9 @@ PATHS = {
     "humble_questions": "{results}/humblebench/questions.parquet",
     "humble_images": "{results}/humblebench/release_images",
     "humble_question_counters": "{results}/humblebench/questions.counters.json",
-    "humble_answers": "{results}/humblebench/answers/{vlm}/{setting}/{shard}.parquet",
-    "humble_answer_counters": "{results}/humblebench/answers/{vlm}/{setting}/{shard}.counters.json",
-    "humble_answer_journal": "{results}/humblebench/answers/{vlm}/{setting}/{shard}.journal.jsonl",
+    "humble_answers": "{results}/humblebench/answers/{vlm}/{shard}.parquet",
+    "humble_answer_counters": "{results}/humblebench/answers/{vlm}/{shard}.counters.json",
+    "humble_answer_journal": "{results}/humblebench/answers/{vlm}/{shard}.journal.jsonl",
     "humble_api_cache": "{results}/humblebench/api_cache/{vlm}",
     "human_study": "{results}/humblebench/human_study.parquet",
     "humble_metrics": "{results}/tables/humblebench_metrics.csv",
@@ -160,12 +160,11 @@ def table_targets(config: dict[str, Any], kind: str) -> list[str]:
 
 
 def humble_answer_targets(config: dict[str, Any]) -> list[str]:
-    """Every answer shard: each VLM in each setting it answers (`registry.vlm_settings`)."""
+    """Every answer shard: each VLM's, in every setting it answers (`registry.vlm_settings`)."""
     humble = config["humblebench"]
     return [
-        path(config, "humble_answers", vlm=vlm, setting=setting, shard=shard)
+        path(config, "humble_answers", vlm=vlm, shard=shard)
         for vlm in humble["vlms"]
-        for setting in vlm_settings(config, vlm)
         for shard in shard_names(humble["answer_shards"], 1)
     ]
 
@@ -281,9 +280,8 @@ def counter_targets(config: dict[str, Any]) -> list[str]:
         found.append(path(config, "scene_counters"))
     found.append(path(config, "humble_question_counters"))
     found += [
-        path(config, "humble_answer_counters", vlm=vlm, setting=setting, shard=shard)
+        path(config, "humble_answer_counters", vlm=vlm, shard=shard)
         for vlm in humble["vlms"]
-        for setting in vlm_settings(config, vlm)
         for shard in shard_names(humble["answer_shards"], 1)
     ]
     return found

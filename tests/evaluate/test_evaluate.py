@@ -77,9 +77,17 @@ def test_with_a_dataset_nothing_is_built_and_table3_is_made_from_it(tiny_config,
     rules = set(re.findall(r"^(\w+)\s+\d+$", stats, flags=re.MULTILINE))
     # build_model too, where the tiny models are not built yet
     assert (
-        {"import_dataset", "score_metric", "make_table3", "write_protobias_records", "all"}
+        {"import_dataset", "score_metric", "make_table3", "write_protobias_records", "build_item_view", "all"}
         <= rules
-        <= {"build_model", "import_dataset", "score_metric", "make_table3", "write_protobias_records", "all"}
+        <= {
+            "build_model",
+            "import_dataset",
+            "score_metric",
+            "make_table3",
+            "write_protobias_records",
+            "build_item_view",
+            "all",
+        }
     )
     assert targets.path(config, "table3", ext="csv") in targets.final_targets(config)
     assert not any("humblebench" in target for target in targets.final_targets(config))

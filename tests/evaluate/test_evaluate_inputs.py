@@ -340,7 +340,7 @@ Error in rule make_humble_questions:
 Error in rule answer_humble:
     message: None
     jobid: 7
-    wildcards: vlm=tiny-qwen2.5-vl, setting=original, shard=00000
+    wildcards: vlm=tiny-qwen2.5-vl, shard=00000
     log: logs/answer_humble/{{vlm}}.log (check log file(s) for error details)
 Error in rule make_humble_questions:
     jobid: 3
@@ -359,7 +359,7 @@ def test_a_failed_workflow_is_one_line_naming_the_job_its_reason_and_its_log(tmp
     jobs = failed_jobs(snakemake_log.read_text(), tmp_path)
     assert [(job.rule, job.wildcards) for job in jobs] == [
         ("make_humble_questions", ""),
-        ("answer_humble", "vlm=tiny-qwen2.5-vl, setting=original, shard=00000"),
+        ("answer_humble", "vlm=tiny-qwen2.5-vl, shard=00000"),
     ]
     assert jobs[1].logs == (tmp_path / "logs" / "answer_humble" / "{vlm}.log",)  # relative: where Snakemake ran
     assert workflow_failure(config, tmp_path) == (
@@ -451,8 +451,10 @@ def test_the_original_setting_alone_runs_and_says_which_tables_it_leaves_out(tmp
         "blindspot evaluate: the appendix's Original -> Cautious table left out: it needs the setting cautious",
     ]
     from blindspot import targets
+    from blindspot.registry import vlm_settings
 
-    assert {Path(answer).parts[-2] for answer in targets.humble_answer_targets(config)} == {"original"}
+    assert vlm_settings(config, VLM) == ["original"]  # what its answer jobs ask
+    assert len(targets.humble_answer_targets(config)) == config["humblebench"]["answer_shards"]
     with pytest.raises(ConfigError, match="--setting: Table 4 needs the setting original"):
         humblebench_config(tiny_config, str(release), [VLM], ["nota_only"], str(tmp_path / "out"))
 

@@ -1,5 +1,6 @@
-"""One VLM answering one shard of HumbleBench's questions in one setting (`humble_answers`): the shard's
-questions, the model loaded only when there are some, and the answers with the tiny Qwen2.5-VL."""
+"""One VLM answering one shard of HumbleBench's questions in its settings (`humble_answers`): the shard's
+questions (whole images), the model loaded only when there are some, and the answers with the tiny Qwen2.5-VL,
+all settings in one job as each in its own."""
 
 import hashlib
 import json
@@ -19,18 +20,22 @@ from blindspot.prompts import PromptTemplate
 from blindspot.shards import shard_of
 
 
-def test_the_shards_split_the_questions_by_id_in_their_order(tmp_path):
+def test_the_shards_split_the_questions_by_image_in_their_order(tmp_path):
     table = questions(tmp_path, 12)
+    # q0-q3 each on its own image; q4-q11 two to an image, named by its first question: q4 and q5 on q4's image
+    shared = {f"q{i}": f"q{i - i % 2}" for i in range(4, 12)}
+    table["image_path"] = [str(tmp_path / f"{shared.get(q, q)}.png") for q in table["question_id"]]
     shards = [shard_questions(table, shard, 3) for shard in range(3)]
     assert sorted(q for shard in shards for q in shard["question_id"]) == sorted(table["question_id"])
     for shard, part in enumerate(shards):
-        assert all(shard_of(q, 3) == shard for q in part["question_id"])
+        assert all(shard_of(shared.get(q, q), 3) == shard for q in part["question_id"])  # the image's shard
         assert list(part.index) == sorted(part.index)  # the table's order
-    # by the id's hash (`shards.shard_of`), pinned: moving it must not move an answered question
+    assert {q: shard for shard, part in enumerate(shards) for q in part["question_id"]}["q5"] == shard_of("q4", 3)
+    # by the hash of the image's name (`shards.shard_of`), pinned: moving it must not move an answered question
     assert [shard_of(f"q{i}", 7) for i in range(8)] == [0, 1, 4, 6, 2, 6, 3, 6]
-    # a question's shard depends on its id alone: more questions never move it
-    more = shard_questions(questions(tmp_path, 20), 1, 3)
-    assert set(shards[1]["question_id"]) <= set(more["question_id"])
+    # an image's shard depends on its first question alone, never on where the image lies
+    moved = shard_questions(table.assign(image_path=table["image_path"].str.replace(str(tmp_path), "/else")), 1, 3)
+    assert moved.equals(shards[1].assign(image_path=shards[1]["image_path"].str.replace(str(tmp_path), "/else")))
     assert shard_questions(table, 0, 1).equals(table)
 
 
@@ -101,12 +106,14 @@ def test_an_empty_shard_never_loads_the_model(tmp_path):
     journal = tmp_path / "answers.journal.jsonl"
     empty = questions(tmp_path, 3).iloc[:0]
     template = PromptTemplate.load(TEMPLATE)
-    frame, counters = answer_shard(empty, "original", {}, template, spec, load_scorer, letter_protocol(4), 0, journal)
+    settings = {"original": ({}, template)}
+    frame, counters = answer_shard(empty, settings, spec, load_scorer, letter_protocol(4), 0, journal)
     assert not journal.exists()
     assert frame.empty
     assert list(frame.columns) == schemas.HUMBLE_ANSWERS.names
     assert counters == {
         "questions": 0,
+        "answers": 0,
         "unparseable_text": 0,
         "text_and_logits_agree": 0,
         "reasoned": 0,
@@ -140,7 +147,7 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
     table = questions(tmp_path, 4)
     journal = tmp_path / "answers.journal.jsonl"
     frame, counters = answer_shard(
-        table, "nota_only", transforms, template, spec, load_scorer, letter_protocol(4), 3, journal
+        table, {"nota_only": (transforms, template)}, spec, load_scorer, letter_protocol(4), 3, journal
     )
     assert len(loaded) == 1
     # Killed after its first batch (the journal cut down to it), the job answers only the second; its
@@ -149,7 +156,7 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
     answered, answer = [], loaded[0].choose
     loaded[0].choose = lambda conversations, *rest: answered.append(len(conversations)) or answer(conversations, *rest)
     resumed, resumed_counters = answer_shard(
-        table, "nota_only", transforms, template, spec, lambda: loaded[0], letter_protocol(4), 3, journal
+        table, {"nota_only": (transforms, template)}, spec, lambda: loaded[0], letter_protocol(4), 3, journal
     )
     assert answered == [2]
     pd.testing.assert_frame_equal(resumed, frame)
@@ -183,6 +190,7 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
     assert parsed_texts(frame).tolist() == frame["prediction_text"].tolist()
     assert counters == {
         "questions": 4,
+        "answers": 4,
         "unparseable_text": int((frame["prediction_text"] == "").sum()),
         "text_and_logits_agree": int((frame["prediction_text"] == frame["prediction_logits"]).sum()),
         "reasoned": int(frame["reasoning"].astype(bool).sum()),
@@ -191,3 +199,33 @@ def test_the_tiny_vlm_answers_its_shard_as_the_setting_shows_it(built_config, tm
         "letters_from_text": 0,  # a local model's letters come from its logits
         "protocol": asked.protocol.params(),  # how it was asked, as the rule's params gave it
     }
+
+
+@pytest.mark.slow
+def test_one_job_answers_every_setting_as_a_job_per_setting_did(built_config, tmp_path):
+    """All of a VLM's settings in one job (one model load, one image's questions together) give the answers a job
+    per setting gave: the same texts and readings, the letter probabilities to float32's rounding (the batches,
+    and so their padding, differ)."""
+    from blindspot.models.spec import model_spec
+    from blindspot.models.vlm_scoring import TransformersVLMScorer
+
+    spec = model_spec(built_config, "tiny-qwen2.5-vl")
+    scorer = TransformersVLMScorer(spec, batch_size=3)
+    template = PromptTemplate.load(TEMPLATE)
+    table = questions(tmp_path, 5)
+    table["image_path"] = [table["image_path"][i - i % 2] for i in range(5)]  # q0, q1 share an image; q2, q3 too
+    settings = {"original": ({}, template), "nota_only": ({"remove_correct": True}, template)}
+    together, counters = answer_shard(table, settings, spec, lambda: scorer, letter_protocol(4), 3, tmp_path / "a.j")
+    alone = pd.concat(
+        [
+            answer_shard(table, {name: shown}, spec, lambda: scorer, letter_protocol(4), 3, tmp_path / f"{name}.j")[0]
+            for name, shown in settings.items()
+        ],
+        ignore_index=True,
+    )
+    assert (counters["questions"], counters["answers"]) == (5, 10)
+    assert together["setting"].tolist() == ["original"] * 5 + ["nota_only"] * 5  # setting by setting, in order
+    probabilities = ["letter_probabilities", "letter_mass"]
+    pd.testing.assert_frame_equal(together.drop(columns=probabilities), alone.drop(columns=probabilities))
+    for mine, theirs in zip(together["letter_probabilities"], alone["letter_probabilities"], strict=True):
+        assert json.loads(mine) == pytest.approx(json.loads(theirs), rel=1e-4)

@@ -178,10 +178,10 @@ def test_the_tiny_presets_gpu_jobs_on_four_fake_gpus_never_share_one(tiny_run, r
             assert released, f"{log}: no release line"
             spans.append((log, [gpu for gpu in held[-1][0].split(",") if gpu], float(held[-1][1]), float(released[-1])))
     humble = config["humblebench"]
-    jobs = len(humble["vlms"]) * len(humble["settings"]) * humble["answer_shards"]
+    jobs = len(humble["vlms"]) * humble["answer_shards"]
     assert len(spans) == jobs
     for log, ids, _, _ in spans:
-        want = config["models"][log.parent.parent.name]["gpus"]  # logs/answer_humble/<vlm>/<setting>/<shard>
+        want = config["models"][log.parent.name]["gpus"]  # logs/answer_humble/<vlm>/<shard>
         assert len(ids) == want, (log, ids)  # a VLM asking for none sees none
         assert set(ids) <= {"0", "1", "2", "3"}, (log, ids)
     overlapping = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1 :] if a[2] < b[3] and b[2] < a[3]]

@@ -1,7 +1,7 @@
 # HumbleBench: questions (official release, our benchmark's images, scene graphs), answers per
-# VLM x setting x shard, then Tables 4 to 7 and the NOTA plot.
+# VLM x shard (every setting the VLM answers, in one job), then Tables 4 to 7 and the NOTA plot.
 
-from blindspot.registry import answer_protocol
+from blindspot.registry import answer_protocol, vlm_settings
 from blindspot.humblebench.settings import noise_kind, setting_transforms
 
 HUMBLE = config["humblebench"]
@@ -81,7 +81,10 @@ ANSWER_HUMBLE_PARAMS = dict(
     model=get_model_spec("vlm"),
     # how the VLM is asked (humblebench.protocol and its entry's humble_protocol); its prompt is an input
     protocol=lambda wildcards: answer_protocol(config, wildcards.vlm).params(),
-    transforms=lambda wildcards: setting_transforms(HUMBLE["settings"][wildcards.setting]),
+    # the settings the VLM answers (`registry.vlm_settings`), in the order of its templates
+    settings=lambda wildcards: {
+        name: setting_transforms(HUMBLE["settings"][name]) for name in vlm_settings(config, wildcards.vlm)
+    },
     answer_shards=HUMBLE["answer_shards"],
     batch_size=HUMBLE["batch_size"],
     seed=config["seed"],
@@ -95,7 +98,7 @@ rule answer_humble:
         vlm=_one_of(set(HUMBLE["vlms"]) - set(API_VLMS)),
     input:
         questions=P("humble_questions"),
-        template=lambda wildcards: HUMBLE["settings"][wildcards.setting]["template"],
+        templates=lambda wildcards: [HUMBLE["settings"][name]["template"] for name in vlm_settings(config, wildcards.vlm)],
         prompt=lambda wildcards: answer_protocol(config, wildcards.vlm).prompt,
         built_model=get_role_model_input("vlm"),
     output:

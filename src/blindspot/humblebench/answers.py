@@ -1,5 +1,8 @@
-"""One VLM answering one shard of HumbleBench's questions in one setting (the `answer_humble` step):
-which questions are the shard's, how the setting shows them, and the answers as a table with counters."""
+"""One VLM answering one shard of HumbleBench's questions in every setting it answers (the `answer_humble`
+step): which questions are the shard's (whole images: an image's questions are one shard's), how each setting
+shows them, and the answers as a table with counters. One job asks every setting, so its model loads once,
+and it asks one image's questions in every setting together, so an engine with a prefix cache (vLLM)
+encodes the image once for all of them."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from blindspot import schemas
+from blindspot.humblebench.humility import image_clusters
 from blindspot.humblebench.parsing import parse_answer
 from blindspot.humblebench.protocols import conversation, cut_answer, question_seed
 from blindspot.humblebench.questions import row_question
@@ -26,44 +30,59 @@ from blindspot.registry import AnswerProtocol, Decoding
 from blindspot.shards import shard_of
 
 
+def question_images(questions: pd.DataFrame) -> list[str]:
+    """Each question's image by the name `humility.image_clusters` gives it (its first question's id), which no
+    path changes."""
+    ids = questions["question_id"].tolist()
+    return list(image_clusters(ids, dict(zip(ids, questions["image_path"], strict=True))))
+
+
 def shard_questions(questions: pd.DataFrame, shard: int, shards: int) -> pd.DataFrame:
-    """The questions of answer shard `shard` of `shards` (`shards.shard_of`, by id), in the table's order."""
-    return questions[questions["question_id"].map(lambda question_id: shard_of(question_id, shards)) == shard]
+    """The questions of answer shard `shard` of `shards`, in the table's order: whole images, each image's shard
+    that of its name (`question_images`)."""
+    return questions[[shard_of(image, shards) == shard for image in question_images(questions)]]
 
 
 def answer_shard(
     questions: pd.DataFrame,
-    setting: str,
-    transforms: Mapping[str, Any],
-    template: PromptTemplate,
+    settings: Mapping[str, tuple[Mapping[str, Any], PromptTemplate]],
     spec: ModelSpec,
     load_scorer: Callable[[], Any],
     protocol: AnswerProtocol,
     seed: int,
     journal_path: str | Path,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The answers of the VLM `spec` to `questions` as the setting shows them (`settings.present`), asked
-    under its `protocol` (`humblebench.protocols`), one row per question (`schemas.HUMBLE_ANSWERS`), and
-    counters: questions, answers whose text names no option, answers whose two readings agree, answers read
+    """The answers of the VLM `spec` to `questions` as each of its `settings` (name: its transforms and
+    template) shows them (`settings.present`), asked under its `protocol` (`humblebench.protocols`), one row
+    per question and setting (`schemas.HUMBLE_ANSWERS`, setting by setting in the questions' order), and
+    counters: answers, answers whose text names no option, answers whose two readings agree, answers read
     after a reasoning model's reasoning (`reasoned`), answers the token budget cut off (`cut_off`),
-    questions this job answered (`computed_items`: the others came from its journal), and the protocol
+    answers this job computed (`computed_items`: the others came from its journal), and the protocol
     with the decoding it ran (a checkpoint's own, read from it). `load_scorer` is called only for a shard
-    with questions, so an empty shard never loads the model. The answers are journaled a batch at a time
-    (`answer_in_batches`)."""
+    with questions, so an empty shard never loads the model. An image's questions are asked in every setting
+    one after another (a prefix cache then holds the image for all of them); the answers are journaled a
+    batch at a time (`answer_in_batches`)."""
+    rows = questions.assign(_image=question_images(questions)).sort_values("_image", kind="stable")
     shown = [
         (present(row_question(row), setting, transforms, seed), row["image_path"])
-        for row in questions.to_dict("records")
+        for row in rows.to_dict("records")
+        for setting, (transforms, _) in settings.items()
     ]
     answered, computed, decoding = [], 0, protocol.decoding
     if shown:
         scorer = load_scorer()
         decoding = protocol.decoding.resolved(getattr(scorer, "generation_config", None))
-        asked = dataclasses.replace(Asked.load({setting: template}, protocol, seed), decoding=decoding)
+        templates = {setting: template for setting, (_, template) in settings.items()}
+        asked = dataclasses.replace(Asked.load(templates, protocol, seed), decoding=decoding)
         answered, computed = answer_in_batches(shown, scorer, asked, journal_path)
     about = {"vlm": spec.name, "model_id": spec.model_id, "model_revision": spec.revision or ""}
     frame = pd.DataFrame([row | about for row in answered], columns=schemas.HUMBLE_ANSWERS.names)
+    order = {setting: i for i, setting in enumerate(settings)}
+    at = dict(zip(questions["question_id"], range(len(questions)), strict=True))
+    frame = frame.iloc[np.lexsort((frame["question_id"].map(at), frame["setting"].map(order)))].reset_index(drop=True)
     counters = {
-        "questions": len(frame),
+        "questions": len(questions),
+        "answers": len(frame),
         "unparseable_text": int((frame["prediction_text"] == "").sum()),
         "text_and_logits_agree": int((frame["prediction_text"] == frame["prediction_logits"]).sum()),
         "reasoned": int(frame["reasoning"].astype(bool).sum()),

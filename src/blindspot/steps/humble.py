@@ -1,5 +1,5 @@
 """HumbleBench (`workflow/rules/humble.smk`): questions from the release, our benchmark's images and
-scene graphs -> answers per VLM x setting x shard -> Tables 4 to 7 and the NOTA plot."""
+scene graphs -> answers per VLM x shard (every setting in one job) -> Tables 4 to 7 and the NOTA plot."""
 
 from __future__ import annotations
 
@@ -105,17 +105,16 @@ def make_humble_questions(
 
 def answer_humble(
     questions: str,
-    template: str,
+    templates: Sequence[str],
     prompt: str,
     model: dict[str, Any],
     protocol: dict[str, Any],
-    transforms: dict[str, Any],
+    settings: dict[str, dict[str, Any]],
     answer_shards: int,
     batch_size: int | None,
     seed: int,
     journal: str,
     vlm: str,
-    setting: str,
     shard: str,
     out: str,
     counters_out: str,
@@ -123,7 +122,8 @@ def answer_humble(
     planned_requests: int | None = None,
     api_key_is_set: bool = True,
 ) -> None:
-    """One VLM answers one shard of the questions as one setting shows them (its `template`), asked under
+    """One VLM answers one shard of the questions as each setting it answers shows them (`settings`: name ->
+    transforms, in the order of their `templates`), in one job and one engine, asked under
     its `protocol` (`humblebench.protocols`: the `prompt` file around the question, decoding, budget, where
     the answer is cut), its images read a batch at a time; the answers are journaled as they come
     (`journal`), so a killed job answers only what it had not. An API VLM's replies are cached in `cache`
@@ -147,18 +147,20 @@ def answer_humble(
             len(mine),
         )
         mine = mine.iloc[:0]
+    shown = {
+        setting: (transforms, PromptTemplate.load(template))
+        for (setting, transforms), template in zip(settings.items(), templates, strict=True)
+    }
     frame, counters = humble_answers.answer_shard(
         mine,
-        setting,
-        transforms,
-        PromptTemplate.load(template),
+        shown,
         vlm_spec,
         lambda: load_answerer(vlm_spec, batch_size, cache),
         dataclasses.replace(AnswerProtocol.from_params(protocol), prompt=prompt),
         seed,
         journal,
     )
-    write_counters(counters_out, counters, f"{vlm}/{setting}/{shard}")
+    write_counters(counters_out, counters, f"{vlm}/{shard}")
     write_table(out, frame, schemas.HUMBLE_ANSWERS)
     Path(journal).unlink(missing_ok=True)  # an empty shard never made one
 
