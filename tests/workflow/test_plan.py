@@ -563,8 +563,8 @@ def test_the_paper_configs_gpt5_bill(paper_config):
 
 def test_the_paper_plan_answers_with_every_listed_vlm_on_its_entrys_gpus_and_memory(paper_config):
     """Every VLM of `humblebench.vlms` gets an answer job per shard (every setting it answers in one job), asking
-    for the GPUs of its registry entry and the memory of its weights (`job_resources.base_mb` + `weights_gb`), timed by its
-    `throughput:` entry; the proprietary models answer through their APIs, on no GPU, billed."""
+    for the GPUs of its registry entry and the memory of its weights (`job_resources.base_mb` + `weights_gb`),
+    timed by its `throughput:` entry; the proprietary models answer through their APIs, on no GPU, billed."""
     humble, settings = paper_config["humblebench"], paper_config["job_resources"]
     found = plan.plan(paper_config)
     jobs = found["jobs"]
