@@ -41,7 +41,8 @@ class Step:
     loads: tuple[str, ...] = ()
     local: bool = False  # runs on the submit host: seconds of work, or the internet
     data: bool = False  # loads no model but decodes or writes every image of the run (CPUs, time)
-    image_batch: tuple[str, int] | None = None  # config key of the batch its images pass in, and images per item
+    # The batch its images pass in: a config key and images per item, or a function of the job giving the images
+    image_batch: tuple[str, int] | Callable[[Config, Wildcards], int] | None = None
     throughput: bool = False  # its time: items x the `throughput:` table's seconds per item
     output: str | None = None  # the kind (`blindspot.targets.PATHS`) of the output of a domain's shard
     items: Callable[[Config, Wildcards], int] | None = None  # one job's work, for its time and the plan
@@ -105,6 +106,17 @@ def run_images(config: Config) -> int:
     return seeds * _images_per_seed(config) * len(config["image_stage"]["t2i_models"])
 
 
+def answer_batch(config: Config, vlm: str) -> int:
+    """Questions per call to `vlm` as it answers: `humblebench.vllm_batch_size` on vLLM (its engine schedules
+    within a call, and a call waits for its longest answer), `humblebench.batch_size` on any other backend."""
+    humble = config["humblebench"]
+    return humble["vllm_batch_size"] if config["models"][vlm]["backend"] == "vllm" else humble["batch_size"]
+
+
+def _humble_answer_batch(config: Config, wildcards: Wildcards) -> int:
+    return answer_batch(config, wildcards["vlm"])
+
+
 def _humble_shard_answers(config: Config, wildcards: Wildcards) -> int:
     """The release's questions (`release_questions`) and two per benchmark image, over the shards, each asked in
     every setting the VLM answers (`registry.vlm_settings`)."""
@@ -158,7 +170,7 @@ _ENTRIES = [
     # It reads the release through Hugging Face datasets.
     Step("make_humble_questions", "humble", "export", data=True),
     Step("answer_humble", "humble", BY_MODEL_BACKEND, ("vlm", "shard"), ("vlm",), throughput=True,
-          image_batch=("humblebench.batch_size", 1), items=_humble_shard_answers),
+          image_batch=_humble_answer_batch, items=_humble_shard_answers),
     # An API VLM's answer jobs: the same step on the submit host, where the internet is.
     Step("answer_api_humble", "humble", BY_MODEL_BACKEND, ("vlm", "shard"), ("vlm",), local=True,
           image_batch=("humblebench.batch_size", 1), items=_humble_shard_answers, function="answer_humble"),

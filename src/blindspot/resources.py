@@ -55,11 +55,13 @@ def render_pixels(config: dict[str, Any]) -> int:
     return max((size.get("height", 1024) * size.get("width", 1024) for size in sizes), default=1024 * 1024)
 
 
-def images_in_flight(config: dict[str, Any], step: str) -> int:
+def images_in_flight(config: dict[str, Any], step: str, wildcards: dict[str, str]) -> int:
     """Images a job holds at once: the batch it works on and the one being decoded (or encoded)."""
     batch = catalogue.STEPS[step].image_batch
     if batch is None:
         return 0
+    if callable(batch):
+        return 2 * batch(config, wildcards)
     key, per_item = batch
     return 2 * config_value(config, key) * per_item
 
@@ -72,7 +74,7 @@ def job_resources(config: dict[str, Any], step: str, wildcards: dict[str, str], 
     items = catalogue.job_items(config, step, wildcards)
     loads_something = bool(needs) or catalogue.STEPS[step].data
     threads = settings["threads_per_gpu"] * gpus if gpus else settings["cpu_threads"] if loads_something else 1
-    image_mb = images_in_flight(config, step) * render_pixels(config) * settings["bytes_per_pixel"] / 2**20
+    image_mb = images_in_flight(config, step, wildcards) * render_pixels(config) * settings["bytes_per_pixel"] / 2**20
     mem_mb = settings["base_mb"] + 1024 * weights_gb(needs) + image_mb
     entries = config.get("throughput", {}).get(step, {})
     seconds = entries.get(catalogue.throughput_key(config, step, wildcards), entries.get("default"))

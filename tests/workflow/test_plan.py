@@ -577,7 +577,7 @@ def test_the_paper_plan_answers_with_every_listed_vlm_on_its_entrys_gpus_and_mem
         assert len(mine) == humble["answer_shards"]
         assert set(mine["gpus"]) == {entry["gpus"]} == {1}
         images_mb = (
-            resources.images_in_flight(paper_config, "answer_humble")
+            resources.images_in_flight(paper_config, "answer_humble", {"vlm": vlm})
             * resources.render_pixels(paper_config)
             * settings["bytes_per_pixel"]
             / 2**20

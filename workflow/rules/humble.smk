@@ -1,6 +1,7 @@
 # HumbleBench: questions (official release, our benchmark's images, scene graphs), answers per
 # VLM x shard (every setting the VLM answers, in one job), then Tables 4 to 7 and the NOTA plot.
 
+from blindspot.catalogue import answer_batch
 from blindspot.registry import answer_protocol, vlm_settings
 from blindspot.humblebench.settings import noise_kind, setting_transforms
 
@@ -86,7 +87,8 @@ ANSWER_HUMBLE_PARAMS = dict(
         name: setting_transforms(HUMBLE["settings"][name]) for name in vlm_settings(config, wildcards.vlm)
     },
     answer_shards=HUMBLE["answer_shards"],
-    batch_size=HUMBLE["batch_size"],
+    # questions per call: a vLLM engine's several times its own batch, a transformers model's batch_size
+    batch_size=lambda wildcards: answer_batch(config, wildcards.vlm),
     seed=config["seed"],
     # Not an output: Snakemake would delete it when a job fails, and resuming needs it.
     journal=P("humble_answer_journal"),

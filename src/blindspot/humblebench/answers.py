@@ -60,8 +60,8 @@ def answer_shard(
     answers this job computed (`computed_items`: the others came from its journal), and the protocol
     with the decoding it ran (a checkpoint's own, read from it). `load_scorer` is called only for a shard
     with questions, so an empty shard never loads the model. An image's questions are asked in every setting
-    one after another (a prefix cache then holds the image for all of them); the answers are journaled a
-    batch at a time (`answer_in_batches`)."""
+    one after another (a prefix cache then holds the image for all of them), or, on transformers, whose batches
+    pad, in order of their prompts' length; the answers are journaled a batch at a time (`answer_in_batches`)."""
     rows = questions.assign(_image=question_images(questions)).sort_values("_image", kind="stable")
     shown = [
         (present(row_question(row), setting, transforms, seed), row["image_path"])
@@ -74,6 +74,8 @@ def answer_shard(
         decoding = protocol.decoding.resolved(getattr(scorer, "generation_config", None))
         templates = {setting: template for setting, (_, template) in settings.items()}
         asked = dataclasses.replace(Asked.load(templates, protocol, seed), decoding=decoding)
+        if spec.backend == "transformers":  # a padded batch: prompts of like length together, no prefix cache
+            shown.sort(key=lambda item: len(str(asked.conversation(item[0]))))
         answered, computed = answer_in_batches(shown, scorer, asked, journal_path)
     about = {"vlm": spec.name, "model_id": spec.model_id, "model_revision": spec.revision or ""}
     frame = pd.DataFrame([row | about for row in answered], columns=schemas.HUMBLE_ANSWERS.names)

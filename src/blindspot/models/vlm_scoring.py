@@ -236,8 +236,9 @@ class VLLMVLMScorer:
         self.lora = lora_request(spec)  # None, or the adapter every request carries
         # Callers hand over images this many at a time, as to the transformers backend: the config's batch
         # is the journal's unit and the images a job holds (its memory), whatever GPU vLLM finds. vLLM
-        # schedules its own steps within a call; an image prompt's ~1,300 tokens fill a step's token
-        # budget with a few prompts, so a batch of tens keeps the GPU busy.
+        # schedules its own steps within a call, but a call waits for its longest answer: a batch of tens
+        # suits one-token scores, and answers with long reasoning get several times max_num_seqs
+        # (`humblebench.vllm_batch_size`).
         self.batch_size = batch_size
         self.tokenizer = self.llm.get_tokenizer()
         self.tokens = ScoreTokens.from_tokenizer(self.tokenizer)
