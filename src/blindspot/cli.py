@@ -57,8 +57,9 @@ def _hours(value: float) -> str:
 
 def _markdown(frame: pd.DataFrame) -> str:
     frame = frame.copy()
-    if "gpu_hours" in frame:
-        frame["gpu_hours"] = frame["gpu_hours"].map(_hours)
+    for column in ("load_gpu_hours", "gpu_hours"):
+        if column in frame:
+            frame[column] = frame[column].map(_hours)
     frame = frame.astype(object).where(frame.notna(), "")
     return frame.to_markdown(index=False, disable_numparse=True)
 
@@ -110,6 +111,7 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
                 "mem_gb_per_job",
                 "hours_per_job",
                 "items",
+                "load_gpu_hours",
                 "gpu_hours",
             ]
         ]
@@ -134,7 +136,7 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
         "",
         _markdown(result["stages"]),
         "",
-        f"Total: {result['total_jobs']} jobs, {total} GPU-hours",
+        f"Total: {result['total_jobs']} jobs, {total} GPU-hours, {result['load_gpu_hours']:.2f} of them loading models",
     ]
     if missing:
         lines.append(
@@ -143,7 +145,9 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
         )
     lines += [
         "",
-        "GPU-hours = items x seconds per item (`throughput:`) x GPUs per job / 3600. " + plan.ITEMS_NOTE,
+        "GPU-hours = (loading + items x seconds per item (`throughput:`)) x GPUs per job / 3600; loading "
+        "(`load_gpu_hours`) is each model's weights read at `job_resources.load_gb_per_second` and its engine "
+        "started (`engine_start_seconds`), in every job that loads it. " + plan.ITEMS_NOTE,
         "",
         "Per job: GPUs, CPUs, memory (GB) and time (hours) of its first attempt, from what it loads "
         "(`job_resources` and the models' `weights_gb`); a retry asks for twice, then three times, the memory "

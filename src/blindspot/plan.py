@@ -24,7 +24,7 @@ from blindspot import bill, catalogue, counts, targets
 from blindspot.catalogue import DATA_WILDCARDS, SHARDED_STEPS, STEPS, THROUGHPUT_STEPS
 from blindspot.dag import dag_jobs
 from blindspot.io import read_json
-from blindspot.resources import job_resources
+from blindspot.resources import job_resources, load_seconds
 
 ITEMS_NOTE = (
     "Items are upper bounds: seeds per shard for the prompt stage; for images 2 x seeds x generators x "
@@ -45,6 +45,7 @@ COLUMNS = [
     "threads",
     "mem_mb",
     "runtime",
+    "load_seconds",
     "throughput_key",
     "output",
     "counters",
@@ -72,6 +73,7 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
                 "shard": wildcards.get("shard", ""),
                 "items": catalogue.job_items(config, rule, wildcards),
                 **job_resources(config, rule, wildcards).as_dict(),
+                "load_seconds": load_seconds(config, rule, wildcards),
                 "throughput_key": catalogue.throughput_key(config, rule, wildcards),
                 "output": output,
                 "counters": counters,
@@ -85,7 +87,9 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
 
 
 def with_gpu_hours(config: dict[str, Any], jobs: pd.DataFrame) -> pd.DataFrame:
-    """Add `seconds_per_item` and `gpu_hours` (items x seconds x GPUs / 3600); NaN where the table has no entry.
+    """Add `seconds_per_item`, `load_gpu_hours` (the job's loading, `resources.load_seconds`, x GPUs / 3600: a
+    cluster bills the GPUs while the weights are read and the engine starts) and `gpu_hours` (that and items x
+    seconds x GPUs / 3600); NaN where the table has no entry.
 
     A rule's `default` stands in for its models without an entry of their own. CPU-only jobs are 0.
     """
@@ -97,7 +101,9 @@ def with_gpu_hours(config: dict[str, Any], jobs: pd.DataFrame) -> pd.DataFrame:
         entries = table.get(rule, {})
         seconds.append(0.0 if gpus == 0 else entries.get(key, entries.get("default", float("nan"))))
     jobs["seconds_per_item"] = pd.Series(seconds, index=jobs.index, dtype=float)
-    jobs["gpu_hours"] = jobs["items"].astype(float).fillna(0) * jobs["seconds_per_item"] * jobs["gpus"] / 3600
+    jobs["load_gpu_hours"] = jobs["load_seconds"] * jobs["gpus"] / 3600
+    compute = jobs["items"].astype(float).fillna(0) * jobs["seconds_per_item"] * jobs["gpus"] / 3600
+    jobs["gpu_hours"] = compute + jobs["load_gpu_hours"]
     return jobs
 
 
@@ -121,6 +127,7 @@ def summarize(jobs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
         mem_gb_per_job=("mem_mb", lambda m: _span((m / 1024).round(1))),
         hours_per_job=("runtime", lambda r: _span((r / 60).round(1))),
         items=("items", lambda i: i.sum() if i.notna().any() else pd.NA),
+        load_gpu_hours=("load_gpu_hours", "sum"),
         gpu_hours=("gpu_hours", _hours),
     ).reset_index()
 
@@ -139,9 +146,10 @@ def plan(config: dict[str, Any]) -> dict[str, Any]:
         "jobs": jobs,
         "rules": summarize(jobs, ["stage", "rule"]),
         "combinations": summarize(jobs[jobs["rule"].isin(list(SHARDED_STEPS))], ["rule", "domain", "model"]),
-        "stages": summarize(jobs, ["stage"])[["stage", "jobs", "gpu_hours"]],
+        "stages": summarize(jobs, ["stage"])[["stage", "jobs", "load_gpu_hours", "gpu_hours"]],
         "total_jobs": len(jobs),
         "total_gpu_hours": _hours(jobs["gpu_hours"]),
+        "load_gpu_hours": float(jobs["load_gpu_hours"].sum()),
         "known_gpu_hours": float(jobs["gpu_hours"].sum()),
         "missing": missing_throughput(jobs),
         "bill": bill.api_bill(config, jobs),

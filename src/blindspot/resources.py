@@ -13,9 +13,10 @@ no rule that loads a model can be left on a profile's default.
   stay there on a CPU; models load one after another) + the images in flight (the stage's batch size,
   twice for the batch being decoded, at the largest render size, `bytes_per_pixel` each). Images are
   read batch by batch, so this does not grow with the shard.
-- Time: the job's items (`catalogue.job_items`) times the `throughput:` table's seconds per item,
-  times `runtime_margin`, plus `load_minutes`; at least `runtime_min`. A model job without a
-  throughput entry gets `runtime_default`.
+- Time: the job's loading (`load_seconds`: each model's weights read at `load_gb_per_second`, then its
+  engine started) and its items (`catalogue.job_items`) times the `throughput:` table's seconds per item,
+  together times `runtime_margin`; at least `runtime_min`. A model job without a throughput entry gets
+  `runtime_default`.
 
 Memory and time grow with the attempt, so a job that ran out of either gets more when retried; time
 never beyond `runtime_max` (the partition's MaxTime: SLURM refuses a longer request outright).
@@ -66,6 +67,19 @@ def images_in_flight(config: dict[str, Any], step: str, wildcards: dict[str, str
     return 2 * config_value(config, key) * per_item
 
 
+def load_seconds(config: dict[str, Any], step: str, wildcards: dict[str, str]) -> float:
+    """Seconds one job of `step` spends loading what it loads, one model after another (`catalogue.job_needs`):
+    each one's `weights_gb` read at `job_resources.load_gb_per_second`, then its engine started
+    (`engine_start_seconds` of its backend). A job that loads nothing loads for 0 seconds."""
+    settings = config["job_resources"]
+    starts = settings["engine_start_seconds"]
+    return sum(
+        need.get("weights_gb", 0.0) / settings["load_gb_per_second"]
+        + starts.get(need.get("backend"), starts["default"])
+        for need in catalogue.job_needs(config, step, wildcards)
+    )
+
+
 def job_resources(config: dict[str, Any], step: str, wildcards: dict[str, str], attempt: int = 1) -> JobResources:
     """What one job of `step` (with these wildcards) asks for at its `attempt`."""
     settings = config["job_resources"]
@@ -79,7 +93,7 @@ def job_resources(config: dict[str, Any], step: str, wildcards: dict[str, str], 
     entries = config.get("throughput", {}).get(step, {})
     seconds = entries.get(catalogue.throughput_key(config, step, wildcards), entries.get("default"))
     if seconds is not None and items:
-        runtime = settings["load_minutes"] + settings["runtime_margin"] * seconds * items / 60
+        runtime = settings["runtime_margin"] * (load_seconds(config, step, wildcards) + seconds * items) / 60
     else:
         runtime = settings["runtime_default"] if loads_something else settings["runtime_min"]
     runtime = attempt * max(settings["runtime_min"], math.ceil(runtime))

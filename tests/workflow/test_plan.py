@@ -95,8 +95,9 @@ def small_config(tiny_config: dict) -> dict:
     config["shard_size"] = 4
     config["prompt_stage"]["judges"] = ["tiny-qwen2"]  # smollm2-135m also judges in the tiny preset
     config["image_stage"] |= {"t2i_models": ["tiny-flux"], "images_per_description": 2}
-    config["models"]["smollm2-135m"]["gpus"] = 1
-    config["models"]["tiny-flux"]["gpus"] = 2
+    config["models"]["smollm2-135m"] |= {"gpus": 1, "weights_gb": 0.5}
+    config["models"]["tiny-flux"] |= {"gpus": 2, "weights_gb": 1.0}
+    config["job_resources"] |= {"load_gb_per_second": 1.0, "engine_start_seconds": {"default": 5}}
     config["throughput"] = {"generate_triplets": {"smollm2-135m": 3.0}, "render_images": {"default": 1.5}}
     validate_config(config)
     return config
@@ -106,19 +107,26 @@ def test_gpu_hours_by_hand(tiny_config):
     config = small_config(tiny_config)
     result = plan.plan(config)
     rules = result["rules"].set_index("rule")
-    # generate_triplets: (4 + 2) seeds x 3 s x 1 GPU = 18 s.
+    # generate_triplets: (4 + 2) seeds x 3 s x 1 GPU = 18 s, and each of its 2 jobs loads the generator: its
+    # 0.5 GB at 1 GB/s and 5 s to start, 5.5 s x 1 GPU: 11 s.
     assert rules.loc["generate_triplets", "jobs"] == 2
-    assert rules.loc["generate_triplets", "gpu_hours"] == pytest.approx(18 / 3600)
-    # render_images: 2 descriptions x 1 generator x 2 images x (4 + 2) seeds = 24 images x 1.5 s x 2 GPUs = 72 s.
+    assert rules.loc["generate_triplets", "load_gpu_hours"] == pytest.approx(11 / 3600)
+    assert rules.loc["generate_triplets", "gpu_hours"] == pytest.approx((18 + 11) / 3600)
+    # render_images: 2 descriptions x 1 generator x 2 images x (4 + 2) seeds = 24 images x 1.5 s x 2 GPUs = 72 s;
+    # its 2 jobs each load 1 GB (1 s) and start (5 s) on 2 GPUs: 24 s.
     assert rules.loc["render_images", "items"] == 24
-    assert rules.loc["render_images", "gpu_hours"] == pytest.approx(72 / 3600)
+    assert rules.loc["render_images", "gpu_hours"] == pytest.approx((72 + 24) / 3600)
     # Every other job runs on the CPU (the tiny registry has gpus: 0): 0 hours, whatever the table says.
     assert rules.drop(["generate_triplets", "render_images"])["gpu_hours"].eq(0).all()
-    assert result["total_gpu_hours"] == pytest.approx(90 / 3600)
+    assert result["total_gpu_hours"] == pytest.approx(125 / 3600)
+    assert result["load_gpu_hours"] == pytest.approx(35 / 3600)
     assert result["missing"] == []
     stages = result["stages"].set_index("stage")["gpu_hours"]
-    assert stages["prompts"] == pytest.approx(18 / 3600)
-    assert stages["images"] == pytest.approx(72 / 3600)
+    assert stages["prompts"] == pytest.approx(29 / 3600)
+    assert stages["images"] == pytest.approx(96 / 3600)
+    # a job asks for its loading and its work, with the margin: (5.5 s + 4 seeds x 3 s) x 3, at least runtime_min
+    first = result["jobs"].query("rule == 'generate_triplets'").iloc[0]
+    assert first["load_seconds"] == pytest.approx(5.5)
 
 
 @pytest.mark.parametrize("asked", ["annotated", "test_split"])
@@ -143,9 +151,9 @@ def test_missing_throughput_is_na_and_named(tiny_config):
     rules = result["rules"].set_index("rule")
     assert pd.isna(rules.loc["render_images", "gpu_hours"])
     assert pd.isna(rules.loc["judge_images", "gpu_hours"])
-    assert rules.loc["generate_triplets", "gpu_hours"] == pytest.approx(18 / 3600)
+    assert rules.loc["generate_triplets", "gpu_hours"] == pytest.approx(29 / 3600)  # its work and its loading
     assert pd.isna(result["total_gpu_hours"])
-    assert result["known_gpu_hours"] == pytest.approx(18 / 3600)
+    assert result["known_gpu_hours"] == pytest.approx(29 / 3600)
     # HumbleBench and the metrics on tiny-qwen2.5-vl (AlignScore's captioner too, and VQAScore's VLM variant;
     # VQAScore itself is CLIP-FlanT5's) now need GPUs, with no entry.
     assert result["missing"] == [
@@ -345,11 +353,14 @@ def test_cli_plan_as_a_subprocess():
         timeout=300,
         check=True,
     )
-    total = re.search(r"^Total: (\d+) jobs, ([\d.]+) GPU-hours$", result.stdout, flags=re.MULTILINE)
+    total = re.search(
+        r"^Total: (\d+) jobs, ([\d.]+) GPU-hours, ([\d.]+) of them loading models$", result.stdout, flags=re.MULTILINE
+    )
     assert total, result.stdout
     expected = plan.plan(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     assert int(total[1]) == expected["total_jobs"] == JOBS
     assert float(total[2]) == pytest.approx(expected["total_gpu_hours"], abs=0.005)
+    assert 0 < float(total[3]) == pytest.approx(expected["load_gpu_hours"], abs=0.005)
     assert "| judge_images" in result.stdout
     csv = subprocess.run(
         [sys.executable, "-m", "blindspot.cli", "plan", "--configfile", "config/config.yaml", "--format", "csv"],
