@@ -1,3 +1,4 @@
+import json
 import re
 import threading
 import time
@@ -149,3 +150,47 @@ def test_journaled_batches_resume_at_the_first_unfinished_batch(tmp_path):
     worked.clear()
     images.journaled_batches(paths, 5, read_rgb, grey_levels, journal, "model-b")  # other batches: afresh
     assert worked == [5, 5]
+
+
+def test_a_batch_that_runs_out_of_gpu_memory_is_made_in_halves_and_a_retry_starts_at_the_size_that_ran(
+    tmp_path, caplog
+):
+    """A model whose calls of more than two items raise torch's OutOfMemoryError: the job's results are those of a
+    model that fits, its later batches are cut to the size that ran, and the journal tells a retry that size."""
+    import torch
+
+    paths = [str(path) for path in write_pngs(tmp_path, 10)]
+    calls = []
+
+    def grey_levels(batch, pictures):
+        calls.append(len(batch))
+        if len(batch) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 80 GiB total)")
+        return [int(np.asarray(picture)[0, 0, 0]) + 0.5 for picture in pictures]
+
+    journal = tmp_path / "job.journal.jsonl"
+    with caplog.at_level("WARNING"):
+        found = images.journaled_batches(paths, 4, read_rgb, grey_levels, journal, "model-a", desc="model-a")
+    assert found == ([level + 0.5 for level in range(10)], 10)
+    assert calls == [4, 2, 2, 2, 2, 2]  # the first batch failed whole, then every call at the two that ran
+    assert "model-a: 4 items ran out of GPU memory (CUDA out of memory. Tried to allocate 2.00 GiB" in caplog.text
+    # killed afterwards, the job's retry starts at two items a call: its journal says so
+    lines = journal.read_text().splitlines()
+    assert json.loads(lines[1]) == {"fits": 2}  # written when it ran out, before the first batch's results
+    journal.write_text("\n".join(lines[:3]) + "\n")  # the first batch done
+    calls.clear()
+    again = images.journaled_batches(paths, 4, read_rgb, grey_levels, journal, "model-a", desc="model-a")
+    assert again.results == found.results
+    assert calls == [2, 2, 2]  # batches 2 and 3 (4 + 2 items), never a call of four
+
+    def nothing_fits(batch, pictures):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 90.00 GiB")
+
+    with pytest.raises(images.OutOfMemory) as error:
+        images.journaled_batches(paths, 4, read_rgb, nothing_fits, tmp_path / "other.jsonl", "model-b", desc="model-b")
+    assert str(error.value) == (
+        f"model-b: one item ({paths[0]}) does not fit in the GPU's memory: CUDA out of memory. Tried to allocate "
+        "90.00 GiB"
+    )
+    with pytest.raises(ValueError, match="not memory"):  # any other error is the model's own
+        images.Backoff("model-c").run(lambda batch: (_ for _ in ()).throw(ValueError("not memory")), [1, 2])

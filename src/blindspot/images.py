@@ -12,7 +12,9 @@ Python between small operations (bench/peers/render.py measures both).
 from __future__ import annotations
 
 import itertools
+import logging
 import os
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -149,6 +151,81 @@ def image_batches(
                     future.cancel()
 
 
+class OutOfMemory(RuntimeError):
+    """One item that does not fit in the GPU's memory on its own: the job stops, its message one line."""
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is torch's out-of-memory error (without importing torch where nothing has)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(error, torch.OutOfMemoryError)
+
+
+def _free_gpu_memory() -> None:
+    import gc
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _named(item: Any) -> str:
+    """An item as a message names it: its file where it is one, or holds one; else its text, cut short."""
+    found = next(
+        (part for part in (item if isinstance(item, tuple) else (item,)) if isinstance(part, str | Path)), item
+    )
+    text = " ".join(str(found).split())
+    return text if len(text) <= 100 else text[:99] + "…"
+
+
+class Backoff:
+    """A batched GPU call that runs out of memory, made again in halves: the batch that raised torch's
+    `OutOfMemoryError` is split in two after the cache is freed, down to one item, and every later call is cut
+    to the size that ran (`fits`), so the job goes on at that size; `noted(fits)` records it (a journal, so a
+    retry of the job starts there). One item that does not fit is an `OutOfMemory` naming `what` (the model),
+    the item and what torch asked for. Halves are other batches: a model's float sums, and a sampled answer's
+    seed, may change in their last bits, as on another GPU."""
+
+    def __init__(self, what: str, fits: int | None = None, noted: Callable[[int], None] | None = None):
+        self.what, self.fits, self.noted = what, fits, noted
+
+    def run(self, work: Callable[..., list], batch: list, *alongside: list) -> list:
+        """`work(batch, *alongside)` (`alongside`: lists that pair with the batch item by item, its images),
+        its results in order, in calls of at most `fits` items."""
+        if self.fits and len(batch) > self.fits:
+            starts = range(0, len(batch), self.fits)
+            return [
+                result
+                for start in starts
+                for result in self.run(
+                    work, batch[start : start + self.fits], *(a[start : start + self.fits] for a in alongside)
+                )
+            ]
+        try:
+            return work(batch, *alongside)
+        except Exception as error:
+            if not is_out_of_memory(error):
+                raise
+            _free_gpu_memory()
+            asked = str(error).splitlines()[0] if str(error) else "out of memory"
+            if len(batch) == 1:
+                raise OutOfMemory(
+                    f"{self.what}: one item ({_named(batch[0])}) does not fit in the GPU's memory: {asked}"
+                ) from None
+            self.fits = (len(batch) + 1) // 2
+            logging.getLogger(__name__).warning(
+                "%s: %d items ran out of GPU memory (%s); going on %d at a time",
+                self.what,
+                len(batch),
+                asked,
+                self.fits,
+            )
+            if self.noted:
+                self.noted(self.fits)
+            return self.run(work, batch, *alongside)
+
+
 class Journaled(NamedTuple):
     """`journaled_batches`' answer: every item's result, and how many items this call worked on (the
     others' results came from the journal), which is what a job's throughput is measured over."""
@@ -172,13 +249,13 @@ def journaled_batches(
     size: a job killed midway does only the batches it had not finished, in the same batches as before
     (their make-up changes a model's floating-point sums, so only then are its results an uninterrupted
     job's). A retry with more memory, GPUs or another vLLM schedule goes on from the journal: its later
-    batches may differ from an uninterrupted run's in the last bits, as any run on other GPUs does."""
-    import logging
-
+    batches may differ from an uninterrupted run's in the last bits, as any run on other GPUs does. A batch
+    that runs out of GPU memory is made in halves (`Backoff`), and the size that ran is journaled."""
     from blindspot.io import BatchJournal, stable_id
 
     batches = [list(items[start : start + batch_size]) for start in range(0, len(items), batch_size)]
     with BatchJournal(journal_path, stable_id(key, batch_size, batches)) as journal:
+        backoff = Backoff(desc or "a batched model", journal.fits, journal.record_fits)
         pending = [index for index in range(len(batches)) if index not in journal.done]
         if len(pending) < len(batches):
             logging.getLogger(__name__).info(
@@ -190,7 +267,7 @@ def journaled_batches(
         # Every pending batch but the last is whole, so their items re-batch into the same batches.
         todo = [item for index in pending for item in batches[index]]
         for index, (batch, images) in zip(pending, image_batches(todo, batch_size, read, desc), strict=True):
-            journal.record(index, work(batch, images))
+            journal.record(index, backoff.run(work, batch, images))
         return Journaled([result for index in range(len(batches)) for result in journal.done[index]], len(todo))
 
 

@@ -278,32 +278,44 @@ class BatchJournal:
     def __init__(self, path: str | Path, key: str):
         self.path = Path(path)
         remove_stale_temps([self.path])
-        self.done: dict[int, Any] = self._read(key)
+        # the batches done, and the most items a call ran without running out of GPU memory (`images.Backoff`)
+        self.done: dict[int, Any] = {}
+        self.fits: int | None = None
+        self._read(key)
         # Rewritten whole (atomically) before appending: a cut-off line must not run into the next.
         lines = [{"key": key}, *({"batch": index, "result": result} for index, result in self.done.items())]
+        lines += [{"fits": self.fits}] if self.fits else []
         write_text(self.path, "".join(json.dumps(line) + "\n" for line in lines))
         self.file = self.path.open("a")
 
-    def _read(self, key: str) -> dict[int, Any]:
+    def _read(self, key: str) -> None:
         if not self.path.exists():
-            return {}
-        done = {}
+            return
         for number, line in enumerate(self.path.read_text().splitlines()):
             try:
                 entry = json.loads(line)
             except json.JSONDecodeError:
                 break  # the line being written when the job was killed: the last
             if number == 0 and entry != {"key": key}:
-                return {}
-            if number:
-                done[entry["batch"]] = entry["result"]
-        return done
+                return
+            if "fits" in entry:
+                self.fits = entry["fits"]
+            elif number:
+                self.done[entry["batch"]] = entry["result"]
 
     def record(self, index: int, result: Any) -> None:
-        self.file.write(json.dumps({"batch": index, "result": result}, default=_plain) + "\n")
+        self._append({"batch": index, "result": result})
+        self.done[index] = result
+
+    def record_fits(self, items: int) -> None:
+        """That a call of more than `items` items ran out of GPU memory: a retry of the job starts at `items`."""
+        self._append({"fits": items})
+        self.fits = items
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        self.file.write(json.dumps(entry, default=_plain) + "\n")
         self.file.flush()
         os.fsync(self.file.fileno())
-        self.done[index] = result
 
     def __enter__(self) -> BatchJournal:
         return self

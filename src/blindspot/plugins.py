@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from tqdm import tqdm
 
 from blindspot import targets
-from blindspot.images import image_batches, read_rgb
+from blindspot.images import Backoff, image_batches, read_rgb
 
 
 @dataclass(frozen=True)
@@ -271,7 +271,9 @@ def score_batches(
     metric: Metric, name: str, prompts: Sequence[str], paths: Sequence[str], batch_size: int
 ) -> Iterator[list[Score]]:
     """The metric's scores of each (prompt, image file), `batch_size` at a time and in order: the next
-    batch's images decode while the metric scores this one, and no others are held."""
+    batch's images decode while the metric scores this one, and no others are held. A batch that runs out of
+    GPU memory is scored in halves, and the job goes on at the size that ran (`images.Backoff`)."""
     pairs = list(zip(prompts, paths, strict=True))
+    backoff = Backoff(name)
     for batch, images in image_batches(pairs, batch_size, lambda pair: read_rgb(pair[1]), desc=f"score {name}"):
-        yield metric.score([prompt for prompt, _ in batch], images)
+        yield backoff.run(lambda part, shown: metric.score([prompt for prompt, _ in part], shown), batch, images)

@@ -211,3 +211,35 @@ def test_pairs_are_scored_a_batch_at_a_time_and_each_batch_is_cached_at_once(bui
     resumed, counters = score_pairs(pairs_on_disk, "clipscore", identity, lambda: metric, cache, batch_size=2)
     assert counters["images_scored"] == 3  # the first batch was cached before the crash
     pd.testing.assert_frame_equal(resumed, whole, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_metric_that_runs_out_of_gpu_memory_above_two_images_scores_as_one_that_fits(
+    built_config, pairs_on_disk, tmp_path
+):
+    """A plug-in whose batches of more than two images raise torch's OutOfMemoryError: its job scores every pair,
+    in halves, the same as the plug-in that fits (tiny CLIP), to float32's rounding."""
+    import torch
+
+    spec = model_spec(built_config, "tiny-clip")
+    identity = {"model_id": spec.model_id, "revision": "", "version": '{"weight": 2.5}'}
+    fits = CountingMetric(spec)
+    whole, _ = score_pairs(pairs_on_disk, "clipscore", identity, lambda: fits, ScoreCache(tmp_path / "whole"))
+    asked = []
+
+    class TwoAtATime(CountingMetric):
+        def score(self, prompts, pictures):
+            asked.append(len(prompts))
+            if len(prompts) > 2:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+            return super().score(prompts, pictures)
+
+    halves, counters = score_pairs(
+        pairs_on_disk, "clipscore", identity, lambda: TwoAtATime(spec), ScoreCache(tmp_path / "halves")
+    )
+    assert asked[:2] == [5, 3]  # the batch of five failed, then its first half of three
+    assert max(asked[2:]) == 2  # then every call at the size that ran
+    assert sum(asked[2:]) == 5
+    assert counters["images_scored"] == 5
+    for column in ("corr_raw", "adv_raw"):
+        assert halves[column].tolist() == pytest.approx(whole[column].tolist(), rel=1e-5)

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from blindspot.images import BackgroundWrites, hash_sidecar
+from blindspot.images import BackgroundWrites, Backoff, hash_sidecar
 from blindspot.io import remove_stale_temps, stable_id, write_bytes, write_text
 from blindspot.models.spec import ModelSpec
 
@@ -190,8 +190,11 @@ def render_triplets(
         saved = {}
         # One batch's PNGs encode and hash while the next renders; at most a batch waits to be written.
         with BackgroundWrites(limit=batch_size) as writes:
+            backoff = Backoff(spec.name)
             for batch in tqdm(unfinished, desc=f"render {spec.name}", unit="batch"):
-                images = renderer.render([job.description for job in batch], [job.seed for job in batch])
+                images = backoff.run(
+                    lambda part: renderer.render([j.description for j in part], [j.seed for j in part]), batch
+                )
                 for job, image in zip(batch, images, strict=True):
                     if states[job.image_id] != "ok":
                         saved[job.image_id] = writes.submit(save_image, image, job.path)
