@@ -1,4 +1,5 @@
 import json
+import os
 import re
 import threading
 import time
@@ -194,3 +195,15 @@ def test_a_batch_that_runs_out_of_gpu_memory_is_made_in_halves_and_a_retry_start
     )
     with pytest.raises(ValueError, match="not memory"):  # any other error is the model's own
         images.Backoff("model-c").run(lambda batch: (_ for _ in ()).throw(ValueError("not memory")), [1, 2])
+
+
+def test_images_decode_in_as_many_threads_as_the_job_has_cpus(monkeypatch):
+    """Snakemake gives a job its `threads` as OMP_NUM_THREADS (8 per GPU on the paper config): the loader's
+    threads; without it, the CPUs the process may run on."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")
+    assert images._job_cpus() == 8
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert images._job_cpus() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "")
+    assert images._job_cpus() == len(os.sched_getaffinity(0))
+    assert images.WORKERS >= 2

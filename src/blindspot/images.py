@@ -24,7 +24,15 @@ from typing import Any, NamedTuple, TypeVar
 from tqdm import tqdm
 
 Item = TypeVar("Item")
-WORKERS = 2  # threads that decode (or encode) beside the model
+def _job_cpus() -> int:
+    """The CPUs this job was given: Snakemake's OMP_NUM_THREADS (its `threads`), else the CPUs it may run on."""
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    return int(given) if given.isdigit() and int(given) > 0 else len(os.sched_getaffinity(0))
+
+
+# Threads that decode (or encode) beside the model: the job's CPUs (a GPU job gets `threads_per_gpu`), at least
+# two, so that decoding keeps up with a model that takes a batch in less time than one core decodes it.
+WORKERS = max(2, _job_cpus())
 PREFETCH = 1  # batches decoded ahead of the one the model works on
 # Threads that decode images to check them (`check_images`): Pillow leaves the GIL while it decodes.
 CHECK_WORKERS = min(8, os.cpu_count() or 1)
