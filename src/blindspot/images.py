@@ -24,6 +24,8 @@ from typing import Any, NamedTuple, TypeVar
 from tqdm import tqdm
 
 Item = TypeVar("Item")
+
+
 def _job_cpus() -> int:
     """The CPUs this job was given: Snakemake's OMP_NUM_THREADS (its `threads`), else the CPUs it may run on."""
     given = os.environ.get("OMP_NUM_THREADS", "")

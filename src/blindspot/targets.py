@@ -142,6 +142,21 @@ def vlm_score_targets(config: dict[str, Any], domain: str) -> list[str]:
     return shard_targets(config, "vlm_scores", domain, t2i=stage["t2i_models"], vlm=stage["vlms"])
 
 
+def earlier_filter_vlms(config: dict[str, Any], vlm: str) -> list[str]:
+    """The filter VLMs whose scores `vlm` waits for and scores only what they passed: those before it in
+    `image_stage.vlms` when the filter runs in order (`filter_order: sequential`), else none."""
+    stage = config["image_stage"]
+    if stage.get("filter_order", "sequential") == "every":
+        return []
+    return stage["vlms"][: stage["vlms"].index(vlm)]
+
+
+def earlier_vlm_score_targets(config: dict[str, Any], wildcards: dict[str, str]) -> list[str]:
+    """The earlier filter VLMs' scores of one render shard (`earlier_filter_vlms`)."""
+    where = {name: wildcards[name] for name in ("domain", "t2i", "shard")}
+    return [path(config, "vlm_scores", vlm=vlm, **where) for vlm in earlier_filter_vlms(config, wildcards["vlm"])]
+
+
 def metric_score_targets(config: dict[str, Any]) -> list[str]:
     metrics = list(config["evaluation"]["metrics"])
     return [

@@ -188,3 +188,22 @@ def test_vllm_messages_carry_the_image_in_its_placeholder():
         with_image(conversation, None)
     with pytest.raises(ValueError, match="0 image placeholders cannot take an image"):
         with_image(conversation[:1], image)
+
+
+def test_the_generation_cache_is_read_under_either_name_transformers_gives_it():
+    """transformers 5.2x returns `generate`'s cache as `cache` and takes it back by that keyword; earlier 5.x (the
+    GPU machine's 5.17) as `past_key_values`."""
+    import dataclasses
+
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    from blindspot.models.vlm_scoring import generation_cache
+
+    @dataclasses.dataclass
+    class Older:  # a 5.17 output's fields
+        sequences: object = None
+        past_key_values: object = "the cache"
+
+    assert generation_cache(Older()) == ("past_key_values", "the cache")
+    current = GenerateDecoderOnlyOutput(sequences=None, cache="the cache")
+    assert generation_cache(current) == ("cache", "the cache")

@@ -29,6 +29,9 @@ def triplets(n=40):
     )
 
 
+VLMS = ("qwen", "intern")
+
+
 def pairs(n=40, models=("flux", "sana")):
     """One pair per triplet and model; a pair is kept when both images score 8 or more."""
     rows = []
@@ -56,7 +59,7 @@ def pairs(n=40, models=("flux", "sana")):
 
 def benchmark(seed=6, threshold=8, **settings):
     settings = {"test_fraction": 0.5, "filter_validation_images": 8, "preference_pairs_per_domain": 3} | settings
-    return split_benchmark(pairs(), triplets(), DOMAINS, threshold=threshold, seed=seed, **settings)
+    return split_benchmark(pairs(), triplets(), DOMAINS, VLMS, threshold=threshold, seed=seed, **settings)
 
 
 def test_the_benchmark_is_the_kept_pairs_with_their_triplets_fields_split_by_triplet():

@@ -1,9 +1,10 @@
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from blindspot.protobias.consensus import keep_consensus_pairs, pair_images
+from blindspot.protobias.consensus import in_validation_pool, keep_consensus_pairs, pair_images, still_open
 
 
 def renders():
@@ -72,3 +73,45 @@ def test_a_missing_score_is_an_error():
     values = {(i, v): 9 for i in renders()["image_id"] for v in ("qwen",)}
     with pytest.raises(ValueError, match="lack a score"):
         keep_consensus_pairs(pairs, scores(values), ["qwen", "intern"], 8, "argmax")
+
+
+def test_in_order_a_later_vlm_scores_only_what_the_earlier_passed_and_the_same_pairs_are_kept():
+    """The filter is an AND: the second VLM scoring only the pairs the first passed (and the validation pool's)
+    keeps the pairs that both scoring every image keep, and the counters say how many scores it saved."""
+    many = pd.concat([renders().assign(triplet_id=lambda f, k=k: f["triplet_id"] + f"-{k}") for k in range(10)])
+    many["image_id"] = many["triplet_id"] + "-" + many["t2i"] + "-" + many["role"]
+    pairs = pair_images(many)
+    rng = np.random.default_rng(3)
+    every = {(i, v): int(rng.integers(5, 11)) for i in many["image_id"] for v in ("qwen", "intern")}
+    first = {key: value for key, value in every.items() if key[1] == "qwen"}
+    pooled = set(pairs["pair_id"][in_validation_pool(pairs["pair_id"], 0.25, seed=1)])
+    assert 0 < len(pooled) < len(pairs)
+    open_renders = still_open(many, scores(first), ["qwen"], 8, "argmax", 0.25, seed=1)
+    passed = pairs[
+        [
+            first[(c, "qwen")] >= 8 and first[(a, "qwen")] >= 8
+            for c, a in zip(pairs["corr_image_id"], pairs["adv_image_id"], strict=True)
+        ]
+    ]
+    open_pairs = set(passed["pair_id"]) | pooled
+    expected = set(pairs.loc[pairs["pair_id"].isin(open_pairs), ["corr_image_id", "adv_image_id"]].to_numpy().ravel())
+    assert set(open_renders["image_id"]) == expected
+    second = {(i, "intern"): every[(i, "intern")] for i in open_renders["image_id"]}
+    ordered, counters = keep_consensus_pairs(pairs, scores(first | second), ["qwen", "intern"], 8, "argmax")
+    whole, whole_counters = keep_consensus_pairs(pairs, scores(every), ["qwen", "intern"], 8, "argmax")
+    assert ordered["kept"].tolist() == whole["kept"].tolist()
+    assert ordered["kept"].any()
+    assert counters["pairs_kept"] == whole_counters["pairs_kept"]
+    assert counters["scores_saved"] == 2 * (len(pairs) - len(open_pairs)) > 0
+    assert whole_counters["scores_saved"] == 0
+    # a pair the first VLM rejected holds the first's scores only; the pool's hold both
+    rejected = ordered[~ordered["pair_id"].isin(open_pairs)].iloc[0]
+    assert set(json.loads(rejected["vlm_scores"])) == {"qwen"}
+    pool_pair = ordered[ordered["pair_id"].isin(pooled)].iloc[0]
+    assert set(json.loads(pool_pair["vlm_scores"])) == {"qwen", "intern"}
+    # a later VLM's missing score where the earlier one passed the pair is no saving: an error
+    lost = (passed.iloc[0]["corr_image_id"], "intern")  # of a pair the first VLM passed
+    with pytest.raises(ValueError, match="no earlier VLM rejected"):
+        keep_consensus_pairs(
+            pairs, scores(first | {k: v for k, v in second.items() if k != lost}), ["qwen", "intern"], 8, "argmax"
+        )

@@ -118,6 +118,7 @@ def test_consensus_split_and_export_steps_run_from_what_their_rules_pass(tmp_pat
         **outputs,
         counters_out=str(tmp_path / "split.json"),
         domains=[DOMAIN],
+        vlms=["qwen", "intern"],
         test_fraction=0.5,
         threshold=8,
         filter_validation_images=2,

@@ -12,6 +12,8 @@ rule split_benchmark:
         counters_out=P("split_counters"),
     params:
         domains=list(config["domains"]),
+        # the filter validation is drawn from the images every filter VLM scored
+        vlms=config["image_stage"]["vlms"],
         test_fraction=config["benchmark"]["test_fraction"],
         threshold=config["image_stage"]["consensus_threshold"],
         filter_validation_images=config["benchmark"]["filter_validation_images"],

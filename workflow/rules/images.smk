@@ -33,6 +33,8 @@ rule render_images:
 rule judge_images:
     input:
         renders=P("renders"),
+        # the earlier filter VLMs' scores of the shard: this one scores only the pairs they passed
+        earlier=lambda wildcards: targets.earlier_vlm_score_targets(config, dict(wildcards.items())),
         built_model=get_role_model_input("vlm"),
         template=config["image_stage"]["judge_template"],
     output:
@@ -40,6 +42,11 @@ rule judge_images:
         counters_out=P("vlm_score_counters"),
     params:
         model=get_model_spec("vlm"),
+        earlier_vlms=lambda wildcards: targets.earlier_filter_vlms(config, wildcards.vlm),
+        threshold=config["image_stage"]["consensus_threshold"],
+        score=config["image_stage"]["consensus_score"],
+        validation_pool=config["image_stage"].get("validation_pool", 1.0),
+        seed=config["seed"],
         batch_size=config["image_stage"]["judge_batch_size"],
         # Not an output: Snakemake would delete it when a job fails, and resuming needs it.
         journal=P("vlm_score_journal"),

@@ -96,6 +96,15 @@ def text_score(text: str) -> int | None:
     return int(match[1]) if match else None
 
 
+def generation_cache(output: Any) -> tuple[str, Any]:
+    """The key-value cache `generate` returned, and the keyword it takes one back by: `cache` where transformers
+    names it so (5.2x), `past_key_values` in earlier 5.x (a GPU machine's 5.17)."""
+    import dataclasses
+
+    name = "cache" if "cache" in {field.name for field in dataclasses.fields(output)} else "past_key_values"
+    return name, getattr(output, name)
+
+
 class TransformersVLMScorer:
     """A VLM through transformers (AutoModelForImageTextToText), built once per job."""
 
@@ -205,12 +214,13 @@ class TransformersVLMScorer:
             greedy = {"do_sample": False, "output_logits": True, "return_dict_in_generate": True}
             with torch.inference_mode():
                 answer = self.model.generate(**prompt, max_new_tokens=self.max_new_tokens, **greedy)
-                answer.cache.crop(ids.shape[1] - answer.cache.get_seq_length())  # back to the prompt
+                keyword, cache = generation_cache(answer)
+                cache.crop(ids.shape[1] - cache.get_seq_length())  # back to the prompt
                 then = self.model.generate(
                     input_ids=torch.cat([ids, torch.full_like(ids[:, :1], self.one)], dim=1),
                     attention_mask=torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1),
-                    cache=answer.cache,
                     max_new_tokens=1,
+                    **{keyword: cache},
                     **greedy,
                 )
                 # raw logits (before any logits processor), so the probabilities are the model's own

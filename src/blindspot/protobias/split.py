@@ -136,6 +136,7 @@ def split_benchmark(
     pairs: pd.DataFrame,
     triplets: pd.DataFrame,
     domains: Sequence[str],
+    vlms: Sequence[str],
     test_fraction: float,
     threshold: float,
     filter_validation_images: int,
@@ -143,9 +144,11 @@ def split_benchmark(
     seed: int,
 ) -> Benchmark:
     """Split the kept pairs by triplet, and draw the two disjoint annotation subsets: filter validation
-    from every pair's images, preference from the kept test pairs."""
+    from the images every one of `vlms` scored (all of them, unless the filter ran in order: then its
+    validation pool's, `consensus.in_validation_pool`), preference from the kept test pairs."""
     all_pairs, kept = kept_with_splits(pairs, triplets, seed, test_fraction)
     images = with_descriptions(image_decisions(all_pairs, threshold), all_pairs)
+    images = images[images["vlm_scores"].map(lambda scores: set(json.loads(scores)) >= set(vlms))]
     validation, validation_counts = filter_validation_subset(images, filter_validation_images, seed)
     preference, preference_counts = preference_subset(
         kept[kept["split"] == "test"], list(domains), preference_pairs_per_domain, set(validation["image_id"]), seed

@@ -22,19 +22,22 @@ def split_benchmark(
     preference_pairs: str,
     counters_out: str,
     domains: Sequence[str],
+    vlms: Sequence[str],
     test_fraction: float,
     threshold: float,
     filter_validation_images: int,
     preference_pairs_per_domain: int,
     seed: int,
 ) -> None:
-    """Split the kept pairs by triplet; draw the two disjoint annotation subsets."""
+    """Split the kept pairs by triplet; draw the two disjoint annotation subsets (the filter validation's from
+    the images every one of the filter's `vlms` scored)."""
     from blindspot.protobias import split
 
     benchmark = split.split_benchmark(
         pd.concat([read_table(p, schemas.PAIRS) for p in pairs], ignore_index=True),
         pd.concat([read_table(p, schemas.TRIPLETS) for p in triplets], ignore_index=True),
         domains,
+        vlms,
         test_fraction,
         threshold,
         filter_validation_images,

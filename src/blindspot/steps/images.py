@@ -47,21 +47,36 @@ def judge_images(
     vlm: str,
     shard: str,
     renders: str,
+    earlier: Sequence[str],
     template: str,
     out: str,
     counters_out: str,
     model: dict[str, Any],
+    earlier_vlms: Sequence[str],
+    threshold: float,
+    score: str,
+    validation_pool: float,
+    seed: int,
     batch_size: int,
     journal: str,
 ) -> None:
-    """Score every image of one render shard against its own description with one VLM; the scores are
-    journaled as they come (`journal`), so a killed job scores only what it had not."""
+    """Score the images of one render shard against their own descriptions with one VLM: every image, or,
+    after `earlier_vlms` (whose scores of the shard are `earlier`), those of the pairs they all passed and of
+    the validation pool (`consensus.still_open`). The scores are journaled as they come (`journal`), so a
+    killed job scores only what it had not."""
     from blindspot.models.vlm_scoring import judge_images as judge
     from blindspot.models.vlm_scoring import load_vlm_scorer
+    from blindspot.protobias.consensus import still_open
 
+    shard_renders = read_table(renders, schemas.RENDERS)
+    scored = shard_renders
+    if earlier_vlms:
+        before = pd.concat([read_table(path, schemas.VLM_SCORES) for path in earlier], ignore_index=True)
+        scored = still_open(shard_renders, before, earlier_vlms, threshold, score, validation_pool, seed)
     # The VLM loads first: a job without the GPUs it asks for stops before reading anything.
     scorer = load_vlm_scorer(spec(model), batch_size)
-    frame, counters = judge(read_table(renders, schemas.RENDERS), scorer, PromptTemplate.load(template), journal)
+    frame, counters = judge(scored, scorer, PromptTemplate.load(template), journal)
+    counters |= {"images_in_shard": len(shard_renders), "left_to_earlier_vlms": len(shard_renders) - len(scored)}
     write_counters(counters_out, counters, f"{domain}/{t2i}/{vlm}/{shard}")
     write_table(out, frame, schemas.VLM_SCORES)
     Path(journal).unlink()
