@@ -1,6 +1,8 @@
 """The adaptive limit of requests in flight (`blindspot.models.api.limiter`), and the client through it
 against a local endpoint that enforces a rate limit (bench/peers/api_rate.py's server)."""
 
+import itertools
+import math
 import sys
 import threading
 import time
@@ -9,7 +11,15 @@ import pytest
 from helpers.workflow import REPO
 
 from blindspot.models.api.client import ClientSettings
-from blindspot.models.api.limiter import BACKOFF, OK, THROTTLED, AdaptiveLimit, duration_seconds, reset_wait
+from blindspot.models.api.limiter import (
+    OK,
+    RATE_BACKOFF,
+    RATE_GROWTH,
+    THROTTLED,
+    AdaptiveLimit,
+    duration_seconds,
+    reset_wait,
+)
 
 sys.path.insert(0, str(REPO / "bench"))
 from peers.api_rate import RateLimitedServer, run_arm
@@ -24,6 +34,7 @@ class Clock:
 
 
 def reply(limit: AdaptiveLimit, outcome: str, clock: Clock, took: float = 0.1, **said: float) -> None:
+    clock.now = max(clock.now, limit.next_send)  # as a thread waits for the pace
     with limit.slot() as slot:
         clock.now += took
         slot.outcome = outcome
@@ -31,21 +42,42 @@ def reply(limit: AdaptiveLimit, outcome: str, clock: Clock, took: float = 0.1, *
             setattr(slot, name, value)
 
 
-def test_it_doubles_each_round_until_the_first_refusal_then_grows_by_one_a_round():
+def test_it_doubles_each_round_until_the_first_refusal_then_paces_just_under_what_was_refused():
     clock = Clock()
     limit = AdaptiveLimit(4, 64, clock)
     for _ in range(4):  # one round of 4 good replies
         reply(limit, OK, clock)
     assert limit.allowed == 8
+    assert limit.rate == math.inf  # not paced before a refusal
+    sent_in_the_last_second = len(limit.sent)
     reply(limit, THROTTLED, clock)
-    assert limit.limit == pytest.approx(8 * BACKOFF)
-    after = limit.limit
-    for _ in range(round(after)):  # one round after the refusal: about one more
+    assert limit.rate == pytest.approx(RATE_BACKOFF * (sent_in_the_last_second + 1))  # the refused one too
+    assert limit.allowed == 64  # the pace holds the endpoint now; in flight up to the cap
+    paced = limit.rate
+    for _ in range(10):  # ten good replies, each sent when the pace lets it go, 1 / pace s apart
         reply(limit, OK, clock)
-    assert after + 0.8 < limit.limit <= after + 1
+    grown = paced
+    for at in range(10):  # growth per second of good replies: the first since the last good one, 0.2 s before
+        grown *= 1 + RATE_GROWTH * (0.2 if at == 0 else 1 / grown)
+    assert limit.rate == pytest.approx(grown, rel=1e-3)
 
 
-def test_a_burst_of_refusals_cuts_once_and_the_cap_and_floor_hold():
+def test_requests_are_sent_no_faster_than_the_pace():
+    clock = Clock()
+    limit = AdaptiveLimit(4, 64, clock)
+    reply(limit, THROTTLED, clock, took=0.0)
+    pace = limit.rate
+    sent = []
+    for _ in range(3):
+        with limit.slot() as slot:
+            sent.append(slot.sent_at)
+            slot.outcome = OK
+        clock.now = limit.next_send  # what the waiting thread's timeout would do
+    gaps = [later - earlier for earlier, later in itertools.pairwise(sent)]
+    assert gaps == pytest.approx([1 / pace] * 2, rel=0.01)  # the pace grows a little per good reply
+
+
+def test_a_burst_of_refusals_cuts_once_and_the_floor_holds():
     clock = Clock()
     limit = AdaptiveLimit(8, 10, clock)
     slots = [limit.slot() for _ in range(8)]
@@ -53,14 +85,15 @@ def test_a_burst_of_refusals_cuts_once_and_the_cap_and_floor_hold():
     for context, slot in zip(slots, opened, strict=True):
         slot.outcome = THROTTLED
         context.__exit__(None, None, None)
-    assert limit.limit == pytest.approx(8 * BACKOFF)  # one cut for the eight refusals of one round
-    assert limit.throttled == 8
-    for _ in range(50):
-        reply(limit, OK, clock)
-    assert limit.allowed == 10  # the cap
-    for _ in range(30):
-        reply(limit, THROTTLED, clock)
-    assert limit.allowed == 1  # never below one
+    assert limit.rate == pytest.approx(RATE_BACKOFF * 8)  # one cut for the eight refusals of one round
+    assert (limit.throttled, limit.decreases) == (8, 1)
+    reply(limit, THROTTLED, clock, took=0.5)  # sent within a second of the cut: still the old burst's
+    assert limit.decreases == 1
+    for _ in range(60):  # refused again and again, each a second after the last cut
+        clock.now = max(limit.cut_at, limit.next_send) + 0.01
+        with limit.slot() as slot:
+            slot.outcome = THROTTLED
+    assert limit.rate == pytest.approx(1.0)  # never below one request a second
 
 
 def test_slow_replies_do_not_grow_it():
@@ -146,8 +179,8 @@ def test_settings_refuse_a_cap_below_the_start():
 
 
 def test_the_client_answers_every_item_through_a_rate_limited_endpoint():
-    """Every request answered, the refusals counted alike by the server and the limiter, and the limit
-    cut below the server's capacity after them (speed is bench/peers/api_rate.py's to measure)."""
+    """Every request answered, the refusals counted alike by the server and the limiter, and the sending paced
+    after them (speed is bench/peers/api_rate.py's to measure)."""
     settings = ClientSettings(concurrency=2, max_concurrency=32, backoff_base_s=0.02, backoff_cap_s=0.2)
     with RateLimitedServer(rate=30, in_flight=6, delay_s=0.05) as server:
         arm = run_arm(settings, requests=60, server=server)

@@ -135,10 +135,17 @@ def test_without_its_key_the_workflows_job_answers_nothing_and_the_tables_go_on(
     assert f"api-vlm: the API key variable {KEY_ENV} is not set or empty; skipping its 6 questions" in caplog.text
 
 
-def test_a_batch_is_as_many_questions_as_the_client_may_have_in_flight(monkeypatch, tmp_path):
+def test_a_batch_is_rounds_of_as_many_questions_as_the_client_may_have_in_flight(monkeypatch, tmp_path):
+    """A batch waits for its slowest reply: BATCH_ROUNDS rounds of the client's cap, so its tail idles the
+    endpoint once a batch, not once a round."""
+    from blindspot.models.api.client import BATCH_ROUNDS
+
     monkeypatch.setenv(KEY_ENV, KEY)
-    assert APIVLM(_spec("m", client={"concurrency": 2, "max_concurrency": 8}), 4, tmp_path).batch_size == 8
-    assert load_answerer(_spec("m", client={"concurrency": 2}), None, tmp_path).batch_size == 64
+    assert BATCH_ROUNDS >= 8
+    assert (
+        APIVLM(_spec("m", client={"concurrency": 2, "max_concurrency": 8}), 4, tmp_path).batch_size == 8 * BATCH_ROUNDS
+    )
+    assert load_answerer(_spec("m", client={"concurrency": 2}), None, tmp_path).batch_size == 64 * BATCH_ROUNDS
 
 
 @pytest.fixture(scope="module")

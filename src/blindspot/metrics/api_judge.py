@@ -188,6 +188,7 @@ class APIJudgeMetric:
         if not key:
             raise key_not_set(self.name, key_env)
         self.client = ChatCompletionsClient(self.name, self.endpoint, self.model_id, key, key_env, settings)
+        self.batch_size = settings.batch  # images a call scores: rounds of requests in flight, not the config's
         self.cache = ReplyCache(cache_dir, self.client.clean)
         self.replies = AnsweredReplies(self.client, self.cache, reply_failure, FAILURES)
         self.cache_hits = 0

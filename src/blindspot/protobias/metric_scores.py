@@ -198,8 +198,10 @@ def score_pairs(
         cache.remove_half_written(key for key, _, _ in missing)
         metric = load()
         unique = list({key: (prompt, image) for key, prompt, image in missing}.items())
+        # a metric may set its own batch: an API judge's is rounds of its requests in flight (`ClientSettings.batch`)
+        batch = getattr(metric, "batch_size", batch_size)
         fresh = itertools.chain.from_iterable(
-            score_batches(metric, name, [p for _, (p, _) in unique], [i for _, (_, i) in unique], batch_size)
+            score_batches(metric, name, [p for _, (p, _) in unique], [i for _, (_, i) in unique], batch)
         )
         for (key, _), score in zip(unique, fresh, strict=True):
             failure = getattr(score, "failure", "")

@@ -58,6 +58,11 @@ class RequestsExhausted(ValueError):
     """The job has sent every request its plan allows (`ClientSettings.allowance`): it stops, in one line."""
 
 
+# Rounds of requests in flight a caller hands over at once (`ClientSettings.batch`): a batch waits for its slowest
+# reply, so its tail idles the endpoint once a batch, not once a round (at 10 s replies, a reply time a round).
+BATCH_ROUNDS = 16
+
+
 @dataclass(frozen=True)
 class ClientSettings:
     concurrency: int = 4  # requests in flight at the start (`models.api.limiter`)
@@ -86,6 +91,11 @@ class ClientSettings:
     def cap(self) -> int:
         """The most requests in flight."""
         return max(64, self.concurrency) if self.max_concurrency is None else self.max_concurrency
+
+    @property
+    def batch(self) -> int:
+        """The items a caller hands the client at once: BATCH_ROUNDS rounds of the most requests in flight."""
+        return BATCH_ROUNDS * self.cap
 
     @property
     def allowance(self) -> int | None:
@@ -284,8 +294,8 @@ class ChatCompletionsClient:
             if attempt == settings.max_attempts:
                 break
             wait = backoff_delay(attempt - 1, settings.backoff_base_s, settings.backoff_cap_s)
-            if retry_after is not None:
-                wait = max(wait, min(retry_after, settings.retry_after_cap_s))
+            if retry_after is not None:  # the endpoint said when: that, not a back-off that grows per try
+                wait = min(retry_after, settings.retry_after_cap_s) * (1 + random.random() / 10)
             log.warning(
                 "%s: %s failed (%s); retry %d of %d in %.1f s",
                 self.name,

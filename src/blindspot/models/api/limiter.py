@@ -1,17 +1,21 @@
-"""How many requests one endpoint is sent at once: as many as it answers well, found while the run goes.
+"""How many requests one endpoint is sent at once, and how fast: as many as it answers well, found while the
+run goes.
 
 An account's rate limit is not known in advance and differs by provider, model and tier, so a fixed
-number of requests in flight either leaves most of it unused or runs into a storm of 429s. The limit
-here grows while replies come back well and fast (within twice the quickest reply seen: a server that
-queues requests instead of refusing them slows down first), by one request per good reply until the
-first refusal (it doubles each round, as TCP's slow start) and by about one per round after, and is cut
-to `BACKOFF` of itself at once on a 429 or 503 (additive increase, multiplicative decrease, as TCP finds
-a link's capacity; a gentler cut than TCP Reno's half, which left a sixth of a steady rate limit unused
-in `bench/peers/api_rate.py`, for a few more refusals), between a start and a cap set per model in
-the registry (`client: {concurrency, max_concurrency}`; the two equal: a fixed number, as before,
-each request waiting out its own retries). A Retry-After, or rate-limit headers that say nothing is
-left until a reset, pause every request to the endpoint until then. All threads of a job, and every
-client of the same endpoint in the process, share one limiter (`limiter_for`), which also counts what
+number of requests in flight either leaves most of it unused or runs into a storm of 429s. Until the endpoint
+first refuses (a 429 or 503), the requests in flight grow by one per good reply, doubling each round as TCP's
+slow start, while replies come back well and fast (within twice the quickest reply seen: a server that queues
+requests instead of refusing them slows down first). From the first refusal on, requests are paced instead:
+sent no faster than `RATE_BACKOFF` of the rate they were sent at in the second before the refusal, a pace
+that grows by `RATE_GROWTH` of itself per second of good replies and is cut so again at each later refusal
+(additive increase, multiplicative decrease, on the rate). A limit of requests per second is then held just
+under, whatever the reply time: at 10 s replies a limit of requests in flight, grown one request per round
+trip as TCP grows its window, needs minutes to come back from a cut, while the pace needs seconds (and the
+requests in flight follow from it: the pace times the reply time, up to the cap). The start and the cap are
+set per model in the registry (`client: {concurrency, max_concurrency}`; the two equal: a fixed number, as
+before, never paced, each request waiting out its own retries). A Retry-After, or rate-limit headers that say
+nothing is left until a reset, pause every request to the endpoint until then. All threads of a job, and
+every client of the same endpoint in the process, share one limiter (`limiter_for`), which also counts what
 it did for the job's log.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,7 +33,10 @@ from dataclasses import dataclass
 OK, THROTTLED, FAILED = "ok", "throttled", "failed"
 # Statuses that mean "slower", not "broken".
 THROTTLE_STATUSES = frozenset({429, 503})
-BACKOFF = 0.8  # the share of the limit kept after a refusal
+SLOW_START_STEP = 1.0  # requests in flight added per good reply before the first refusal: x2 a round
+RATE_GROWTH = 0.03  # the pace grows by this share of itself a second of good replies
+RATE_BACKOFF = 0.9  # the share of the sending rate kept after a refusal: a gentle cut, held a while
+RATE_WINDOW_S = 1.0  # the window the sending rate is measured over at a refusal
 
 
 @dataclass
@@ -58,6 +66,11 @@ class AdaptiveLimit:
         self.lowest = self.highest = start
         self.quickest_s = math.inf  # the quickest good reply so far
         self.fixed = start == cap
+        self.rate = math.inf  # requests a second it may send: none known until the endpoint first refuses
+        self.next_send = 0.0  # when the pace lets the next request go
+        self.sent: deque[float] = deque()  # when each request of the last RATE_WINDOW_S was sent
+        self.grown_at: float | None = None  # the last good reply: growth is per second of good replies
+        self.cut_at = -math.inf  # requests sent before this may still be refused for what came before the cut
         self._ready = threading.Condition()
 
     @property
@@ -71,13 +84,19 @@ class AdaptiveLimit:
         reply's outcome into the limit when the request leaves."""
         with self._ready:
             while True:
-                pause = self.paused_until - self.clock()
-                if pause <= 0 and self.in_flight < self.allowed:
+                now = self.clock()
+                wait = max(self.paused_until, self.next_send) - now
+                if wait <= 0 and self.in_flight < self.allowed:
                     break
-                self._ready.wait(timeout=pause if pause > 0 else None)
+                self._ready.wait(timeout=wait if wait > 0 else None)
             self.in_flight += 1
             self.requests += 1
-            slot = Slot(self.decreases, self.clock())
+            if math.isfinite(self.rate):
+                self.next_send = max(now, self.next_send) + 1 / self.rate
+            self.sent.append(now)
+            while self.sent and self.sent[0] < now - RATE_WINDOW_S:
+                self.sent.popleft()
+            slot = Slot(self.decreases, now)
         try:
             yield slot
         finally:
@@ -94,13 +113,21 @@ class AdaptiveLimit:
         if slot.outcome == OK:
             took = now - slot.sent_at
             self.quickest_s = min(self.quickest_s, took)
+            since = min(1.0, now - self.grown_at) if self.grown_at is not None else 0.0
+            self.grown_at = now
             if took <= 2 * self.quickest_s:
-                step = 1.0 if self.decreases == 0 else 1 / self.limit
-                self.limit = min(float(self.cap), self.limit + step)
-        # Replies to requests sent before the last cut say nothing new: one burst cuts it once.
-        elif slot.outcome == THROTTLED and slot.opened_at_decrease == self.decreases:
-            self.limit = max(1.0, self.limit * BACKOFF)
+                if self.decreases == 0:
+                    self.limit = min(float(self.cap), self.limit + SLOW_START_STEP)
+                else:
+                    self.rate *= 1 + RATE_GROWTH * since
+        # Replies to requests sent before the last cut, or within a window after it (the endpoint still counts
+        # what was sent before it), say nothing new: one burst cuts it once.
+        elif slot.outcome == THROTTLED and slot.opened_at_decrease == self.decreases and slot.sent_at >= self.cut_at:
             self.decreases += 1
+            self.cut_at = now + RATE_WINDOW_S
+            sent_rate = max(1.0, len(self.sent)) / RATE_WINDOW_S
+            self.rate = max(1 / RATE_WINDOW_S, RATE_BACKOFF * min(self.rate, sent_rate))
+            self.limit = float(self.cap)  # the pace holds the endpoint now: in flight = pace x reply time
         for wait in (slot.retry_after_s, slot.wait_until_reset_s):
             if wait is not None:
                 self.paused_until = max(self.paused_until, now + wait)
@@ -108,9 +135,10 @@ class AdaptiveLimit:
 
     def summary(self) -> str:
         """What it did, for the job's log."""
+        paced = f", sent at most {self.rate:.1f} a second" if math.isfinite(self.rate) else ""
         return (
             f"{self.requests} requests, {self.throttled} throttled (429/503); requests in flight settled at "
-            f"{self.allowed} (started at {self.start}, ranged {self.lowest}-{self.highest}, cap {self.cap})"
+            f"{self.allowed} (started at {self.start}, ranged {self.lowest}-{self.highest}, cap {self.cap}){paced}"
         )
 
 

@@ -24,10 +24,13 @@ empty text (it names no option), counted, and not cached: the next run asks it a
 Requests, retries, concurrency, the job's request allowance and the key are `models.api.client`'s: the
 key is read from the variable the entry names, lives in memory only, and is never logged or cached.
 
-A batch (the questions whose images are made together and whose answers are journaled together) is as
-many questions as the client may have in flight, `client.max_concurrency` (`ClientSettings.cap`), so the
-adaptive limiter (`models.api.limiter`) is never capped below it by the batch; `humblebench.batch_size`
-is the local models'. The batch is not part of what is asked: every reply is cached as it arrives.
+A batch (the questions whose images are made together and whose answers are journaled together) is
+`client.BATCH_ROUNDS` times as many questions as the client may have in flight, `client.max_concurrency`
+(`ClientSettings.cap`): a batch waits for its slowest reply before the next is sent, so at 10 s replies a
+batch of one round in flight would leave the endpoint idle for a reply time in every round, and the adaptive
+limiter (`models.api.limiter`) is never capped by the batch; `humblebench.batch_size` is the local models'.
+The batch is not part of what is asked: every reply is cached as it arrives, so a killed job pays for none
+twice.
 """
 
 from __future__ import annotations
@@ -102,12 +105,12 @@ class APIVLM:
                 f"{spec.name}: the API key variable {spec.api_key_env} is not set or empty; set it "
                 "where the job runs (the submit host)"
             )
-        del batch_size  # a local model's; an endpoint's batch is as many as its client may have in flight
+        del batch_size  # a local model's; an endpoint's is rounds of as many as its client may have in flight
         self.spec, self.tokenizer = spec, LetterTokens()
         self.request = dict(spec.request)
         settings = ClientSettings(**spec.client)
         self.client = ChatCompletionsClient(spec.name, spec.endpoint, spec.path, key, spec.api_key_env, settings)
-        self.batch_size = settings.cap
+        self.batch_size = settings.batch
         self.cache = ReplyCache(cache_dir, self.client.clean)
         self.replies = AnsweredReplies(self.client, self.cache, reply_failure, FAILURES)
         self.cache_hits, self.unanswered = 0, 0
