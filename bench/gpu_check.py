@@ -10,11 +10,17 @@
   transformers, the model loaded by the job's own loader from a folder the check writes.
 - protoscore: seconds per optimizer step of ProtoScore's LoRA training (`protoscore.train`, the
   paper config's settings: 16 pairs a step, both images forward and backward).
+- decode: answers per second of a 7B language model decoding long forced answers (every answer
+  `--answer-tokens` long, greedy), 16 a call (`humblebench.batch_size`, what a job did before issue
+  45) against the whole set in one call, the gain of a full batch (vLLM's engine gets one, and keeps
+  it full as answers end); through transformers' `generate`, the GPU machine having no vLLM.
 
 Each row has the peak GPU memory beside the registry's `weights_gb`. The JSON (`--out`) is written
-again after every model, so a run cut off keeps what it measured; the table is printed at the end.
-With `--dry` (the test suite runs it on a CPU) every model is built on the meta device, its
-parameters counted, and what would be measured printed.
+again after every model, so a run cut off keeps what it measured, and every model is freed before the
+next is built; the table is printed at the end. With `--dry` (the test suite runs it on a CPU) every
+model is built on the meta device, its parameters counted, and what would be measured printed. It does
+not measure vLLM (not on the GPU machine), `torch.compile`, model loading from a file system, or any
+real model's outputs (the weights are random).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +45,10 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 PAPER = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 VLMS = yaml.safe_load((REPO / "bench" / "configs" / "vlm_real_size.yaml").read_text())["architectures"]
+DECODER = yaml.safe_load((REPO / "bench" / "configs" / "lm_real_size.yaml").read_text())["decoder"]
 # The tiny preset's VLMs, whose processors the check uses (`gpu_check.sh --prepare` builds them).
 ASSETS = REPO / "bench" / ".gpu_assets" / "models"
-SECTIONS = ("t2i", "vlm", "protoscore")
+SECTIONS = ("t2i", "vlm", "protoscore", "decode")
 SEED = 0
 HUMBLE_IMAGE = (640, 480)  # COCO's size, as the release's images are (also `blindspot doctor`'s estimate)
 FILTER_VLM, PROTOSCORE_VLM = "qwen2.5-vl-7b-instruct", "qwen3-vl-4b-instruct-hf"
@@ -101,13 +108,22 @@ def row(section: str, model: str, arm: str, items: int, seconds: float, peak: Pe
     }
 
 
-def t2i(device: str, images: int, rounds: int) -> list[dict[str, Any]]:
+def free(device: str) -> None:
+    """Whatever the last model left: collected, and the GPU's cache emptied, before the next is built."""
+    import torch
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def t2i(device: str, images: int, rounds: int) -> Iterator[list[dict[str, Any]]]:
+    """Each T2I model's two rows as it finishes."""
     import torch
 
     from blindspot.models.spec import ModelSpec
     from blindspot.protobias.render import DiffusersRenderer, plan_renders, render_triplets
 
-    rows = []
     for name, architecture in t2i_architectures().items():
         with Peak(device) as peak:
             torch.set_default_dtype(torch.bfloat16)
@@ -148,13 +164,13 @@ def t2i(device: str, images: int, rounds: int) -> list[dict[str, Any]]:
                 renderer.render([jobs[0].description], [jobs[0].seed])  # warm-up: kernels, allocator
                 plain_s, ours_s = fastest(plain, rounds), fastest(ours, rounds)
         overhead = round(ours_s / plain_s - 1, 4)
-        rows += [
+        # the pipeline is held by the arms' defaults too: all of them go before the next model is built
+        del pipeline, renderer, plain, ours
+        free(device)
+        yield [
             row("t2i", name, "plain diffusers loop", len(jobs), plain_s, peak),
             row("t2i", name, "render path", len(jobs), ours_s, peak, overhead=overhead),
         ]
-        del pipeline, renderer
-        gc.collect()
-    return rows
 
 
 def render_size() -> dict[str, int]:
@@ -213,7 +229,7 @@ def vlm_spec(name: str, path: Path) -> Any:
     return ModelSpec(name=name, backend="transformers", gpus=1, dtype="bfloat16", path=str(path), allow_cpu=True)
 
 
-def vlm(device: str, items: int, rounds: int) -> list[dict[str, Any]]:
+def vlm(device: str, items: int, rounds: int) -> Iterator[list[dict[str, Any]]]:
     from blindspot.humblebench.answers import Asked, answer_questions
     from blindspot.humblebench.settings import NOTA_TEXT, Question, present
     from blindspot.models.vlm_scoring import TransformersVLMScorer, image_conversation
@@ -248,8 +264,10 @@ def vlm(device: str, items: int, rounds: int) -> list[dict[str, Any]]:
         conversations = [image_conversation(judge, description="a penguin on a rock with three stones")] * items
         renders = [noise((render["width"], render["height"]), i) for i in range(items)]
         judge_s = fastest(lambda: scorer.score(conversations, renders), rounds)
+    scorer = None  # the arms' closures hold it: rebinding the name frees the model
+    free(device)
     about = {"built_s": round(built_s, 1), "load_s": round(load_s, 1)}
-    return [
+    yield [
         row(
             "vlm",
             FILTER_VLM,
@@ -271,7 +289,7 @@ def vlm(device: str, items: int, rounds: int) -> list[dict[str, Any]]:
     ]
 
 
-def protoscore(device: str, steps: int) -> list[dict[str, Any]]:
+def protoscore(device: str, steps: int) -> Iterator[list[dict[str, Any]]]:
     from blindspot.models.protoscore_model import TrainSettings, load_scorer
     from blindspot.protobias.protoscore import train
 
@@ -297,9 +315,11 @@ def protoscore(device: str, steps: int) -> list[dict[str, Any]]:
             }
         )
         history = train(scorer, pairs, folder / "out", folder / "checkpoint", stop_after_steps=steps)
+    del scorer
+    free(device)
     # The first step holds the kernels' warm-up: the rate from the steps after it.
     seconds = pairs_per_step / float(history["pairs_per_second"].iloc[-1]) if len(history) else float("nan")
-    return [
+    yield [
         row(
             "protoscore",
             PROTOSCORE_VLM,
@@ -312,6 +332,55 @@ def protoscore(device: str, steps: int) -> list[dict[str, Any]]:
     ]
 
 
+def decoder_config() -> Any:
+    import transformers
+
+    return getattr(transformers, DECODER["config_class"])(**DECODER["config"])
+
+
+def decode(device: str, answers: int, answer_tokens: int, small_batch: int) -> Iterator[list[dict[str, Any]]]:
+    """`answers` long answers (`answer_tokens` each, forced: no end before it) from a 7B decoder with random
+    weights, `small_batch` a call against all in one call: answers per second of each."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with Peak(device) as peak:
+        torch.manual_seed(SEED)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(decoder_config(), dtype=torch.bfloat16)
+        model.eval()
+        # prompts of a question's length (a question, its options and the letter prompt: ~120 tokens)
+        prompts = torch.randint(1000, 100000, (answers, 120), device=device)
+        forced = {"max_new_tokens": answer_tokens, "min_new_tokens": answer_tokens, "do_sample": False}
+
+        def calls(size: int) -> None:
+            with torch.inference_mode():
+                for start in range(0, answers, size):
+                    part = prompts[start : start + size]
+                    model.generate(input_ids=part, attention_mask=torch.ones_like(part), **forced)
+
+        with torch.inference_mode():  # warm-up: kernels, allocator
+            model.generate(input_ids=prompts[:2], attention_mask=torch.ones_like(prompts[:2]), max_new_tokens=4)
+        small_s, full_s = fastest(lambda: calls(small_batch), 1), fastest(lambda: calls(answers), 1)
+    model = None  # `calls` holds it: rebinding the name frees the model
+    free(device)
+    about = {"answer_tokens": answer_tokens}
+    name = DECODER["name"]
+    yield [
+        row("decode", name, f"{small_batch} answers a call", answers, small_s, peak, **about),
+        row(
+            "decode",
+            name,
+            f"{answers} answers in one call",
+            answers,
+            full_s,
+            peak,
+            **about,
+            gain=round(small_s / full_s, 2),
+        ),
+    ]
+
+
 def dry(sections: list[str]) -> list[dict[str, Any]]:
     """What a GPU run would measure, each model built on the meta device and its parameters counted."""
     rows = []
@@ -320,6 +389,15 @@ def dry(sections: list[str]) -> list[dict[str, Any]]:
             billions = transformer_parameters(architecture) / 1e9
             measures = "images/s: render path and plain diffusers loop, their ratio; peak GPU memory"
             rows.append({"section": "t2i", "model": name, "parameters_b": round(billions, 2), "measures": measures})
+    if "decode" in sections:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(decoder_config())
+        measures = "answers/s of long forced answers, 16 a call and all in one call; peak GPU memory"
+        billions = round(sum(p.numel() for p in model.parameters()) / 1e9, 2)
+        rows.append({"section": "decode", "model": DECODER["name"], "parameters_b": billions, "measures": measures})
     for section, name, measures in (
         ("vlm", FILTER_VLM, "HumbleBench questions/s at 640x480 and VLM filter images/s at the render size"),
         ("protoscore", PROTOSCORE_VLM, "seconds per optimizer step of the LoRA training"),
@@ -345,6 +423,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             "arm",
             "items_per_second",
             "overhead",
+            "gain",
             "seconds",
             "peak_gib",
             "weights_gb",
@@ -363,10 +442,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dry", action="store_true", help="build on the meta device and say what would be measured")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    parser.add_argument("--images", type=int, default=8, help="images per T2I arm and round")
+    batch = PAPER["image_stage"]["render_batch_size"]
+    parser.add_argument(
+        "--images",
+        type=int,
+        default=3 * batch,
+        help="images per T2I arm and round: three render batches, so the "
+        "PNG writes of one overlap the next (default %(default)s)",
+    )
     parser.add_argument("--items", type=int, default=32, help="questions and images per VLM arm and round")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--steps", type=int, default=2, help="ProtoScore optimizer steps")
+    parser.add_argument("--answers", type=int, default=128, help="long answers the decoding arm makes")
+    parser.add_argument("--answer-tokens", type=int, default=256, help="tokens in each of them")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "gpu_check.json")
     args = parser.parse_args(argv)
     import torch
@@ -388,16 +476,18 @@ def main(argv: list[str] | None = None) -> int:
             "t2i": lambda: t2i(device, args.images, args.rounds),
             "vlm": lambda: vlm(device, args.items, args.rounds),
             "protoscore": lambda: protoscore(device, args.steps),
+            "decode": lambda: decode(device, args.answers, args.answer_tokens, PAPER["humblebench"]["batch_size"]),
         }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         for section in args.sections:
             try:
-                report["rows"] += runs[section]()
-            except Exception as error:  # one section's failure must not lose the others' rows
+                for rows in runs[section]():  # a model's rows as it finishes: written at once
+                    report["rows"] += rows
+                    args.out.write_text(json.dumps(report, indent=2))
+            except Exception as error:  # one model's failure must not lose the others' rows
                 report["rows"].append({"section": section, "error": f"{type(error).__name__}: {error}"[:300]})
-            args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(report, indent=2))
-            gc.collect()
-            torch.cuda.empty_cache()
+            free(device)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     print(f"gpu_check on {report['device']} (torch {report['torch']}){', dry run' if args.dry else ''}:")

@@ -23,6 +23,7 @@ PUBLISHED_B = {
     "sana-1600m-1024px": 1.6,
     "qwen2.5-vl-7b-instruct": 8.29,
     "qwen3-vl-4b-instruct-hf": 4.44,
+    "qwen2-7b-decoder": 7.62,
 }
 
 
@@ -104,7 +105,10 @@ def test_each_measurement_runs_through_the_projects_code_on_the_tiny_models(buil
     monkeypatch.setitem(gpu_check.PAPER["humblebench"], "batch_size", 2)
     monkeypatch.setitem(gpu_check.PAPER["protoscore"], "accumulation", 2)
 
-    t2i = gpu_check.t2i("cpu", images=4, rounds=1)
+    def rows(section):  # a section yields each model's rows as it finishes
+        return [row for model_rows in section for row in model_rows]
+
+    t2i = rows(gpu_check.t2i("cpu", images=4, rounds=1))
     assert [(row["model"], row["arm"], row["items"]) for row in t2i] == [
         ("tiny-flux", "plain diffusers loop", 4),
         ("tiny-flux", "render path", 4),
@@ -112,11 +116,21 @@ def test_each_measurement_runs_through_the_projects_code_on_the_tiny_models(buil
     # the overhead is of the seconds before they were rounded to the millisecond: within what that rounding allows
     plain, ours, ms = t2i[0]["seconds"], t2i[1]["seconds"], 0.0005
     assert (ours - ms) / (plain + ms) - 1 - 1e-4 <= t2i[1]["overhead"] <= (ours + ms) / (plain - ms) - 1 + 1e-4
-    vlm = gpu_check.vlm("cpu", items=3, rounds=1)
+    vlm = rows(gpu_check.vlm("cpu", items=3, rounds=1))
     assert [row["arm"] for row in vlm] == ["HumbleBench answers at 640x480", "VLM filter scores at 1024x1024"]
     assert all(row["items"] == 3 and row["items_per_second"] > 0 and row["load_s"] >= 0 for row in vlm)
-    trained = gpu_check.protoscore("cpu", steps=1)
+    trained = rows(gpu_check.protoscore("cpu", steps=1))
     assert trained[0]["arm"] == "LoRA training, 2 pairs a step"
     assert trained[0]["steps"] == 1
     assert trained[0]["seconds"] > 0
-    assert gpu_check.table(t2i + vlm + trained).count("\n") == 1 + 5
+    # the decoding arm on a tiny Qwen2: forced answers of the asked length, a few a call against all in one
+    tiny_decoder = {"vocab_size": 100352, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2}
+    tiny_decoder |= {"num_attention_heads": 4, "num_key_value_heads": 2}
+    monkeypatch.setattr(gpu_check, "DECODER", gpu_check.DECODER | {"config": tiny_decoder})
+    decoded = rows(gpu_check.decode("cpu", answers=6, answer_tokens=5, small_batch=2))
+    assert [(row["arm"], row["items"], row["answer_tokens"]) for row in decoded] == [
+        ("2 answers a call", 6, 5),
+        ("6 answers in one call", 6, 5),
+    ]
+    assert decoded[1]["gain"] == pytest.approx(decoded[0]["seconds"] / decoded[1]["seconds"], rel=0.05)
+    assert gpu_check.table(t2i + vlm + trained + decoded).count("\n") == 1 + 7
