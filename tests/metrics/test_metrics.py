@@ -189,12 +189,18 @@ def test_cached_nan_stays_nan(tmp_path):
     assert (score.detail, bounds) == ("no digit", (1.0, 10.0))
 
 
-@pytest.mark.slow
-def test_pairs_are_scored_a_batch_at_a_time_and_each_batch_is_cached_at_once(built_config, pairs_on_disk, tmp_path):
+def _scored_whole(built_config, pairs_on_disk, tmp_path):
+    """The tiny CLIP plug-in, its identity, and its scores of the pairs in one uninterrupted job."""
     spec = model_spec(built_config, "tiny-clip")
     identity = {"model_id": spec.model_id, "revision": "", "version": '{"weight": 2.5}'}
     metric = CountingMetric(spec)
     whole, _ = score_pairs(pairs_on_disk, "clipscore", identity, lambda: metric, ScoreCache(tmp_path / "whole"))
+    return spec, identity, metric, whole
+
+
+@pytest.mark.slow
+def test_pairs_are_scored_a_batch_at_a_time_and_each_batch_is_cached_at_once(built_config, pairs_on_disk, tmp_path):
+    spec, identity, metric, whole = _scored_whole(built_config, pairs_on_disk, tmp_path)
     batches = []
 
     class CrashesOnItsSecondBatch(CountingMetric):
@@ -221,10 +227,7 @@ def test_a_metric_that_runs_out_of_gpu_memory_above_two_images_scores_as_one_tha
     in halves, the same as the plug-in that fits (tiny CLIP), to float32's rounding."""
     import torch
 
-    spec = model_spec(built_config, "tiny-clip")
-    identity = {"model_id": spec.model_id, "revision": "", "version": '{"weight": 2.5}'}
-    fits = CountingMetric(spec)
-    whole, _ = score_pairs(pairs_on_disk, "clipscore", identity, lambda: fits, ScoreCache(tmp_path / "whole"))
+    spec, identity, _, whole = _scored_whole(built_config, pairs_on_disk, tmp_path)
     asked = []
 
     class TwoAtATime(CountingMetric):

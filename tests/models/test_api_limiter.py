@@ -51,7 +51,8 @@ def test_it_doubles_each_round_until_the_first_refusal_then_paces_just_under_wha
     assert limit.rate == math.inf  # not paced before a refusal
     sent_in_the_last_second = len(limit.sent)
     reply(limit, THROTTLED, clock)
-    assert limit.rate == pytest.approx(RATE_BACKOFF * (sent_in_the_last_second + 1))  # the refused one too
+    # what the endpoint let through in the last second: the sent, the refused one too, less the refused
+    assert limit.rate == pytest.approx(RATE_BACKOFF * (sent_in_the_last_second + 1 - 1))
     assert limit.allowed == 64  # the pace holds the endpoint now; in flight up to the cap
     paced = limit.rate
     for _ in range(10):  # ten good replies, each sent when the pace lets it go, 1 / pace s apart
@@ -85,7 +86,8 @@ def test_a_burst_of_refusals_cuts_once_and_the_floor_holds():
     for context, slot in zip(slots, opened, strict=True):
         slot.outcome = THROTTLED
         context.__exit__(None, None, None)
-    assert limit.rate == pytest.approx(RATE_BACKOFF * 8)  # one cut for the eight refusals of one round
+    # one cut, at the first refusal, of what was sent less what was refused by then (the rest come after it)
+    assert limit.rate == pytest.approx(RATE_BACKOFF * (8 - 1))
     assert (limit.throttled, limit.decreases) == (8, 1)
     reply(limit, THROTTLED, clock, took=0.5)  # sent within a second of the cut: still the old burst's
     assert limit.decreases == 1

@@ -274,7 +274,7 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     assert set(questions["source"]) <= {"benchmark", "scene_graph"}
     assert (questions["source"] == "benchmark").sum() == 2 * 2 * len(kept)  # subject and knob, both images
     answers = pd.concat(
-        [read_table(p, schemas.HUMBLE_ANSWERS) for p in results.glob("humblebench/answers/*/*/*.parquet")]
+        [read_table(p, schemas.HUMBLE_ANSWERS) for p in results.glob("humblebench/answers/*/*.parquet")]
     )
     assert len(answers) == len(questions) * len(humble["vlms"]) * len(humble["settings"])
     noise = answers[answers["setting"] == "noise"]
@@ -681,7 +681,7 @@ def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, 
     assert len(scene) == len(sheet)
     assert scene["verified"].all()
     answers = pd.concat(
-        [read_table(p, schemas.HUMBLE_ANSWERS) for p in results.glob("humblebench/answers/*/*/*.parquet")]
+        [read_table(p, schemas.HUMBLE_ANSWERS) for p in results.glob("humblebench/answers/*/*.parquet")]
     )
     answered = answers[answers["question_id"].isin(scene["question_id"])]
     assert len(answered) == len(scene) * len(humble["vlms"]) * len(humble["settings"])

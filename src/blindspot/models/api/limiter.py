@@ -6,7 +6,8 @@ number of requests in flight either leaves most of it unused or runs into a stor
 first refuses (a 429 or 503), the requests in flight grow by one per good reply, doubling each round as TCP's
 slow start, while replies come back well and fast (within twice the quickest reply seen: a server that queues
 requests instead of refusing them slows down first). From the first refusal on, requests are paced instead:
-sent no faster than `RATE_BACKOFF` of the rate they were sent at in the second before the refusal, a pace
+sent no faster than `RATE_BACKOFF` of the rate the endpoint let through in the second before the refusal
+(what was sent less what it refused: refusals come back at once, answers only after the reply time), a pace
 that grows by `RATE_GROWTH` of itself per second of good replies and is cut so again at each later refusal
 (additive increase, multiplicative decrease, on the rate). A limit of requests per second is then held just
 under, whatever the reply time: at 10 s replies a limit of requests in flight, grown one request per round
@@ -69,6 +70,7 @@ class AdaptiveLimit:
         self.rate = math.inf  # requests a second it may send: none known until the endpoint first refuses
         self.next_send = 0.0  # when the pace lets the next request go
         self.sent: deque[float] = deque()  # when each request of the last RATE_WINDOW_S was sent
+        self.refused: deque[float] = deque()  # and when each of those the endpoint refused was
         self.grown_at: float | None = None  # the last good reply: growth is per second of good replies
         self.cut_at = -math.inf  # requests sent before this may still be refused for what came before the cut
         self._ready = threading.Condition()
@@ -94,8 +96,9 @@ class AdaptiveLimit:
             if math.isfinite(self.rate):
                 self.next_send = max(now, self.next_send) + 1 / self.rate
             self.sent.append(now)
-            while self.sent and self.sent[0] < now - RATE_WINDOW_S:
-                self.sent.popleft()
+            for times in (self.sent, self.refused):
+                while times and times[0] < now - RATE_WINDOW_S:
+                    times.popleft()
             slot = Slot(self.decreases, now)
         try:
             yield slot
@@ -122,11 +125,17 @@ class AdaptiveLimit:
                     self.rate *= 1 + RATE_GROWTH * since
         # Replies to requests sent before the last cut, or within a window after it (the endpoint still counts
         # what was sent before it), say nothing new: one burst cuts it once.
-        elif slot.outcome == THROTTLED and slot.opened_at_decrease == self.decreases and slot.sent_at >= self.cut_at:
-            self.decreases += 1
-            self.cut_at = now + RATE_WINDOW_S
-            sent_rate = max(1.0, len(self.sent)) / RATE_WINDOW_S
-            self.rate = max(1 / RATE_WINDOW_S, RATE_BACKOFF * min(self.rate, sent_rate))
+        elif slot.outcome == THROTTLED:
+            self.refused.append(slot.sent_at)
+            if slot.opened_at_decrease == self.decreases and slot.sent_at >= self.cut_at:
+                self.decreases += 1
+                self.cut_at = now + RATE_WINDOW_S
+                if math.isinf(self.rate):  # the first: what the endpoint let through in the last window, the
+                    # sent less the refused (its refusals come back at once, its answers after the reply time)
+                    let_through = len(self.sent) - sum(at >= now - RATE_WINDOW_S for at in self.refused)
+                    self.rate = max(1.0, let_through) / RATE_WINDOW_S
+                # later windows hold pauses and retries: the pace itself is cut
+                self.rate = max(1 / RATE_WINDOW_S, RATE_BACKOFF * self.rate)
             self.limit = float(self.cap)  # the pace holds the endpoint now: in flight = pace x reply time
         for wait in (slot.retry_after_s, slot.wait_until_reset_s):
             if wait is not None:
