@@ -141,7 +141,32 @@ class DiffusersRenderer:
                     f"{spec.pipeline} (those are: {', '.join(sorted(modules))})"
                 )
             modules[name].to(getattr(torch, dtype))
+        self._speed_up(spec)
         self.pipeline.set_progress_bar_config(disable=True)
+
+    def _speed_up(self, spec: ModelSpec) -> None:
+        """The registry entry's `render.fuse_qkv` (one matrix product for query, key and value) and `render.compile`
+        (torch.compile) on the pipeline's denoiser, its transformer or UNet: where the time goes."""
+        import torch
+
+        settings = spec.render
+        if not (settings.get("fuse_qkv") or settings.get("compile")):
+            return
+        name = next((name for name in ("transformer", "unet") if getattr(self.pipeline, name, None) is not None), None)
+        if name is None:
+            raise ValueError(
+                f"model '{spec.name}': render.fuse_qkv or render.compile, but {spec.pipeline} has no denoiser"
+            )
+        denoiser = getattr(self.pipeline, name)
+        if settings.get("fuse_qkv"):
+            if hasattr(denoiser, "fuse_qkv_projections"):
+                denoiser.fuse_qkv_projections()
+            if not any(getattr(module, "fused_projections", False) for module in denoiser.modules()):
+                raise ValueError(
+                    f"model '{spec.name}': render.fuse_qkv, but diffusers' {type(denoiser).__name__} cannot fuse them"
+                )
+        if settings.get("compile"):
+            setattr(self.pipeline, name, torch.compile(denoiser))
 
     def render(self, descriptions: list[str], seeds: list[int]) -> list[Any]:
         import torch
