@@ -224,6 +224,7 @@ def test_limit_is_a_whole_number_and_reaches_the_config_evaluate_writes(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.browser
 def test_evaluate_protobias_with_a_limit_scores_only_the_sample_and_every_table_says_so(exported, tmp_path, capsys):
     from blindspot import schemas
     from blindspot.cli import main
@@ -270,6 +271,20 @@ def test_evaluate_protobias_with_a_limit_scores_only_the_sample_and_every_table_
     compared = next(line for line in printed.splitlines() if "compared: full.csv" in line)
     assert "| all " in compared
     assert sum(label in line for line in printed.splitlines()) == len(table3)
+    # the evaluate run's items, seen: `blindspot view` on its results folder, opened from disk in Chromium
+    from helpers.workflow import CHROMIUM
+    from playwright.sync_api import sync_playwright
+
+    assert main(["view", str(results), "--out", str(tmp_path / "site")]) == 0
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto((tmp_path / "site" / "index.html").as_uri())
+        assert page.inner_text("#count") == f"{len(expected)} pairs"
+        assert page.eval_on_selector_all(
+            ".item img", "imgs => imgs.length && imgs.every(i => i.complete && i.naturalWidth)"
+        )
+        browser.close()
 
 
 @pytest.mark.slow
