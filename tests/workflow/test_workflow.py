@@ -306,13 +306,16 @@ def test_tiny_preset_runs_end_to_end(tiny_run, tiny_config):
     metrics = pd.read_csv(results / "tables" / "humblebench_metrics.csv")
     assert len(metrics) == len(humble["vlms"]) * len(humble["settings"]) * 2  # both readings
     assert (results / "tables" / "humblebench_nota_tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # The reasoning-template VLM (its own budget) never closes its reasoning: every answer is cut off, and
-    # the metrics say so per model (random weights never end a sequence, so the others' are cut off too).
-    thinking = answers["vlm"] == "tiny-qwen2.5-vl-thinking"
-    assert thinking.any()
-    assert answers.loc[thinking, "cut_off"].all()
-    cut = metrics.groupby("vlm")["cut_off"].mean()
-    assert cut["tiny-qwen2.5-vl-thinking"] == 1.0
+    # The reasoning-template VLM (its own budget, sampled) never ends a sequence (random weights): an answer is
+    # cut off unless its random text happened to hold the protocol's answer marker, which closes its reasoning
+    # (about one in 500); the metrics say so per model.
+    thinking = answers[answers["vlm"] == "tiny-qwen2.5-vl-thinking"]
+    assert len(thinking)
+    assert not thinking["stopped"].any()
+    assert (thinking["cut_off"] == (thinking["reasoning"] == "")).all()
+    assert thinking["cut_off"].mean() > 0.95
+    cut = metrics[metrics["reading"] == metrics["reading"].iloc[0]].groupby("vlm")["cut_off"].mean()
+    assert cut["tiny-qwen2.5-vl-thinking"] == pytest.approx(thinking["cut_off"].mean())
     # No temp file of an atomic write is left behind anywhere.
     assert not list(results.rglob(".*.tmp"))
 
