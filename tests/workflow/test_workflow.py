@@ -352,6 +352,7 @@ def test_adding_a_t2i_model_runs_only_its_jobs_and_what_depends_on_them(tiny_run
             "make_annotation_projects": 1,
             "make_report_items": 1,
             "write_humble_records": 1,
+            "build_item_view": 1,
             "train_protoscore": 1,
             "sample_human_questions": 1,
             "describe_humble_questions": 1,
@@ -382,9 +383,10 @@ def read_it(reasons: set[str]) -> bool:
 @pytest.mark.parametrize(
     ("key", "value", "readers"),
     [
-        # split_benchmark and export_dataset read it too, but already run again after keep_consensus_pairs,
-        # and Snakemake checks the params only of a job whose inputs are not being remade.
-        ("image_stage.consensus_threshold", 8, {"keep_consensus_pairs"}),
+        # The filter's later VLM reads it (what it still scores: `filter_order: sequential`); keep_consensus_pairs,
+        # split_benchmark and export_dataset read it too, but already run again after it, and Snakemake checks
+        # the params only of a job whose inputs are not being remade.
+        ("image_stage.consensus_threshold", 8, {"judge_images"}),
         ("image_stage.render_batch_size", 1, {"render_images"}),
         ("evaluation.bootstrap_samples", 200, {"make_table3", "make_humble_tables"}),
         ("image_stage.judge_template", "edited", {"judge_images"}),
@@ -637,6 +639,7 @@ def test_the_report_holds_every_table_and_image(tiny_run, run_config, labelled_r
         with Image.open(results / "tables" / "example_grid.png") as grid:
             assert shown.evaluate("img => img.naturalWidth") == grid.width
         # its description links to the items' viewer, which opens from disk with every test pair and answer
+        page.goto((work / "report.html").as_uri())
         link = page.locator("a[href$='view/index.html']").first.get_attribute("href")
         assert link == f"{run_config['results_dir']}/view/index.html"
         page.goto((work / link).as_uri())
@@ -672,6 +675,7 @@ def test_verified_scene_graph_questions_are_answered_in_every_setting(tiny_run, 
             "describe_humble_questions": 1,
             "make_report_items": 1,
             "write_humble_records": 1,
+            "build_item_view": 1,
             "all": 1,
             # the questions change: the human study is drawn again, and its project made
             "sample_human_questions": 1,

@@ -115,6 +115,12 @@ def get_resources(rule):
     }
 
 
+def after_earlier_vlms(value):
+    """A param of a filter VLM's job that scores after earlier ones (`targets.earlier_filter_vlms`); None for
+    one that scores every image, which does not read it."""
+    return lambda wildcards: value if targets.earlier_filter_vlms(config, wildcards.vlm) else None
+
+
 def get_env(rule):
     """A job's conda env (`blindspot.catalogue`): by step, and for VLMs and metrics by the model's backend."""
     return lambda wildcards: f"../envs/{catalogue.job_env(config, rule, dict(wildcards.items()))}.yaml"

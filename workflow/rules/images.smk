@@ -43,10 +43,11 @@ rule judge_images:
     params:
         model=get_model_spec("vlm"),
         earlier_vlms=lambda wildcards: targets.earlier_filter_vlms(config, wildcards.vlm),
-        threshold=config["image_stage"]["consensus_threshold"],
-        score=config["image_stage"]["consensus_score"],
-        validation_pool=config["image_stage"].get("validation_pool", 1.0),
-        seed=config["seed"],
+        # what decides which images are still open: read by a later VLM's jobs only, so only they run again
+        threshold=after_earlier_vlms(config["image_stage"]["consensus_threshold"]),
+        score=after_earlier_vlms(config["image_stage"]["consensus_score"]),
+        validation_pool=after_earlier_vlms(config["image_stage"].get("validation_pool", 1.0)),
+        seed=after_earlier_vlms(config["seed"]),
         batch_size=config["image_stage"]["judge_batch_size"],
         # Not an output: Snakemake would delete it when a job fails, and resuming needs it.
         journal=P("vlm_score_journal"),
