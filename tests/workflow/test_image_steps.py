@@ -201,3 +201,41 @@ def test_a_shard_measures_its_kept_pairs_with_each_metric_and_table2_sums_them(t
     assert rows.loc["niqe (lower is better)", "Pairs"] == 5
     assert rows.loc["niqe-again (lower is better)", "Pairs"] == 5
     assert table["md"].read_text().startswith("Table 2: no-reference image quality")
+
+
+def test_a_later_filter_vlm_loads_nothing_where_the_earlier_rejected_every_pair(tmp_path, monkeypatch):
+    """In order, the second VLM scores only what the first passed: a shard the first rejected whole gets an empty
+    score table and counters that say so, and the second VLM is never loaded."""
+    from blindspot.models import vlm_scoring
+
+    files = write_domain(tmp_path, n_triplets=2)
+    first = read_table(files["scores"], schemas.VLM_SCORES).query("vlm == 'qwen'").assign(argmax_score=2.0)
+    write_table(tmp_path / "first.parquet", first, schemas.VLM_SCORES)
+
+    def never(*args, **kwargs):
+        raise AssertionError("the VLM was loaded for a shard with nothing left to score")
+
+    monkeypatch.setattr(vlm_scoring, "load_vlm_scorer", never)
+    out, counters = tmp_path / "second.parquet", tmp_path / "second.json"
+    images.judge_images(
+        domain=DOMAIN,
+        t2i="tiny-sana",
+        vlm="intern",
+        shard="00000",
+        renders=str(files["renders"]),
+        earlier=[str(tmp_path / "first.parquet")],
+        template="unused.yaml",
+        out=str(out),
+        counters_out=str(counters),
+        model={},
+        earlier_vlms=["qwen"],
+        threshold=8,
+        score="argmax",
+        validation_pool=0.0,
+        seed=0,
+        batch_size=2,
+        journal=str(tmp_path / "journal.jsonl"),
+    )
+    assert read_table(out, schemas.VLM_SCORES).empty
+    said = json.loads(counters.read_text())
+    assert (said["images"], said["images_in_shard"], said["left_to_earlier_vlms"]) == (0, 4, 4)

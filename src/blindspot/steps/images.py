@@ -73,13 +73,16 @@ def judge_images(
     if earlier_vlms:
         before = pd.concat([read_table(path, schemas.VLM_SCORES) for path in earlier], ignore_index=True)
         scored = still_open(shard_renders, before, earlier_vlms, threshold, score, validation_pool, seed)
-    # The VLM loads first: a job without the GPUs it asks for stops before reading anything.
-    scorer = load_vlm_scorer(spec(model), batch_size)
-    frame, counters = judge(scored, scorer, PromptTemplate.load(template), journal)
+    if scored.empty:  # the earlier VLMs rejected every pair: nothing this one scores could be kept
+        frame, counters = pd.DataFrame(columns=schemas.VLM_SCORES.names), {"images": 0, "computed_items": 0}
+    else:
+        # The VLM loads first: a job without the GPUs it asks for stops before reading anything.
+        scorer = load_vlm_scorer(spec(model), batch_size)
+        frame, counters = judge(scored, scorer, PromptTemplate.load(template), journal)
+        Path(journal).unlink()
     counters |= {"images_in_shard": len(shard_renders), "left_to_earlier_vlms": len(shard_renders) - len(scored)}
     write_counters(counters_out, counters, f"{domain}/{t2i}/{vlm}/{shard}")
     write_table(out, frame, schemas.VLM_SCORES)
-    Path(journal).unlink()
 
 
 def keep_consensus_pairs(
