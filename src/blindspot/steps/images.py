@@ -68,6 +68,8 @@ def judge_images(
     from blindspot.models.vlm_scoring import load_vlm_scorer
     from blindspot.protobias.consensus import still_open
 
+    vlm_spec = spec(model)
+    _ = vlm_spec.device  # a job without the GPUs its VLM asks for stops before reading anything
     shard_renders = read_table(renders, schemas.RENDERS)
     scored = shard_renders
     if earlier_vlms:
@@ -76,8 +78,7 @@ def judge_images(
     if scored.empty:  # the earlier VLMs rejected every pair: nothing this one scores could be kept
         frame, counters = pd.DataFrame(columns=schemas.VLM_SCORES.names), {"images": 0, "computed_items": 0}
     else:
-        # The VLM loads first: a job without the GPUs it asks for stops before reading anything.
-        scorer = load_vlm_scorer(spec(model), batch_size)
+        scorer = load_vlm_scorer(vlm_spec, batch_size)
         frame, counters = judge(scored, scorer, PromptTemplate.load(template), journal)
         Path(journal).unlink()
     counters |= {"images_in_shard": len(shard_renders), "left_to_earlier_vlms": len(shard_renders) - len(scored)}
