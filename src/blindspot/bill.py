@@ -91,7 +91,7 @@ def planned_requests(config: Config, jobs: pd.DataFrame, metric: str) -> int:
     own = jobs[(jobs["rule"] == STEP) & (jobs["model"] == metric)]
     per_domain = own.groupby("domain")["items"].sum()
     cap = annotated_images_per_domain(config, metric)
-    return int(sum(int(n) if cap is None else min(int(n), cap) for n in per_domain))
+    return sum(round(n) if cap is None else min(round(n), cap) for n in per_domain)
 
 
 def _cost(tokens: float, per_million: float) -> float:
@@ -158,7 +158,7 @@ def answer_row(config: Config, jobs: pd.DataFrame, vlm: str) -> dict[str, Any]:
     jobs' items), each with its protocol's budget unless its request sets one."""
     entry = config["models"][vlm]
     own = jobs[(jobs["rule"] == ANSWER_STEP) & (jobs["model"] == vlm)]
-    requests = int(own["items"].sum())
+    requests = round(own["items"].sum())
     settings = vlm_settings(config, vlm)  # each job asks its questions in every one, as many of each
     text = sum(
         requests // len(settings) * math.ceil(_question_chars(config, name, vlm) / CHARS_PER_TOKEN) for name in settings

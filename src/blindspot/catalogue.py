@@ -10,6 +10,7 @@ an entry here and its function.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,9 @@ class Step:
     image_batch: tuple[str, int] | Callable[[Config, Wildcards], int] | None = None
     throughput: bool = False  # its time: items x the `throughput:` table's seconds per item
     output: str | None = None  # the kind (`blindspot.targets.PATHS`) of the output of a domain's shard
-    items: Callable[[Config, Wildcards], int] | None = None  # one job's work, for its time and the plan
+    items: Callable[[Config, Wildcards], int] | None = None  # one job's work at most, for its time and the plan
+    # One job's work at the config's expected acceptance shares (`expected_items`); None: `items` itself.
+    expected: Callable[[Config, Wildcards], float] | None = None
     function: str | None = None  # the step function when it is another step's
 
 
@@ -129,6 +132,59 @@ def _training_pairs(config: Config, wildcards: Wildcards) -> int:
     return round(run_images(config) // 2 * (1 - config["benchmark"]["test_fraction"]))
 
 
+# The expected shares of what reaches a step: the upper bounds above are every candidate kept.
+def _triplet_share(config: Config, wildcards: Wildcards) -> float:
+    """Candidate triplets accepted (`prompt_stage.expected_acceptance`): what is rendered and judged."""
+    return config["prompt_stage"].get("expected_acceptance", 1.0)
+
+
+def _pair_share(config: Config, wildcards: Wildcards) -> float:
+    """Candidate pairs kept by the VLM filter (`image_stage.expected_acceptance`): what is measured and scored."""
+    return config["image_stage"].get("expected_acceptance", 1.0)
+
+
+def _still_open_share(config: Config, wildcards: Wildcards) -> float:
+    """The images a filter VLM scores under `image_stage.filter_order: sequential`: those of the pairs every
+    earlier VLM passed, and the validation pool's of the rest. Each VLM is taken to pass a pair independently,
+    at the root of the pair share (the share kept by all of them), as nothing finer is known before a run."""
+    stage = config["image_stage"]
+    earlier = stage["vlms"].index(wildcards["vlm"])
+    if stage.get("filter_order", "every") == "every" or earlier == 0:
+        return 1.0
+    passed = _pair_share(config, wildcards) ** (earlier / len(stage["vlms"]))
+    return passed + stage["validation_pool"] * (1 - passed)
+
+
+def _thinned(
+    items: Callable[[Config, Wildcards], int], *shares: Callable[[Config, Wildcards], float]
+) -> Callable[[Config, Wildcards], float]:
+    """A step's expected work: its upper bound times the shares of what reaches it."""
+
+    def expected(config: Config, wildcards: Wildcards) -> float:
+        return items(config, wildcards) * math.prod(share(config, wildcards) for share in shares)
+
+    return expected
+
+
+def _api_shard_expected_images(config: Config, wildcards: Wildcards) -> float:
+    """An API metric's shard at the expected shares: when it scores only the annotated pairs, its domain's
+    annotated images spread over the domain's shards as its seeds are."""
+    cap = annotated_images_per_domain(config, wildcards["metric"])
+    if cap is None:
+        return _thinned(_shard_pair_images, _triplet_share, _pair_share)(config, wildcards)
+    return cap * _shard_seeds(config, wildcards) / _seeds(config, wildcards)
+
+
+def _humble_shard_expected_answers(config: Config, wildcards: Wildcards) -> float:
+    """`_humble_shard_answers` with the benchmark's images at the expected shares (the release's are all asked)."""
+    humble = config["humblebench"]
+    if not humble.get("from_benchmark"):
+        return _humble_shard_answers(config, wildcards)
+    images = run_images(config) * _triplet_share(config, wildcards) * _pair_share(config, wildcards)
+    questions = humble.get("release_questions", 0) + 2 * images
+    return questions / humble["answer_shards"] * len(vlm_settings(config, wildcards["vlm"]))
+
+
 # fmt: off
 _ENTRIES = [
     Step("build_model", "models", "build", ("model",), local=True, items=lambda config, wildcards: 1),
@@ -139,25 +195,31 @@ _ENTRIES = [
           output="judgments", items=_shard_seeds),
     Step("accept_triplets", "prompts", wildcards=("domain",), local=True, items=_domain_triplets),
     Step("check_prompt_quality", "prompts", "nlp", ("domain",),
-          ("prompt_stage.embedding_model", "prompt_stage.nli_model"), throughput=True, items=_domain_triplets),
+          ("prompt_stage.embedding_model", "prompt_stage.nli_model"), throughput=True, items=_domain_triplets,
+          expected=_thinned(_domain_triplets, _triplet_share)),
     Step("make_table1", "prompts", local=True),
     Step("render_images", "images", "t2i", ("domain", "t2i", "shard"), ("t2i",), throughput=True,
-          image_batch=("image_stage.render_batch_size", 1), output="renders", items=_shard_images),
+          image_batch=("image_stage.render_batch_size", 1), output="renders", items=_shard_images,
+          expected=_thinned(_shard_images, _triplet_share)),
     Step("judge_images", "images", BY_MODEL_BACKEND, ("domain", "t2i", "vlm", "shard"), ("vlm",), throughput=True,
-          image_batch=("image_stage.judge_batch_size", 1), output="vlm_scores", items=_shard_images),
-    Step("keep_consensus_pairs", "images", wildcards=("domain",), local=True, items=_domain_pairs),
+          image_batch=("image_stage.judge_batch_size", 1), output="vlm_scores", items=_shard_images,
+          expected=_thinned(_shard_images, _triplet_share, _still_open_share)),
+    Step("keep_consensus_pairs", "images", wildcards=("domain",), local=True, items=_domain_pairs,
+         expected=_thinned(_domain_pairs, _triplet_share)),
     Step("measure_image_quality", "images", "iqa", ("domain", "shard"), ("image_stage.iqa_metrics",), throughput=True,
-          image_batch=("image_stage.iqa_batch_size", 2), output="image_quality", items=_shard_pair_images),
+          image_batch=("image_stage.iqa_batch_size", 2), output="image_quality", items=_shard_pair_images,
+          expected=_thinned(_shard_pair_images, _triplet_share, _pair_share)),
     Step("make_table2", "images", local=True),
     Step("split_benchmark", "benchmark", local=True),
     Step("export_dataset", "benchmark", "export", data=True),
     Step("import_dataset", "dataset", "export", data=True),
     Step("score_metric", "table3", BY_MODEL_BACKEND, ("domain", "metric", "shard"), ("metric",), throughput=True,
-          image_batch=("evaluation.batch_size", 2), output="metric_scores", items=_shard_pair_images),
+          image_batch=("evaluation.batch_size", 2), output="metric_scores", items=_shard_pair_images,
+          expected=_thinned(_shard_pair_images, _triplet_share, _pair_share)),
     # An API judge's jobs: the same step on the submit host, where the internet is.
     Step("score_api_metric", "table3", BY_MODEL_BACKEND, ("domain", "metric", "shard"), ("metric",), local=True,
           image_batch=("evaluation.batch_size", 2), output="metric_scores", items=_api_shard_pair_images,
-          function="score_metric"),
+          expected=_api_shard_expected_images, function="score_metric"),
     Step("make_table3", "table3", local=True),
     Step("make_report_items", "table3", local=True),
     Step("write_protobias_records", "table3", local=True),
@@ -170,16 +232,18 @@ _ENTRIES = [
     # It reads the release through Hugging Face datasets.
     Step("make_humble_questions", "humble", "export", data=True),
     Step("answer_humble", "humble", BY_MODEL_BACKEND, ("vlm", "shard"), ("vlm",), throughput=True,
-          image_batch=_humble_answer_batch, items=_humble_shard_answers),
+          image_batch=_humble_answer_batch, items=_humble_shard_answers, expected=_humble_shard_expected_answers),
     # An API VLM's answer jobs: the same step on the submit host, where the internet is.
     Step("answer_api_humble", "humble", BY_MODEL_BACKEND, ("vlm", "shard"), ("vlm",), local=True,
-          image_batch=("humblebench.batch_size", 1), items=_humble_shard_answers, function="answer_humble"),
+          image_batch=("humblebench.batch_size", 1), items=_humble_shard_answers,
+          expected=_humble_shard_expected_answers, function="answer_humble"),
     Step("sample_human_questions", "humble", local=True),
     Step("make_humble_tables", "humble", local=True),
     Step("write_humble_records", "humble", local=True),
     Step("describe_humble_questions", "humble", local=True),
     Step("train_protoscore", "protoscore", "vlm", loads=("protoscore.model",), throughput=True,
-          image_batch=("protoscore.batch_size", 2), items=_training_pairs),
+          image_batch=("protoscore.batch_size", 2), items=_training_pairs,
+          expected=_thinned(_training_pairs, _triplet_share, _pair_share)),
     Step("score_transfer", "protoscore", "vlm", loads=("protoscore.model",), throughput=True,
           image_batch=("evaluation.batch_size", 2)),
     Step("make_annotation_projects", "annotation", local=True),
@@ -289,3 +353,10 @@ def job_items(config: Config, step: str, wildcards: Wildcards) -> int | None:
     states none."""
     items = STEPS[step].items
     return None if items is None else items(config, wildcards)
+
+
+def expected_items(config: Config, step: str, wildcards: Wildcards) -> float | None:
+    """One job's work at the config's expected acceptance shares (`prompt_stage.expected_acceptance`,
+    `image_stage.expected_acceptance`); the upper bound where no filter comes before the step."""
+    expected = STEPS[step].expected
+    return job_items(config, step, wildcards) if expected is None else expected(config, wildcards)

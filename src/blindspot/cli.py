@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from blindspot import bill, catalogue, plan, verify
+from blindspot import bill, catalogue, physical_bound, plan, verify
 from blindspot.annotation.projects import TASKS
 from blindspot.checks import load_config
 from blindspot.config import ConfigError, one_line
@@ -57,9 +57,11 @@ def _hours(value: float) -> str:
 
 def _markdown(frame: pd.DataFrame) -> str:
     frame = frame.copy()
-    for column in ("load_gpu_hours", "gpu_hours"):
+    for column in ("load_gpu_hours", "gpu_hours", "gpu_hours_upper", "bound_gpu_hours"):
         if column in frame:
             frame[column] = frame[column].map(_hours)
+    if "bound_ratio" in frame:
+        frame["bound_ratio"] = frame["bound_ratio"].map(lambda r: "" if pd.isna(r) else f"{r:.1f}")
     frame = frame.astype(object).where(frame.notna(), "")
     return frame.to_markdown(index=False, disable_numparse=True)
 
@@ -111,13 +113,24 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
                 "mem_gb_per_job",
                 "hours_per_job",
                 "items",
+                "items_upper",
                 "load_gpu_hours",
                 "gpu_hours",
+                "gpu_hours_upper",
+                "bound_gpu_hours",
+                "bound_ratio",
             ]
         ]
-        total_row = {"rule": "total", "jobs": result["total_jobs"], "gpu_hours": result["total_gpu_hours"]}
+        total_row = {
+            "rule": "total",
+            "jobs": result["total_jobs"],
+            "gpu_hours": result["total_gpu_hours"],
+            "gpu_hours_upper": result["total_gpu_hours_upper"],
+            "bound_gpu_hours": result["bound_gpu_hours"],
+        }
         frame = pd.concat([frame, pd.DataFrame([total_row])], ignore_index=True)
-        frame["gpu_hours"] = frame["gpu_hours"].map(lambda h: "n/a" if pd.isna(h) else f"{h:.4f}")
+        for column in ("gpu_hours", "gpu_hours_upper", "bound_gpu_hours"):
+            frame[column] = frame[column].map(lambda h: "n/a" if pd.isna(h) else f"{h:.4f}")
         if missing:
             print(f"missing throughput entries: {', '.join(missing)}", file=sys.stderr)
         return frame.to_csv(index=False)
@@ -136,7 +149,9 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
         "",
         _markdown(result["stages"]),
         "",
-        f"Total: {result['total_jobs']} jobs, {total} GPU-hours, {result['load_gpu_hours']:.2f} of them loading models",
+        f"Total: {result['total_jobs']} jobs, {total} GPU-hours, {result['load_gpu_hours']:.2f} of them loading "
+        f"models ({_hours(result['total_gpu_hours_upper'])} at every candidate kept); the bound: "
+        f"{_hours(result['bound_gpu_hours'])} GPU-hours",
     ]
     if missing:
         lines.append(
@@ -148,6 +163,8 @@ def render_plan(result: dict[str, Any], configfile: str, fmt: str) -> str:
         "GPU-hours = (loading + items x seconds per item (`throughput:`)) x GPUs per job / 3600; loading "
         "(`load_gpu_hours`) is each model's weights read at `job_resources.load_gb_per_second` and its engine "
         "started (`engine_start_seconds`), in every job that loads it. " + plan.ITEMS_NOTE,
+        "",
+        physical_bound.NOTE,
         "",
         "Per job: GPUs, CPUs, memory (GB) and time (hours) of its first attempt, from what it loads "
         "(`job_resources` and the models' `weights_gb`); a retry asks for twice, then three times, the memory "

@@ -20,17 +20,19 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from blindspot import bill, catalogue, counts, targets
+from blindspot import bill, catalogue, counts, physical_bound, targets
 from blindspot.catalogue import DATA_WILDCARDS, SHARDED_STEPS, STEPS, THROUGHPUT_STEPS
 from blindspot.dag import dag_jobs
 from blindspot.io import read_json
 from blindspot.resources import job_resources, load_seconds
 
 ITEMS_NOTE = (
-    "Items are upper bounds: seeds per shard for the prompt stage; for images 2 x seeds x generators x "
-    "images_per_description per T2I model (every generator's triplet of a seed accepted), and for image "
-    "quality that times the T2I models (every pair kept). Filtering before a stage only lowers them. "
-    "HumbleBench answers: the release's questions (`release_questions`) and two per benchmark image, per shard."
+    "Items are at the config's expected shares (`prompt_stage.expected_acceptance` of the triplets accepted, "
+    "`image_stage.expected_acceptance` of the pairs kept; a later filter VLM scores what the earlier ones passed "
+    "and the validation pool), `items_upper` and `gpu_hours_upper` at every candidate kept: seeds per shard for "
+    "the prompt stage; for images 2 x seeds x generators x images_per_description per T2I model, and for image "
+    "quality and the metrics that times the T2I models. A job asks for the time of its upper bound. HumbleBench "
+    "answers: the release's questions (`release_questions`) and two per benchmark image, per shard."
 )
 COLUMNS = [
     "stage",
@@ -41,11 +43,13 @@ COLUMNS = [
     "models",
     "shard",
     "items",
+    "items_upper",
     "gpus",
     "threads",
     "mem_mb",
     "runtime",
     "load_seconds",
+    "bound_seconds_per_item",
     "throughput_key",
     "output",
     "counters",
@@ -71,9 +75,11 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
                 # Every model a job is known by (a metric's name too), so that `targets --model` finds it.
                 "models": ",".join(dict.fromkeys(named + loaded)),
                 "shard": wildcards.get("shard", ""),
-                "items": catalogue.job_items(config, rule, wildcards),
+                "items": catalogue.expected_items(config, rule, wildcards),
+                "items_upper": catalogue.job_items(config, rule, wildcards),
                 **job_resources(config, rule, wildcards).as_dict(),
                 "load_seconds": load_seconds(config, rule, wildcards),
+                "bound_seconds_per_item": physical_bound.seconds_per_item(config, rule, wildcards),
                 "throughput_key": catalogue.throughput_key(config, rule, wildcards),
                 "output": output,
                 "counters": counters,
@@ -82,14 +88,16 @@ def job_table(config: dict[str, Any]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=COLUMNS)
     order = frame["rule"].map(list(STEPS).index)
     frame = frame.assign(order=order).sort_values(["order", "job"], kind="stable").drop(columns="order")
-    frame["items"] = frame["items"].astype("Int64")
+    frame["items"] = frame["items"].astype(float)  # expected: a share of the upper bound
+    frame["items_upper"] = frame["items_upper"].astype("Int64")
     return frame.reset_index(drop=True)
 
 
 def with_gpu_hours(config: dict[str, Any], jobs: pd.DataFrame) -> pd.DataFrame:
     """Add `seconds_per_item`, `load_gpu_hours` (the job's loading, `resources.load_seconds`, x GPUs / 3600: a
-    cluster bills the GPUs while the weights are read and the engine starts) and `gpu_hours` (that and items x
-    seconds x GPUs / 3600); NaN where the table has no entry.
+    cluster bills the GPUs while the weights are read and the engine starts), `gpu_hours` (that and items x
+    seconds x GPUs / 3600; `gpu_hours_upper` over the upper bound of items) and `bound_gpu_hours` (the least
+    GPU time of the items, `physical_bound`); NaN where the table has no entry.
 
     A rule's `default` stands in for its models without an entry of their own. CPU-only jobs are 0.
     """
@@ -102,8 +110,10 @@ def with_gpu_hours(config: dict[str, Any], jobs: pd.DataFrame) -> pd.DataFrame:
         seconds.append(0.0 if gpus == 0 else entries.get(key, entries.get("default", float("nan"))))
     jobs["seconds_per_item"] = pd.Series(seconds, index=jobs.index, dtype=float)
     jobs["load_gpu_hours"] = jobs["load_seconds"] * jobs["gpus"] / 3600
-    compute = jobs["items"].astype(float).fillna(0) * jobs["seconds_per_item"] * jobs["gpus"] / 3600
-    jobs["gpu_hours"] = compute + jobs["load_gpu_hours"]
+    for hours, items in (("gpu_hours", "items"), ("gpu_hours_upper", "items_upper")):
+        compute = jobs[items].astype(float).fillna(0) * jobs["seconds_per_item"] * jobs["gpus"] / 3600
+        jobs[hours] = compute + jobs["load_gpu_hours"]
+    jobs["bound_gpu_hours"] = jobs["items"].astype(float).fillna(0) * jobs["bound_seconds_per_item"] / 3600
     return jobs
 
 
@@ -118,18 +128,39 @@ def _hours(values: pd.Series) -> float:
 
 
 def summarize(jobs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Jobs, GPUs per job, items and GPU-hours (NaN when any job lacks a throughput entry) per group."""
+    """Jobs, GPUs per job, items and GPU-hours (NaN when any job lacks a throughput entry) per group, the
+    bound's GPU-hours and the plan's ratio to them (`bound_ratio`: NaN where the bound is 0 or unknown)."""
     groups = jobs.groupby(by, sort=False)
-    return groups.agg(
+    summary = groups.agg(
         jobs=("rule", "size"),
         gpus_per_job=("gpus", _span),
         cpus_per_job=("threads", _span),
         mem_gb_per_job=("mem_mb", lambda m: _span((m / 1024).round(1))),
         hours_per_job=("runtime", lambda r: _span((r / 60).round(1))),
-        items=("items", lambda i: i.sum() if i.notna().any() else pd.NA),
+        items=("items", _items),
+        items_upper=("items_upper", _items),
         load_gpu_hours=("load_gpu_hours", "sum"),
         gpu_hours=("gpu_hours", _hours),
+        gpu_hours_upper=("gpu_hours_upper", _hours),
+        bound_gpu_hours=("bound_gpu_hours", _hours),
     ).reset_index()
+    return summary.assign(bound_ratio=summary["gpu_hours"] / summary["bound_gpu_hours"].where(lambda b: b > 0))
+
+
+STAGE_COLUMNS = [
+    "stage",
+    "jobs",
+    "load_gpu_hours",
+    "gpu_hours",
+    "gpu_hours_upper",
+    "bound_gpu_hours",
+    "bound_ratio",
+]
+
+
+def _items(values: pd.Series) -> Any:
+    """The group's items, whole (an expected count is a share of whole ones)."""
+    return round(values.sum()) if values.notna().any() else pd.NA
 
 
 def _span(values: pd.Series) -> str:
@@ -146,9 +177,11 @@ def plan(config: dict[str, Any]) -> dict[str, Any]:
         "jobs": jobs,
         "rules": summarize(jobs, ["stage", "rule"]),
         "combinations": summarize(jobs[jobs["rule"].isin(list(SHARDED_STEPS))], ["rule", "domain", "model"]),
-        "stages": summarize(jobs, ["stage"])[["stage", "jobs", "load_gpu_hours", "gpu_hours"]],
+        "stages": summarize(jobs, ["stage"])[STAGE_COLUMNS],
         "total_jobs": len(jobs),
         "total_gpu_hours": _hours(jobs["gpu_hours"]),
+        "total_gpu_hours_upper": _hours(jobs["gpu_hours_upper"]),
+        "bound_gpu_hours": _hours(jobs["bound_gpu_hours"]),
         "load_gpu_hours": float(jobs["load_gpu_hours"].sum()),
         "known_gpu_hours": float(jobs["gpu_hours"].sum()),
         "missing": missing_throughput(jobs),
@@ -262,7 +295,7 @@ def measured_throughput(config: dict[str, Any], benchmark_dir: str | Path) -> pd
         elif output_rows is not None:
             items, items_from = output_rows, "output"
         else:
-            items, items_from = int(job["items"]), "plan"
+            items, items_from = int(job["items_upper"]), "plan"
         rows.append(
             {
                 "rule": job["rule"],

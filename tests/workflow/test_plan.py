@@ -129,6 +129,70 @@ def test_gpu_hours_by_hand(tiny_config):
     assert first["load_seconds"] == pytest.approx(5.5)
 
 
+def test_the_physical_bound_by_hand(tiny_config):
+    config = small_config(tiny_config)
+    config["models"]["smollm2-135m"] |= {"dtype": "bfloat16"}  # 0.5 GB: 0.25 billion parameters
+    config["models"]["tiny-flux"] |= {"params_b": 0.001}  # its denoiser, not its 1 GB of weights
+    config["physical_bound"] = {
+        "gpu": {"name": "a slow one", "bf16_tflops": 1, "memory_gb_per_second": 1},
+        "compute_share": 0.5,
+        "decode_batch": 2,
+        "flops_per_parameter": {"render_images": 3},
+        "tokens": {
+            "generate_triplets": {"smollm2-135m": {"read": 10, "written": 4}},
+            "render_images": {"default": {"read": 100}},
+        },
+    }
+    validate_config(config)
+    result = plan.plan(config)
+    rules = result["rules"].set_index("rule")
+    # A token through 0.25e9 parameters: 2 x 0.25e9 / (1e12 x 0.5) = 1 ms; a written one no sooner than the
+    # 0.5 GB are read for 2 sequences: 0.5e9 / (1e9 x 2) = 250 ms. A seed: 10 x 1 ms + 4 x 250 ms; 6 seeds.
+    assert rules.loc["generate_triplets", "bound_gpu_hours"] == pytest.approx(6 * 1.01 / 3600)
+    assert rules.loc["generate_triplets", "bound_ratio"] == pytest.approx(29 / (6 * 1.01))
+    # An image: 100 tokens x 3 operations x 1e6 parameters / 5e11; 24 images, whatever the 2 GPUs.
+    assert rules.loc["render_images", "bound_gpu_hours"] == pytest.approx(24 * 100 * 3e6 / 5e11 / 3600)
+    # A job on no GPU is bound by nothing; the total is every rule's.
+    assert rules.drop(["generate_triplets", "render_images"])["bound_gpu_hours"].eq(0).all()
+    assert pd.isna(rules.loc["make_seeds", "bound_ratio"])
+    assert result["bound_gpu_hours"] == pytest.approx(rules["bound_gpu_hours"].sum())
+    # A GPU rule without tokens has no bound, and neither has the total.
+    del config["physical_bound"]["tokens"]["render_images"]
+    unbound = plan.plan(config)
+    assert pd.isna(unbound["rules"].set_index("rule").loc["render_images", "bound_gpu_hours"])
+    assert pd.isna(unbound["bound_gpu_hours"])
+
+
+def test_items_at_the_expected_shares_beside_their_upper_bound(tiny_config):
+    """The triplets accepted thin what is rendered and judged; the pairs kept, what is measured, scored and
+    trained on; a later filter VLM gets the pairs the earlier one passed (at the root of the pair share, each
+    VLM alike) and the validation pool of the rest; an API metric its domain's annotated images, by its shards."""
+    tiny_config["prompt_stage"]["expected_acceptance"] = 0.5
+    tiny_config["image_stage"] |= {"expected_acceptance": 0.64, "filter_order": "sequential", "validation_pool": 0.1}
+    shard = {"domain": "objects", "shard": "00000", "t2i": "tiny-flux"}
+
+    def items(rule: str, **wildcards: str) -> tuple[float, int]:
+        job = shard | wildcards
+        return catalogue.expected_items(tiny_config, rule, job), catalogue.job_items(tiny_config, rule, job)
+
+    expected, images = items("render_images")
+    assert expected == 0.5 * images
+    first, later = (items("judge_images", vlm=vlm) for vlm in tiny_config["image_stage"]["vlms"])
+    assert first == (0.5 * images, images)
+    assert later[1] == images
+    assert later[0] == pytest.approx(0.5 * images * (0.8 + 0.1 * 0.2))
+    tiny_config["image_stage"]["filter_order"] = "every"
+    assert items("judge_images", vlm=tiny_config["image_stage"]["vlms"][1]) == (0.5 * images, images)
+    expected, pair_images = items("score_metric", metric="clipscore")
+    assert expected == pytest.approx(0.5 * 0.64 * pair_images)
+    seeds, generated = items("generate_triplets", generator="smollm2-135m")
+    assert seeds == generated  # nothing filters the seeds
+    tiny_config["domains"]["objects"]["n_seeds"] = 3 * tiny_config["shard_size"]  # three shards
+    annotated = 2 * tiny_config["benchmark"]["preference_pairs_per_domain"]
+    api = [items("score_api_metric", metric="api-judge", shard=f"{n:05d}")[0] for n in range(3)]
+    assert api == pytest.approx([annotated / 3] * 3)
+
+
 @pytest.mark.parametrize("asked", ["annotated", "test_split"])
 def test_an_api_metrics_jobs_plan_no_more_items_than_the_annotated_pairs(tiny_config, asked):
     """By default an API metric scores only the annotated pairs: a job's items (images, two per pair) are at
@@ -354,13 +418,20 @@ def test_cli_plan_as_a_subprocess():
         check=True,
     )
     total = re.search(
-        r"^Total: (\d+) jobs, ([\d.]+) GPU-hours, ([\d.]+) of them loading models$", result.stdout, flags=re.MULTILINE
+        r"^Total: (\d+) jobs, ([\d.]+) GPU-hours, ([\d.]+) of them loading models \(([\d.]+) at every candidate "
+        r"kept\); the bound: ([\d.]+) GPU-hours$",
+        result.stdout,
+        flags=re.MULTILINE,
     )
     assert total, result.stdout
     expected = plan.plan(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     assert int(total[1]) == expected["total_jobs"] == JOBS
     assert float(total[2]) == pytest.approx(expected["total_gpu_hours"], abs=0.005)
     assert 0 < float(total[3]) == pytest.approx(expected["load_gpu_hours"], abs=0.005)
+    # the filters thin what the later stages get; nothing is faster than its bound
+    assert float(total[2]) < float(total[4]) == pytest.approx(expected["total_gpu_hours_upper"], abs=0.005)
+    assert float(total[5]) == pytest.approx(expected["bound_gpu_hours"], abs=0.005)
+    assert 0 < float(total[5]) < float(total[2])
     assert "| judge_images" in result.stdout
     csv = subprocess.run(
         [sys.executable, "-m", "blindspot.cli", "plan", "--configfile", "config/config.yaml", "--format", "csv"],
@@ -373,6 +444,25 @@ def test_cli_plan_as_a_subprocess():
     frame = pd.read_csv(pd.io.common.StringIO(csv.stdout))
     assert frame.iloc[-1]["rule"] == "total"
     assert frame.iloc[-1]["jobs"] == JOBS
+
+
+def test_the_readmes_cost_table_is_the_paper_plans(paper_config):
+    """Each row of the README's cost table, and its total, as `blindspot plan` has them now."""
+    text = (REPO / "README.md").read_text().split("<!-- cost:", 1)[1]
+    rows = [line.strip("|").split("|") for line in text.split("\n\n", 1)[0].splitlines()[3:]]
+    shown = {cells[0].strip(): [cell.strip() for cell in cells[1:]] for cells in rows}
+    result = plan.plan(paper_config)
+    rules = result["rules"].set_index("rule")
+    gpu_rules = rules[rules["gpu_hours"] > 0]
+    assert set(shown) == {*gpu_rules.index, "total"}
+    for rule, row in gpu_rules.iterrows():
+        hours = [
+            f"{row[column]:.2f}" for column in ("gpu_hours", "load_gpu_hours", "gpu_hours_upper", "bound_gpu_hours")
+        ]
+        assert shown[rule] == [str(row["jobs"]), *hours, f"{row['bound_ratio']:.1f}"], rule
+    total = [result[key] for key in ("total_gpu_hours", "load_gpu_hours", "total_gpu_hours_upper", "bound_gpu_hours")]
+    ratio = result["total_gpu_hours"] / result["bound_gpu_hours"]
+    assert shown["total"] == [str(result["total_jobs"]), *(f"{hours:.2f}" for hours in total), f"{ratio:.1f}"]
 
 
 def test_a_config_snakemake_cannot_plan_is_one_line_naming_the_file(tiny_config, tmp_path, capsys):
@@ -565,11 +655,12 @@ def test_the_paper_configs_gpt5_bill(paper_config):
     # tokens each at 10 USD per million.
     assert (row["requests"], row["image_tokens"], row["output_tokens"]) == (1800, 1800 * 765, 1800 * 4096)
     assert row["cost_usd"] == pytest.approx((row["input_tokens"] + 1800 * 765) * 1.25e-6 + 1800 * 4096 * 10e-6)
-    # Scoring the whole split asks for every test pair's images: the plan's jobs' items, uncapped.
+    # Scoring the whole split asks for every kept pair's images: the plan's jobs' expected items, uncapped.
     whole = copy.deepcopy(paper_config)
     whole["evaluation"]["api_metrics_score"] = "test_split"
     jobs = plan.job_table(whole)
-    assert plan.plan(whole)["bill"].iloc[0]["requests"] == jobs.loc[jobs["rule"] == "score_api_metric", "items"].sum()
+    expected = jobs.loc[jobs["rule"] == "score_api_metric", "items"].sum()
+    assert plan.plan(whole)["bill"].iloc[0]["requests"] == pytest.approx(expected, abs=len(whole["domains"]) / 2)
 
 
 def test_the_paper_plan_answers_with_every_listed_vlm_on_its_entrys_gpus_and_memory(paper_config):

@@ -54,7 +54,7 @@ def _free_bytes(path: Path) -> tuple[Path, int]:
 def planned_bytes(config: dict[str, Any]) -> tuple[float, str]:
     """An upper estimate of what the run writes under its results folder, and how it was made."""
     jobs = plan.job_table(config)
-    renders = jobs[jobs["rule"] == "render_images"].groupby("model")["items"].sum()
+    renders = jobs[jobs["rule"] == "render_images"].groupby("model")["items_upper"].sum()
     images = image_bytes = 0
     sizes = set()
     for t2i, count in renders.items():
@@ -64,7 +64,7 @@ def planned_bytes(config: dict[str, Any]) -> tuple[float, str]:
         images += int(count)
         image_bytes += int(count) * height * width * PNG_BYTES_PER_PIXEL
     questions = config["humblebench"].get("release_questions", 0) if config["humblebench"].get("release") else 0
-    rows = int(jobs["items"].fillna(0).sum())
+    rows = int(jobs["items_upper"].fillna(0).sum())
     total = 2 * image_bytes + questions * RELEASE_IMAGE_PIXELS * PNG_BYTES_PER_PIXEL + rows * ROW_BYTES
     how = (
         f"{images} images at {', '.join(sorted(sizes))} as PNG (~{PNG_BYTES_PER_PIXEL:g} bytes/pixel), twice with "
