@@ -197,6 +197,25 @@ def test_a_batch_that_runs_out_of_gpu_memory_is_made_in_halves_and_a_retry_start
         images.Backoff("model-c").run(lambda batch: (_ for _ in ()).throw(ValueError("not memory")), [1, 2])
 
 
+def test_a_batch_halved_twice_keeps_every_item_in_order():
+    """Eight items on a GPU that fits two: halved to four, whose first half runs out of memory again; the
+    second half is cut at the size that ran, and no item is lost (bench/peers/out_of_memory.py found this)."""
+    import torch
+
+    calls = []
+
+    def doubled(batch):
+        calls.append(len(batch))
+        if len(batch) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return [item * 2 for item in batch]
+
+    backoff = images.Backoff("model-d")
+    assert backoff.run(doubled, list(range(8))) == [item * 2 for item in range(8)]
+    assert calls == [8, 4, 2, 2, 2, 2]
+    assert backoff.fits == 2
+
+
 def test_images_decode_in_as_many_threads_as_the_job_has_cpus(monkeypatch):
     """Snakemake gives a job its `threads` as OMP_NUM_THREADS (8 per GPU on the paper config): the loader's
     threads; without it, the CPUs the process may run on."""

@@ -204,13 +204,11 @@ class Backoff:
         """`work(batch, *alongside)` (`alongside`: lists that pair with the batch item by item, its images),
         its results in order, in calls of at most `fits` items."""
         if self.fits and len(batch) > self.fits:
-            starts = range(0, len(batch), self.fits)
+            size = self.fits  # a part that runs out of memory lowers `fits` for the parts after it, not the cuts
             return [
                 result
-                for start in starts
-                for result in self.run(
-                    work, batch[start : start + self.fits], *(a[start : start + self.fits] for a in alongside)
-                )
+                for start in range(0, len(batch), size)
+                for result in self.run(work, batch[start : start + size], *(a[start : start + size] for a in alongside))
             ]
         try:
             return work(batch, *alongside)
