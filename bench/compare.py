@@ -26,7 +26,18 @@ from timing import REPO, Row
 from tiny_preset import tiny_config
 
 # Each names a module in bench/peers with `compare(config, repeats) -> list[Row]`.
-COMPARISONS = ("humblebench", "ports", "batching", "render", "textgen", "dry_run", "api_rate")
+COMPARISONS = (
+    "humblebench",
+    "answering",
+    "filter_order",
+    "ports",
+    "batching",
+    "out_of_memory",
+    "render",
+    "textgen",
+    "dry_run",
+    "api_rate",
+)
 AGREE = {True: "yes", False: "NO", None: "n/a"}
 
 

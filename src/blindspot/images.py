@@ -215,23 +215,18 @@ class Backoff:
         except Exception as error:
             if not is_out_of_memory(error):
                 raise
-            _free_gpu_memory()
             asked = str(error).splitlines()[0] if str(error) else "out of memory"
-            if len(batch) == 1:
-                raise OutOfMemory(
-                    f"{self.what}: one item ({_named(batch[0])}) does not fit in the GPU's memory: {asked}"
-                ) from None
-            self.fits = (len(batch) + 1) // 2
-            logging.getLogger(__name__).warning(
-                "%s: %d items ran out of GPU memory (%s); going on %d at a time",
-                self.what,
-                len(batch),
-                asked,
-                self.fits,
-            )
-            if self.noted:
-                self.noted(self.fits)
-            return self.run(work, batch, *alongside)
+        # Freed out here: inside the handler the error's traceback still holds the failed call's tensors.
+        _free_gpu_memory()
+        if len(batch) == 1:
+            raise OutOfMemory(f"{self.what}: one item ({_named(batch[0])}) does not fit in the GPU's memory: {asked}")
+        self.fits = (len(batch) + 1) // 2
+        logging.getLogger(__name__).warning(
+            "%s: %d items ran out of GPU memory (%s); going on %d at a time", self.what, len(batch), asked, self.fits
+        )
+        if self.noted:
+            self.noted(self.fits)
+        return self.run(work, batch, *alongside)
 
 
 class Journaled(NamedTuple):
