@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from helpers.workflow import REPO
+from helpers.workflow import REPO, spec_of
 from PIL import Image
 
 from blindspot import schemas
@@ -203,7 +203,7 @@ def test_a_shard_measures_its_kept_pairs_with_each_metric_and_table2_sums_them(t
     assert table["md"].read_text().startswith("Table 2: no-reference image quality")
 
 
-def test_a_later_filter_vlm_loads_nothing_where_the_earlier_rejected_every_pair(tmp_path, monkeypatch):
+def test_a_later_filter_vlm_loads_nothing_where_the_earlier_rejected_every_pair(tiny_config, tmp_path, monkeypatch):
     """In order, the second VLM scores only what the first passed: a shard the first rejected whole gets an empty
     score table and counters that say so, and the second VLM is never loaded."""
     from blindspot.models import vlm_scoring
@@ -227,7 +227,7 @@ def test_a_later_filter_vlm_loads_nothing_where_the_earlier_rejected_every_pair(
         template="unused.yaml",
         out=str(out),
         counters_out=str(counters),
-        model={},
+        model=spec_of(tiny_config, "tiny-internvl3"),
         earlier_vlms=["qwen"],
         threshold=8,
         score="argmax",
