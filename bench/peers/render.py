@@ -1,10 +1,11 @@
 """Rendering: a plain diffusers loop (one pipeline call per batch, `DiffusersRenderer.render`, which
-is that call with one seeded generator per image; the images kept in memory) against
-`render_images`' path (`render_triplets`: planning, content-addressed ids, resume checks, PNG writing
-and sha256 sidecars), with one pipeline per model, the same descriptions, seeds and batches; the
-ratio is the project's overhead. A third arm, the plain loop saving each image as a PNG as it comes
-(what a user's own script does), shows how much of that overhead is the PNG encoding any loop that
-keeps its images pays. The outputs agree when every PNG written holds exactly the plain loop's pixels.
+is that call with one seeded generator per image and each description encoded once; the images kept
+in memory) against `render_images`' path (`render_triplets`: planning, content-addressed ids, resume
+checks, PNG writing and sha256 sidecars), with one pipeline per model, the same descriptions, seeds
+and batches; the ratio is the project's overhead. A third arm, the plain loop saving each image as a
+PNG as it comes (what a user's own script does), shows how much of that overhead is the PNG encoding
+any loop that keeps its images pays. The outputs agree when every PNG written holds exactly the plain
+loop's pixels.
 
 Overheads are judged on each arm's fastest of at least `ROUNDS` rounds (what `timeit` advises): on a
 shared machine a round of these 1-second arms takes up to 40 % longer at random, that noise only ever

@@ -6,7 +6,9 @@ that was killed or preempted finds every finished image on disk, checks it again
 and renders only what is missing or corrupt. Each image has its own seeded generator, so any
 image can be re-made alone from its row. A job renders in fixed batches of its planned images, and a
 resumed job renders a missing image in the same batch as before: the batch's make-up changes the
-floating-point sums, so only then are its pixels, on a CPU, bit for bit an uninterrupted job's.
+floating-point sums, so only then are its pixels, on a CPU, bit for bit an uninterrupted job's. The text
+encoders run once per description, on it alone, for all its seeds (`DiffusersRenderer`), so an image's
+text embedding does not depend on its batch.
 """
 
 from __future__ import annotations
@@ -114,8 +116,31 @@ def save_image(image: Any, path: Path) -> str:
     return digest
 
 
+# What a pipeline's `encode_prompt` returns, in order, under the names its call takes them by (None: what the
+# call makes again itself, FLUX's text ids). A pipeline not named here is given the descriptions as text.
+ENCODE_PROMPT_OUTPUTS: dict[str, tuple[str | None, ...]] = {
+    "FluxPipeline": ("prompt_embeds", "pooled_prompt_embeds", None),
+    "StableDiffusion3Pipeline": (
+        "prompt_embeds",
+        "negative_prompt_embeds",
+        "pooled_prompt_embeds",
+        "negative_pooled_prompt_embeds",
+    ),
+    "SanaPipeline": (
+        "prompt_embeds",
+        "prompt_attention_mask",
+        "negative_prompt_embeds",
+        "negative_prompt_attention_mask",
+    ),
+}
+
+
 class DiffusersRenderer:
-    """A diffusers pipeline built once per job; renders batches with one generator per image."""
+    """A diffusers pipeline built once per job; renders batches with one generator per image. Each description is
+    text-encoded once, alone, for all its seeds: its embeddings are kept while the calls ask for it, and a job's
+    images come in plan order, where a description's seeds follow one another. (Not `num_images_per_prompt`: a
+    batch may hold unequal numbers of two descriptions' seeds, and diffusers 0.42's Sana pairs several prompts'
+    attention masks with the wrong images there.)"""
 
     def __init__(self, spec: ModelSpec, pipeline: Any = None):
         """`pipeline`: one already built, on the spec's device (the GPU check's random real-size ones)."""
@@ -143,6 +168,22 @@ class DiffusersRenderer:
             modules[name].to(getattr(torch, dtype))
         self._speed_up(spec)
         self.pipeline.set_progress_bar_config(disable=True)
+        settings = spec.render
+        arguments = {
+            "num_inference_steps": settings["steps"],
+            "guidance_scale": settings["guidance"],
+            "height": settings["height"],
+            "width": settings["width"],
+            **settings.get("pipeline_kwargs", {}),
+        }
+        if "max_sequence_length" in settings:
+            arguments["max_sequence_length"] = settings["max_sequence_length"]
+        self.encoded_as = ENCODE_PROMPT_OUTPUTS.get(type(self.pipeline).__name__)
+        self.encode_arguments = self._encode_arguments(arguments) if self.encoded_as else {}
+        # What `encode_prompt` takes is not given to the call again: it refuses a negative prompt beside its embeddings.
+        self.call_arguments = {name: value for name, value in arguments.items() if name not in self.encode_arguments}
+        self.embeddings: dict[str, dict[str, Any]] = {}  # per description, those the last call asked for
+        self.negative: dict[str, Any] = {}  # the negative prompt's, once guidance has encoded it
 
     def _speed_up(self, spec: ModelSpec) -> None:
         """The registry entry's `render.fuse_qkv` (one matrix product for query, key and value) and `render.compile`
@@ -168,22 +209,55 @@ class DiffusersRenderer:
         if settings.get("compile"):
             setattr(self.pipeline, name, torch.compile(denoiser))
 
+    def _encode_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments of `encode_prompt` the call would give it: the call's defaults (Sana's instruction it
+        prefixes each prompt with) and settings, and whether guidance encodes a negative prompt too (SD3's and
+        Sana's calls decide it so)."""
+        import inspect
+
+        taken = inspect.signature(self.pipeline.encode_prompt).parameters
+        defaults = {
+            name: parameter.default
+            for name, parameter in inspect.signature(self.pipeline.__call__).parameters.items()
+            if parameter.default is not inspect.Parameter.empty
+        }
+        given = defaults | arguments | {"do_classifier_free_guidance": self.spec.render["guidance"] > 1}
+        return {name: value for name, value in given.items() if name in taken and name != "prompt"}
+
+    def _encoded(self, description: str) -> dict[str, Any]:
+        """One description's embeddings, by the names the call takes them by; the negative prompt's are kept from
+        its first encoding and handed to the later ones, which then encode the description only."""
+        outputs = self.pipeline.encode_prompt(prompt=[description], **self.encode_arguments | self.negative)
+        named = {
+            name: value for name, value in zip(self.encoded_as, outputs, strict=True) if name and value is not None
+        }
+        self.negative = {name: value for name, value in named.items() if name.startswith("negative_")}
+        return named
+
+    def _prompts(self, descriptions: list[str]) -> dict[str, Any]:
+        """The call's text arguments for one image per description: the descriptions themselves, or the embeddings
+        of each distinct one, encoded when a call first asks for it, repeated for its seeds."""
+        import torch
+
+        if not self.encoded_as:
+            return {"prompt": descriptions}
+        self.embeddings = {
+            description: self.embeddings.get(description) or self._encoded(description)
+            for description in dict.fromkeys(descriptions)
+        }
+        names = next(iter(self.embeddings.values()))
+        prompts = {name: torch.cat([self.embeddings[d][name] for d in descriptions]) for name in names}
+        # Sana's call has a negative prompt, "", by default, and refuses one beside the negative prompt's embeddings.
+        return prompts | ({"negative_prompt": None} if "negative_prompt_embeds" in prompts else {})
+
     def render(self, descriptions: list[str], seeds: list[int]) -> list[Any]:
         import torch
 
-        settings = self.spec.render
-        extra = dict(settings.get("pipeline_kwargs", {}))
-        if "max_sequence_length" in settings:
-            extra["max_sequence_length"] = settings["max_sequence_length"]
         with torch.inference_mode():
             return self.pipeline(
-                prompt=descriptions,
-                num_inference_steps=settings["steps"],
-                guidance_scale=settings["guidance"],
-                height=settings["height"],
-                width=settings["width"],
+                **self._prompts(descriptions),
                 generator=[torch.Generator(self.device).manual_seed(seed) for seed in seeds],
-                **extra,
+                **self.call_arguments,
             ).images
 
 
