@@ -2,6 +2,7 @@
 tiny Qwen3-VL, and a resumed run that ends with the weights of an uninterrupted one."""
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from helpers.unreadable_csvs import UNREADABLE_CSVS, assert_one_line_error
 from PIL import Image
 
+from blindspot.images import OutOfMemory
 from blindspot.io import remove_temps_in, temp_target
 from blindspot.metrics.protoscore import ProtoScore
 from blindspot.models.protoscore_model import TrainSettings, load_scorer
@@ -207,6 +209,84 @@ def test_a_resumed_run_ends_with_the_uninterrupted_weights(built_config, tmp_pat
     after_kill = train(load_scorer(spec, settings()), fewer, tmp_path / "fewer", tmp_path / "checkpoint")
     assert "checkpoint of another run" in caplog.text
     pd.testing.assert_frame_equal(after_kill.drop(columns="pairs_per_second"), alone.drop(columns="pairs_per_second"))
+
+
+def out_of_memory_above(scorer, most: int) -> list[int]:
+    """The scorer's real model, whose forward raises torch's OutOfMemoryError on more than `most` pairs while it
+    trains (only the error is simulated); the sizes of the training forwards it is given, as they come."""
+    import torch
+
+    forward, sizes = scorer.model.forward, []
+
+    def limited(*args, **kwargs):
+        if torch.is_grad_enabled():  # training's forward, which keeps its activations for the backward
+            sizes.append(len(kwargs["input_ids"]))
+            if sizes[-1] > most:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return forward(*args, **kwargs)
+
+    scorer.model.forward = limited
+    return sizes
+
+
+@pytest.mark.slow
+def test_micro_batches_that_run_out_of_memory_above_two_pairs_train_in_parts_to_the_same_weights(
+    built_config, tmp_path, caplog
+):
+    """Micro-batches of four, on a model that runs out of memory above two pairs: each is made in halves, with the
+    gradients (Adam's first moment after one step, unclipped) and the final adapters and head of a run that fits,
+    to float rounding; a checkpoint keeps the size that ran, so a resumed run starts there. (No LoRA dropout: its
+    masks are drawn per call.) One pair that does not fit stops the run in one line naming the model, the pair
+    and the memory torch asked for."""
+    import torch
+    from safetensors.torch import load_file
+
+    spec = model_spec(built_config, "tiny-qwen3-vl")
+    pairs = synthetic_pairs(tmp_path / "pairs", 8)
+    # two optimizer steps at the full learning rate (the second moves LoRA's A, whose gradient is 0 while B is)
+    fours = settings(
+        batch_size=4,
+        lora_dropout=0.0,
+        heldout_fraction=0.0,
+        epochs=2,
+        checkpoint_every=1,
+        warmup_fraction=0.0,
+        max_grad_norm=1e6,
+    )
+
+    def first_moment_after_one_step(scorer, run):
+        """Trains one step, stops, and resumes to the end; the optimizer's first moment its checkpoint held."""
+        train(scorer, pairs, tmp_path / run, tmp_path / f"{run}-checkpoint", stop_after_steps=1)
+        state = torch.load(latest_checkpoint(tmp_path / f"{run}-checkpoint") / "state.pt", weights_only=False)
+        train(scorer, pairs, tmp_path / run, tmp_path / f"{run}-checkpoint")
+        return [moments["exp_avg"] for _, moments in sorted(state["optimizer"]["state"].items())], state["fits"]
+
+    fits, fits_size = first_moment_after_one_step(load_scorer(spec, fours), "fits")
+    scorer = load_scorer(spec, fours)
+    sizes = out_of_memory_above(scorer, 2)
+    with caplog.at_level("WARNING"):
+        halves, halves_size = first_moment_after_one_step(scorer, "halves")
+    ran_out = "ProtoScore training of built:tiny-qwen3-vl@: 4 items ran out of GPU memory (CUDA out of memory."
+    assert ran_out in caplog.text
+    # four micro-batches, each in two halves of two forwards (I_corr's, I_adv's), never four again
+    assert sizes == [4] + [2] * 16
+    assert (fits_size, halves_size) == (None, 2)
+    assert len(fits) == len(halves)
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(fits, halves, strict=True))
+    for name in ("score_head.safetensors", "adapter/adapter_model.safetensors"):
+        fits, halves = load_file(tmp_path / "fits" / name), load_file(tmp_path / "halves" / name)
+        assert fits.keys() == halves.keys()
+        assert all(torch.allclose(fits[key], halves[key], rtol=1e-4, atol=1e-6) for key in fits), name
+
+    scorer = load_scorer(spec, fours)
+    out_of_memory_above(scorer, 0)
+    with pytest.raises(OutOfMemory) as error:
+        train(scorer, pairs, tmp_path / "none", tmp_path / "none-checkpoint")
+    assert re.fullmatch(
+        r"ProtoScore training of built:tiny-qwen3-vl@: one item \(p\d\) does not fit in the GPU's memory: "
+        r"CUDA out of memory\. Tried to allocate 2\.00 GiB",
+        str(error.value),
+    )
 
 
 def test_a_pointer_to_a_removed_checkpoint_is_no_checkpoint(tmp_path):

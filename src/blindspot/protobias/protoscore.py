@@ -8,6 +8,9 @@ settings (config `protoscore:`): AdamW, cosine schedule with linear warm-up, gra
 frozen base in bf16 under bf16 autocast with the trained adapters and head in float32, batches of one
 pair with gradient accumulation, images resized to a square, the prompt cut to a token budget.
 
+A micro-batch that runs out of GPU memory is made in parts (`images.Backoff`), their gradients weighted by
+their share of it: the optimizer step is the same, to float rounding.
+
 Checkpoints (adapter, head, optimizer, scheduler, RNG states and position) are written atomically as
 training goes; a run that finds one of the same run (base model, settings and training pairs) resumes
 from it and ends with the weights an uninterrupted run would have (a checkpoint the kill left half-written
@@ -16,6 +19,7 @@ is removed first). A checkpoint of another run is discarded, and a finished run 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -27,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from blindspot.images import Backoff
 from blindspot.io import atomic_dir, atomic_path, jsonl_records, read_csv, remove_temps_in, stable_id, write_text
 from blindspot.models.protoscore_model import ADAPTER_DIR, HEAD_FILE, PairwiseScorer, save_trained
 
@@ -85,8 +90,40 @@ def _trainable(scorer: PairwiseScorer) -> list[Any]:
     return [p for p in scorer.model.parameters() if p.requires_grad] + list(scorer.head.parameters())
 
 
+def _add_gradients(scorer: PairwiseScorer, of: int, pairs: list[tuple[str, str, str, str]]) -> list:
+    """Forward and backward of some of a micro-batch's `of` pairs (pair_id, neutral_prompt, corr_path, adv_path):
+    their mean ranking loss, weighted by their share of the micro-batch, so that the parts' gradients add up to the
+    whole micro-batch's. They are added to the trained parameters' only once the backward has finished: a part that
+    runs out of memory midway leaves none behind. Per pair, its part's loss (their mean is the micro-batch's)."""
+    import torch
+    from PIL import Image
+
+    _, prompts, corr, adv = (list(column) for column in zip(*pairs, strict=True))
+    s_corr = scorer.scores(prompts, [Image.open(p) for p in corr])
+    s_adv = scorer.scores(prompts, [Image.open(p) for p in adv])
+    loss = ranking_loss(s_corr, s_adv, scorer.settings.margin)
+    trained = _trainable(scorer)
+    # allow_unused: a parameter outside the graph keeps no gradient, as under backward()
+    gradients = torch.autograd.grad(loss * (len(pairs) / of) / scorer.settings.accumulation, trained, allow_unused=True)
+    for parameter, gradient in zip(trained, gradients, strict=True):
+        if gradient is None:
+            continue
+        if parameter.grad is None:
+            parameter.grad = gradient
+        else:
+            parameter.grad += gradient
+    return [loss.item()] * len(pairs)
+
+
 def _save_checkpoint(
-    scorer: PairwiseScorer, optimizer: Any, scheduler: Any, position: int, history: list, checkpoint: Path, run_key: str
+    scorer: PairwiseScorer,
+    optimizer: Any,
+    scheduler: Any,
+    position: int,
+    history: list,
+    checkpoint: Path,
+    run_key: str,
+    fits: int | None,
 ) -> None:
     """A new folder per checkpoint, then `latest` names it (both written atomically), then the older
     folders go: a kill at any moment leaves a complete checkpoint that `latest` names."""
@@ -105,6 +142,7 @@ def _save_checkpoint(
                 "rng": torch.get_rng_state(),
                 "history": history,
                 "run_key": run_key,
+                "fits": fits,  # the most pairs a micro-batch's part ran with: a retry starts there
                 # LoRA dropout on a GPU draws from the CUDA generators
                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             },
@@ -161,7 +199,6 @@ def train(
     import shutil
 
     import torch
-    from PIL import Image
 
     settings = scorer.settings
     train_pairs, heldout = split_heldout(pairs, settings.heldout_fraction, settings.seed)
@@ -189,16 +226,14 @@ def train(
     if state is not None:
         position, history = _load_checkpoint(scorer, optimizer, scheduler, last, state)
         log.info("resuming from %s at micro-batch %d of %d", last, position, len(micro))
+    backoff = Backoff(f"ProtoScore training of {scorer.base}", state.get("fits") if state else None)
     steps_this_call, started, pairs_done, running = 0, time.monotonic(), 0, []
     scorer.model.train()
     while position < len(micro):
         rows = train_pairs.iloc[micro[position]]
-        prompts = list(rows["neutral_prompt"])
-        s_corr = scorer.scores(prompts, [Image.open(p) for p in rows["corr_path"]])
-        s_adv = scorer.scores(prompts, [Image.open(p) for p in rows["adv_path"]])
-        loss = ranking_loss(s_corr, s_adv, settings.margin)
-        (loss / settings.accumulation).backward()
-        running.append(loss.item())
+        micro_batch = rows[["pair_id", "neutral_prompt", "corr_path", "adv_path"]].itertuples(index=False, name=None)
+        losses = backoff.run(functools.partial(_add_gradients, scorer, len(rows)), list(micro_batch))
+        running.append(float(np.mean(losses)))
         pairs_done += len(rows)
         position += 1
         if position % settings.accumulation and position < len(micro):
@@ -222,7 +257,7 @@ def train(
         if step % settings.checkpoint_every == 0 or position == len(micro):
             history[-1]["heldout_accuracy"] = pairwise_accuracy(scorer, heldout, settings.batch_size)
             scorer.model.train()
-            _save_checkpoint(scorer, optimizer, scheduler, position, history, checkpoint, run_key)
+            _save_checkpoint(scorer, optimizer, scheduler, position, history, checkpoint, run_key, backoff.fits)
         if stop_after_steps is not None and steps_this_call >= stop_after_steps and position < len(micro):
             return pd.DataFrame(history)
     out = Path(out)
