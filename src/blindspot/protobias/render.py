@@ -6,9 +6,8 @@ that was killed or preempted finds every finished image on disk, checks it again
 and renders only what is missing or corrupt. Each image has its own seeded generator, so any
 image can be re-made alone from its row. A job renders in fixed batches of its planned images, and a
 resumed job renders a missing image in the same batch as before: the batch's make-up changes the
-floating-point sums, so only then are its pixels, on a CPU, bit for bit an uninterrupted job's. The text
-encoders run once per description, on it alone, for all its seeds (`DiffusersRenderer`), so an image's
-text embedding does not depend on its batch.
+floating-point sums, so only then are its pixels, on a CPU, bit for bit an uninterrupted job's. A
+description's text embedding, encoded alone (`DiffusersRenderer`), does not depend on its batch.
 """
 
 from __future__ import annotations
