@@ -1,6 +1,6 @@
-"""One arm of bench/peers/answering.py, run in .venv-vllm: load the job's VLM through the project's
-`load_vlm_scorer` (vLLM's CPU build), then time HumbleBench-style answers to the job's questions, each with
-its own image, asked `per_call` at a time (the whole list when it is 0), and print {"seconds", "load_seconds",
+"""One arm of bench/peers/answering.py, run in .venv-vllm: load the job's model through the project's
+`load_vlm_scorer` (vLLM's CPU build), then time HumbleBench-style answers to the job's questions (without
+images), asked `per_call` at a time (the whole list when it is 0), and print {"seconds", "load_seconds",
 "answers"} as the last line of stdout.
 
 Run: .venv-vllm/bin/python bench/peers/answering_arm.py JOB.json   (JOB.json as bench/peers/answering.py writes it)
@@ -16,12 +16,11 @@ from pathlib import Path
 os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from PIL import Image
 from timing import timed
 
 from blindspot.humblebench.answers import option_token_ids
 from blindspot.models.spec import ModelSpec
-from blindspot.models.vlm_scoring import image_question, load_vlm_scorer
+from blindspot.models.vlm_scoring import load_vlm_scorer
 
 
 def main() -> None:
@@ -31,8 +30,8 @@ def main() -> None:
     scorer = load_vlm_scorer(ModelSpec(**job["model"]), batch_size=job["per_call"] or len(job["questions"]))
     load_seconds = time.perf_counter() - started
     letters = option_token_ids(scorer.tokenizer)
-    conversations = [image_question(question) for question in job["questions"]]
-    images = [Image.new("RGB", (64, 48), tuple(colour)) for colour in job["colours"]]
+    conversations = [[{"role": "user", "content": question}] for question in job["questions"]]
+    images = [None] * len(conversations)
     step = job["per_call"] or len(conversations)
 
     def answer() -> list:
