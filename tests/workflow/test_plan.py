@@ -73,7 +73,8 @@ def test_plan_outputs_gpus_and_benchmark_files_equal_snakemake_dry_run(paper_con
     for block in re.split(r"^(?:local)?rule ", result.stdout + result.stderr, flags=re.MULTILINE)[1:]:
         fields = dict(re.findall(r"^\s+(output|benchmark|resources): (.+)$", block, flags=re.MULTILINE))
         if "output" in fields:
-            gpu = int(re.search(r"gpu=(\d+)", fields["resources"])[1])
+            asked = re.search(r"\bgpu=(\d+)", fields["resources"])  # a CPU job has no `gpu`
+            gpu = int(asked[1]) if asked else 0
             planned_by_snakemake.add(
                 (block.split(":", 1)[0], fields["output"].split(", ")[0], gpu, fields.get("benchmark"))
             )

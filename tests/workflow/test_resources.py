@@ -86,10 +86,15 @@ def test_a_hub_model_without_its_weights_size_is_refused_naming_the_key(paper_co
 
 @pytest.mark.integration
 def test_every_submitted_job_asks_for_what_the_plan_says(paper_config):
-    """Every job of the paper run, as Snakemake plans it, asks for the plan's GPUs, memory and time;
-    none is left on a default, and a model job's memory holds its largest model's weights."""
+    """Every job of the paper run, as Snakemake plans it with a site's GPU model, asks for the plan's GPUs,
+    memory and time; none is left on a default, and a model job's memory holds its largest model's weights.
+    A job that uses no GPU has neither `gpu` nor `gpu_model`: the SLURM plugin would turn the model alone
+    into one GPU, and Kubernetes takes any job with a `gpu` key for a GPU job."""
     result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", "config/config.yaml"],
+        [
+            *(sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", "config/config.yaml"),
+            *("--default-resources", "gpu_model=h100"),  # a site's GPU model (profiles/slurm)
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -98,25 +103,34 @@ def test_every_submitted_job_asks_for_what_the_plan_says(paper_config):
     )
     jobs = plan.job_table(paper_config).set_index("output")
     local = local_rules()
-    checked = set()
+    checked, gpu_jobs, cpu_jobs = set(), 0, 0
     for block in re.split(r"^(?:local)?rule ", result.stdout + result.stderr, flags=re.MULTILINE)[1:]:
         rule = block.split(":", 1)[0]
         fields = dict(re.findall(r"^\s+(output|resources): (.+)$", block, flags=re.MULTILINE))
-        if rule in local or "output" not in fields:
+        if "output" not in fields:  # the target rule `all`, which runs nothing
             continue
         asked = dict(kv.split("=", 1) for kv in fields["resources"].split(", "))
-        assert asked["nodes"] == "1", rule  # the SLURM plugin's --nodes: a job's GPUs on one node
         job = jobs.loc[fields["output"].split(", ")[0]]
-        assert (int(asked["gpu"]), int(asked["mem_mb"]), int(asked["runtime"])) == (
-            job["gpus"],
-            job["mem_mb"],
-            job["runtime"],
-        ), (rule, fields["output"])
+        if job["gpus"]:
+            assert (int(asked["gpu"]), asked["gpu_model"]) == (job["gpus"], "h100"), (rule, fields["output"])
+            gpu_jobs += 1
+        else:
+            assert not {"gpu", "gpu_model"} & set(asked), (rule, fields["output"])
+            cpu_jobs += 1
+        if rule in local:
+            continue
+        assert asked["nodes"] == "1", rule  # the SLURM plugin's --nodes: a job's GPUs on one node
+        assert (int(asked["mem_mb"]), int(asked["runtime"])) == (job["mem_mb"], job["runtime"]), (
+            rule,
+            fields["output"],
+        )
         models = job["models"].split(",")
         weights = max(paper_config["models"].get(m, {}).get("weights_gb", 0) for m in models)
         assert job["mem_mb"] > 1024 * weights
         checked.add(rule)
-    assert checked == set(plan.job_table(paper_config)["rule"]) - local
+    assert checked == set(jobs["rule"]) - local
+    assert gpu_jobs + cpu_jobs == len(jobs)
+    assert min(gpu_jobs, cpu_jobs) > 0
 
 
 def test_submitit_asks_for_the_jobs_own_resources_plus_the_profiles_site_settings(tmp_path):

@@ -103,13 +103,28 @@ def get_threads(rule):
     return lambda wildcards: _job_resources(rule, wildcards).threads
 
 
+def _site_gpu_model():
+    """The GPU model a site names in its profile's default-resources (`gpu_model: h100`), or None."""
+    defaults = workflow.resource_settings.default_resources
+    model = defaults.get("gpu_model") if defaults is not None else None
+    return None if model is None else model.raw
+
+
+SITE_GPU_MODEL = _site_gpu_model()
+
+
 def get_resources(rule):
     """A job's GPUs (also vLLM's tensor parallelism), memory and time (`blindspot.resources`); memory
     and time grow with the attempt. Every job is one process on one node: without `nodes`, SLURM may
-    spread a job's GPUs (`--gpus`) over two nodes, and the job would see only its own node's."""
+    spread a job's GPUs (`--gpus`) over two nodes, and the job would see only its own node's.
+
+    A job that uses no GPU has neither `gpu` nor `gpu_model` (a resource that is None is dropped): the
+    SLURM plugin turns a `gpu_model` alone into `--gpus=MODEL:1`, and Kubernetes' and the cloud executors
+    take any job with a `gpu` key for a GPU job. The site's `gpu_model` goes to GPU jobs only."""
     return {
         "nodes": 1,
-        "gpu": lambda wildcards: _job_resources(rule, wildcards).gpus,
+        "gpu": lambda wildcards: _job_resources(rule, wildcards).gpus or None,
+        "gpu_model": lambda wildcards: SITE_GPU_MODEL if _job_resources(rule, wildcards).gpus else None,
         "mem_mb": lambda wildcards, attempt: _job_resources(rule, wildcards, attempt).mem_mb,
         "runtime": lambda wildcards, attempt: _job_resources(rule, wildcards, attempt).runtime,
     }
