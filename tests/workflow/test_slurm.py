@@ -154,8 +154,10 @@ def test_each_job_asked_slurm_for_its_models_gpus(slurm_run):
     assert submitted[("judge_images", 2)] == submitted[("judge_images", 1)] > 0  # tiny-qwen2.5-vl, tiny-internvl3
     assert submitted[("check_prompt_quality", 1)] == 1  # the NLI model's GPU, the larger need of the stage
     assert submitted[("export_dataset", 0)] == 1
-    # Every job names the profile's GPU model, a CPU job with none of them (`--gpus=h100:0`), and ran.
-    assert {re.sub(r":\d+$", "", job["TresPerJob"]) for job in jobs} == {f"gres:gpu:{cluster_gpu_model()}"}
+    # Every GPU job names the profile's GPU model; a CPU job asks for no GPU at all (no `--gpus=h100:0`).
+    gpu_jobs = [job for job in jobs if requested_gpus(job)]
+    assert {re.sub(r":\d+$", "", job["TresPerJob"]) for job in gpu_jobs} == {f"gres:gpu:{cluster_gpu_model()}"}
+    assert all("gpu" not in job.get("TresPerJob", "") for job in jobs if job not in gpu_jobs)
 
 
 def test_each_job_asked_slurm_for_the_cpus_memory_and_time_it_needs(slurm_run):
