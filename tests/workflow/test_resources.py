@@ -84,53 +84,90 @@ def test_a_hub_model_without_its_weights_size_is_refused_naming_the_key(paper_co
         validate_config(paper_config)
 
 
-@pytest.mark.integration
-def test_every_submitted_job_asks_for_what_the_plan_says(paper_config):
-    """Every job of the paper run, as Snakemake plans it with a site's GPU model, asks for the plan's GPUs,
-    memory and time; none is left on a default, and a model job's memory holds its largest model's weights.
-    A job that uses no GPU has neither `gpu` nor `gpu_model`: the SLURM plugin would turn the model alone
-    into one GPU, and Kubernetes takes any job with a `gpu` key for a GPU job."""
+# What a site adds to every job: the SLURM profile's GPU model, and the manufacturer Kubernetes needs.
+SITE_DEFAULTS = {"gpu_model": "h100", "gpu_manufacturer": "nvidia"}
+
+
+@pytest.fixture(scope="module")
+def paper_dry_run() -> list[tuple[str, str, dict[str, str]]]:
+    """Every job of the paper run as `snakemake -n` shows it with the site's defaults: its rule, its first
+    output and the resources Snakemake hands an executor (the target rule `all`, which runs nothing, aside)."""
+    defaults = [f"{name}={value}" for name, value in SITE_DEFAULTS.items()]
+    command = [sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", "config/config.yaml"]
     result = subprocess.run(
-        [
-            *(sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", "config/config.yaml"),
-            *("--default-resources", "gpu_model=h100"),  # a site's GPU model (profiles/slurm)
-        ],
+        [*command, "--default-resources", *defaults],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=600,
         check=True,
     )
+    jobs = []
+    for block in re.split(r"^(?:local)?rule ", result.stdout + result.stderr, flags=re.MULTILINE)[1:]:
+        fields = dict(re.findall(r"^\s+(output|resources): (.+)$", block, flags=re.MULTILINE))
+        if "output" in fields:
+            asked = dict(kv.split("=", 1) for kv in fields["resources"].split(", "))
+            jobs.append((block.split(":", 1)[0], fields["output"].split(", ")[0], asked))
+    return jobs
+
+
+@pytest.mark.integration
+def test_every_submitted_job_asks_for_what_the_plan_says(paper_config, paper_dry_run):
+    """Every job of the paper run, as Snakemake plans it with a site's GPU model, asks for the plan's GPUs,
+    memory and time; none is left on a default, and a model job's memory holds its largest model's weights.
+    A job that uses no GPU has neither `gpu` nor `gpu_model`: the SLURM plugin would turn the model alone
+    into one GPU."""
     jobs = plan.job_table(paper_config).set_index("output")
     local = local_rules()
-    checked, gpu_jobs, cpu_jobs = set(), 0, 0
-    for block in re.split(r"^(?:local)?rule ", result.stdout + result.stderr, flags=re.MULTILINE)[1:]:
-        rule = block.split(":", 1)[0]
-        fields = dict(re.findall(r"^\s+(output|resources): (.+)$", block, flags=re.MULTILINE))
-        if "output" not in fields:  # the target rule `all`, which runs nothing
-            continue
-        asked = dict(kv.split("=", 1) for kv in fields["resources"].split(", "))
-        job = jobs.loc[fields["output"].split(", ")[0]]
+    checked, gpu_jobs = set(), 0
+    for rule, output, asked in paper_dry_run:
+        job = jobs.loc[output]
         if job["gpus"]:
-            assert (int(asked["gpu"]), asked["gpu_model"]) == (job["gpus"], "h100"), (rule, fields["output"])
+            assert (int(asked["gpu"]), asked["gpu_model"]) == (job["gpus"], "h100"), (rule, output)
             gpu_jobs += 1
         else:
-            assert not {"gpu", "gpu_model"} & set(asked), (rule, fields["output"])
-            cpu_jobs += 1
+            assert not {"gpu", "gpu_model"} & set(asked), (rule, output)
         if rule in local:
             continue
         assert asked["nodes"] == "1", rule  # the SLURM plugin's --nodes: a job's GPUs on one node
-        assert (int(asked["mem_mb"]), int(asked["runtime"])) == (job["mem_mb"], job["runtime"]), (
-            rule,
-            fields["output"],
-        )
+        assert (int(asked["mem_mb"]), int(asked["runtime"])) == (job["mem_mb"], job["runtime"]), (rule, output)
         models = job["models"].split(",")
         weights = max(paper_config["models"].get(m, {}).get("weights_gb", 0) for m in models)
         assert job["mem_mb"] > 1024 * weights
         checked.add(rule)
     assert checked == set(jobs["rule"]) - local
-    assert gpu_jobs + cpu_jobs == len(jobs)
-    assert min(gpu_jobs, cpu_jobs) > 0
+    assert len(paper_dry_run) == len(jobs)
+    assert 0 < gpu_jobs < len(jobs)
+
+
+def kubernetes_gpu_request(resources: dict[str, str]) -> dict[str, str]:
+    """What snakemake-executor-plugin-kubernetes (0.5.1, its `run_job`) asks of a pod for a job's resources:
+    any job whose resources hold `gpu` is a GPU job, refused without `gpu_manufacturer`, and requests (and
+    tolerates the taint of) `nvidia.com/gpu` or `amd.com/gpu`; any other job asks for no GPU."""
+    if "gpu" not in resources:
+        return {}
+    manufacturer = resources.get("gpu_manufacturer", "").lower()
+    if manufacturer not in {"nvidia", "amd"}:
+        raise ValueError(f"GPU requested but no manufacturer set (gpu_manufacturer={manufacturer!r})")
+    return {f"{manufacturer}.com/gpu": resources["gpu"]}
+
+
+@pytest.mark.integration
+def test_the_kubernetes_executor_accepts_every_job_and_gives_gpus_only_to_gpu_jobs(paper_config, paper_dry_run):
+    """`snakemake --executor kubernetes -n` never reaches the plugin's check of a job's resources (a dry run
+    submits nothing): its rule is applied to every job of the paper plan instead. With the site's
+    manufacturer each job gets its plan's GPUs and a CPU job none (no GPU toleration either); without it,
+    exactly the GPU jobs are refused, as the plugin refuses them."""
+    gpus = plan.job_table(paper_config).set_index("output")["gpus"]
+    for _, output, asked in paper_dry_run:
+        expected = {"nvidia.com/gpu": str(gpus[output])} if gpus[output] else {}
+        assert kubernetes_gpu_request(asked) == expected, output
+        unset = {name: value for name, value in asked.items() if name != "gpu_manufacturer"}
+        if gpus[output]:
+            with pytest.raises(ValueError, match="no manufacturer"):
+                kubernetes_gpu_request(unset)
+        else:
+            assert kubernetes_gpu_request(unset) == {}
 
 
 def test_submitit_asks_for_the_jobs_own_resources_plus_the_profiles_site_settings(tmp_path):

@@ -1,14 +1,17 @@
 """profiles/slurm: it names only rules that reach SLURM, and passes the hub settings to every job; a
 stage submitted through submitit (no cluster here) starts as a workflow's job does."""
 
+import logging
 import re
 import sys
+from types import SimpleNamespace
 
 import pytest
 import yaml
 from helpers.workflow import REPO, local_rules
 
 PROFILE = REPO / "profiles" / "slurm" / "config.yaml"
+PARTITIONS = REPO / "profiles" / "slurm" / "partitions.example.yaml"
 
 
 def workflow_rules():
@@ -34,6 +37,63 @@ def test_jobs_read_weights_offline_from_the_hub_cache_the_profile_passes_on():
     assert {"HF_HOME", "HF_HUB_OFFLINE"} <= set(profile["envvars"])
     # Memory and time come from the rules (blindspot.resources), never from a default.
     assert not {"mem_mb", "runtime"} & set(profile.get("default-resources") or {})
+
+
+def documented_profile_options() -> set[str]:
+    """The options docs/usage.md's table of the SLURM profile explains (its first column)."""
+    text = (REPO / "docs" / "usage.md").read_text()
+    table = text.split("<!-- profile-options:", 1)[1].split("\n\n", 1)[0]
+    return set(re.findall(r"^\| `([\w-]+)` \|", table, flags=re.M))
+
+
+def test_every_option_of_the_profile_is_the_plugins_and_explained_in_the_docs():
+    """Every setting of profiles/slurm, the commented site settings among them, is in the docs' table of the
+    profile; every `slurm-` option it or the docs name is one plugin 2.8 has (a misspelt one would stop the run)."""
+    from dataclasses import fields
+
+    from snakemake_executor_plugin_slurm import ExecutorSettings
+
+    text = PROFILE.read_text()
+    options = set(yaml.safe_load(text))
+    commented = set(re.findall(r"^# ([\w-]+):", text, flags=re.M)) & {"slurm-partition-config", "default-resources"}
+    assert commented == {"slurm-partition-config", "default-resources"}
+    documented = documented_profile_options()
+    assert options | commented <= documented, sorted(options | commented - documented)
+    plugin = {f"slurm-{field.name.replace('_', '-')}" for field in fields(ExecutorSettings)}
+    named = set(re.findall(r"\bslurm-[a-z-]+[a-z]", text)) | {o for o in documented if o.startswith("slurm-")}
+    named |= set(re.findall(r"`(slurm-[a-z-]+[a-z])`", (REPO / "docs" / "usage.md").read_text()))
+    assert named <= plugin, sorted(named - plugin)
+    assert {"slurm-requeue", "slurm-no-requeue", "slurm-array-jobs", "slurm-efficiency-report"} <= named
+
+
+def test_the_example_partitions_send_gpu_jobs_to_the_gpu_partition_and_cpu_jobs_to_the_cpu_one(paper_config):
+    """The plugin's own choice (its `get_best_partition`) from partitions.example.yaml, for every job of the
+    paper plan that reaches SLURM, at each attempt, with the resources the rules give it and the site's GPU
+    model: a GPU job goes to `gpu`, a CPU job to `cpu`, however much memory and time its retries ask for."""
+    from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
+
+    from blindspot.catalogue import STEPS
+    from blindspot.dag import dag_jobs
+    from blindspot.resources import job_resources
+
+    partitions = read_partition_file(PARTITIONS)
+    local = local_rules()
+    chosen = {}
+    for rule, wildcards, output, _ in dag_jobs(paper_config):
+        if rule not in STEPS or rule in local:
+            continue
+        for attempt in (1, 2, 3):
+            needs = job_resources(paper_config, rule, wildcards, attempt)
+            gpu = {"gpu": needs.gpus, "gpu_model": "h100"} if needs.gpus else {}
+            resources = {"nodes": 1, "mem_mb": needs.mem_mb, "runtime": needs.runtime} | gpu
+            job = SimpleNamespace(name=rule, threads=needs.threads, resources=resources)
+            partition = get_best_partition(partitions, job, logging.getLogger(__name__))
+            assert partition == ("gpu" if needs.gpus else "cpu"), (output, attempt)
+            chosen[partition] = chosen.get(partition, 0) + 1
+    assert set(chosen) == {"gpu", "cpu"}
+    # a GPU model the partition does not have finds no partition (the plugin then uses the cluster's default)
+    job = SimpleNamespace(name="x", threads=8, resources={"gpu": 1, "gpu_model": "a100", "mem_mb": 9000})
+    assert get_best_partition(partitions, job, logging.getLogger(__name__)) is None
 
 
 def test_the_list_form_of_a_profile_reads_as_its_mapping_form(tmp_path):
