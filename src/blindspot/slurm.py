@@ -3,7 +3,8 @@
 The resources come from the same places as for `snakemake --profile profiles/slurm`: GPUs, CPUs,
 memory and time from what the job loads (`blindspot.resources`, as the rules ask), then partition,
 account and any override from the profile (its `default-resources`, then the rule's `set-resources`
-and `set-threads`, evaluated for the attempt). So a stage submitted here asks SLURM for what the
+and `set-threads`, evaluated for the attempt), and without a partition there, the one the SLURM plugin
+would pick from the profile's partitions file. So a stage submitted here asks SLURM for what the
 workflow's job of that stage would ask, and runs with the thread count Snakemake would give it: CPU
 kernels sum in an order that depends on the thread count, so only then are its outputs bit for bit
 the workflow's. It runs in the Python given, whose packages must meet the stage's env file, as the
@@ -18,12 +19,14 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import operator
 import os
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import yaml
@@ -124,6 +127,26 @@ def profile_threads(rule: str, profile: str | Path = DEFAULT_PROFILE) -> int | N
     """The threads, and so the CPUs, the profile sets for a job of `rule`, if it overrides the job's own."""
     threads = _section(yaml.safe_load(Path(profile).read_text()) or {}, "set-threads", profile).get(rule)
     return None if threads is None else int(threads)
+
+
+def profile_partition(
+    rule: str, resources: dict[str, Any], threads: int, gpus: int, profile: str | Path = DEFAULT_PROFILE
+) -> str | None:
+    """The partition the SLURM plugin picks for a job from the profile's partitions file (its
+    `slurm-partition-config`, beside the profile as Snakemake finds it, else `$SNAKEMAKE_SLURM_PARTITIONS`),
+    by the plugin's own choice; None without a file, or when no partition fits (the cluster's default then).
+    The job holds `gpu` and the profile's `gpu_model` only when it uses GPUs, as the rules' jobs do."""
+    from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
+
+    named = (yaml.safe_load(Path(profile).read_text()) or {}).get("slurm-partition-config")
+    source = named or os.environ.get("SNAKEMAKE_SLURM_PARTITIONS")
+    if not source:
+        return None
+    path = Path(profile).parent / source if named and (Path(profile).parent / source).exists() else Path(source)
+    own = {name: value for name, value in resources.items() if name not in ("gpu", "gpu_model")}
+    gpu = {"gpu": gpus} | {name: resources[name] for name in ("gpu_model",) if name in resources} if gpus else {}
+    job = SimpleNamespace(name=rule, threads=threads, resources={"nodes": 1} | own | gpu)
+    return get_best_partition(read_partition_file(path), job, logging.getLogger(__name__))
 
 
 def submitit_parameters(resources: dict[str, Any], threads: int, gpus: int, rule: str) -> dict[str, Any]:
@@ -243,6 +266,9 @@ def submit_stage(
     needs = job_resources(config, step, wildcards, attempt)
     threads = profile_threads(step, profile) or needs.threads
     resources = profile_resources(step, attempt, profile, own={"mem_mb": needs.mem_mb, "runtime": needs.runtime})
+    if "slurm_partition" not in resources:  # as the plugin does, a partition the profile names wins
+        partition = profile_partition(step, resources, threads, needs.gpus, profile)
+        resources |= {"slurm_partition": partition} if partition else {}
     job = Path(folder).resolve() / f"{step}.{uuid.uuid4().hex[:8]}.job.json"
     write_json(job, {"step": step, "wildcards": wildcards, "arguments": arguments}, sort_keys=False)
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")

@@ -66,17 +66,21 @@ def test_every_option_of_the_profile_is_the_plugins_and_explained_in_the_docs():
     assert {"slurm-requeue", "slurm-no-requeue", "slurm-array-jobs", "slurm-efficiency-report"} <= named
 
 
-def test_the_example_partitions_send_gpu_jobs_to_the_gpu_partition_and_cpu_jobs_to_the_cpu_one(paper_config):
+def test_the_example_partitions_send_gpu_jobs_to_the_gpu_partition_and_cpu_jobs_to_the_cpu_one(paper_config, tmp_path):
     """The plugin's own choice (its `get_best_partition`) from partitions.example.yaml, for every job of the
     paper plan that reaches SLURM, at each attempt, with the resources the rules give it and the site's GPU
-    model: a GPU job goes to `gpu`, a CPU job to `cpu`, however much memory and time its retries ask for."""
+    model: a GPU job goes to `gpu`, a CPU job to `cpu`, however much memory and time its retries ask for.
+    A stage submitted through submitit with a profile that names the file goes where the rule's job goes."""
     from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
 
     from blindspot.catalogue import STEPS
     from blindspot.dag import dag_jobs
     from blindspot.resources import job_resources
+    from blindspot.slurm import profile_partition, profile_resources
 
     partitions = read_partition_file(PARTITIONS)
+    site = tmp_path / "config.yaml"
+    site.write_text(f"slurm-partition-config: {PARTITIONS}\ndefault-resources: {{gpu_model: h100}}\n")
     local = local_rules()
     chosen = {}
     for rule, wildcards, output, _ in dag_jobs(paper_config):
@@ -90,6 +94,9 @@ def test_the_example_partitions_send_gpu_jobs_to_the_gpu_partition_and_cpu_jobs_
             partition = get_best_partition(partitions, job, logging.getLogger(__name__))
             assert partition == ("gpu" if needs.gpus else "cpu"), (output, attempt)
             chosen[partition] = chosen.get(partition, 0) + 1
+        needs = job_resources(paper_config, rule, wildcards)
+        own = profile_resources(rule, 1, site, own={"mem_mb": needs.mem_mb, "runtime": needs.runtime})
+        assert profile_partition(rule, own, needs.threads, needs.gpus, site) == ("gpu" if needs.gpus else "cpu")
     assert set(chosen) == {"gpu", "cpu"}
     # a GPU model the partition does not have finds no partition (the plugin then uses the cluster's default)
     job = SimpleNamespace(name="x", threads=8, resources={"gpu": 1, "gpu_model": "a100", "mem_mb": 9000})
