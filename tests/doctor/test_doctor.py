@@ -383,8 +383,14 @@ def test_canary_jobs_report_the_gpus_slurm_gives_each_count(slurm_cluster, tiny_
     for name, gpus in {"smollm2-135m": 1, "tiny-qwen2": 2, "tiny-flux": 8}.items():
         config["models"][name]["gpus"] = gpus
     profile = tmp_path / "profile.yaml"
-    profile.write_text(yaml.safe_dump({"executor": "slurm", "default-resources": {"mem_mb": 500}}))
+    partitions = REPO / "profiles" / "slurm" / "partitions.example.yaml"  # its `gpu` and `cpu` are the cluster's
+    settings = {"executor": "slurm", "default-resources": {"mem_mb": 500}, "slurm-partition-config": str(partitions)}
+    profile.write_text(yaml.safe_dump(settings))
     checks = by_subject(doctor_system.canary_checks(config, profile, 300), "gpus")
+    jobs = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, check=True).stdout
+    canaries = re.findall(rf"JobName=blindspot-canary-(\d)gpu-{os.getpid()} .*? Partition=(\w+)", jobs)
+    # the plugin's pick; 8 GPUs fit no partition, so that canary goes to the cluster's default (and fails)
+    assert sorted(canaries) == [("1", "gpu"), ("2", "gpu"), ("8", "main")]
     assert checks["1 GPU (generate_triplets)"].verdict == OK, checks
     assert checks["1 GPU (generate_triplets)"].reason.startswith("asked for 1, the job sees 1: no nvidia-smi; ")
     assert checks["2 GPUs (judge_triplets)"].reason.startswith("asked for 2, the job sees 2: ")

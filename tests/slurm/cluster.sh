@@ -2,7 +2,9 @@
 # A one-node SLURM cluster on this machine for the tests: slurmctld and slurmd on localhost,
 # munge authentication, no cgroups, no accounting daemon, and fake GPUs of a model (GRES gpu:h100,
 # backed by links to /dev/null) so that GPU requests, a profile's `gpu_model` among them, are
-# scheduled and recorded like on a real cluster. Memory is
+# scheduled and recorded like on a real cluster. Besides the default partition `main`, the node is in a
+# `gpu` and a `cpu` partition, those of profiles/slurm/partitions.example.yaml, so that the partition
+# the SLURM plugin picks for each job is recorded. Memory is
 # enforced as on a real cluster: without cgroups, slurmd samples each job's processes every second
 # (jobacct_gather/linux) and kills a job whose memory outgrows its --mem (OverMemoryKill).
 #
@@ -95,6 +97,8 @@ SlurmctldLogFile=$BASE/log/slurmctld.log
 SlurmdLogFile=$BASE/log/slurmd.log
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory Gres=gpu:$GPU_TYPE:$FAKE_GPUS State=UNKNOWN
 PartitionName=main Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=localhost MaxTime=INFINITE State=UP
+PartitionName=cpu Nodes=localhost MaxTime=INFINITE State=UP
 CONF
   printf 'AutoDetect=off\nNodeName=localhost Name=gpu Type=%s File=%s/dev/nvidia[0-%d]\n' "$GPU_TYPE" "$BASE" \
     $((FAKE_GPUS - 1)) \

@@ -1,8 +1,9 @@
 """The workflow on a real SLURM cluster: a one-node cluster on this machine (tests/slurm/cluster.sh)
 with fake GPUs, driven by `snakemake --profile profiles/slurm` and by the submitit API.
 
-What each job asked for is read back from SLURM's own records (`scontrol show job`), not from
-Snakemake's plan.
+What each job asked for, and the partition it ran in, is read back from SLURM's own records
+(`scontrol show job`), not from Snakemake's plan. One workflow run serves most tests; a second, of one
+small rule, shows a job killed for its memory coming back larger.
 """
 
 import os
@@ -28,6 +29,8 @@ from blindspot.targets import final_targets, path
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.integration]
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
+# The profile's example partitions file: the test cluster has its `gpu` and `cpu` partitions.
+PARTITIONS = REPO / "profiles" / "slurm" / "partitions.example.yaml"
 # GPUs per model in the test run: several counts, so a job asking for the wrong model's GPUs shows.
 TEST_GPUS = {
     "smollm2-135m": 1,
@@ -48,23 +51,53 @@ def cluster_gpu_model() -> str:
     return offered.strip().split(":")[1]
 
 
-def cluster_profile(profile_dir):
+def cluster_profile(profile_dir, array_rules=()):
     """What a test cluster must change in profiles/slurm: no conda channels, no accounting daemon (so
-    `squeue` for status and no account), and short jobs (so status checks start early); and the site
-    setting the profile names, its GPU model. Memory, time and CPUs are the jobs' own
-    (blindspot.resources, from the tiny config's `job_resources`)."""
+    `squeue` for status and no account; the efficiency report, which needs sacct, only logs that it has
+    none), and short jobs (so status checks start early); and the site settings the profile names: its
+    GPU model, its partitions file (the example's partitions are the test cluster's) and the rules it
+    submits as arrays. Memory, time and CPUs are the jobs' own (blindspot.resources, from the tiny
+    config's `job_resources`)."""
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     del profile["software-deployment-method"]
     profile |= {
         "default-resources": {"gpu_model": cluster_gpu_model()},
+        "slurm-partition-config": str(PARTITIONS),
         "slurm-status-command": "squeue",
         "slurm-no-account": True,
         "slurm-init-seconds-before-status-checks": 5,
         "seconds-between-status-checks": 5,
     }
+    if array_rules:
+        profile["slurm-array-jobs"] = ",".join(array_rules)
     profile_dir.mkdir()
     (profile_dir / "config.yaml").write_text(yaml.safe_dump(profile))
     return profile_dir
+
+
+def one_request_rules(config) -> list[str]:
+    """The rules that reach SLURM with several jobs that all ask for one request (GPUs, CPUs, memory and
+    time): the only ones plugin 2.8 may submit as an array, whose every task gets the first job's request."""
+    jobs = job_table(config)
+    jobs = jobs[~jobs["rule"].isin(local_rules())]
+    requests = jobs.groupby("rule")[["gpus", "threads", "mem_mb", "runtime"]].nunique()
+    counts = jobs["rule"].value_counts()
+    return sorted(rule for rule in requests.index if counts[rule] > 1 and (requests.loc[rule] == 1).all())
+
+
+def run_snakemake(command: list[str], work: Path, environment: dict[str, str], timeout: int) -> str:
+    """Run Snakemake on the test cluster; on a timeout, SIGINT (which makes Snakemake cancel its SLURM jobs)."""
+    with subprocess.Popen(
+        command, cwd=work, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as run:
+        try:
+            log, _ = run.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            run.send_signal(signal.SIGINT)
+            log, _ = run.communicate(timeout=120)
+            pytest.fail(f"snakemake on SLURM timed out:\n{log[-4000:]}")
+    assert run.returncode == 0, log[-6000:]
+    return log
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +114,14 @@ def slurm_jobs() -> list[dict[str, str]]:
     """Every job SLURM still remembers (MinJobAge), as its `scontrol show job` fields."""
     out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, check=True).stdout
     return [dict(field.split("=", 1) for field in line.split() if "=" in field) for line in out.splitlines()]
+
+
+def asks_for_memory(job: dict[str, str], mem_mb: int) -> bool:
+    """Whether SLURM recorded the job's --mem as `mem_mb`: for a task of an array, `mem_mb` and the room the
+    plugin adds to an array's --mem for its job step to decode the tasks' commands (3x their size, at least
+    1 MB; `slurm-disable-memory-fudge` turns it off)."""
+    asked = int(re.search(r"\bmem=(\d+)M", job["TRES"])[1])
+    return mem_mb < asked <= mem_mb + 8 if "ArrayJobId" in job else asked == mem_mb
 
 
 def requested_gpus(job: dict[str, str]) -> int:
@@ -113,25 +154,20 @@ def slurm_run(cluster, built_config, tmp_path_factory):
         "settings": {"original": humble["settings"]["original"]},
         "tables": {"original": "original", "stress": "original"},
     }
+    # Its answers in three shards: three jobs of one VLM, which ask for one request and so run as an array.
+    humble["answer_shards"] = 3
     config |= {"results_dir": str(work / "results"), "resources_dir": str(work / "resources")}
     for name, gpus in TEST_GPUS.items():
         config["models"][name]["gpus"] = gpus
     (work / "config.yaml").write_text(yaml.safe_dump(config))
-    profile = cluster_profile(work / "profile")
+    arrays = one_request_rules(config)
+    assert "answer_humble" in arrays
+    profile = cluster_profile(work / "profile", arrays)
     before = {job["JobId"] for job in slurm_jobs()}
     command = [sys.executable, "-m", "snakemake", "--profile", str(profile), "--configfile", "config.yaml"]
     # The profile passes the hub cache on to every job, and Snakemake refuses to start without it.
     hub = os.environ | {"HF_HOME": str(work / "huggingface"), "HF_HUB_OFFLINE": "1"}
-    with subprocess.Popen(
-        command, cwd=work, env=hub, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as run:
-        try:
-            log, _ = run.communicate(timeout=1500)
-        except subprocess.TimeoutExpired:
-            run.send_signal(signal.SIGINT)  # SIGINT makes Snakemake cancel its SLURM jobs
-            log, _ = run.communicate(timeout=120)
-            pytest.fail(f"snakemake on SLURM timed out:\n{log[-4000:]}")
-    assert run.returncode == 0, log[-6000:]
+    run_snakemake(command, work, hub, timeout=1500)
     # The workflow's jobs only (another test's sbatch may have run meanwhile).
     jobs = [job for job in slurm_jobs() if job["JobId"] not in before and job.get("Comment", "").startswith("rule_")]
     return work, config, jobs
@@ -171,7 +207,7 @@ def test_each_job_asked_slurm_for_the_cpus_memory_and_time_it_needs(slurm_run):
         needs[comment] = job
     for job in jobs:
         need = needs[job["Comment"].removesuffix("_wildcards_")]
-        assert f"mem={need['mem_mb']}M" in job["TRES"], job["Comment"]
+        assert asks_for_memory(job, need["mem_mb"]), (job["Comment"], job["TRES"])
         assert job["TimeLimit"] == time.strftime("%H:%M:%S", time.gmtime(60 * need["runtime"])), job["Comment"]
         assert job["NumCPUs"] == str(need["threads"]), job["Comment"]
     # The 2-GPU render jobs (tiny-sd3) get a CPU per GPU, the 1-GPU ones one.
@@ -181,6 +217,63 @@ def test_each_job_asked_slurm_for_the_cpus_memory_and_time_it_needs(slurm_run):
         if job["Comment"].startswith("rule_render_images")
     }
     assert cpus == {"animals_tiny-flux_00000": "1", "animals_tiny-sd3_00000": "2", "animals_tiny-sana_00000": "1"}
+
+
+def test_each_job_ran_in_the_partition_that_fits_it(slurm_run):
+    """With the example partitions file the plugin sends a GPU job to `gpu` and a CPU job to `cpu`."""
+    _, _, jobs = slurm_run
+    partitions = Counter(("gpu" if requested_gpus(job) else "cpu", job["Partition"]) for job in jobs)
+    assert set(partitions) == {("gpu", "gpu"), ("cpu", "cpu")}, partitions
+
+
+def test_a_rule_whose_jobs_ask_for_one_request_ran_as_one_array(slurm_run):
+    """answer_humble's three shards went to SLURM in one sbatch, as one array whose every task asked for the
+    request the plan gives each of them, and every one of their outputs arrived."""
+    work, config, jobs = slurm_run
+    plan = job_table(config)
+    planned = plan[plan["rule"] == "answer_humble"]
+    tasks = [job for job in jobs if job["Comment"].startswith("rule_answer_humble_")]
+    assert len(tasks) == len(planned) == 3
+    assert len({task["ArrayJobId"] for task in tasks}) == 1
+    assert sorted(int(task["ArrayTaskId"]) for task in tasks) == [1, 2, 3]
+    (gpus, threads, mem_mb, runtime), *others = (
+        planned[["gpus", "threads", "mem_mb", "runtime"]].drop_duplicates().values
+    )
+    assert not others
+    for task in tasks:
+        assert (requested_gpus(task), task["NumCPUs"]) == (gpus, str(threads))
+        assert asks_for_memory(task, mem_mb), task["TRES"]
+        assert task["TimeLimit"] == time.strftime("%H:%M:%S", time.gmtime(60 * runtime))
+    assert all((work / output).exists() for output in planned["output"])
+
+
+def test_a_job_killed_for_its_memory_comes_back_with_twice_the_memory_and_succeeds(cluster, tmp_path):
+    """Through the profile (its retries and requeue setting), a job whose memory grows with the attempt, as
+    every workflow job's does, and that needs more than its first request: SLURM kills attempt 1 for its
+    memory, and Snakemake submits attempt 2 with twice the --mem, which succeeds."""
+    work = tmp_path / "retry"
+    work.mkdir()
+    # The job step's Snakemake holds about 150 MB besides the 500 MB the job holds for a few seconds.
+    (work / "Snakefile").write_text(
+        "rule hold_memory:\n"
+        '    output: "held.txt"\n'
+        "    resources: mem_mb=lambda wildcards, attempt: 450 * attempt, runtime=5\n"
+        "    shell:\n"
+        f"        \"{sys.executable} -c 'import time; held = bytearray(500 * 2**20); time.sleep(5)'\"\n"
+        '        " && echo {resources.mem_mb} > {output}"\n'
+    )
+    profile = cluster_profile(work / "profile")
+    before = {job["JobId"] for job in slurm_jobs()}
+    hub = os.environ | {"HF_HOME": str(work / "huggingface"), "HF_HUB_OFFLINE": "1"}
+    run_snakemake([sys.executable, "-m", "snakemake", "--profile", str(profile)], work, hub, timeout=600)
+    attempts = sorted(
+        (job for job in slurm_jobs() if job["JobId"] not in before and job.get("Comment") == "rule_hold_memory"),
+        key=lambda job: int(job["JobId"]),
+    )
+    assert [job["JobState"] for job in attempts] in (["FAILED", "COMPLETED"], ["OUT_OF_MEMORY", "COMPLETED"])
+    assert ["mem=450M" in attempts[0]["TRES"], "mem=900M" in attempts[1]["TRES"]] == [True, True]
+    assert (work / "held.txt").read_text().strip() == "900"
+    assert attempts[0]["Partition"] == attempts[1]["Partition"] == "cpu"
 
 
 def test_a_job_that_outgrows_its_memory_is_killed(cluster, tmp_path):
@@ -239,6 +332,7 @@ def test_submitit_runs_one_stage_with_the_profiles_resources(slurm_run, tmp_path
     assert requested_gpus(record) == TEST_GPUS["tiny-sd3"]
     assert record["NumCPUs"] == "2"
     assert record["Comment"] == "rule_render_images"
+    assert record["Partition"] == "gpu"  # from the profile's partitions file, as the plugin picks it
     # The same stage, inputs and seeds render the same images as the workflow's job did.
     mine = read_table(tmp_path / "renders.parquet", schemas.RENDERS)
     workflow = read_table(path(config, "renders", **fields), schemas.RENDERS)

@@ -20,7 +20,7 @@ from blindspot.hub import cache as hub_cache
 from blindspot.hub import repos as hub
 from blindspot.models.device import gpu_memory
 from blindspot.models.gpu_slots import gpu_pool
-from blindspot.slurm import profile_resources
+from blindspot.slurm import profile_partition, profile_resources
 
 GB = 1e9
 # The disk estimate. A rendered PNG takes about half of its raw 3 bytes per pixel; the dataset export
@@ -223,7 +223,8 @@ def torch_cuda() -> str | None:
 
 def canary_checks(config: dict[str, Any], profile: Path, timeout_s: float) -> list[Check]:
     """One SLURM job per distinct GPU count of the plan's jobs, all at once, each with the partition,
-    account and GPU model the profile gives the first rule that asks for that count."""
+    account and GPU model the profile gives the first rule that asks for that count (without a partition
+    there, the one the SLURM plugin would pick from the profile's partitions file for a job of that count)."""
     jobs = plan.job_table(config)
     rules: dict[int, str] = {}
     for rule, gpus in zip(jobs["rule"], jobs["gpus"], strict=True):
@@ -240,7 +241,9 @@ def canary_checks(config: dict[str, Any], profile: Path, timeout_s: float) -> li
         output = folder / f"canary-{gpus}gpu.out"
         output.unlink(missing_ok=True)
         name = f"blindspot-canary-{gpus}gpu-{os.getpid()}"
-        command = canary_command(gpus, profile_resources(rule, 1, profile), name, output)
+        resources = profile_resources(rule, 1, profile)
+        partition = resources.get("slurm_partition") or profile_partition(rule, resources, 1, gpus, profile)
+        command = canary_command(gpus, resources | ({"slurm_partition": partition} if partition else {}), name, output)
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         submitted[gpus] = (rule, name, output, process)
     deadline = time.monotonic() + timeout_s
