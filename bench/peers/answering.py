@@ -36,7 +36,7 @@ MODEL = "smollm2-135m"
 QUESTIONS = 64
 PER_CALL = 16
 MAX_NEW_TOKENS = 64
-ARMS = Path(__file__).with_name("answering_arm.py")
+ARMS = Path(__file__).with_name("vllm_arms.py")
 # Eager (compiling the CPU graphs takes minutes on 2 cores and is not what a GPU runs); a KV cache that
 # holds every question and its answer at once (1 GiB: about 23,000 tokens of SmolLM2 in float32).
 VLLM_ENGINE = {"max_model_len": 2048, "engine_args": {"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}}
@@ -74,8 +74,9 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
     with tempfile.TemporaryDirectory() as scratch:
         for per_call in (PER_CALL, 0):
             job = {
+                "arm": "answers",
                 "model": dataclasses.asdict(model_spec(arm_config, MODEL)),
-                "questions": texts,
+                "conversations": [[{"role": "user", "content": text}] for text in texts],
                 "per_call": per_call,
                 "max_new_tokens": MAX_NEW_TOKENS,
                 "repeats": repeats,
@@ -84,7 +85,7 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
             path = Path(scratch) / f"{per_call}.json"
             path.write_text(json.dumps(job))
             arms[per_call] = run_in_env(".venv-vllm/bin/python", ARMS, str(path))
-    peer, ours = arms[PER_CALL]["answers"], arms[0]["answers"]
+    peer, ours = arms[PER_CALL]["outputs"], arms[0]["outputs"]
     same_texts = sum(a[1] == b[1] for a, b in zip(peer, ours, strict=True))
     gap = max(abs(p - q) for a, b in zip(peer, ours, strict=True) for p, q in zip(a[0], b[0], strict=True))
     at_budget = sum(not stopped for _, _, stopped in ours)

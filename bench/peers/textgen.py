@@ -29,7 +29,7 @@ from blindspot.protobias.triplets import TRIPLET_JSON_SCHEMA
 
 MODEL = "smollm2-135m"
 DOMAINS = ("objects", "animals")
-ARMS = Path(__file__).with_name("textgen_arms.py")
+ARMS = Path(__file__).with_name("vllm_arms.py")
 # vLLM's CPU backend otherwise sizes its KV cache as a share of the machine's memory; 1 GiB holds about
 # 23,000 tokens of SmolLM2 in float32, room for all 16 prompts and their answers at once.
 VLLM_ENGINE = {"max_model_len": 2048, "engine_args": {"kv_cache_memory_bytes": 1 << 30}}
@@ -70,6 +70,7 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
             if backend == "vllm":
                 entry |= VLLM_ENGINE
             job = {
+                "arm": "textgen",
                 "model": dataclasses.asdict(model_spec(arm_config, MODEL)),
                 "seed": config["seed"],
                 "batch_size": config["prompt_stage"]["batch_size"],
@@ -82,7 +83,7 @@ def compare(config: dict[str, Any], repeats: int) -> list[Row]:
             path.write_text(json.dumps(job))
             arms[backend] = run_in_env(".venv-vllm/bin/python", ARMS, str(path))
     peer, ours = arms["transformers"], arms["vllm"]
-    pairs = list(zip(peer["texts"], ours["texts"], strict=True))
+    pairs = list(zip(peer["outputs"], ours["outputs"], strict=True))
     differ = [i for i, (a, b) in enumerate(pairs) if a != b]
     same_values = sum(a == b or (parsed(a) is not None and parsed(a) == parsed(b)) for a, b in pairs)
     generation = model_spec(config, MODEL).generation
