@@ -120,12 +120,17 @@ def _humble_answer_batch(config: Config, wildcards: Wildcards) -> int:
     return answer_batch(config, wildcards["vlm"])
 
 
-def _humble_shard_answers(config: Config, wildcards: Wildcards) -> int:
+def _humble_answers(config: Config, wildcards: Wildcards, benchmark_images: float) -> int:
     """The release's questions (`release_questions`) and two per benchmark image, over the shards, each asked in
     every setting the VLM answers (`registry.vlm_settings`)."""
     humble = config["humblebench"]
-    questions = humble.get("release_questions", 0) + (2 * run_images(config) if humble.get("from_benchmark") else 0)
-    return -(-questions // humble["answer_shards"]) * len(vlm_settings(config, wildcards["vlm"]))
+    questions = humble.get("release_questions", 0) + (2 * benchmark_images if humble.get("from_benchmark") else 0)
+    return math.ceil(questions / humble["answer_shards"]) * len(vlm_settings(config, wildcards["vlm"]))
+
+
+def _humble_shard_answers(config: Config, wildcards: Wildcards) -> int:
+    """A shard's answers when every candidate image is kept."""
+    return _humble_answers(config, wildcards, run_images(config))
 
 
 def _training_pairs(config: Config, wildcards: Wildcards) -> int:
@@ -175,14 +180,10 @@ def _api_shard_expected_images(config: Config, wildcards: Wildcards) -> float:
     return cap * _shard_seeds(config, wildcards) / _seeds(config, wildcards)
 
 
-def _humble_shard_expected_answers(config: Config, wildcards: Wildcards) -> float:
-    """`_humble_shard_answers` with the benchmark's images at the expected shares (the release's are all asked)."""
-    humble = config["humblebench"]
-    if not humble.get("from_benchmark"):
-        return _humble_shard_answers(config, wildcards)
+def _humble_shard_expected_answers(config: Config, wildcards: Wildcards) -> int:
+    """A shard's answers with the benchmark's images at the expected shares (the release's are all asked)."""
     images = run_images(config) * _triplet_share(config, wildcards) * _pair_share(config, wildcards)
-    questions = humble.get("release_questions", 0) + 2 * images
-    return questions / humble["answer_shards"] * len(vlm_settings(config, wildcards["vlm"]))
+    return _humble_answers(config, wildcards, images)
 
 
 # fmt: off

@@ -149,6 +149,17 @@ def profile_partition(
     return get_best_partition(read_partition_file(path), job, logging.getLogger(__name__))
 
 
+def with_partition(
+    rule: str, resources: dict[str, Any], threads: int, gpus: int, profile: str | Path = DEFAULT_PROFILE
+) -> dict[str, Any]:
+    """`resources` with the job's partition: the profile's, as the plugin takes a partition the profile names
+    first, else the one it would pick from the partitions file (`profile_partition`), else none (the default)."""
+    if resources.get("slurm_partition"):
+        return resources
+    partition = profile_partition(rule, resources, threads, gpus, profile)
+    return resources | ({"slurm_partition": partition} if partition else {})
+
+
 def submitit_parameters(resources: dict[str, Any], threads: int, gpus: int, rule: str) -> dict[str, Any]:
     """submitit's parameters for the profile's resources, threads and a GPU count, spelled as the
     Snakemake SLURM plugin spells them (`--cpus-per-task=threads`, `--gpus=N` or `--gpus=model:N`)."""
@@ -266,9 +277,7 @@ def submit_stage(
     needs = job_resources(config, step, wildcards, attempt)
     threads = profile_threads(step, profile) or needs.threads
     resources = profile_resources(step, attempt, profile, own={"mem_mb": needs.mem_mb, "runtime": needs.runtime})
-    if "slurm_partition" not in resources:  # as the plugin does, a partition the profile names wins
-        partition = profile_partition(step, resources, threads, needs.gpus, profile)
-        resources |= {"slurm_partition": partition} if partition else {}
+    resources = with_partition(step, resources, threads, needs.gpus, profile)
     job = Path(folder).resolve() / f"{step}.{uuid.uuid4().hex[:8]}.job.json"
     write_json(job, {"step": step, "wildcards": wildcards, "arguments": arguments}, sort_keys=False)
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")

@@ -20,7 +20,7 @@ from blindspot.hub import cache as hub_cache
 from blindspot.hub import repos as hub
 from blindspot.models.device import gpu_memory
 from blindspot.models.gpu_slots import gpu_pool
-from blindspot.slurm import profile_partition, profile_resources
+from blindspot.slurm import profile_resources, with_partition
 
 GB = 1e9
 # The disk estimate. A rendered PNG takes about half of its raw 3 bytes per pixel; the dataset export
@@ -241,9 +241,8 @@ def canary_checks(config: dict[str, Any], profile: Path, timeout_s: float) -> li
         output = folder / f"canary-{gpus}gpu.out"
         output.unlink(missing_ok=True)
         name = f"blindspot-canary-{gpus}gpu-{os.getpid()}"
-        resources = profile_resources(rule, 1, profile)
-        partition = resources.get("slurm_partition") or profile_partition(rule, resources, 1, gpus, profile)
-        command = canary_command(gpus, resources | ({"slurm_partition": partition} if partition else {}), name, output)
+        resources = with_partition(rule, profile_resources(rule, 1, profile), 1, gpus, profile)
+        command = canary_command(gpus, resources, name, output)
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         submitted[gpus] = (rule, name, output, process)
     deadline = time.monotonic() + timeout_s
